@@ -1,0 +1,72 @@
+// Python bindings only: every function and record lives in its own file.
+#include <torch/extension.h>
+
+#include "find.h"
+#include "info.h"
+
+namespace ce = cudnn_explorer;
+namespace py = pybind11;
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "cudnn_explorer native module: legacy cuDNN convolution algorithm search";
+  py::register_exception<ce::CudnnError>(m, "CudnnError");
+
+  py::class_<ce::Problem>(m, "Problem")
+      .def(py::init<const at::Tensor&, const at::Tensor&, const at::Tensor&, std::vector<int>,
+                    std::vector<int>, std::vector<int>, int, const std::string&>(),
+           py::arg("x"), py::arg("w"), py::arg("y"), py::arg("padding"), py::arg("stride"),
+           py::arg("dilation"), py::arg("groups"), py::arg("math_type"))
+      .def("describe", &ce::Problem::describe);
+
+  py::class_<ce::AlgoPerf>(m, "AlgoPerf")
+      .def_readonly("algo", &ce::AlgoPerf::algo)
+      .def_readonly("algo_name", &ce::AlgoPerf::algo_name)
+      .def_readonly("status_code", &ce::AlgoPerf::status_code)
+      .def_readonly("status", &ce::AlgoPerf::status)
+      .def_readonly("time_ms", &ce::AlgoPerf::time_ms)
+      .def_readonly("memory_bytes", &ce::AlgoPerf::memory_bytes)
+      .def_readonly("deterministic", &ce::AlgoPerf::deterministic)
+      .def_readonly("math_type", &ce::AlgoPerf::math_type);
+
+  py::class_<ce::WorkspaceQuery>(m, "WorkspaceQuery")
+      .def_readonly("algo", &ce::WorkspaceQuery::algo)
+      .def_readonly("algo_name", &ce::WorkspaceQuery::algo_name)
+      .def_readonly("math_type", &ce::WorkspaceQuery::math_type)
+      .def_readonly("status_code", &ce::WorkspaceQuery::status_code)
+      .def_readonly("status", &ce::WorkspaceQuery::status)
+      .def_readonly("bytes", &ce::WorkspaceQuery::bytes);
+
+  py::class_<ce::FindReport>(m, "FindReport")
+      .def_readonly("direction", &ce::FindReport::direction)
+      .def_readonly("math_type", &ce::FindReport::math_type)
+      .def_readonly("find", &ce::FindReport::find)
+      .def_readonly("heuristics", &ce::FindReport::heuristics)
+      .def_readonly("workspace", &ce::FindReport::workspace)
+      .def_readonly("workspace_needed", &ce::FindReport::workspace_needed)
+      .def_readonly("workspace_given", &ce::FindReport::workspace_given)
+      .def_readonly("requested", &ce::FindReport::requested)
+      .def_readonly("returned", &ce::FindReport::returned)
+      .def_readonly("problem", &ce::FindReport::problem);
+
+  m.def("find_algorithms",
+        [](const std::string& d, ce::Problem& p, int64_t cap) {
+          return ce::find_algorithms(ce::direction_from_name(d), p, cap);
+        },
+        py::arg("direction"), py::arg("problem"), py::arg("max_workspace_bytes"));
+  m.def("workspace_size",
+        [](const std::string& d, ce::Problem& p, int algo, const std::string& math) {
+          return ce::workspace_size(ce::direction_from_name(d), p, algo, math);
+        },
+        py::arg("direction"), py::arg("problem"), py::arg("algo"), py::arg("math_type"));
+  m.def("run_algorithm",
+        [](const std::string& d, ce::Problem& p, int algo, const std::string& math) {
+          ce::run_algorithm(ce::direction_from_name(d), p, algo, math);
+        },
+        py::arg("direction"), py::arg("problem"), py::arg("algo"), py::arg("math_type"));
+  m.def("algo_name",
+        [](const std::string& d, int algo) {
+          return ce::algo_name(ce::direction_from_name(d), algo);
+        });
+  m.def("build_info", &ce::build_info);
+  m.def("runtime_info", &ce::runtime_info);
+}

@@ -1,0 +1,189 @@
+#include "find.h"
+
+#include "directions.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+namespace cudnn_explorer {
+
+namespace {
+
+constexpr cudnnMathType_t kAllMathTypes[] = {CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH,
+                                             CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
+                                             CUDNN_FMA_MATH};
+
+// Restores the problem's math type when a scope that changes it ends.
+class MathTypeScope {
+ public:
+  explicit MathTypeScope(Problem& p) : p_(p), saved_(p.math_type()) {}
+  ~MathTypeScope() {
+    try {
+      p_.set_math_type(saved_);
+    } catch (...) {
+    }
+  }
+
+ private:
+  Problem& p_;
+  cudnnMathType_t saved_;
+};
+
+template <typename Perf>
+AlgoPerf to_row(Direction d, const Perf& perf, bool timed) {
+  AlgoPerf r;
+  r.algo = static_cast<int>(perf.algo);
+  r.algo_name = algo_name(d, r.algo);
+  r.status_code = static_cast<int>(perf.status);
+  r.status = status_name(perf.status);
+  r.time_ms = timed ? perf.time : -1.0f;
+  r.memory_bytes = static_cast<int64_t>(perf.memory);
+  r.deterministic = perf.determinism == CUDNN_DETERMINISTIC;
+  r.math_type = math_type_name(perf.mathType);
+  return r;
+}
+
+template <Direction D>
+WorkspaceQuery query_workspace(cudnnHandle_t h, Problem& p, int algo, cudnnMathType_t m) {
+  MathTypeScope scope(p);
+  p.set_math_type(m);
+  size_t bytes = 0;
+  cudnnStatus_t st = Ops<D>::workspace(h, p, static_cast<typename Ops<D>::Algo>(algo), &bytes);
+  WorkspaceQuery q;
+  q.algo = algo;
+  q.algo_name = algo_name(D, algo);
+  q.math_type = math_type_name(m);
+  q.status_code = static_cast<int>(st);
+  q.status = status_name(st);
+  q.bytes = st == CUDNN_STATUS_SUCCESS ? static_cast<int64_t>(bytes) : -1;
+  return q;
+}
+
+struct FindFn {
+  Problem& p;
+  int64_t cap;
+  template <Direction D>
+  FindReport operator()() const {
+    using O = Ops<D>;
+    c10::cuda::CUDAGuard guard(p.x().device());
+    cudnnHandle_t h = current_handle();
+    FindReport rep;
+    rep.direction = direction_name(D);
+    rep.math_type = math_type_name(p.math_type());
+    rep.problem = p.describe();
+
+    // Note [FindEx workspace]: cudnnFind*Ex tries every algorithm under several math
+    // types, not only the descriptor's. A workspace sized for the descriptor's math
+    // type alone was too small for another math type's variant on the H200 (that
+    // row came back as an error instead of a time). So size it as the maximum over
+    // every (algorithm, math type) that cuDNN answers for, then apply the user's cap.
+    for (int a = 0; a < O::kCount; ++a) {
+      for (cudnnMathType_t m : kAllMathTypes) {
+        WorkspaceQuery q = query_workspace<D>(h, p, a, m);
+        if (q.bytes > rep.workspace_needed) rep.workspace_needed = q.bytes;
+        rep.workspace.push_back(std::move(q));
+      }
+    }
+    rep.workspace_given =
+        cap >= 0 ? std::min<int64_t>(cap, rep.workspace_needed) : rep.workspace_needed;
+
+    int max_count = 0;
+    CE_CUDNN_CHECK(O::max_count(h, &max_count), p.describe());
+    // One row per (algorithm, math type) can come back: ask for room for all of them.
+    rep.requested = std::max(max_count, O::kCount) * 4;
+    std::vector<typename O::Perf> perf(rep.requested);
+
+    int returned = 0;
+    CE_CUDNN_CHECK(O::heuristics(h, p, rep.requested, &returned, perf.data()), p.describe());
+    for (int i = 0; i < returned; ++i) rep.heuristics.push_back(to_row(D, perf[i], false));
+
+    // Workspace from PyTorch's caching allocator, like the tensors (freed on scope exit).
+    c10::DataPtr ws = c10::cuda::CUDACachingAllocator::get()->allocate(
+        static_cast<size_t>(rep.workspace_given));
+    returned = 0;
+    CE_CUDNN_CHECK(O::find(h, p, rep.requested, &returned, perf.data(), ws.get(),
+                           static_cast<size_t>(rep.workspace_given)),
+                   p.describe());
+    rep.returned = returned;
+    for (int i = 0; i < returned; ++i) rep.find.push_back(to_row(D, perf[i], true));
+    // Find ran asynchronously on the current stream; the workspace's memory goes back
+    // to the caching allocator, which is stream-ordered, so no sync is needed for reuse.
+    return rep;
+  }
+};
+
+struct WorkspaceFn {
+  Problem& p;
+  int algo;
+  cudnnMathType_t m;
+  template <Direction D>
+  WorkspaceQuery operator()() const {
+    c10::cuda::CUDAGuard guard(p.x().device());
+    TORCH_CHECK_VALUE(algo >= 0 && algo < Ops<D>::kCount, "algorithm ", algo, " out of range for ",
+                      direction_name(D), " (0..", Ops<D>::kCount - 1, ")");
+    return query_workspace<D>(current_handle(), p, algo, m);
+  }
+};
+
+struct RunFn {
+  Problem& p;
+  int algo;
+  cudnnMathType_t m;
+  template <Direction D>
+  int operator()() const {
+    using O = Ops<D>;
+    c10::cuda::CUDAGuard guard(p.x().device());
+    TORCH_CHECK_VALUE(algo >= 0 && algo < O::kCount, "algorithm ", algo, " out of range for ",
+                      direction_name(D), " (0..", O::kCount - 1, ")");
+    cudnnHandle_t h = current_handle();
+    MathTypeScope scope(p);
+    p.set_math_type(m);
+    size_t bytes = 0;
+    const std::string ctx = algo_name(D, algo) + " (" + math_type_name(m) + ") on " + p.describe();
+    CE_CUDNN_CHECK(O::workspace(h, p, static_cast<typename O::Algo>(algo), &bytes), ctx);
+    c10::DataPtr ws = c10::cuda::CUDACachingAllocator::get()->allocate(bytes);
+    CE_CUDNN_CHECK(O::run(h, p, static_cast<typename O::Algo>(algo), ws.get(), bytes), ctx);
+    return 0;
+  }
+};
+
+}  // namespace
+
+std::string algo_name(Direction d, int algo) {
+  static const char* fwd[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+                              "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* bwd_data[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD",
+                                   "WINOGRAD_NONFUSED"};
+  static const char* bwd_filter[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD",
+                                     "WINOGRAD_NONFUSED", "FFT_TILING"};
+  static_assert(sizeof(fwd) / sizeof(*fwd) == CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "fwd names");
+  static_assert(sizeof(bwd_data) / sizeof(*bwd_data) == CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                "bwd-data names");
+  static_assert(
+      sizeof(bwd_filter) / sizeof(*bwd_filter) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+      "bwd-filter names");
+  const char** names = d == Direction::Forward        ? fwd
+                       : d == Direction::BackwardData ? bwd_data
+                                                      : bwd_filter;
+  const int n = d == Direction::Forward        ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+                : d == Direction::BackwardData ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                               : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  return (algo >= 0 && algo < n) ? names[algo] : "ALGO_" + std::to_string(algo);
+}
+
+FindReport find_algorithms(Direction d, Problem& p, int64_t max_workspace_bytes) {
+  return dispatch(d, FindFn{p, max_workspace_bytes});
+}
+
+WorkspaceQuery workspace_size(Direction d, Problem& p, int algo, const std::string& math_type) {
+  return dispatch(d, WorkspaceFn{p, algo, math_type_from_name(math_type)});
+}
+
+void run_algorithm(Direction d, Problem& p, int algo, const std::string& math_type) {
+  dispatch(d, RunFn{p, algo, math_type_from_name(math_type)});
+}
+
+}  // namespace cudnn_explorer

@@ -1,0 +1,114 @@
+"""Build cudnn_explorer and its native module cudnn_explorer._C.
+
+The extension is plain C++ (no .cu files): it calls cuDNN and the CUDA runtime
+through PyTorch's handle, so it builds on a machine without a GPU. cuDNN's
+headers and library come from the ``nvidia-cudnn-cu13`` wheel that torch itself
+depends on, so the extension links the very library torch loads. Override with
+CUDNN_INCLUDE_DIR / CUDNN_LIB_DIR.
+"""
+import glob
+import os
+
+from setuptools import find_packages, setup
+
+import shutil
+
+
+def _guess_cuda_home():
+    """torch guesses CUDA_HOME from the nvcc on PATH; a /usr/local/bin/nvcc link makes
+    that /usr/local, which has no CUDA headers. Follow the link to the real toolkit."""
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        return
+    nvcc = shutil.which("nvcc")
+    candidates = []
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    candidates.append("/usr/local/cuda")
+    for c in candidates:
+        if os.path.exists(os.path.join(c, "include", "cuda_runtime_api.h")):
+            os.environ["CUDA_HOME"] = c
+            return
+
+
+_guess_cuda_home()
+
+import torch  # noqa: E402
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension  # noqa: E402
+
+
+def _nvidia_dir(sub):
+    try:
+        import nvidia  # namespace package installed by the nvidia-* wheels
+    except ImportError:
+        return None
+    for base in nvidia.__path__:
+        d = os.path.join(base, sub)
+        if os.path.isdir(d):
+            return d
+    return None
+
+
+def cudnn_dirs():
+    inc = os.environ.get("CUDNN_INCLUDE_DIR")
+    lib = os.environ.get("CUDNN_LIB_DIR")
+    wheel = _nvidia_dir("cudnn")
+    if inc is None and wheel:
+        inc = os.path.join(wheel, "include")
+    if lib is None and wheel:
+        lib = os.path.join(wheel, "lib")
+    if not inc or not os.path.exists(os.path.join(inc, "cudnn.h")):
+        raise SystemExit(
+            "cudnn_explorer: cudnn.h not found. Install the cuDNN wheel torch uses "
+            "(pip install nvidia-cudnn-cu13) or set CUDNN_INCLUDE_DIR and CUDNN_LIB_DIR."
+        )
+    return inc, lib
+
+
+def extra_cuda_includes():
+    """The local CUDA toolkit can be partial (no cusparse.h, which ATen includes):
+    then fall back to the nvidia-cu13 wheel's headers, searched after the toolkit's."""
+    if CUDA_HOME and os.path.exists(os.path.join(CUDA_HOME, "include", "cusparse.h")):
+        return []
+    for sub in ("cu13/include", "cu12/include"):
+        d = _nvidia_dir(sub)
+        if d and os.path.exists(os.path.join(d, "cusparse.h")):
+            return ["-idirafter", d]
+    return []
+
+
+cudnn_inc, cudnn_lib = cudnn_dirs()
+link_args = []
+if cudnn_lib:
+    libs = sorted(glob.glob(os.path.join(cudnn_lib, "libcudnn.so*")))
+    if os.path.exists(os.path.join(cudnn_lib, "libcudnn.so")):
+        link_args += [f"-L{cudnn_lib}", "-lcudnn"]
+    elif libs:
+        # The wheel ships only libcudnn.so.9: link it by file name.
+        link_args += [f"-L{cudnn_lib}", f"-l:{os.path.basename(libs[0])}"]
+    link_args.append(f"-Wl,-rpath,{cudnn_lib}")
+else:
+    link_args.append("-lcudnn")
+
+# torch.utils.cpp_extension needs an arch list when no GPU is visible; we compile no
+# device code, so any value works. Never decide what to build from the GPU's presence.
+os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+
+ext = CUDAExtension(
+    name="cudnn_explorer._C",
+    sources=sorted(glob.glob("csrc/*.cpp")),
+    include_dirs=[cudnn_inc],
+    define_macros=[("CE_BUILD_TORCH_VERSION", f'"{torch.__version__}"')],
+    extra_compile_args={"cxx": ["-O2", "-Wall", "-Wno-unused-function"] + extra_cuda_includes()},
+    extra_link_args=link_args,
+)
+
+setup(
+    name="cudnn_explorer",
+    version="0.1.0",
+    description="See every cuDNN convolution algorithm, what PyTorch picks, and what it costs",
+    packages=find_packages(include=["cudnn_explorer", "cudnn_explorer.*"]),
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    python_requires=">=3.10",
+    install_requires=["torch", "numpy", "tabulate"],
+)
