@@ -1,0 +1,190 @@
+"""Command line: ``python -m cudnn_explorer --shape 32,3,224,224 --kernel 3``.
+
+Results go to stdout (tables, or --json / --csv); errors are one line on stderr with a
+non-zero exit code (2: bad input or a problem cuDNN cannot run; 3: missing GPU,
+driver, extension or memory; 1: anything unexpected). --debug shows tracebacks.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import List, Optional
+
+from .errors import ExplorerError, UserError
+from .problem import DIRECTIONS, ConvProblem
+
+__all__ = ["main", "build_parser"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad option as one line (exit 2), not usage + error."""
+
+    def error(self, message):
+        raise UserError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m cudnn_explorer",
+        description="List every cuDNN convolution algorithm for a problem, with cuDNN's "
+                    "own time (ms), workspace (MiB), math type and determinism.")
+    g = p.add_argument_group("problem")
+    g.add_argument("--shape", help="input N,C,L (1-D), N,C,H,W (2-D) or N,C,D,H,W (3-D)")
+    g.add_argument("--out-channels", default="64", help="output channels (default 64)")
+    g.add_argument("--kernel", default="3", help="kernel size: one int or one per spatial dim")
+    g.add_argument("--stride", default="1", help="one int or one per spatial dim (default 1)")
+    g.add_argument("--padding", default=None,
+                   help="one int or one per spatial dim (default kernel//2 per dim)")
+    g.add_argument("--dilation", default="1", help="one int or one per spatial dim")
+    g.add_argument("--groups", default="1", help="groups (= C for depthwise)")
+    g.add_argument("--dtype", default="float32", help="float32, float16, bfloat16, float64")
+    g.add_argument("--tf32", default=None,
+                   help="on|off, float32 only (default on, like torch.backends.cudnn.allow_tf32)")
+    g.add_argument("--layout", default="nchw", help="nchw | nhwc (channels_last)")
+    r = p.add_argument_group("run")
+    r.add_argument("--direction", default="all", help="fwd | bwd-data | bwd-filter | all")
+    r.add_argument("--device", default="0", help="CUDA device index (default 0)")
+    r.add_argument("--max-workspace", default=None, metavar="MiB",
+                   help="cap the workspace Find may use, in MiB")
+    r.add_argument("--seed", default="0", help="seed of the random input data")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                   help="write JSON (schema cudnn_explorer.exploration) to PATH or stdout")
+    o.add_argument("--csv", nargs="?", const="-", default=None, metavar="PATH",
+                   help="write CSV, one row per algorithm, to PATH or stdout")
+    o.add_argument("--load", metavar="PATH",
+                   help="render a saved --json file instead of running (no GPU needed)")
+    o.add_argument("--info", action="store_true",
+                   help="print build-time and running torch/CUDA/cuDNN versions and GPUs")
+    o.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    return p
+
+
+def _int(text: str, option: str, lo: int = 0) -> int:
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise UserError(f"{option} '{text}': not an integer") from None
+    if v < lo:
+        raise UserError(f"{option} {v}: must be >= {lo}")
+    return v
+
+
+def _float(text: Optional[str], option: str) -> Optional[float]:
+    if text is None:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        raise UserError(f"{option} '{text}': not a number") from None
+    if not v >= 0 or v == float("inf"):
+        raise UserError(f"{option} {text}: must be a finite number >= 0")
+    return v
+
+
+def _tf32(text: Optional[str]) -> Optional[bool]:
+    if text is None:
+        return None
+    t = str(text).strip().lower()
+    if t in ("on", "1", "true", "yes"):
+        return True
+    if t in ("off", "0", "false", "no"):
+        return False
+    raise UserError(f"--tf32 '{text}': valid: on, off")
+
+
+def _directions(text: str) -> List[str]:
+    t = str(text).strip().lower()
+    if t == "all":
+        return list(DIRECTIONS)
+    out = [s.strip() for s in t.split(",")]
+    for s in out:
+        if s not in DIRECTIONS:
+            raise UserError(f"--direction '{text}': valid: {', '.join(DIRECTIONS)}, all")
+    return out
+
+
+def problem_from_args(a) -> ConvProblem:
+    if a.shape is None:
+        raise UserError("--shape is required, e.g. --shape 32,3,224,224 (or use --info / --load)")
+    return ConvProblem.create(a.shape, out_channels=a.out_channels, kernel=a.kernel,
+                              stride=a.stride, padding=a.padding, dilation=a.dilation,
+                              groups=a.groups, dtype=a.dtype, layout=a.layout, tf32=_tf32(a.tf32))
+
+
+def _write(text: str, path: Optional[str]) -> None:
+    if path in (None, "-"):
+        sys.stdout.write(text)
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise UserError(f"cannot write '{path}': {e.strerror}") from None
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _run(argv: Optional[List[str]]) -> int:
+    a = build_parser().parse_args(argv)
+    from . import records, render
+
+    if a.info:
+        from . import gpu as ex  # imports torch lazily; extension errors are one line
+
+        print(render.render_info(ex.info(_int(a.device, "--device"))))
+        return 0
+    if a.load:
+        try:
+            with open(a.load) as f:
+                text = f.read()
+        except OSError as e:
+            raise UserError(f"--load '{a.load}': {e.strerror}") from None
+        exp = records.Exploration.from_json(text)
+    else:
+        problem = problem_from_args(a)
+        dirs = _directions(a.direction)
+        device = _int(a.device, "--device")
+        cap = _float(a.max_workspace, "--max-workspace")
+        seed = _int(a.seed, "--seed")
+        from . import gpu as ex
+
+        exp = ex.explore(problem, dirs, device=device, max_workspace_mib=cap, seed=seed)
+
+    wrote_stdout = False
+    if a.json is not None:
+        _write(exp.to_json() + "\n", a.json)
+        wrote_stdout = a.json == "-"
+    if a.csv is not None:
+        _write(records.rows_to_csv(exp), a.csv)
+        wrote_stdout = wrote_stdout or a.csv == "-"
+    if not wrote_stdout:
+        sys.stdout.write(render.render_exploration(exp))
+    failed = [d.direction for d in exp.directions if d.best() is None]
+    if failed and not a.load:
+        print(f"cudnn_explorer: error: cuDNN ran no algorithm for {', '.join(failed)} of "
+              f"{exp.problem.describe()}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv) or bool(
+        os.environ.get("CUDNN_EXPLORER_DEBUG"))
+    try:
+        return _run(argv)
+    except ExplorerError as e:
+        if debug:
+            raise
+        print(f"cudnn_explorer: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("cudnn_explorer: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # an internal error: still one line unless --debug
+        if debug:
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"cudnn_explorer: internal error: {type(e).__name__}: {first} "
+              f"(rerun with --debug for the traceback)", file=sys.stderr)
+        return 1

@@ -1,0 +1,38 @@
+"""Exceptions with the exit codes the CLI maps them to. Pure Python."""
+
+__all__ = ["ExplorerError", "UserError", "MissingDependencyError", "CudnnError", "ResourceError"]
+
+
+class ExplorerError(Exception):
+    """Base class: a one-line, user-facing message."""
+
+    exit_code = 1
+
+
+class UserError(ExplorerError, ValueError):
+    """Bad input: names the bad value and what would be valid. Exit code 2."""
+
+    exit_code = 2
+
+
+class MissingDependencyError(ExplorerError, RuntimeError):
+    """No GPU, no driver, or the extension not built: says what to do. Exit code 3."""
+
+    exit_code = 3
+
+
+class CudnnError(ExplorerError, RuntimeError):
+    """cuDNN refused a call. ``status`` is cuDNN's name for it, e.g.
+    ``CUDNN_STATUS_NOT_SUPPORTED``. Exit code 2 (the problem cannot run)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, status: str = "CUDNN_STATUS_UNKNOWN"):
+        super().__init__(message)
+        self.status = status
+
+
+class ResourceError(ExplorerError, RuntimeError):
+    """The GPU ran out of memory or another resource. Exit code 3."""
+
+    exit_code = 3

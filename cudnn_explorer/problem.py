@@ -1,0 +1,278 @@
+"""The convolution problem: parsing, validation, output-size math, math type.
+
+Pure Python (no torch import): every rule here is testable without a GPU.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional, Tuple
+
+from .errors import UserError
+
+__all__ = [
+    "ConvProblem",
+    "DIRECTIONS",
+    "DTYPES",
+    "LAYOUTS",
+    "parse_int_list",
+    "parse_dtype",
+    "conv_output_size",
+]
+
+DIRECTIONS = ("fwd", "bwd-data", "bwd-filter")
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+LAYOUTS = ("nchw", "nhwc")
+_DTYPE_ALIASES = {
+    "float32": "float32", "fp32": "float32", "float": "float32",
+    "float16": "float16", "fp16": "float16", "half": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float64": "float64", "fp64": "float64", "double": "float64",
+}
+_SPATIAL_NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
+_SHAPE_FORMS = "N,C,L (1-D), N,C,H,W (2-D) or N,C,D,H,W (3-D)"
+
+
+def parse_int_list(text: str, option: str) -> Tuple[int, ...]:
+    """Parse "3" or "3,3" (also "3x3") into a tuple of ints; UserError otherwise."""
+    if isinstance(text, int):
+        return (text,)
+    raw = str(text).strip()
+    parts = [p.strip() for p in raw.replace("x", ",").split(",")] if raw else []
+    if not parts or any(p == "" for p in parts):
+        raise UserError(f"{option} '{text}': expected comma-separated integers, e.g. 3 or 3,3")
+    out = []
+    for p in parts:
+        try:
+            out.append(int(p))
+        except ValueError:
+            raise UserError(
+                f"{option} '{text}': '{p}' is not an integer; expected comma-separated integers"
+            ) from None
+    return tuple(out)
+
+
+def parse_dtype(text: str) -> str:
+    """Canonical dtype name (float32, float16, bfloat16, float64) or UserError."""
+    key = str(text).strip().lower().replace("torch.", "")
+    if key not in _DTYPE_ALIASES:
+        raise UserError(f"--dtype '{text}': unknown dtype; valid: {', '.join(DTYPES)}")
+    return _DTYPE_ALIASES[key]
+
+
+def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    """Output length of one spatial dim (PyTorch's and cuDNN's formula; may be <= 0)."""
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _divisors(n: int):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _expand(values: Tuple[int, ...], nsp: int, option: str) -> Tuple[int, ...]:
+    if len(values) == 1:
+        return values * nsp
+    if len(values) != nsp:
+        raise UserError(
+            f"{option} {','.join(map(str, values))}: {len(values)} values for a {nsp}-D "
+            f"problem; give one value or {nsp}"
+        )
+    return tuple(values)
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """One convolution, as PyTorch's ``torch.nn.functional.conv{1,2,3}d`` sees it.
+
+    ``input_shape`` is (N, C, *spatial); ``kernel``/``stride``/``padding``/``dilation``
+    have one entry per spatial dim. ``tf32`` only applies to float32 (None otherwise).
+    Build with :meth:`create`, which validates and fills defaults.
+    """
+
+    input_shape: Tuple[int, ...]
+    out_channels: int
+    kernel: Tuple[int, ...]
+    stride: Tuple[int, ...]
+    padding: Tuple[int, ...]
+    dilation: Tuple[int, ...]
+    groups: int = 1
+    dtype: str = "float32"
+    layout: str = "nchw"
+    tf32: Optional[bool] = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def create(
+        cls,
+        shape,
+        out_channels: int = 64,
+        kernel=3,
+        stride=1,
+        padding=None,
+        dilation=1,
+        groups: int = 1,
+        dtype: str = "float32",
+        layout: str = "nchw",
+        tf32: Optional[bool] = None,
+    ) -> "ConvProblem":
+        """Validate user input (strings or ints) and return a problem, or raise UserError
+        naming the bad value and what is valid. ``padding=None`` means kernel//2 per dim."""
+        shape_t = parse_int_list(shape, "--shape") if isinstance(shape, str) else tuple(shape)
+        if len(shape_t) not in (3, 4, 5):
+            raise UserError(
+                f"--shape {','.join(map(str, shape_t))}: {len(shape_t)} values; "
+                f"expected {_SHAPE_FORMS}"
+            )
+        nsp = len(shape_t) - 2
+        names = ("N", "C") + _SPATIAL_NAMES[nsp]
+        for name, v in zip(names, shape_t):
+            if v < 1:
+                raise UserError(f"--shape: {name} must be >= 1, got {v}")
+
+        def ints(v, option):
+            return parse_int_list(v, option) if isinstance(v, str) else tuple(
+                (v,) if isinstance(v, int) else v)
+
+        kernel_t = _expand(ints(kernel, "--kernel"), nsp, "--kernel")
+        stride_t = _expand(ints(stride, "--stride"), nsp, "--stride")
+        dil_t = _expand(ints(dilation, "--dilation"), nsp, "--dilation")
+        if padding is None:
+            pad_t = tuple(k // 2 for k in kernel_t)
+        else:
+            pad_t = _expand(ints(padding, "--padding"), nsp, "--padding")
+        for option, vals, lo in (("--kernel", kernel_t, 1), ("--stride", stride_t, 1),
+                                 ("--dilation", dil_t, 1), ("--padding", pad_t, 0)):
+            for v in vals:
+                if v < lo:
+                    raise UserError(f"{option} {v}: must be >= {lo}")
+        if isinstance(out_channels, str):
+            (out_channels,) = _expand(parse_int_list(out_channels, "--out-channels"), 1,
+                                      "--out-channels")
+        if out_channels < 1:
+            raise UserError(f"--out-channels {out_channels}: must be >= 1")
+        if isinstance(groups, str):
+            (groups,) = _expand(parse_int_list(groups, "--groups"), 1, "--groups")
+        if groups < 1:
+            raise UserError(f"--groups {groups}: must be >= 1")
+        c = shape_t[1]
+        if c % groups or out_channels % groups:
+            common = [d for d in _divisors(math.gcd(c, out_channels))]
+            raise UserError(
+                f"--groups {groups}: must divide input channels C={c} and --out-channels "
+                f"{out_channels}; valid: {', '.join(map(str, common))}"
+            )
+        for i in range(nsp):
+            size, k, s, p, d = shape_t[2 + i], kernel_t[i], stride_t[i], pad_t[i], dil_t[i]
+            if conv_output_size(size, k, s, p, d) < 1:
+                extent = d * (k - 1) + 1
+                raise UserError(
+                    f"--kernel {k} in {names[2 + i]}: dilated extent {extent} is larger than "
+                    f"the padded input {size + 2 * p} ({size} + 2x{p} padding); use a smaller "
+                    f"kernel or dilation, or more padding"
+                )
+        dtype_c = parse_dtype(dtype)
+        layout_c = str(layout).strip().lower()
+        if layout_c in ("channels_last", "channels_last_3d"):
+            layout_c = "nhwc"
+        if layout_c not in LAYOUTS:
+            raise UserError(f"--layout '{layout}': valid: nchw, nhwc (channels_last)")
+        if layout_c == "nhwc" and nsp == 1:
+            raise UserError(
+                "--layout nhwc: needs a 2-D or 3-D problem (PyTorch has no channels_last "
+                "format for 1-D tensors)"
+            )
+        if tf32 is not None and dtype_c != "float32":
+            raise UserError(f"--tf32: applies to float32 only, not {dtype_c}")
+        if dtype_c == "float32" and tf32 is None:
+            tf32 = True  # PyTorch's default: torch.backends.cudnn.allow_tf32 = True
+        return cls(shape_t, int(out_channels), kernel_t, stride_t, pad_t, dil_t, int(groups),
+                   dtype_c, layout_c, tf32)
+
+    # ------------------------------------------------------------------ derived shapes
+    @property
+    def spatial_dims(self) -> int:
+        return len(self.input_shape) - 2
+
+    @property
+    def weight_shape(self) -> Tuple[int, ...]:
+        return (self.out_channels, self.input_shape[1] // self.groups) + tuple(self.kernel)
+
+    @property
+    def output_shape(self) -> Tuple[int, ...]:
+        sp = tuple(
+            conv_output_size(self.input_shape[2 + i], self.kernel[i], self.stride[i],
+                             self.padding[i], self.dilation[i])
+            for i in range(self.spatial_dims)
+        )
+        return (self.input_shape[0], self.out_channels) + sp
+
+    @property
+    def is_depthwise(self) -> bool:
+        return self.groups > 1 and self.groups == self.input_shape[1]
+
+    # ------------------------------------------------------------------ cuDNN view
+    @property
+    def math_type(self) -> str:
+        """The convolution descriptor's math type, by PyTorch's rule (ATen
+        ``ConvolutionDescriptor::set``): float16 -> TENSOR_OP_MATH; float32 with TF32
+        allowed -> DEFAULT_MATH (cuDNN may use TF32), without -> FMA_MATH; else DEFAULT."""
+        if self.dtype == "float16":
+            return "TENSOR_OP_MATH"
+        if self.dtype == "float32" and not self.tf32:
+            return "FMA_MATH"
+        return "DEFAULT_MATH"
+
+    @property
+    def math_label(self) -> str:
+        """Human label of the arithmetic, e.g. 'float32, TF32 allowed (DEFAULT_MATH)'."""
+        if self.dtype == "float32":
+            mode = "TF32 allowed" if self.tf32 else "TF32 off, strict FP32"
+            return f"float32, {mode} ({self.math_type})"
+        return f"{self.dtype} ({self.math_type})"
+
+    def cudnn_params(self):
+        """(input, weight, output shapes, padding, stride, dilation) as cuDNN runs them:
+        a 1-D problem is a 2-D one with H = 1, exactly as PyTorch passes it to cuDNN."""
+        if self.spatial_dims == 1:
+            n, c, length = self.input_shape
+            k, c_g, kl = self.weight_shape
+            _, _, ol = self.output_shape
+            return ((n, c, 1, length), (k, c_g, 1, kl), (n, self.out_channels, 1, ol),
+                    (0, self.padding[0]), (1, self.stride[0]), (1, self.dilation[0]))
+        return (self.input_shape, self.weight_shape, self.output_shape, self.padding,
+                self.stride, self.dilation)
+
+    # ------------------------------------------------------------------ text and records
+    def describe(self) -> str:
+        def fmt(t):
+            return "x".join(map(str, t))
+
+        layout = {"nchw": "NCHW (contiguous)",
+                  "nhwc": "NHWC (channels_last)" if self.spatial_dims == 2
+                  else "NDHWC (channels_last_3d)"}[self.layout]
+        if self.spatial_dims == 1:
+            layout = "NCL (contiguous; cuDNN runs it as N,C,1,L)"
+        return (
+            f"{self.spatial_dims}-D convolution: input {fmt(self.input_shape)}, weight "
+            f"{fmt(self.weight_shape)}, output {fmt(self.output_shape)}; padding "
+            f"{fmt(self.padding)}, stride {fmt(self.stride)}, dilation {fmt(self.dilation)}, "
+            f"groups {self.groups}{' (depthwise)' if self.is_depthwise else ''}; "
+            f"{self.math_label}; layout {layout}"
+        )
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k in ("input_shape", "kernel", "stride", "padding", "dilation"):
+            d[k] = list(d[k])
+        d["weight_shape"] = list(self.weight_shape)
+        d["output_shape"] = list(self.output_shape)
+        d["math_type"] = self.math_type
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ConvProblem":
+        return cls(
+            tuple(d["input_shape"]), int(d["out_channels"]), tuple(d["kernel"]),
+            tuple(d["stride"]), tuple(d["padding"]), tuple(d["dilation"]), int(d["groups"]),
+            d["dtype"], d["layout"], d.get("tf32"),
+        )

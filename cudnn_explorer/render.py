@@ -1,0 +1,137 @@
+"""Text tables from records (pure Python; rebuildable from saved JSON without a GPU).
+
+One unit per column, stated in its header; the best row is marked with '*'.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from tabulate import tabulate
+
+from .records import (DIRECTION_TITLES, FIND_CALLS, MIB, DirectionResult, Exploration,
+                      fmt_version)
+
+__all__ = ["render_exploration", "render_direction", "render_info", "fmt_mib", "fmt_ms"]
+
+_MATH_ORDER = ["DEFAULT_MATH", "TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION", "FMA_MATH"]
+_MATH_SHORT = {"DEFAULT_MATH": "DEFAULT", "TENSOR_OP_MATH": "TENSOR_OP",
+               "TENSOR_OP_MATH_ALLOW_CONVERSION": "TENSOR_OP_CONV", "FMA_MATH": "FMA"}
+
+
+def short_status(status: str) -> str:
+    return status.replace("CUDNN_STATUS_", "")
+
+
+def fmt_ms(v: Optional[float]) -> str:
+    return "-" if v is None or v < 0 else f"{v:.4f}"
+
+
+def fmt_mib(b: Optional[int]) -> str:
+    """Bytes as MiB with 2 decimals; tiny non-zero sizes are not shown as 0.00."""
+    if b is None or b < 0:
+        return "-"
+    if 0 < b < 0.005 * MIB:
+        return "<0.01"
+    return f"{b / MIB:.2f}"
+
+
+def render_direction(d: DirectionResult) -> str:
+    title = DIRECTION_TITLES.get(d.direction, d.direction)
+    cap = ("" if d.workspace_cap_bytes is None
+           else f", capped by --max-workspace {fmt_mib(d.workspace_cap_bytes)} MiB")
+    lines = [
+        f"== {title} ({d.direction}): {FIND_CALLS.get(d.direction, '')}, descriptor math "
+        f"type {d.math_type}",
+        f"   workspace given to Find: {fmt_mib(d.workspace_given_bytes)} MiB (largest any "
+        f"algorithm and math type asks for: {fmt_mib(d.workspace_needed_bytes)} MiB{cap})",
+    ]
+    best = d.best()
+    rows = []
+    rank = 0
+    for r in d.ranked():
+        if r.ok:
+            rank += 1
+        hr = d.heuristic_rank(r)
+        rows.append([
+            ("*" if r is best else "") + (str(rank) if r.ok else "-"),
+            r.algo_name, r.math_type, short_status(r.status), fmt_ms(r.time_ms),
+            fmt_mib(r.workspace_bytes), "yes" if r.deterministic else "no",
+            "-" if hr is None else hr, r.note,
+        ])
+    headers = ["rank", "algorithm", "math type", "status", "Find time (ms)", "workspace (MiB)",
+               "deterministic", "heuristic rank", "note"]
+    if not any(r[-1] for r in rows):
+        headers, rows = headers[:-1], [r[:-1] for r in rows]
+    lines.append(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
+    if best is None:
+        lines.append("   no algorithm ran successfully for this direction")
+    else:
+        lines.append(f"   * fastest by cudnnFind's own single timing: {best.algo_name} "
+                     f"({best.math_type}), {fmt_ms(best.time_ms)} ms")
+    if d.find_returned >= d.find_requested > 0:
+        lines.append(f"   note: Find filled all {d.find_requested} requested rows; "
+                     "some may be missing")
+
+    heur = ", ".join(
+        f"{i}. {h.algo_name} ({_MATH_SHORT.get(h.math_type, h.math_type)})"
+        + ("" if h.ok else f" [{short_status(h.status)}]")
+        for i, h in enumerate(d.heuristics, 1))
+    lines.append(f"   heuristic order (cudnnGet*_v7, no timing): {heur or 'none'}")
+
+    # Workspace matrix: algorithm x math type, MiB, from cudnnGet*WorkspaceSize.
+    algos = []
+    for w in d.workspace:
+        if (w.algo, w.algo_name) not in algos:
+            algos.append((w.algo, w.algo_name))
+    maths = [m for m in _MATH_ORDER if any(w.math_type == m for w in d.workspace)]
+    grid = []
+    for algo, name in algos:
+        cells = []
+        for m in maths:
+            b = d.workspace_for(algo, m)
+            if b is None:
+                st = next((w.status for w in d.workspace
+                           if w.algo == algo and w.math_type == m), "")
+                cells.append(short_status(st) or "-")
+            else:
+                cells.append(fmt_mib(b))
+        grid.append([name] + cells)
+    if grid:
+        lines.append("   workspace by algorithm and math type (cudnnGet*WorkspaceSize, MiB):")
+        lines.append(tabulate(grid, headers=["algorithm"] + [_MATH_SHORT[m] for m in maths],
+                              tablefmt="simple", disable_numparse=True))
+    return "\n".join(lines)
+
+
+def render_exploration(exp: Exploration) -> str:
+    head = [
+        f"cudnn_explorer {exp.tool_version}  (schema {exp.schema} v{exp.schema_version})",
+        f"problem: {exp.problem.describe()}",
+        f"environment: {exp.environment.describe()}",
+        "times: cudnnFind's own single measurement per row, in ms (a first filter, not a "
+        "steady-state time); workspace in MiB (1 MiB = 2^20 bytes)",
+    ]
+    body = [render_direction(d) for d in exp.directions]
+    return "\n".join(head) + "\n\n" + "\n\n".join(body) + "\n"
+
+
+def render_info(info: dict) -> str:
+    """info: {'built': {...}, 'running': {...}, 'gpus': [...], 'gpu_error': str}"""
+    b, r = info.get("built", {}), info.get("running", {})
+    rows = [
+        ["torch", b.get("torch", "-"), r.get("torch", "-")],
+        ["cuDNN", fmt_version(b.get("cudnn", "-")) if b.get("cudnn") else "-",
+         fmt_version(r.get("cudnn", "-")) if r.get("cudnn") else "-"],
+        ["CUDA runtime", b.get("cuda_runtime", "-"), r.get("cuda_runtime", "-")],
+    ]
+    lines: List[str] = [tabulate(rows, headers=["", "extension built against", "running"],
+                                 tablefmt="simple", disable_numparse=True)]
+    if r.get("cudnn_torch"):
+        lines.append(f"cuDNN as torch reports it: {fmt_version(r['cudnn_torch'])}")
+    if r.get("cuda_driver"):
+        lines.append(f"CUDA driver: {r['cuda_driver']}")
+    for g in info.get("gpus", []):
+        lines.append(f"GPU {g['index']}: {g['name']} (compute capability {g['cc']})")
+    if not info.get("gpus"):
+        lines.append(f"GPU: none usable ({info.get('gpu_error', 'no CUDA device visible')})")
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# On a GPU machine (e.g. the H200): build the extension against the machine's torch, run
+# the whole test suite (GPU tests included) and the main commands. Logs go to $OUT when
+# set (else /tmp/cudnn_explorer_check). Exit status: that of the test suite.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG=${OUT:-/tmp/cudnn_explorer_check}
+mkdir -p "$LOG"
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+if ls .whl/*.whl >/dev/null 2>&1; then  # wheels carried to a machine without internet
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
+} > "$LOG/machine.txt" 2>&1
+cat "$LOG/machine.txt"
+
+echo "== build"
+start=$(date +%s)
+if ! "$PY" -m pip install --no-build-isolation --no-deps -e . > "$LOG/build.log" 2>&1; then
+  tail -40 "$LOG/build.log"; echo "BUILD FAILED"; exit 1
+fi
+echo "built in $(( $(date +%s) - start )) s"
+
+echo "== tests"
+"$PY" -m pytest -q -rs tests 2>&1 | tee "$LOG/tests.txt"
+rc=${PIPESTATUS[0]}
+
+echo "== main commands"
+{
+  echo '$ python -m cudnn_explorer --info'
+  "$PY" -m cudnn_explorer --info
+  echo
+  echo '$ python -m cudnn_explorer --shape 32,3,224,224 --kernel 3'
+  "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --json "$LOG/default.json"
+  "$PY" -m cudnn_explorer --load "$LOG/default.json"
+  echo "exit: $?"
+  echo
+  echo '$ python -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16'
+  "$PY" -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16
+  echo "exit: $?"
+  for extra in "${GPU_CHECK_EXTRA[@]:-}"; do
+    [ -n "$extra" ] || continue
+    echo; echo "\$ python -m cudnn_explorer $extra"
+    # shellcheck disable=SC2086
+    "$PY" -m cudnn_explorer $extra; echo "exit: $?"
+  done
+} 2>&1 | tee "$LOG/main.txt"
+echo "tests exit status: $rc"
+exit "$rc"

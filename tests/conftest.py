@@ -1,0 +1,68 @@
+"""Shared markers: GPU tests skip with a reason where there is no GPU or no extension.
+
+Nothing here touches the GPU at import or collection time: the checks run lazily,
+once, when a marked test is about to run.
+"""
+import functools
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU and the built extension")
+    config.addinivalue_line("markers", "ext: needs the built extension (no GPU needed)")
+
+
+@functools.lru_cache(maxsize=None)
+def ext_missing_reason():
+    try:
+        from cudnn_explorer import _native
+
+        _native.load()
+    except Exception as e:  # noqa: BLE001
+        return f"native extension not available: {e}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_missing_reason():
+    r = ext_missing_reason()
+    if r:
+        return r
+    try:
+        from cudnn_explorer import _native
+
+        _native.require_gpu(0)
+    except Exception as e:  # noqa: BLE001
+        return f"no usable CUDA GPU: {e}"
+    return None
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu"):
+        r = gpu_missing_reason()
+        if r:
+            pytest.skip(r)
+    elif item.get_closest_marker("ext"):
+        r = ext_missing_reason()
+        if r:
+            pytest.skip(r)
+
+
+requires_cuda = pytest.mark.gpu
+requires_ext = pytest.mark.ext
+
+
+def run_cli(*args, env=None, timeout=300):
+    """Run ``python -m cudnn_explorer`` as a subprocess; returns CompletedProcess."""
+    e = dict(os.environ)
+    e.pop("CUDNN_EXPLORER_DEBUG", None)
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-m", "cudnn_explorer", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, env=e)

@@ -1,0 +1,91 @@
+"""The CLI as a subprocess: every user mistake is one line on stderr, exit code 2."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, gpu_missing_reason, run_cli
+from fakes import exploration
+
+BAD = [
+    (["--shape", "32,3,abc"], "'abc' is not an integer"),
+    (["--shape", "32,3"], "expected N,C,L"),
+    (["--shape", "0,3,8,8"], "N must be >= 1"),
+    (["--shape", "1,3,4,4", "--kernel", "9", "--padding", "0"], "--kernel 9 in H"),
+    (["--shape", "1,3,8,8", "--groups", "2"], "--groups 2"),
+    (["--shape", "1,3,8,8", "--dtype", "int8"], "--dtype 'int8'"),
+    (["--shape", "1,3,8,8", "--layout", "chwn"], "--layout 'chwn'"),
+    (["--shape", "1,3,8,8", "--tf32", "maybe"], "--tf32 'maybe'"),
+    (["--shape", "1,3,8,8", "--direction", "up"], "--direction 'up'"),
+    (["--shape", "1,3,8,8", "--device", "x"], "--device 'x'"),
+    (["--shape", "1,3,8,8", "--max-workspace", "lots"], "--max-workspace 'lots'"),
+    (["--shape", "1,3,8,8", "--max-workspace", "-5"], "must be a finite number >= 0"),
+    (["--kernel", "3"], "--shape is required"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["--load", "/nonexistent/x.json"], "--load '/nonexistent/x.json'"),
+]
+
+
+@pytest.mark.parametrize("args,match", BAD)
+def test_bad_input_is_one_line_exit_2(args, match):
+    r = run_cli(*args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("cudnn_explorer: error: ") and match in lines[0]
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_debug_shows_traceback():
+    r = run_cli("--shape", "32,3,abc", "--debug")
+    assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_load_renders_saved_json_without_gpu(tmp_path):
+    f = tmp_path / "r.json"
+    f.write_text(exploration().to_json())
+    r = run_cli("--load", str(f))
+    assert r.returncode == 0, r.stderr
+    assert "IMPLICIT_PRECOMP_GEMM" in r.stdout and "Find time (ms)" in r.stdout
+    r = run_cli("--load", str(f), "--json")
+    assert json.loads(r.stdout) == json.loads(exploration().to_json())
+    r = run_cli("--load", str(f), "--csv")
+    assert r.stdout.splitlines()[0].startswith("schema_version,direction,rank")
+
+
+def test_load_rejects_foreign_json(tmp_path):
+    f = tmp_path / "r.json"
+    f.write_text('{"schema": "something-else"}')
+    r = run_cli("--load", str(f))
+    assert r.returncode == 2 and "not a cudnn_explorer result" in r.stderr
+
+
+def test_import_is_lean():
+    code = ("import sys, cudnn_explorer; "
+            "bad = [m for m in ('torch', 'cudnn_explorer._C', 'tabulate') if m in sys.modules]; "
+            "print(bad); assert not bad")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_no_gpu_is_one_line_exit_3():
+    if gpu_missing_reason() is None:
+        # Hide the GPU so that the no-GPU path runs here too.
+        r = run_cli("--shape", "1,3,8,8", env={"CUDA_VISIBLE_DEVICES": ""})
+    else:
+        r = run_cli("--shape", "1,3,8,8")
+    assert r.returncode == 3, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert ("GPU" in lines[0]) or ("cudnn_explorer._C" in lines[0])
+
+
+def test_info_runs_without_gpu():
+    r = run_cli("--info", env={"CUDA_VISIBLE_DEVICES": ""})
+    if "cudnn_explorer._C cannot be loaded" in r.stderr:
+        assert r.returncode == 3 and "pip install --no-build-isolation" in r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    assert "extension built against" in r.stdout and "cuDNN" in r.stdout
+    assert "GPU: none usable" in r.stdout

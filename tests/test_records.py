@@ -1,0 +1,96 @@
+"""Records: ranking, workspace notes, JSON and CSV round trips, schema versions."""
+import json
+
+import pytest
+
+from cudnn_explorer.errors import UserError
+from cudnn_explorer.records import (MIB, SCHEMA_VERSION, Exploration, fmt_cuda, fmt_version,
+                                    rows_from_csv, rows_to_csv)
+
+from fakes import exploration, fwd_result
+
+
+def test_ranked_fastest_first_then_failures():
+    d = fwd_result()
+    names = [r.algo_name for r in d.ranked()]
+    assert names[:3] == ["IMPLICIT_PRECOMP_GEMM", "GEMM", "IMPLICIT_GEMM"]
+    assert set(names[3:]) == {"FFT_TILING", "WINOGRAD"}
+    assert d.best().algo_name == "IMPLICIT_PRECOMP_GEMM"
+    assert d.heuristic_rank(d.best()) == 1
+    assert d.heuristic_rank(d.find[2]) is None
+
+
+def test_no_success_means_no_best():
+    d = fwd_result()
+    for r in d.find:
+        r.status = "CUDNN_STATUS_NOT_SUPPORTED"
+    assert d.best() is None
+
+
+def test_workspace_note_only_when_short():
+    d = fwd_result(cap=100 * MIB)
+    fft = next(r for r in d.find if r.algo_name == "FFT_TILING")
+    assert fft.note.startswith("needs 900.00 MiB workspace > 100.00 MiB given")
+    assert "--max-workspace" in fft.note
+    wino = next(r for r in d.find if r.algo_name == "WINOGRAD")
+    assert wino.note == ""  # not supported, not short of workspace
+    assert fwd_result().find[3].note == ""  # uncapped: enough workspace
+
+
+def test_json_round_trip():
+    e = exploration()
+    back = Exploration.from_json(e.to_json())
+    assert back == e
+    assert json.loads(e.to_json())["schema_version"] == SCHEMA_VERSION
+
+
+def test_json_ignores_unknown_keys_for_forward_compatibility():
+    d = json.loads(exploration().to_json())
+    d["future_top"] = 1
+    d["directions"][0]["engines"] = [{"tag": "ConvFwd_eng46_k2=4"}]
+    d["directions"][0]["find"][0]["retimed_ms"] = 0.057
+    d["environment"]["sm_clock"] = 1980
+    back = Exploration.from_dict(d)
+    assert back.directions[0].find[0].time_ms == pytest.approx(0.283)
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda d: d.update(schema="other"), "not a cudnn_explorer result"),
+    (lambda d: d.update(schema_version=SCHEMA_VERSION + 1), "newer than this"),
+])
+def test_json_rejects_foreign_or_newer(mutate, match):
+    d = json.loads(exploration().to_json())
+    mutate(d)
+    with pytest.raises(UserError, match=match):
+        Exploration.from_dict(d)
+
+
+def test_json_rejects_garbage():
+    with pytest.raises(UserError, match="not valid JSON"):
+        Exploration.from_json("{nope")
+    with pytest.raises(UserError, match="top level"):
+        Exploration.from_json("[1, 2]")
+
+
+def test_csv_round_trip():
+    e = exploration(cap=100 * MIB)
+    rows = rows_from_csv(rows_to_csv(e))
+    d = e.directions[0]
+    assert [r["result"] for r in rows] == d.ranked()
+    assert rows[0]["best"] == "yes" and all(r["best"] == "" for r in rows[1:])
+    assert rows[0]["rank"] == "1" and rows[-1]["rank"] == ""
+    assert rows[0]["input_shape"] == "32x3x224x224"
+    assert rows[0]["gpu_name"] == "NVIDIA H200"
+
+
+def test_csv_rejects_foreign():
+    with pytest.raises(UserError, match="missing columns"):
+        rows_from_csv("a,b\n1,2\n")
+
+
+def test_version_formatting():
+    assert fmt_version("91900") == "9.19.0"
+    assert fmt_version("92400") == "9.24.0"
+    assert fmt_version("8907") == "8.9.7"
+    assert fmt_version("x") == "x"
+    assert fmt_cuda("13000") == "13.0" and fmt_cuda("12080") == "12.8"
