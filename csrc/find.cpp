@@ -168,9 +168,9 @@ std::string algo_name(Direction d, int algo) {
   const char** names = d == Direction::Forward        ? fwd
                        : d == Direction::BackwardData ? bwd_data
                                                       : bwd_filter;
-  const int n = d == Direction::Forward        ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
-                : d == Direction::BackwardData ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
-                                               : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  const int n = d == Direction::Forward        ? static_cast<int>(CUDNN_CONVOLUTION_FWD_ALGO_COUNT)
+                : d == Direction::BackwardData ? static_cast<int>(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT)
+                                               : static_cast<int>(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
   return (algo >= 0 && algo < n) ? names[algo] : "ALGO_" + std::to_string(algo);
 }
 

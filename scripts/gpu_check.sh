@@ -20,7 +20,13 @@ fi
 } > "$LOG/machine.txt" 2>&1
 cat "$LOG/machine.txt"
 
-echo "== build"
+# Note [compiler on the GPU machine]: there CXX points at /opt/gcc/bin/g++, a wrapper whose
+# link put a private copy of libstdc++'s iostreams into _C.so; the first std::ostream use
+# then crashed (SIGSEGV in Problem's constructor). The system g++ of the same version
+# links libstdc++ dynamically and works. Override with CE_CXX.
+if [ -n "${CE_CXX:-}" ]; then export CXX="$CE_CXX";
+elif [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
+echo "== build (CXX=${CXX:-default})"
 start=$(date +%s)
 # build_ext --inplace: no pip, no build isolation (the machine may have no internet).
 if ! "$PY" setup.py build_ext --inplace > "$LOG/build.log" 2>&1; then
