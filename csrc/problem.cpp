@@ -121,9 +121,13 @@ Problem::Problem(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y,
                                             cl ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                             static_cast<int>(w.dim()), wsize.data()),
                  description_);
-  // Compute type: PyTorch's rule (ATen ConvolutionDescriptor::set): the data type,
-  // except half, which accumulates in float.
-  cudnnDataType_t compute = data_type_ == CUDNN_DATA_HALF ? CUDNN_DATA_FLOAT : data_type_;
+  // Note [compute type]: ATen's ConvolutionDescriptor::set uses the data type, except
+  // half, which accumulates in float. cuDNN 9.19 refuses a BFLOAT16 compute type in
+  // cudnnSetConvolutionNdDescriptor (BAD_PARAM: it allows FLOAT, DOUBLE, HALF, INT32),
+  // so bfloat16 accumulates in float too, cuDNN's PSEUDO_BFLOAT16 configuration.
+  cudnnDataType_t compute =
+      (data_type_ == CUDNN_DATA_HALF || data_type_ == CUDNN_DATA_BFLOAT16) ? CUDNN_DATA_FLOAT
+                                                                           : data_type_;
   CE_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(conv_desc_.get(), nsp, padding.data(),
                                                  stride.data(), dilation.data(),
                                                  CUDNN_CROSS_CORRELATION, compute),
