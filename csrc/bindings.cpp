@@ -3,6 +3,7 @@
 
 #include "find.h"
 #include "info.h"
+#include "timing.h"
 
 namespace ce = cudnn_explorer;
 namespace py = pybind11;
@@ -46,6 +47,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("workspace_given", &ce::FindReport::workspace_given)
       .def_readonly("requested", &ce::FindReport::requested)
       .def_readonly("returned", &ce::FindReport::returned)
+      .def_readonly("find_wall_ms", &ce::FindReport::find_wall_ms)
       .def_readonly("problem", &ce::FindReport::problem);
 
   m.def("find_algorithms",
@@ -63,6 +65,33 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           ce::run_algorithm(ce::direction_from_name(d), p, algo, math);
         },
         py::arg("direction"), py::arg("problem"), py::arg("algo"), py::arg("math_type"));
+  py::class_<ce::TimingOptions>(m, "TimingOptions")
+      .def(py::init<>())
+      .def_readwrite("budget_ms", &ce::TimingOptions::budget_ms)
+      .def_readwrite("warmup_ms", &ce::TimingOptions::warmup_ms)
+      .def_readwrite("sample_target_ms", &ce::TimingOptions::sample_target_ms)
+      .def_readwrite("flush_l2", &ce::TimingOptions::flush_l2)
+      .def_readwrite("use_graph", &ce::TimingOptions::use_graph)
+      .def_readwrite("min_samples", &ce::TimingOptions::min_samples)
+      .def_readwrite("max_samples", &ce::TimingOptions::max_samples);
+
+  py::class_<ce::TimingResult>(m, "TimingResult")
+      .def_readonly("per_launch_ms", &ce::TimingResult::per_launch_ms)
+      .def_readonly("launches_per_sample", &ce::TimingResult::launches_per_sample)
+      .def_readonly("warmup_launches", &ce::TimingResult::warmup_launches)
+      .def_readonly("method", &ce::TimingResult::method)
+      .def_readonly("note", &ce::TimingResult::note)
+      .def_readonly("workspace_bytes", &ce::TimingResult::workspace_bytes)
+      .def_readonly("estimate_ms", &ce::TimingResult::estimate_ms);
+
+  m.def("time_algorithm",
+        [](const std::string& d, ce::Problem& p, int algo, const std::string& math,
+           const ce::TimingOptions& opt) {
+          py::gil_scoped_release release;  // long GPU loop: let other Python threads run
+          return ce::time_algorithm(ce::direction_from_name(d), p, algo, math, opt);
+        },
+        py::arg("direction"), py::arg("problem"), py::arg("algo"), py::arg("math_type"),
+        py::arg("options"));
   m.def("algo_name",
         [](const std::string& d, int algo) {
           return ce::algo_name(ce::direction_from_name(d), algo);

@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace cudnn_explorer {
 
@@ -15,22 +16,6 @@ namespace {
 constexpr cudnnMathType_t kAllMathTypes[] = {CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH,
                                              CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
                                              CUDNN_FMA_MATH};
-
-// Restores the problem's math type when a scope that changes it ends.
-class MathTypeScope {
- public:
-  explicit MathTypeScope(Problem& p) : p_(p), saved_(p.math_type()) {}
-  ~MathTypeScope() {
-    try {
-      p_.set_math_type(saved_);
-    } catch (...) {
-    }
-  }
-
- private:
-  Problem& p_;
-  cudnnMathType_t saved_;
-};
 
 template <typename Perf>
 AlgoPerf to_row(Direction d, const Perf& perf, bool timed) {
@@ -104,9 +89,15 @@ struct FindFn {
     c10::DataPtr ws = c10::cuda::CUDACachingAllocator::get()->allocate(
         static_cast<size_t>(rep.workspace_given));
     returned = 0;
+    // Host wall time of the Find call alone, synchronised on both sides.
+    CE_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream()));
+    const auto t0 = std::chrono::steady_clock::now();
     CE_CUDNN_CHECK(O::find(h, p, rep.requested, &returned, perf.data(), ws.get(),
                            static_cast<size_t>(rep.workspace_given)),
                    p.describe());
+    CE_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream()));
+    rep.find_wall_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     rep.returned = returned;
     for (int i = 0; i < returned; ++i) rep.find.push_back(to_row(D, perf[i], true));
     // Find ran asynchronously on the current stream; the workspace's memory goes back

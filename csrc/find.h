@@ -42,6 +42,7 @@ struct FindReport {
   int64_t workspace_given = 0;   // what Find was given (needed, or the cap)
   int requested = 0;             // rows asked of Find
   int returned = 0;              // rows Find returned
+  double find_wall_ms = 0.0;     // host wall time of the cudnnFind*Ex call, synchronised
   std::string problem;
 };
 

@@ -57,6 +57,24 @@ class Problem {
   float one_f_ = 1.0f, zero_f_ = 0.0f;
 };
 
+// Restores the problem's math type when a scope that changes it ends.
+class MathTypeScope {
+ public:
+  explicit MathTypeScope(Problem& p) : p_(p), saved_(p.math_type()) {}
+  ~MathTypeScope() {
+    try {
+      p_.set_math_type(saved_);
+    } catch (...) {  // never throw from a destructor
+    }
+  }
+  MathTypeScope(const MathTypeScope&) = delete;
+  MathTypeScope& operator=(const MathTypeScope&) = delete;
+
+ private:
+  Problem& p_;
+  cudnnMathType_t saved_;
+};
+
 cudnnHandle_t current_handle();  // PyTorch's handle, bound to PyTorch's current stream
 
 }  // namespace cudnn_explorer

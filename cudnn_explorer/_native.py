@@ -13,7 +13,7 @@ import re
 from .errors import CudnnError, MissingDependencyError, UserError
 
 __all__ = ["load", "require_gpu", "build_info", "runtime_info", "Problem", "find_algorithms",
-           "workspace_size", "run_algorithm"]
+           "workspace_size", "run_algorithm", "time_algorithm"]
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_HINT = f"pip install --no-build-isolation --no-deps -e {_REPO}"
@@ -113,3 +113,15 @@ def workspace_size(direction: str, problem, algo: int, math_type: str):
 def run_algorithm(direction: str, problem, algo: int, math_type: str) -> None:
     """Run one algorithm once; the direction's output tensor is overwritten."""
     _call(load().run_algorithm, direction, problem, int(algo), math_type)
+
+
+def time_algorithm(direction: str, problem, algo: int, math_type: str, budget_ms: float = 100.0,
+                   flush_l2: bool = False, graph: bool = True, warmup_ms: float = 10.0):
+    """Native TimingResult: steady-state per-launch samples in ms (see csrc/timing.h)."""
+    C = load()
+    opt = C.TimingOptions()
+    opt.budget_ms = float(budget_ms)
+    opt.flush_l2 = bool(flush_l2)
+    opt.use_graph = bool(graph)
+    opt.warmup_ms = float(warmup_ms)
+    return _call(C.time_algorithm, direction, problem, int(algo), math_type, opt)

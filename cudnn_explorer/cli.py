@@ -48,6 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-workspace", default=None, metavar="MiB",
                    help="cap the workspace Find may use, in MiB")
     r.add_argument("--seed", default="0", help="seed of the random input data")
+    m = p.add_argument_group("measurement")
+    m.add_argument("--budget-ms", default="100",
+                   help="GPU sampling time per re-timed row, in ms (default 100)")
+    m.add_argument("--flush-l2", action="store_true",
+                   help="clear the L2 cache before every timed launch")
+    m.add_argument("--no-retime", action="store_true",
+                   help="skip steady-state re-timing (show cudnnFind's own times only)")
+    m.add_argument("--no-graph", action="store_true",
+                   help="time eager back-to-back launches instead of CUDA-graph replays")
+    m.add_argument("--no-check", action="store_true",
+                   help="skip checking each algorithm's output against a float64 reference")
+    m.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="write JSON (schema cudnn_explorer.exploration) to PATH or stdout")
@@ -147,9 +159,21 @@ def _run(argv: Optional[List[str]]) -> int:
         device = _int(a.device, "--device")
         cap = _float(a.max_workspace, "--max-workspace")
         seed = _int(a.seed, "--seed")
+        budget = _float(a.budget_ms, "--budget-ms")
         from . import gpu as ex
 
-        exp = ex.explore(problem, dirs, device=device, max_workspace_mib=cap, seed=seed)
+        progress = None
+        if not a.quiet and sys.stderr.isatty():
+            def progress(msg):
+                sys.stderr.write(f"\r\033[K{msg}")
+                sys.stderr.flush()
+        try:
+            exp = ex.explore(problem, dirs, device=device, max_workspace_mib=cap, seed=seed,
+                             retime=not a.no_retime, budget_ms=budget, flush_l2=a.flush_l2,
+                             graph=not a.no_graph, check=not a.no_check, progress=progress)
+        finally:
+            if progress:
+                sys.stderr.write("\r\033[K")
 
     wrote_stdout = False
     if a.json is not None:

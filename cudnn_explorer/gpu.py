@@ -7,16 +7,19 @@ from __future__ import annotations
 import datetime
 import math
 import socket
-from typing import Dict, Iterable, Optional
+from typing import Callable, Dict, Iterable, Optional
 
-from . import _native
+from . import _native, analysis
 from .errors import ResourceError, UserError
 from .problem import DIRECTIONS, ConvProblem
-from .records import (MIB, AlgoResult, DirectionResult, Environment, Exploration,
-                      WorkspaceEntry)
+from .records import (MIB, AlgoResult, DirectionResult, Environment, Exploration, Measurement,
+                      Timing, WorkspaceEntry)
+
+REFERENCE = ("float64 on the same GPU from the same inputs, computed by PyTorch with cuDNN "
+             "disabled")
 
 __all__ = ["explore", "make_tensors", "run_algorithm", "reference", "environment", "info",
-           "native_problem", "OUTPUT_OF"]
+           "native_problem", "max_error", "OUTPUT_OF", "REFERENCE"]
 
 # Which of (x, w, y) each direction writes; the other two are its inputs.
 OUTPUT_OF = {"fwd": "y", "bwd-data": "x", "bwd-filter": "w"}
@@ -86,7 +89,7 @@ def _direction_result(rep, cap_bytes: Optional[int]) -> DirectionResult:
         workspace_needed_bytes=int(rep.workspace_needed),
         workspace_given_bytes=int(rep.workspace_given),
         workspace_cap_bytes=cap_bytes, find_requested=int(rep.requested),
-        find_returned=int(rep.returned))
+        find_returned=int(rep.returned), find_wall_ms=float(rep.find_wall_ms))
     for h in d.heuristics:
         h.time_ms = None  # cudnnGet*_v7 does not time anything
     d.annotate()
@@ -109,13 +112,19 @@ def environment(device: int = 0) -> Environment:
 
 
 def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device: int = 0,
-            max_workspace_mib: Optional[float] = None, seed: int = 0) -> Exploration:
+            max_workspace_mib: Optional[float] = None, seed: int = 0, retime: bool = True,
+            budget_ms: float = 100.0, flush_l2: bool = False, graph: bool = True,
+            check: bool = True, progress: Optional[Callable[[str], None]] = None
+            ) -> Exploration:
     """List every legacy cuDNN algorithm for each direction of ``problem``.
 
-    Returns an Exploration whose DirectionResults hold cudnnFind*Ex's rows (time in ms,
-    workspace in bytes), the cudnnGet*_v7 heuristic order and every
-    cudnnGet*WorkspaceSize answer. Runs on PyTorch's cuDNN handle and current stream on
-    GPU ``device``. ``max_workspace_mib`` caps the workspace Find may use."""
+    Returns an Exploration whose DirectionResults hold cudnnFind*Ex's rows (Find's own
+    time in ms, workspace in bytes), the cudnnGet*_v7 heuristic order and every
+    cudnnGet*WorkspaceSize answer. With ``retime`` every successful row is re-timed in
+    steady state (``budget_ms`` of sampling per row; see csrc/timing.h) and with
+    ``check`` its output is compared with a float64 reference (max error relative to
+    max |ref|). Runs on PyTorch's cuDNN handle and current stream on GPU ``device``.
+    ``max_workspace_mib`` caps the workspace Find may use."""
     from . import __version__
 
     directions = list(directions)
@@ -124,12 +133,23 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
             raise UserError(f"--direction '{d}': valid: {', '.join(DIRECTIONS)}, all")
     if max_workspace_mib is not None and not max_workspace_mib >= 0:
         raise UserError(f"--max-workspace {max_workspace_mib}: must be >= 0 (MiB)")
+    if not budget_ms >= 0:
+        raise UserError(f"--budget-ms {budget_ms}: must be >= 0")
     torch = _native.require_gpu(device)
+    say = progress or (lambda msg: None)
     cap = None if max_workspace_mib is None else int(max_workspace_mib * MIB)
     env = environment(device)
+    peak_any = analysis.peak_for(env.gpu_name, problem.dtype, problem.math_type)
+    measurement = Measurement(
+        retimed=retime, budget_ms=budget_ms if retime else None, flush_l2=flush_l2, graph=graph,
+        reference=REFERENCE if check else "",
+        peak_source=analysis.PEAK_SOURCE if peak_any else f"no peak table entry for "
+                                                          f"{env.gpu_name}",
+        bandwidth_gbs=peak_any.gbs if peak_any else None)
     results = []
     with torch.cuda.device(device):
         for d in directions:
+            say(f"{d}: cudnnFind")
             tensors = make_tensors(problem, d, device, seed)
             p = native_problem(problem, tensors)
             try:
@@ -138,12 +158,62 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
                 raise ResourceError(
                     f"out of GPU memory for the {d} workspace of {problem.describe()}; cap it "
                     f"with --max-workspace MiB") from None
-            results.append(_direction_result(rep, cap))
-            del p, tensors
+            res = _direction_result(rep, cap)
+            res.flops = analysis.flops(problem, d)
+            res.min_bytes = analysis.min_bytes(problem, d)
+            ref = reference(problem, d, tensors) if check else None
+            ok_rows = [r for r in res.find if r.ok]
+            for i, r in enumerate(ok_rows, 1):
+                peak = analysis.peak_for(env.gpu_name, problem.dtype, r.math_type)
+                if peak:
+                    r.peak_tflops, r.peak_unit = peak.tflops, peak.unit
+                if retime or check:
+                    say(f"{d}: {'re-timing' if retime else 'checking'} {i}/{len(ok_rows)} "
+                        f"{r.algo_name} ({r.math_type})")
+                _measure_row(problem, d, p, tensors, r, ref, retime, budget_ms, flush_l2,
+                             graph)
+            results.append(res)
+            del p, tensors, ref
     return Exploration(problem=problem, environment=env, directions=results,
                        tool_version=__version__,
                        created=datetime.datetime.now(datetime.timezone.utc).isoformat(
-                           timespec="seconds"))
+                           timespec="seconds"),
+                       measurement=measurement)
+
+
+def _measure_row(problem, direction, p, tensors, r: AlgoResult, ref, retime, budget_ms,
+                 flush_l2, graph) -> None:
+    """Re-time one successful row and/or check its output against ``ref``."""
+    out = tensors[OUTPUT_OF[direction]]
+    out.fill_(float("nan"))  # poison: an element the algorithm does not write stays NaN
+    if retime:
+        t = _native.time_algorithm(direction, p, r.algo, r.math_type, budget_ms, flush_l2,
+                                   graph)
+        st = analysis.timing_stats(t.per_launch_ms)
+        r.timing = Timing(median_ms=st["median_ms"], p25_ms=st["p25_ms"], p75_ms=st["p75_ms"],
+                          min_ms=st["min_ms"], samples=st["samples"],
+                          launches_per_sample=t.launches_per_sample, method=t.method,
+                          spread=st["spread"], warmup_launches=t.warmup_launches, note=t.note)
+    elif ref is not None:
+        _native.run_algorithm(direction, p, r.algo, r.math_type)
+    if ref is not None:
+        got = out.squeeze(2) if problem.spatial_dims == 1 else out
+        r.tolerance = analysis.tolerance(problem.dtype, r.math_type)
+        err = max_error(got, ref)
+        r.output_finite = math.isfinite(err)
+        r.max_error = err if r.output_finite else None
+
+
+def max_error(out, ref) -> float:
+    """max |out - ref| / max |ref| in float64; inf when ``out`` holds NaN or Inf (an
+    unwritten or overflowed element)."""
+    import torch
+
+    diff = (out.double() - ref).abs()
+    if not torch.isfinite(diff).all():
+        return float("inf")
+    scale = ref.abs().max().item()
+    return diff.max().item() / (scale if scale > 0 else 1.0)
 
 
 def run_algorithm(problem: ConvProblem, direction: str, algo: int, math_type: str,

@@ -1,6 +1,7 @@
 """Result records, their JSON schema and CSV form. Pure Python (no torch import).
 
-Schema ``cudnn_explorer.exploration``, version 1 (see README, "Output schema").
+Schema ``cudnn_explorer.exploration``, version 2 (see README, "Output schema"); version 1
+files (no re-timing, no accuracy) still load.
 Readers ignore keys they do not know and fill absent optional keys with None, so
 later versions can add fields (re-timed measurements, PyTorch's choice, engine
 configs, whole models) without breaking saved files.
@@ -13,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Dict, List, Optional
 
+from .analysis import FIND_DISAGREE, NOISY_SPREAD
 from .errors import UserError
 from .problem import ConvProblem
 
@@ -23,6 +25,8 @@ __all__ = [
     "WorkspaceEntry",
     "DirectionResult",
     "Environment",
+    "Timing",
+    "Measurement",
     "Exploration",
     "MIB",
     "CSV_COLUMNS",
@@ -31,7 +35,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "cudnn_explorer.exploration"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIB = 1024 * 1024
 SUCCESS = "CUDNN_STATUS_SUCCESS"
 DIRECTION_TITLES = {
@@ -49,6 +53,35 @@ FIND_CALLS = {
 def _known(cls, d: dict) -> dict:
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in d.items() if k in names}
+
+
+@dataclass
+class Timing:
+    """Our steady-state re-timing of one row (all times in ms per launch).
+
+    ``method``: "graph" (events around replays of a CUDA graph of
+    ``launches_per_sample`` launches), "eager" (events around that many back-to-back
+    launches) or "eager+flush" (one launch per sample, L2 cleared before it).
+    ``spread`` = (p75 - p25) / median."""
+
+    median_ms: float
+    p25_ms: float
+    p75_ms: float
+    min_ms: float
+    samples: int
+    launches_per_sample: int
+    method: str
+    spread: float
+    warmup_launches: int = 0
+    note: str = ""
+
+    @property
+    def noisy(self) -> bool:
+        return self.spread > NOISY_SPREAD
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Timing":
+        return cls(**_known(cls, d))
 
 
 @dataclass
@@ -70,10 +103,42 @@ class AlgoResult:
     workspace_bytes: int
     deterministic: bool
     note: str = ""
+    timing: Optional[Timing] = None      # our re-timing (None: not re-timed)
+    max_error: Optional[float] = None    # max |out - ref| / max |ref| vs float64 reference
+    tolerance: Optional[float] = None    # the bound max_error is held to
+    output_finite: Optional[bool] = None  # False: NaN/Inf in the output (then WRONG)
+    peak_tflops: Optional[float] = None  # arithmetic ceiling for this dtype and math type
+    peak_unit: str = ""
 
     @property
     def ok(self) -> bool:
         return self.status == SUCCESS
+
+    @property
+    def correct(self) -> Optional[bool]:
+        """True/False once checked against the reference; None if not checked."""
+        if self.output_finite is False:
+            return False
+        if self.max_error is None or self.tolerance is None:
+            return None
+        return self.max_error <= self.tolerance  # NaN compares False: never correct
+
+    @property
+    def time(self) -> Optional[float]:
+        """The time to rank by, in ms: our re-timed median, else cudnnFind's own."""
+        return self.timing.median_ms if self.timing is not None else self.time_ms
+
+    @property
+    def find_ratio(self) -> Optional[float]:
+        """cudnnFind's time / our re-timed median."""
+        if self.timing is None or self.time_ms is None or self.timing.median_ms <= 0:
+            return None
+        return self.time_ms / self.timing.median_ms
+
+    @property
+    def find_disagrees(self) -> bool:
+        r = self.find_ratio
+        return r is not None and abs(r - 1.0) > FIND_DISAGREE
 
     @property
     def key(self):
@@ -81,7 +146,10 @@ class AlgoResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> "AlgoResult":
-        return cls(**_known(cls, d))
+        kw = _known(cls, d)
+        if kw.get("timing") is not None:
+            kw["timing"] = Timing.from_dict(kw["timing"])
+        return cls(**kw)
 
 
 @dataclass
@@ -113,16 +181,42 @@ class DirectionResult:
     workspace_cap_bytes: Optional[int] = None  # --max-workspace, if any
     find_requested: int = 0
     find_returned: int = 0
+    find_wall_ms: Optional[float] = None  # host wall time of the Find call alone
+    flops: Optional[int] = None           # see analysis.flops
+    min_bytes: Optional[int] = None       # see analysis.min_bytes
+
+    def rankable(self, r: AlgoResult) -> bool:
+        return r.ok and r.time is not None and r.correct is not False
 
     def ranked(self) -> List[AlgoResult]:
-        """Successful rows fastest first, then the rest in cuDNN's order."""
-        ok = sorted((r for r in self.find if r.ok and r.time_ms is not None),
-                    key=lambda r: r.time_ms)
-        return ok + [r for r in self.find if not (r.ok and r.time_ms is not None)]
+        """Successful, correct rows fastest first (by re-timed median where there is
+        one); then WRONG rows by time; then rows that did not run, in cuDNN's order."""
+        good = sorted((r for r in self.find if self.rankable(r)), key=lambda r: r.time)
+        wrong = sorted((r for r in self.find if r.ok and r.time is not None
+                        and r.correct is False), key=lambda r: r.time)
+        rest = [r for r in self.find if not (r.ok and r.time is not None)]
+        return good + wrong + rest
 
     def best(self) -> Optional[AlgoResult]:
+        """The fastest successful row that is not WRONG, or None."""
         ranked = self.ranked()
-        return ranked[0] if ranked and ranked[0].ok else None
+        return ranked[0] if ranked and self.rankable(ranked[0]) else None
+
+    def tflops(self, r: AlgoResult) -> Optional[float]:
+        if self.flops is None or r.time is None or r.time <= 0:
+            return None
+        return self.flops / (r.time * 1e-3) / 1e12
+
+    def gbs(self, r: AlgoResult) -> Optional[float]:
+        if self.min_bytes is None or r.time is None or r.time <= 0:
+            return None
+        return self.min_bytes / (r.time * 1e-3) / 1e9
+
+    def peak_pct(self, r: AlgoResult) -> Optional[float]:
+        t = self.tflops(r)
+        if t is None or not r.peak_tflops:
+            return None
+        return 100.0 * t / r.peak_tflops
 
     def heuristic_rank(self, row: AlgoResult) -> Optional[int]:
         for i, h in enumerate(self.heuristics, 1):
@@ -213,6 +307,23 @@ def fmt_cuda(v: str) -> str:
 
 
 @dataclass
+class Measurement:
+    """How the rows were re-timed and checked (None fields: not done)."""
+
+    retimed: bool = False
+    budget_ms: Optional[float] = None  # sampling budget per row
+    flush_l2: bool = False
+    graph: bool = True
+    reference: str = ""                # what the outputs were checked against
+    peak_source: str = ""
+    bandwidth_gbs: Optional[float] = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Measurement":
+        return cls(**_known(cls, d))
+
+
+@dataclass
 class Exploration:
     """A whole run: problem, environment and one DirectionResult per direction."""
 
@@ -223,6 +334,7 @@ class Exploration:
     created: str = ""
     schema: str = SCHEMA_NAME
     schema_version: int = SCHEMA_VERSION
+    measurement: Measurement = field(default_factory=Measurement)
 
     def direction(self, name: str) -> DirectionResult:
         for d in self.directions:
@@ -238,6 +350,7 @@ class Exploration:
             "created": self.created,
             "problem": self.problem.to_dict(),
             "environment": asdict(self.environment),
+            "measurement": asdict(self.measurement),
             "directions": [d.to_dict() for d in self.directions],
         }
 
@@ -263,6 +376,7 @@ class Exploration:
             created=d.get("created", ""),
             schema=d["schema"],
             schema_version=version,
+            measurement=Measurement.from_dict(d.get("measurement") or {}),
         )
 
     @classmethod
@@ -279,11 +393,43 @@ class Exploration:
 # ---------------------------------------------------------------------- CSV
 CSV_COLUMNS = [
     "schema_version", "direction", "rank", "best", "algo", "algo_name", "math_type", "status",
-    "status_code", "time_ms", "workspace_bytes", "deterministic", "heuristic_rank", "note",
+    "status_code", "time_ms", "median_ms", "p25_ms", "p75_ms", "min_ms", "spread", "samples",
+    "launches_per_sample", "warmup_launches", "method", "timing_note", "max_error", "tolerance",
+    "correct", "output_finite", "tflops", "gbs", "peak_tflops", "peak_unit", "peak_pct", "workspace_bytes",
+    "deterministic", "heuristic_rank", "note",
     "input_shape", "weight_shape", "output_shape", "padding", "stride", "dilation", "groups",
     "dtype", "layout", "tf32", "descriptor_math_type", "workspace_given_bytes", "gpu_name",
     "compute_capability", "cudnn_version", "torch_version",
 ]
+
+
+def _num(v) -> str:
+    return "" if v is None else repr(float(v))
+
+
+_TIMING_FLOATS = ("median_ms", "p25_ms", "p75_ms", "min_ms", "spread")
+_TIMING_INTS = ("samples", "launches_per_sample", "warmup_launches")
+
+
+def _timing_cols(t: Optional[Timing]) -> dict:
+    if t is None:
+        return {k: "" for k in _TIMING_FLOATS + _TIMING_INTS + ("method", "timing_note")}
+    out = {k: repr(float(getattr(t, k))) for k in _TIMING_FLOATS}
+    out.update({k: getattr(t, k) for k in _TIMING_INTS})
+    out.update(method=t.method, timing_note=t.note)
+    return out
+
+
+def _timing_from_row(row: dict) -> Optional[Timing]:
+    if not row.get("median_ms"):
+        return None
+    return Timing(**{k: float(row[k]) for k in _TIMING_FLOATS},
+                  **{k: int(row[k]) for k in _TIMING_INTS},
+                  method=row["method"], note=row.get("timing_note", ""))
+
+
+def _opt_float(v: str) -> Optional[float]:
+    return float(v) if v not in (None, "") else None
 
 
 def rows_to_csv(exp: Exploration) -> str:
@@ -306,7 +452,14 @@ def rows_to_csv(exp: Exploration) -> str:
                 "rank": rank if r.ok else "", "best": "yes" if r is best else "",
                 "algo": r.algo, "algo_name": r.algo_name, "math_type": r.math_type,
                 "status": r.status, "status_code": r.status_code,
-                "time_ms": "" if r.time_ms is None else repr(r.time_ms),
+                "time_ms": _num(r.time_ms),
+                **_timing_cols(r.timing),
+                "max_error": _num(r.max_error), "tolerance": _num(r.tolerance),
+                "correct": {None: "", True: "yes", False: "no"}[r.correct],
+                "output_finite": {None: "", True: "yes", False: "no"}[r.output_finite],
+                "tflops": _num(d.tflops(r)), "gbs": _num(d.gbs(r)),
+                "peak_tflops": _num(r.peak_tflops), "peak_unit": r.peak_unit,
+                "peak_pct": _num(d.peak_pct(r)),
                 "workspace_bytes": r.workspace_bytes,
                 "deterministic": "yes" if r.deterministic else "no",
                 "heuristic_rank": "" if hr is None else hr, "note": r.note,
@@ -337,9 +490,13 @@ def rows_from_csv(text: str) -> List[dict]:
         row["result"] = AlgoResult(
             algo=int(row["algo"]), algo_name=row["algo_name"], math_type=row["math_type"],
             status=row["status"], status_code=int(row["status_code"]),
-            time_ms=float(row["time_ms"]) if row["time_ms"] else None,
+            time_ms=_opt_float(row["time_ms"]),
             workspace_bytes=int(row["workspace_bytes"]),
             deterministic=row["deterministic"] == "yes", note=row.get("note", ""),
+            timing=_timing_from_row(row), max_error=_opt_float(row.get("max_error")),
+            tolerance=_opt_float(row.get("tolerance")),
+            output_finite={"yes": True, "no": False}.get(row.get("output_finite", "")),
+            peak_tflops=_opt_float(row.get("peak_tflops")), peak_unit=row.get("peak_unit", ""),
         )
         out.append(row)
     return out

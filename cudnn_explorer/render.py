@@ -8,6 +8,7 @@ from typing import List, Optional
 
 from tabulate import tabulate
 
+from .analysis import FIND_DISAGREE, NOISY_SPREAD
 from .records import (DIRECTION_TITLES, FIND_CALLS, MIB, DirectionResult, Exploration,
                       fmt_version)
 
@@ -35,6 +36,31 @@ def fmt_mib(b: Optional[int]) -> str:
     return f"{b / MIB:.2f}"
 
 
+def fmt_err(r) -> str:
+    if r.output_finite is False:
+        return "NaN/Inf"
+    if r.max_error is None:
+        return "-"
+    return f"{r.max_error:.1e}"
+
+
+def flags(r) -> str:
+    """WRONG / noisy / Find disagreement / notes, comma-separated."""
+    out = []
+    if r.correct is False:
+        tol = f"{r.tolerance:.0e}" if r.tolerance is not None else "?"
+        out.append(f"WRONG (tol {tol})")
+    if r.timing is not None and r.timing.noisy:
+        out.append("noisy")
+    if r.find_disagrees:
+        out.append(f"Find {r.find_ratio:.2f}x")
+    if r.timing is not None and r.timing.method != "graph":
+        out.append(r.timing.method)
+    if r.note:
+        out.append(r.note)
+    return ", ".join(out)
+
+
 def render_direction(d: DirectionResult) -> str:
     title = DIRECTION_TITLES.get(d.direction, d.direction)
     cap = ("" if d.workspace_cap_bytes is None
@@ -46,28 +72,55 @@ def render_direction(d: DirectionResult) -> str:
         f"algorithm and math type asks for: {fmt_mib(d.workspace_needed_bytes)} MiB{cap})",
     ]
     best = d.best()
+    timed = any(r.timing is not None for r in d.find)
+    checked = any(r.correct is not None for r in d.find)
+    roof = timed and d.flops is not None
+    headers = ["rank", "algorithm", "math type", "status", "Find (ms)"]
+    if timed:
+        headers += ["median (ms)", "IQR/med"]
+    if roof:
+        headers += ["TFLOP/s", "% peak", "GB/s"]
+    if checked:
+        headers += ["max error"]
+    headers += ["workspace (MiB)", "determ.", "heur.", "flags"]
     rows = []
     rank = 0
     for r in d.ranked():
-        if r.ok:
+        good = d.rankable(r)
+        if good:
             rank += 1
+        row = [("*" if r is best else "") + (str(rank) if good else "-"), r.algo_name,
+               r.math_type, short_status(r.status), fmt_ms(r.time_ms)]
+        if timed:
+            t = r.timing
+            row += [fmt_ms(t.median_ms) if t else "-", f"{100 * t.spread:.1f}%" if t else "-"]
+        if roof:
+            tf, pct, gb = d.tflops(r), d.peak_pct(r), d.gbs(r)
+            row += ["-" if tf is None or r.timing is None else f"{tf:.1f}",
+                    "-" if pct is None or r.timing is None else f"{pct:.1f}",
+                    "-" if gb is None or r.timing is None else f"{gb:.0f}"]
+        if checked:
+            row += [fmt_err(r)]
         hr = d.heuristic_rank(r)
-        rows.append([
-            ("*" if r is best else "") + (str(rank) if r.ok else "-"),
-            r.algo_name, r.math_type, short_status(r.status), fmt_ms(r.time_ms),
-            fmt_mib(r.workspace_bytes), "yes" if r.deterministic else "no",
-            "-" if hr is None else hr, r.note,
-        ])
-    headers = ["rank", "algorithm", "math type", "status", "Find time (ms)", "workspace (MiB)",
-               "deterministic", "heuristic rank", "note"]
+        row += [fmt_mib(r.workspace_bytes), "yes" if r.deterministic else "no",
+                "-" if hr is None else str(hr), flags(r)]
+        rows.append(row)
     if not any(r[-1] for r in rows):
         headers, rows = headers[:-1], [r[:-1] for r in rows]
     lines.append(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
     if best is None:
         lines.append("   no algorithm ran successfully for this direction")
+    elif best.timing is not None:
+        lines.append(f"   * fastest re-timed: {best.algo_name} ({best.math_type}), median "
+                     f"{fmt_ms(best.timing.median_ms)} ms (cudnnFind said "
+                     f"{fmt_ms(best.time_ms)} ms)")
     else:
         lines.append(f"   * fastest by cudnnFind's own single timing: {best.algo_name} "
                      f"({best.math_type}), {fmt_ms(best.time_ms)} ms")
+    if roof:
+        lines.append(f"   work: {d.flops / 1e9:.3f} GFLOP, at least "
+                     f"{d.min_bytes / 1e6:.1f} MB moved (each input read once, output written "
+                     f"once)")
     if d.find_returned >= d.find_requested > 0:
         lines.append(f"   note: Find filled all {d.find_requested} requested rows; "
                      "some may be missing")
@@ -104,13 +157,27 @@ def render_direction(d: DirectionResult) -> str:
 
 
 def render_exploration(exp: Exploration) -> str:
+    m = exp.measurement
     head = [
         f"cudnn_explorer {exp.tool_version}  (schema {exp.schema} v{exp.schema_version})",
         f"problem: {exp.problem.describe()}",
         f"environment: {exp.environment.describe()}",
-        "times: cudnnFind's own single measurement per row, in ms (a first filter, not a "
-        "steady-state time); workspace in MiB (1 MiB = 2^20 bytes)",
+        "Find (ms): cudnnFind's own single measurement (a first filter, not a steady-state "
+        "time); workspace in MiB (2^20 bytes)",
     ]
+    if m.retimed:
+        flush = "L2 flushed before every launch" if m.flush_l2 else "L2 not flushed"
+        head.append(
+            f"median (ms): our steady-state time per launch: warm-up, then CUDA events around "
+            f"{'CUDA-graph replays of ' if m.graph else ''}back-to-back launches, "
+            f"{m.budget_ms:g} ms of samples per row, {flush}; IQR/med = (p75-p25)/median, "
+            f"'noisy' above {100 * NOISY_SPREAD:.0f}%; 'Find Nx' = Find's time / median when "
+            f"they differ by more than {100 * FIND_DISAGREE:.0f}%; rows ranked by median")
+        head.append("TFLOP/s = 2*MACs / median (padded taps counted); GB/s = minimal bytes / "
+                    f"median; % peak: {m.peak_source}")
+    if m.reference:
+        head.append(f"max error: max|out-ref| / max|ref| against {m.reference}; WRONG above "
+                    "the tolerance for the dtype and math type, never ranked best")
     body = [render_direction(d) for d in exp.directions]
     return "\n".join(head) + "\n\n" + "\n\n".join(body) + "\n"
 

@@ -46,3 +46,33 @@ def exploration(cap=None):
                       cuda_driver="13000")
     return Exploration(p, env, [fwd_result(cap)], tool_version="0.1.0",
                        created="2026-11-30T00:00:00+00:00")
+
+
+def timing(median, spread=0.02, method="graph"):
+    from cudnn_explorer.records import Timing
+
+    return Timing(median_ms=median, p25_ms=median * (1 - spread / 2),
+                  p75_ms=median * (1 + spread / 2), min_ms=median * 0.97, samples=50,
+                  launches_per_sample=10, method=method, spread=spread, warmup_launches=12)
+
+
+def retimed_exploration():
+    """fwd rows re-timed and checked: Find's order differs from the steady-state one, and
+    the fastest row by median is WRONG."""
+    from cudnn_explorer.records import Measurement
+
+    e = exploration()
+    d = e.directions[0]
+    d.flops = 2 * 32 * 64 * 224 * 224 * 3 * 9
+    d.min_bytes = (32 * 3 * 224 * 224 + 64 * 27 + 32 * 64 * 224 * 224) * 4
+    rows = {r.algo_name: r for r in d.find}
+    rows["IMPLICIT_PRECOMP_GEMM"].timing = timing(0.210)        # Find said 0.283: 1.35x
+    rows["IMPLICIT_GEMM"].timing = timing(0.500, spread=0.25)   # noisy
+    rows["GEMM"].timing = timing(0.150)                         # fastest, but WRONG
+    for r in (rows["IMPLICIT_PRECOMP_GEMM"], rows["IMPLICIT_GEMM"], rows["GEMM"]):
+        r.tolerance, r.max_error, r.output_finite = 1e-2, 1e-3, True
+        r.peak_tflops, r.peak_unit = 494.7, "TF32 tensor core"
+    rows["GEMM"].max_error = 0.5
+    e.measurement = Measurement(retimed=True, budget_ms=100, reference="float64 reference",
+                                peak_source="test table", bandwidth_gbs=4800.0)
+    return e

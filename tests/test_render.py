@@ -7,7 +7,7 @@ from fakes import exploration, fwd_result
 
 def test_units_and_best_mark():
     text = render_direction(fwd_result())
-    assert "Find time (ms)" in text and "workspace (MiB)" in text
+    assert "Find (ms)" in text and "workspace (MiB)" in text
     lines = text.splitlines()
     best = [l for l in lines if l.startswith("*1")]
     assert len(best) == 1 and "IMPLICIT_PRECOMP_GEMM" in best[0] and "0.2830" in best[0]

@@ -1,0 +1,217 @@
+#include "timing.h"
+
+#include "directions.h"
+#include "find.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+namespace cudnn_explorer {
+
+namespace {
+
+// RAII CUDA event (timing enabled).
+class Event {
+ public:
+  Event() { CE_CUDA_CHECK(cudaEventCreate(&e_)); }
+  ~Event() { cudaEventDestroy(e_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(cudaStream_t s) { CE_CUDA_CHECK(cudaEventRecord(e_, s)); }
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+double elapsed_ms(const Event& a, const Event& b) {
+  float ms = 0.f;
+  CE_CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
+  return static_cast<double>(ms);
+}
+
+struct GraphDeleter {
+  void operator()(cudaGraphExec_t g) const { cudaGraphExecDestroy(g); }
+};
+using GraphExec = std::unique_ptr<std::remove_pointer<cudaGraphExec_t>::type, GraphDeleter>;
+
+// Restores PyTorch's stream on the handle when a capture scope ends.
+class HandleStreamScope {
+ public:
+  HandleStreamScope(cudnnHandle_t h, cudaStream_t restore) : h_(h), restore_(restore) {}
+  ~HandleStreamScope() { cudnnSetStream(h_, restore_); }
+
+ private:
+  cudnnHandle_t h_;
+  cudaStream_t restore_;
+};
+
+template <Direction D>
+struct Timer {
+  using O = Ops<D>;
+  Problem& p;
+  typename O::Algo algo;
+  const TimingOptions& opt;
+  cudnnHandle_t h;
+  cudaStream_t stream;
+  void* ws;
+  size_t ws_bytes;
+  std::string ctx;
+
+  void launch() const { CE_CUDNN_CHECK(O::run(h, p, algo, ws, ws_bytes), ctx); }
+
+  double time_eager(int n) const {  // events around n back-to-back launches
+    Event a, b;
+    a.record(stream);
+    for (int i = 0; i < n; ++i) launch();
+    b.record(stream);
+    CE_CUDA_CHECK(cudaEventSynchronize(b.get()));
+    return elapsed_ms(a, b);
+  }
+
+  // Note [graph capture]: cuDNN's legacy calls are captured on a side stream with
+  // the handle bound to it; if any call is not capturable the capture is abandoned
+  // and we fall back to eager launches, saying why in the result's note.
+  GraphExec capture(int n, std::string* why) const {
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, p.x().device().index());
+    Event ready;
+    ready.record(stream);
+    CE_CUDA_CHECK(cudaStreamWaitEvent(side.stream(), ready.get(), 0));
+    HandleStreamScope restore(h, stream);
+    CE_CUDNN_CHECK(cudnnSetStream(h, side.stream()), ctx);
+    if (cudaStreamBeginCapture(side.stream(), cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      *why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(cudaGetLastError());
+      return nullptr;
+    }
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    for (int i = 0; i < n && st == CUDNN_STATUS_SUCCESS; ++i) {
+      st = O::run(h, p, algo, ws, ws_bytes);
+    }
+    cudaGraph_t graph = nullptr;
+    cudaError_t end = cudaStreamEndCapture(side.stream(), &graph);
+    if (st != CUDNN_STATUS_SUCCESS || end != cudaSuccess || graph == nullptr) {
+      *why = st != CUDNN_STATUS_SUCCESS ? "cuDNN call failed under capture: " + status_name(st)
+                                        : std::string("capture invalidated: ") +
+                                              cudaGetErrorString(end);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();  // clear the (non-sticky) capture error
+      return nullptr;
+    }
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) {
+      *why = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
+      cudaGetLastError();
+      return nullptr;
+    }
+    return GraphExec(exec);
+  }
+
+  TimingResult operator()() const {
+    TimingResult r;
+    r.workspace_bytes = static_cast<int64_t>(ws_bytes);
+    // Warm-up: the first launch loads modules; then estimate one launch and warm up more.
+    launch();
+    CE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    double est = std::max(time_eager(3) / 3.0, 1e-4);
+    r.estimate_ms = est;
+    int warm = static_cast<int>(std::clamp(std::ceil(opt.warmup_ms / est), 1.0, 1000.0));
+    time_eager(warm);
+    r.warmup_launches = 4 + warm;
+
+    const auto t0 = std::chrono::steady_clock::now();
+    auto spent_ms = [&] {
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+          .count();
+    };
+    auto done = [&](size_t n) {
+      return static_cast<int>(n) >= opt.max_samples ||
+             (static_cast<int>(n) >= opt.min_samples && spent_ms() >= opt.budget_ms);
+    };
+
+    if (opt.flush_l2) {
+      // One launch per sample, L2 cleared before it (outside the events), as triton's
+      // do_bench does; the memset also gives the host time to queue the launch.
+      int l2 = at::cuda::getCurrentDeviceProperties()->l2CacheSize;
+      size_t flush_bytes = static_cast<size_t>(std::max(l2, 1 << 20)) * 2;
+      c10::DataPtr flush = c10::cuda::CUDACachingAllocator::get()->allocate(flush_bytes);
+      r.method = "eager+flush";
+      r.launches_per_sample = 1;
+      while (!done(r.per_launch_ms.size())) {
+        CE_CUDA_CHECK(cudaMemsetAsync(flush.get(), 0, flush_bytes, stream));
+        r.per_launch_ms.push_back(time_eager(1));
+      }
+      return r;
+    }
+
+    int k = static_cast<int>(std::clamp(std::ceil(opt.sample_target_ms / est), 1.0, 1000.0));
+    r.launches_per_sample = k;
+    GraphExec graph;
+    if (opt.use_graph) {
+      std::string why;
+      graph = capture(k, &why);
+      if (!graph) r.note = "graph capture not used (" + why + ")";
+    }
+    if (graph) {
+      r.method = "graph";
+      CE_CUDA_CHECK(cudaGraphLaunch(graph.get(), stream));  // warm the graph itself
+      CE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      while (!done(r.per_launch_ms.size())) {
+        Event a, b;
+        a.record(stream);
+        CE_CUDA_CHECK(cudaGraphLaunch(graph.get(), stream));
+        b.record(stream);
+        CE_CUDA_CHECK(cudaEventSynchronize(b.get()));
+        r.per_launch_ms.push_back(elapsed_ms(a, b) / k);
+      }
+    } else {
+      r.method = "eager";
+      while (!done(r.per_launch_ms.size())) r.per_launch_ms.push_back(time_eager(k) / k);
+    }
+    return r;
+  }
+};
+
+struct TimeFn {
+  Problem& p;
+  int algo;
+  cudnnMathType_t m;
+  const TimingOptions& opt;
+  template <Direction D>
+  TimingResult operator()() const {
+    using O = Ops<D>;
+    TORCH_CHECK_VALUE(algo >= 0 && algo < O::kCount, "algorithm ", algo, " out of range for ",
+                      direction_name(D), " (0..", O::kCount - 1, ")");
+    TORCH_CHECK_VALUE(opt.budget_ms >= 0 && opt.min_samples >= 1 &&
+                          opt.max_samples >= opt.min_samples,
+                      "invalid timing options");
+    c10::cuda::CUDAGuard guard(p.x().device());
+    cudnnHandle_t h = current_handle();
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+    MathTypeScope scope(p);
+    p.set_math_type(m);
+    const auto a = static_cast<typename O::Algo>(algo);
+    const std::string ctx = algo_name(D, algo) + " (" + math_type_name(m) + ") on " + p.describe();
+    size_t bytes = 0;
+    CE_CUDNN_CHECK(O::workspace(h, p, a, &bytes), ctx);
+    c10::DataPtr ws = c10::cuda::CUDACachingAllocator::get()->allocate(bytes);
+    return Timer<D>{p, a, opt, h, stream, ws.get(), bytes, ctx}();
+  }
+};
+
+}  // namespace
+
+TimingResult time_algorithm(Direction d, Problem& p, int algo, const std::string& math_type,
+                            const TimingOptions& opt) {
+  return dispatch(d, TimeFn{p, algo, math_type_from_name(math_type), opt});
+}
+
+}  // namespace cudnn_explorer

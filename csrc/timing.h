@@ -1,0 +1,37 @@
+// Steady-state re-timing of one legacy algorithm: descriptors and workspace set up once,
+// outside the timed region; warm-up; then CUDA events around back-to-back launches
+// (replayed from a CUDA graph when capture works), repeated until a time budget is spent.
+#pragma once
+
+#include "problem.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cudnn_explorer {
+
+struct TimingOptions {
+  double budget_ms = 100.0;       // GPU sampling time to spend on this row (after warm-up)
+  double warmup_ms = 10.0;        // launches before sampling starts
+  double sample_target_ms = 1.0;  // aim for samples of about this much GPU time
+  bool flush_l2 = false;          // clear L2 (memset 2x its size) before every launch
+  bool use_graph = true;          // try a CUDA graph of the launches of one sample
+  int min_samples = 5;
+  int max_samples = 2000;
+};
+
+struct TimingResult {
+  std::vector<double> per_launch_ms;  // one value per sample: sample time / launches
+  int launches_per_sample = 1;
+  int warmup_launches = 0;
+  std::string method;  // "graph", "eager" or "eager+flush"
+  std::string note;    // e.g. why graph capture was not used
+  int64_t workspace_bytes = 0;
+  double estimate_ms = 0.0;  // first estimate of one launch, from the warm-up
+};
+
+TimingResult time_algorithm(Direction d, Problem& p, int algo, const std::string& math_type,
+                            const TimingOptions& opt);
+
+}  // namespace cudnn_explorer
