@@ -58,5 +58,13 @@ echo "== main commands"
     "$PY" -m cudnn_explorer $extra; echo "exit: $?"
   done
 } 2>&1 | tee "$LOG/main.txt"
+if [ -n "${GPU_CHECK_BENCH:-}" ]; then
+  echo "== benchmarks"
+  {
+    echo '$ python scripts/bench_fidelity.py'; "$PY" scripts/bench_fidelity.py --json "$LOG/fidelity.json"
+    echo; echo '$ python scripts/bench_overhead.py'; "$PY" scripts/bench_overhead.py
+    echo; echo '$ python scripts/bench_repeat.py'; "$PY" scripts/bench_repeat.py
+  } 2>&1 | tee "$LOG/bench.txt"
+fi
 echo "tests exit status: $rc"
 exit "$rc"

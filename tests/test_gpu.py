@@ -55,7 +55,7 @@ def explored():
     def get(name):
         if name not in cache:
             p = ConvProblem.create(**CASES[name])
-            cache[name] = cudnn_explorer.explore(p)
+            cache[name] = cudnn_explorer.explore(p, budget_ms=10)
         return cache[name]
 
     return get
@@ -205,3 +205,76 @@ def test_cli_json_on_gpu(tmp_path):
 def test_cli_bad_device_is_one_line():
     r = run_cli("--shape", "1,3,8,8", "--device", "99")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--device 99" in r.stderr
+
+
+# ----------------------------------------------------------------------------- timing
+def _timed(shape, **kw):
+    from cudnn_explorer import _native, analysis, gpu
+
+    p = ConvProblem.create(shape, out_channels=64, **kw)
+    t = gpu.make_tensors(p, "fwd")
+    np_ = gpu.native_problem(p, t)
+    res = _native.time_algorithm("fwd", np_, 1, p.math_type, 50.0)  # IMPLICIT_PRECOMP_GEMM
+    return res, analysis.timing_stats(res.per_launch_ms)
+
+
+def test_larger_problem_takes_longer():
+    _, small = _timed("8,64,56,56")
+    _, large = _timed("64,64,56,56")  # 8x the work
+    assert large["median_ms"] > 4 * small["median_ms"], (small, large)
+
+
+def test_timing_samples_and_method():
+    res, st = _timed("16,64,56,56")
+    assert res.method == "graph", res.note
+    assert st["samples"] >= 5 and res.launches_per_sample >= 1
+    assert st["min_ms"] <= st["p25_ms"] <= st["median_ms"] <= st["p75_ms"]
+    assert 0.001 < st["median_ms"] < 100
+
+
+def test_flush_l2_times_one_launch_per_sample():
+    from cudnn_explorer import _native, gpu
+
+    p = ConvProblem.create("8,64,56,56", out_channels=64)
+    t = gpu.make_tensors(p, "fwd")
+    res = _native.time_algorithm("fwd", gpu.native_problem(p, t), 1, p.math_type, 20.0, True)
+    assert res.method == "eager+flush" and res.launches_per_sample == 1
+    assert len(res.per_launch_ms) >= 5
+
+
+def test_explore_retimes_and_checks_every_successful_row():
+    import cudnn_explorer
+
+    p = ConvProblem.create("8,32,28,28", out_channels=64)
+    exp = cudnn_explorer.explore(p, budget_ms=20)
+    for d in exp.directions:
+        assert d.flops > 0 and d.min_bytes > 0 and d.find_wall_ms > 0
+        for r in d.find:
+            if not r.ok:
+                assert r.timing is None
+                continue
+            t = r.timing
+            assert t is not None and t.p25_ms <= t.median_ms <= t.p75_ms
+            assert r.output_finite is True and r.max_error is not None
+            assert r.peak_tflops is not None and 0 < d.peak_pct(r) < 100
+        assert d.best() is not None and d.best().correct
+
+
+def test_time_callable_matches_extension_for_the_same_kernels():
+    """PyTorch-side timing helper vs the extension on the same algorithm: both are
+    GPU-bound medians of the same kernels, so they must agree within 15%."""
+    import os
+
+    import torch
+
+    from cudnn_explorer import _native, analysis, gpu, timing
+
+    p = ConvProblem.create("32,64,56,56", out_channels=64)
+    t = gpu.make_tensors(p, "fwd")
+    np_ = gpu.native_problem(p, t)
+    ours = analysis.timing_stats(
+        _native.time_algorithm("fwd", np_, 1, "DEFAULT_MATH", 50.0).per_launch_ms)
+    again = timing.time_callable(lambda: _native.run_algorithm("fwd", np_, 1, "DEFAULT_MATH"),
+                                 budget_ms=50.0)
+    assert again["method"] == "graph"
+    assert abs(again["median_ms"] / ours["median_ms"] - 1) < 0.15, (ours, again)
