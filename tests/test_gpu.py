@@ -263,9 +263,7 @@ def test_explore_retimes_and_checks_every_successful_row():
 def test_time_callable_matches_extension_for_the_same_kernels():
     """PyTorch-side timing helper vs the extension on the same algorithm: both are
     GPU-bound medians of the same kernels, so they must agree within 15%."""
-    import os
 
-    import torch
 
     from cudnn_explorer import _native, analysis, gpu, timing
 
