@@ -44,9 +44,12 @@ echo "== main commands"
   "$PY" -m cudnn_explorer --info
   echo
   echo '$ python -m cudnn_explorer --shape 32,3,224,224 --kernel 3'
-  "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --json "$LOG/default.json"
-  "$PY" -m cudnn_explorer --load "$LOG/default.json"
+  "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --quiet > "$LOG/default.txt"
   echo "exit: $?"
+  cat "$LOG/default.txt"
+  "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --json "$LOG/default.json" > /dev/null
+  "$PY" -m cudnn_explorer --load "$LOG/default.json" > "$LOG/reloaded.txt" \
+    && echo "--load of the saved JSON renders without a GPU: exit $?"
   echo
   echo '$ python -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16'
   "$PY" -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16
