@@ -60,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--no-check", action="store_true",
                    help="skip checking each algorithm's output against a float64 reference")
     m.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    t = p.add_argument_group("PyTorch's own choice (each mode in a fresh child process)")
+    t.add_argument("--no-pytorch", action="store_true",
+                   help="skip running PyTorch's own convolution in each mode")
+    t.add_argument("--benchmark-limit", default=None, metavar="N",
+                   help="torch.backends.cudnn.benchmark_limit for benchmark mode "
+                        "(default: PyTorch's, 10; 0 = time every candidate)")
+    t.add_argument("--child-timeout", default="300", metavar="S",
+                   help="seconds before a PyTorch child process is declared hung")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="write JSON (schema cudnn_explorer.exploration) to PATH or stdout")
@@ -160,6 +168,9 @@ def _run(argv: Optional[List[str]]) -> int:
         cap = _float(a.max_workspace, "--max-workspace")
         seed = _int(a.seed, "--seed")
         budget = _float(a.budget_ms, "--budget-ms")
+        limit = None if a.benchmark_limit is None else _int(a.benchmark_limit,
+                                                             "--benchmark-limit")
+        child_timeout = _float(a.child_timeout, "--child-timeout")
         from . import gpu as ex
 
         progress = None
@@ -170,7 +181,9 @@ def _run(argv: Optional[List[str]]) -> int:
         try:
             exp = ex.explore(problem, dirs, device=device, max_workspace_mib=cap, seed=seed,
                              retime=not a.no_retime, budget_ms=budget, flush_l2=a.flush_l2,
-                             graph=not a.no_graph, check=not a.no_check, progress=progress)
+                             graph=not a.no_graph, check=not a.no_check, progress=progress,
+                             pytorch=not a.no_pytorch, benchmark_limit=limit,
+                             child_timeout_s=child_timeout)
         finally:
             if progress:
                 sys.stderr.write("\r\033[K")

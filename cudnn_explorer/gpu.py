@@ -114,8 +114,9 @@ def environment(device: int = 0) -> Environment:
 def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device: int = 0,
             max_workspace_mib: Optional[float] = None, seed: int = 0, retime: bool = True,
             budget_ms: float = 100.0, flush_l2: bool = False, graph: bool = True,
-            check: bool = True, progress: Optional[Callable[[str], None]] = None
-            ) -> Exploration:
+            check: bool = True, progress: Optional[Callable[[str], None]] = None,
+            pytorch: bool = False, benchmark_limit: Optional[int] = None,
+            child_timeout_s: float = 300.0) -> Exploration:
     """List every legacy cuDNN algorithm for each direction of ``problem``.
 
     Returns an Exploration whose DirectionResults hold cudnnFind*Ex's rows (Find's own
@@ -124,7 +125,9 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
     steady state (``budget_ms`` of sampling per row; see csrc/timing.h) and with
     ``check`` its output is compared with a float64 reference (max error relative to
     max |ref|). Runs on PyTorch's cuDNN handle and current stream on GPU ``device``.
-    ``max_workspace_mib`` caps the workspace Find may use."""
+    ``max_workspace_mib`` caps the workspace Find may use. With ``pytorch``, PyTorch's own
+    choice in every mode (pytorch_pick.default_modes) is measured in fresh child processes
+    and attached to each DirectionResult as ``pytorch``."""
     from . import __version__
 
     directions = list(directions)
@@ -135,6 +138,8 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
         raise UserError(f"--max-workspace {max_workspace_mib}: must be >= 0 (MiB)")
     if not budget_ms >= 0:
         raise UserError(f"--budget-ms {budget_ms}: must be >= 0")
+    if benchmark_limit is not None and benchmark_limit < 0:
+        raise UserError(f"--benchmark-limit {benchmark_limit}: must be >= 0 (0 = all)")
     torch = _native.require_gpu(device)
     say = progress or (lambda msg: None)
     cap = None if max_workspace_mib is None else int(max_workspace_mib * MIB)
@@ -172,8 +177,24 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
                         f"{r.algo_name} ({r.math_type})")
                 _measure_row(problem, d, p, tensors, r, ref, retime, budget_ms, flush_l2,
                              graph)
+                if pytorch:  # kernels of each legacy row, to match PyTorch's against
+                    from . import kernels
+
+                    r.kernels = list(kernels.kernel_names(
+                        lambda r=r: _native.run_algorithm(d, p, r.algo, r.math_type)))
             results.append(res)
             del p, tensors, ref
+    if pytorch:
+        from . import pytorch_pick
+
+        torch.cuda.empty_cache()  # leave the GPU's memory to the children
+        picks = pytorch_pick.pytorch_picks(
+            problem, directions, pytorch_pick.default_modes(benchmark_limit),
+            legacy_rows={r.direction: [x for x in r.find if x.ok] for r in results},
+            device=device, seed=seed, budget_ms=budget_ms, timeout_s=child_timeout_s,
+            progress=say)
+        for r in results:
+            r.pytorch = picks[r.direction]
     return Exploration(problem=problem, environment=env, directions=results,
                        tool_version=__version__,
                        created=datetime.datetime.now(datetime.timezone.utc).isoformat(

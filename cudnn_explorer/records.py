@@ -1,7 +1,7 @@
 """Result records, their JSON schema and CSV form. Pure Python (no torch import).
 
-Schema ``cudnn_explorer.exploration``, version 2 (see README, "Output schema"); version 1
-files (no re-timing, no accuracy) still load.
+Schema ``cudnn_explorer.exploration``, version 3 (see README, "Output schema"); versions 1
+(Find only) and 2 (no PyTorch comparison) still load.
 Readers ignore keys they do not know and fill absent optional keys with None, so
 later versions can add fields (re-timed measurements, PyTorch's choice, engine
 configs, whole models) without breaking saved files.
@@ -27,6 +27,7 @@ __all__ = [
     "Environment",
     "Timing",
     "Measurement",
+    "PyTorchPick",
     "Exploration",
     "MIB",
     "CSV_COLUMNS",
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "cudnn_explorer.exploration"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIB = 1024 * 1024
 SUCCESS = "CUDNN_STATUS_SUCCESS"
 DIRECTION_TITLES = {
@@ -85,6 +86,55 @@ class Timing:
 
 
 @dataclass
+class PyTorchPick:
+    """What PyTorch itself ran for one direction in one mode, measured in a fresh child
+    process (times in ms, memory in bytes).
+
+    ``first_peak_alloc_bytes``: peak allocated during the first call, above what was
+    allocated before it (the output included); ``first_reserved_growth_bytes``: growth of
+    the caching allocator's reserve over that call. ``engine_tag``: the cudnn-frontend
+    plan PyTorch cached (engine-API path); ``legacy_algo``: the algorithm its legacy path
+    ran. ``same_kernels_as``: our legacy rows that launch exactly the same kernels."""
+
+    label: str
+    mode: str                       # benchmark | heuristic | deterministic
+    api: str                        # "engine" (cudnn-frontend) | "legacy"
+    benchmark_limit: Optional[int] = None
+    error: str = ""                 # why this mode has no result
+    first_call_ms: Optional[float] = None
+    first_peak_alloc_bytes: Optional[int] = None
+    first_reserved_growth_bytes: Optional[int] = None
+    steady: Optional[Timing] = None
+    steady_peak_alloc_bytes: Optional[int] = None
+    kernels: List[str] = field(default_factory=list)
+    engine_tag: Optional[str] = None
+    plan_workspace_bytes: Optional[int] = None
+    numeric_notes: List[str] = field(default_factory=list)
+    behavior_notes: List[str] = field(default_factory=list)
+    heuristic_candidates: int = 0
+    fallback_candidates: int = 0
+    candidates: List[dict] = field(default_factory=list)  # tag, notes, workspace, source
+    timed: List[list] = field(default_factory=list)       # [tag, ms] per timed plan
+    legacy_algo: Optional[str] = None
+    deterministic: Optional[bool] = None
+    same_kernels_as: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.steady is not None
+
+    def largest_candidate(self) -> Optional[dict]:
+        return max(self.candidates, key=lambda c: c.get("workspace_bytes", 0), default=None)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PyTorchPick":
+        kw = _known(cls, d)
+        if kw.get("steady") is not None:
+            kw["steady"] = Timing.from_dict(kw["steady"])
+        return cls(**kw)
+
+
+@dataclass
 class AlgoResult:
     """One (algorithm, math type) row from cudnnFind*Ex or cudnnGet*_v7.
 
@@ -109,6 +159,7 @@ class AlgoResult:
     output_finite: Optional[bool] = None  # False: NaN/Inf in the output (then WRONG)
     peak_tflops: Optional[float] = None  # arithmetic ceiling for this dtype and math type
     peak_unit: str = ""
+    kernels: Optional[List[str]] = None  # GPU kernels one launch runs (torch.profiler)
 
     @property
     def ok(self) -> bool:
@@ -184,6 +235,7 @@ class DirectionResult:
     find_wall_ms: Optional[float] = None  # host wall time of the Find call alone
     flops: Optional[int] = None           # see analysis.flops
     min_bytes: Optional[int] = None       # see analysis.min_bytes
+    pytorch: List[PyTorchPick] = field(default_factory=list)  # PyTorch's own choices
 
     def rankable(self, r: AlgoResult) -> bool:
         return r.ok and r.time is not None and r.correct is not False
@@ -251,6 +303,7 @@ class DirectionResult:
         kw["find"] = [AlgoResult.from_dict(r) for r in d.get("find", [])]
         kw["heuristics"] = [AlgoResult.from_dict(r) for r in d.get("heuristics", [])]
         kw["workspace"] = [WorkspaceEntry.from_dict(r) for r in d.get("workspace", [])]
+        kw["pytorch"] = [PyTorchPick.from_dict(p) for p in d.get("pytorch", [])]
         return cls(**kw)
 
 

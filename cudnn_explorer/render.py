@@ -125,6 +125,11 @@ def render_direction(d: DirectionResult) -> str:
         lines.append(f"   note: Find filled all {d.find_requested} requested rows; "
                      "some may be missing")
 
+    from .render_pytorch import render_pytorch
+
+    pt = render_pytorch(d)
+    if pt:
+        lines.append(pt)
     heur = ", ".join(
         f"{i}. {h.algo_name} ({_MATH_SHORT.get(h.math_type, h.math_type)})"
         + ("" if h.ok else f" [{short_status(h.status)}]")

@@ -47,12 +47,16 @@ echo "== main commands"
   "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --quiet > "$LOG/default.txt"
   echo "exit: $?"
   cat "$LOG/default.txt"
-  "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --json "$LOG/default.json" > /dev/null
+  "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --no-pytorch --json "$LOG/default.json" > /dev/null
   "$PY" -m cudnn_explorer --load "$LOG/default.json" > "$LOG/reloaded.txt" \
     && echo "--load of the saved JSON renders without a GPU: exit $?"
   echo
   echo '$ python -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16'
   "$PY" -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16
+  echo "exit: $?"
+  echo
+  echo '$ python -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --kernel 3 --dtype float16 --layout nhwc'
+  "$PY" -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --kernel 3 --dtype float16 --layout nhwc --json "$LOG/r50_fp16.json"
   echo "exit: $?"
   for extra in "${GPU_CHECK_EXTRA[@]:-}"; do
     [ -n "$extra" ] || continue

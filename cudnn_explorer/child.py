@@ -1,0 +1,122 @@
+"""Child process that runs PyTorch's own convolution for one problem and reports what it
+cost. PyTorch's benchmark cache lives per process and ignores the benchmark flag once a
+shape has run (see README), so every mode runs in a fresh child:
+
+    python -m cudnn_explorer.child SPEC.json RESULT.json
+
+SPEC: {"problem": ConvProblem.to_dict(), "directions": [...], "mode": "benchmark" |
+"heuristic" | "deterministic", "benchmark_limit": int | null, "device": int, "seed": int,
+"budget_ms": float, "log_file": path | null}. The parent sets the logging environment
+(cudnn-frontend's CUDNN_FRONTEND_LOG_*, cuDNN's CUDNN_LOGLEVEL_DBG / CUDNN_LOGDEST_DBG,
+TORCH_CUDNN_V8_API_DISABLED) before this process starts.
+
+RESULT: {"directions": [{"direction", "first_call_ms", "first_peak_alloc_bytes",
+"first_reserved_growth_bytes", "steady_ms" (timing dict), "steady_peak_alloc_bytes",
+"kernels", "log_span": [start, end] byte offsets of the log written during the first call}],
+"torch": ..., "cudnn": ..., "settings": {...}}
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def _log_size(path):
+    try:
+        return os.path.getsize(path) if path else None
+    except OSError:
+        return 0
+
+
+def torch_call(torch, problem, direction, t):
+    """PyTorch's own call for one direction, on tensors t = {'x','w','y'} (y = dy)."""
+    nsp = problem.spatial_dims
+    sq = (lambda v: v.squeeze(2)) if nsp == 1 else (lambda v: v)
+    x, w, y = sq(t["x"]), sq(t["w"]), sq(t["y"])
+    stride, padding, dilation = list(problem.stride), list(problem.padding), list(problem.dilation)
+    if direction == "fwd":
+        conv = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d,
+                3: torch.nn.functional.conv3d}[nsp]
+        return lambda: conv(x, w, None, stride, padding, dilation, problem.groups)
+    mask = [True, False, False] if direction == "bwd-data" else [False, True, False]
+    return lambda: torch.ops.aten.convolution_backward(
+        y, x, w, None, stride, padding, dilation, False, [0] * nsp, problem.groups, mask)
+
+
+def run(spec: dict) -> dict:
+    import torch
+
+    from . import gpu, kernels, timing
+    from .problem import ConvProblem
+
+    problem = ConvProblem.from_dict(spec["problem"])
+    device = int(spec.get("device", 0))
+    torch.cuda.set_device(device)
+    mode = spec["mode"]
+    torch.backends.cudnn.benchmark = mode == "benchmark"
+    torch.backends.cudnn.deterministic = mode == "deterministic"
+    if spec.get("benchmark_limit") is not None:
+        torch.backends.cudnn.benchmark_limit = int(spec["benchmark_limit"])
+    torch.backends.cudnn.allow_tf32 = bool(problem.tf32) if problem.dtype == "float32" else True
+    log = spec.get("log_file")
+    out = {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+           "settings": {"benchmark": torch.backends.cudnn.benchmark,
+                        "deterministic": torch.backends.cudnn.deterministic,
+                        "benchmark_limit": torch.backends.cudnn.benchmark_limit,
+                        "allow_tf32": torch.backends.cudnn.allow_tf32,
+                        "v8_api_disabled": os.environ.get("TORCH_CUDNN_V8_API_DISABLED") == "1"},
+           "directions": []}
+    torch.zeros(1, device="cuda")  # CUDA context outside the first-call measurement
+    for d in spec["directions"]:
+        t = gpu.make_tensors(problem, d, device, int(spec.get("seed", 0)))
+        for k in ("x", "w", "y"):  # PyTorch reads all three tensors: no NaN anywhere
+            if torch.isnan(t[k]).any():
+                t[k].normal_()
+        fn = torch_call(torch, problem, d, t)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        alloc0, res0 = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+        start = _log_size(log)
+        t0 = time.perf_counter()
+        result = fn()
+        torch.cuda.synchronize()
+        first_ms = (time.perf_counter() - t0) * 1e3
+        end = _log_size(log)
+        first_peak = torch.cuda.max_memory_allocated() - alloc0
+        first_res = torch.cuda.memory_reserved() - res0
+        del result
+        names = kernels.kernel_names(fn)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        alloc1 = torch.cuda.memory_allocated()
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        steady_peak = torch.cuda.max_memory_allocated() - alloc1
+        steady = timing.time_callable(fn, budget_ms=float(spec.get("budget_ms", 100.0)))
+        out["directions"].append({
+            "direction": d, "first_call_ms": first_ms, "first_peak_alloc_bytes": first_peak,
+            "first_reserved_growth_bytes": first_res, "steady": steady,
+            "steady_peak_alloc_bytes": steady_peak, "kernels": list(names),
+            "log_span": [start, end]})
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m cudnn_explorer.child SPEC.json RESULT.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    res = run(spec)
+    with open(argv[1] + ".tmp", "w") as f:
+        json.dump(res, f)
+    os.replace(argv[1] + ".tmp", argv[1])  # the parent never reads a half-written file
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

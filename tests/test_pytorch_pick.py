@@ -1,0 +1,219 @@
+"""PyTorch's choice: log parsers on real H200 logs, child-process failures, verdicts."""
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+from cudnn_explorer import logs, pytorch_pick
+from cudnn_explorer.problem import ConvProblem
+from cudnn_explorer.records import MIB, AlgoResult, Exploration
+from cudnn_explorer.render_pytorch import pareto_frontier, render_pytorch, verdicts
+
+from fakes import exploration, timing
+
+FIX = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def fixture(name):
+    with open(os.path.join(FIX, name), errors="replace") as f:
+        return f.read()
+
+
+# ----------------------------------------------------------------------------- tags
+def test_tag_round_trip_and_errors():
+    t = logs.parse_tag("ConvFwd_eng46_k2=4_k5=2_k14=3")
+    assert (t.operation, t.engine, t.knobs) == ("ConvFwd", 46, ((2, 4), (5, 2), (14, 3)))
+    assert t.direction == "fwd" and str(t) == "ConvFwd_eng46_k2=4_k5=2_k14=3"
+    assert logs.parse_tag("ConvBwdData_eng1").knobs == ()
+    assert logs.parse_tag("ConvFwd_eng41_k2=0_k12=-1_k13=2").knobs[1] == (12, -1)
+    for bad in ("ConvFwd_", "Matmul_eng1", "ConvFwd_eng4_k2", "eng46"):
+        with pytest.raises(ValueError, match="not an engine config tag"):
+            logs.parse_tag(bad)
+
+
+# ----------------------------------------------------------------------------- frontend log
+def test_benchmark_log_default_problem():
+    s = logs.parse_frontend_log(fixture("default_benchmark.fe.log"))
+    assert [x.direction for x in s] == ["fwd", "bwd-data", "bwd-filter"]
+    fwd = s[0]
+    assert (fwd.heuristic_count, fwd.fallback_count, len(fwd.candidates)) == (33, 6, 39)
+    assert [c.source for c in fwd.candidates].count("fallback") == 6
+    assert len(fwd.timed) == 10 and fwd.benchmarked
+    assert fwd.timed[0] == ("ConvFwd_eng70_k2=4_k18=0", pytest.approx(0.346304))
+    assert fwd.winner == "ConvFwd_eng70_k2=4_k18=0"  # fastest of the ten
+    assert fwd.winner == min(fwd.timed, key=lambda t: t[1])[0]
+    big = fwd.largest_workspace()
+    assert big.tag == "ConvFwd_eng3_k11=2" and big.numeric_notes == ["FFT"]
+    assert big.workspace_bytes == 1082137344 and big.status == "CUDNN_STATUS_SUCCESS"
+    eng38 = fwd.candidate("ConvFwd_eng38_k2=0_k13=2_k14=3_k18=1_k22=2_k23=0")
+    assert eng38.numeric_notes == ["TENSOR_CORE"] and eng38.workspace_bytes == 25699344
+    assert s[1].winner == "ConvBwdData_eng25_k2=2_k3=0"
+    assert not s[1].candidate(s[1].winner).deterministic  # NONDETERMINISTIC note
+
+
+def test_benchmark_log_fp16_has_runtime_compiled_candidates():
+    s = logs.parse_frontend_log(fixture("r50fp16_benchmark.fe.log"))
+    assert [len(x.candidates) for x in s] == [44, 44, 44]
+    notes = {n for x in s for c in x.candidates for n in c.behavior_notes}
+    assert "RUNTIME_COMPILATION" in notes
+    assert s[0].winner == "ConvFwd_eng62_k2=1_k13=1_k18=0_k25=1_k27=7_k28=1"
+
+
+def test_heuristic_and_deterministic_logs():
+    h = logs.parse_frontend_log(fixture("default_heuristic.fe.log"))
+    assert [x.benchmarked for x in h] == [False] * 3
+    assert [x.winner for x in h] == ["ConvFwd_eng70_k2=4_k18=0", "ConvBwdData_eng25_k2=2_k3=0",
+                                     "ConvBwdFilter_eng20_k2=6_k3=0"]
+    d = logs.parse_frontend_log(fixture("default_deterministic.fe.log"))
+    assert d[1].heuristic_count == 31  # one fewer: the nondeterministic config is filtered
+    w = d[1].candidate(d[1].winner)
+    assert w.tag.startswith("ConvBwdData_eng71") and w.deterministic
+
+
+def test_failed_plans_are_not_winners():
+    text = textwrap.dedent("""\
+        Tag: ConvFwd_
+        [cudnn_frontend] Called engine config generator and produced 2 configs.
+        [cudnn_frontend] CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR : ConvFwd_eng1_k2=1, numeric_notes:[] behavior_notes:[] workSpaceSize: 0
+        [cudnn_frontend] CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR : ConvFwd_eng2, numeric_notes:[] behavior_notes:[] workSpaceSize: 8
+        [cudnn_frontend] Plan ConvFwd_eng1_k2=1 failed with CUDNN_STATUS_EXECUTION_FAILED
+        [cudnn_frontend] Plan ConvFwd_eng2 took   0.5
+        """)
+    s, = logs.parse_frontend_log(text)
+    assert s.failed == [("ConvFwd_eng1_k2=1", "CUDNN_STATUS_EXECUTION_FAILED")]
+    assert s.winner == "ConvFwd_eng2"
+    assert logs.parse_frontend_log("garbage\nlines\n") == []
+
+
+# ----------------------------------------------------------------------------- API log
+def test_api_log_names_the_legacy_algorithms():
+    calls = logs.parse_api_log(fixture("legacy_api_default.log"))
+    got = {d: logs.legacy_choice(calls, d) for d in ("fwd", "bwd-data", "bwd-filter")}
+    assert (got["fwd"].algo_name, got["fwd"].math_type) == ("IMPLICIT_PRECOMP_GEMM",
+                                                           "DEFAULT_MATH")
+    assert got["bwd-data"].algo_name == "ALGO_0" and got["bwd-filter"].algo == 0
+    assert got["bwd-filter"].workspace_bytes == 1543897088
+    assert logs.legacy_choice([], "fwd") is None
+
+
+# ----------------------------------------------------------------------------- picks
+def _legacy_rows(result_file):
+    """Legacy rows whose kernels are those the child saw, to exercise matching."""
+    res = json.loads(fixture(result_file))
+    rows = {}
+    for d in res["directions"]:
+        r = AlgoResult(1 if d["direction"] == "fwd" else 0,
+                       "IMPLICIT_PRECOMP_GEMM" if d["direction"] == "fwd" else "ALGO_0",
+                       "DEFAULT_MATH", "CUDNN_STATUS_SUCCESS", 0, 0.5, 0, True,
+                       timing=timing(0.33), kernels=list(d["kernels"]))
+        rows[d["direction"]] = [r]
+    return rows
+
+
+def _picks(mode_file, log_file, spec, rows=None):
+    res = json.loads(fixture(mode_file))
+    res["log_text"] = fixture(log_file)
+    return pytorch_pick.picks_from_result(spec, res, rows)
+
+
+def test_picks_from_engine_log_and_child_result():
+    rows = _legacy_rows("default_benchmark.result.json")
+    spec = pytorch_pick.ModeSpec("benchmark", "benchmark")
+    fwd, bwd_d, bwd_f = _picks("default_benchmark.result.json", "default_benchmark.fe.log",
+                               spec, rows)
+    assert fwd.engine_tag == "ConvFwd_eng70_k2=4_k18=0" and fwd.plan_workspace_bytes == 0
+    assert fwd.benchmark_limit == 10 and len(fwd.timed) == 10 and len(fwd.candidates) == 39
+    assert fwd.first_peak_alloc_bytes == pytest.approx(1424 * MIB, abs=MIB)
+    assert fwd.deterministic is True
+    assert fwd.same_kernels_as == ["IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH)"]
+    assert fwd.largest_candidate()["tag"] == "ConvFwd_eng3_k11=2"
+    assert bwd_d.deterministic is False and bwd_d.steady.median_ms > 0
+
+
+def test_picks_from_legacy_api_log():
+    spec = pytorch_pick.ModeSpec("legacy", "benchmark", legacy=True)
+    fwd, bwd_d, bwd_f = _picks("default_benchmark_legacy.result.json",
+                               "legacy_api_default.log", spec)
+    assert fwd.legacy_algo == "IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH)" and fwd.api == "legacy"
+    assert bwd_f.legacy_algo == "ALGO_0 (DEFAULT_MATH)"
+
+
+def test_verdicts_and_table_explain_benchmark_memory():
+    rows = _legacy_rows("default_benchmark.result.json")
+    e = exploration()
+    d = e.directions[0]
+    d.find = rows["fwd"]
+    d.pytorch = (_picks("default_benchmark.result.json", "default_benchmark.fe.log",
+                        pytorch_pick.ModeSpec("benchmark", "benchmark"), rows)[:1]
+                 + _picks("default_heuristic.result.json", "default_heuristic.fe.log",
+                          pytorch_pick.ModeSpec("heuristics", "heuristic"), rows)[:1])
+    v = "\n".join(verdicts(d))
+    # 1424 MiB (benchmark) - 392 MiB (heuristics) = 1032 MiB = the FFT candidate's workspace
+    assert "extra first-call peak (1032 MiB) matches the largest candidate workspace, " \
+           "ConvFwd_eng3_k11=2 [FFT] at 1032 MiB, a plan that was never timed" in v
+    assert "benchmark mode found nothing faster than the heuristic pick" in v
+    assert "runs the same kernels as IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH)" in v
+    text = render_pytorch(d)
+    assert "PyTorch: benchmark" in text and "fastest of 10 timed / 39 candidates" in text
+    assert "best legacy algorithm (ours)" in text
+    back = Exploration.from_json(e.to_json())
+    assert back.directions[0].pytorch == d.pytorch
+
+
+def test_pareto_frontier():
+    rows = [AlgoResult(i, n, "DEFAULT_MATH", "CUDNN_STATUS_SUCCESS", 0, t, ws, True,
+                       timing=timing(t)) for i, (n, t, ws) in
+            enumerate([("A", 0.5, 0), ("B", 0.4, 10), ("C", 0.45, 20), ("D", 0.3, 30)])]
+    assert [r.algo_name for r in pareto_frontier(rows)] == ["A", "B", "D"]
+
+
+# ----------------------------------------------------------------------------- children
+CHILDREN = {
+    "crash": "import os\nos.abort()\n",
+    "hang": "import time\ntime.sleep(60)\n",
+    "boom": "raise RuntimeError('boom in the child')\n",
+    "nolog": textwrap.dedent("""\
+        import json, sys
+        json.dump({"directions": [], "settings": {}}, open(sys.argv[2], "w"))
+        """),
+}
+
+
+@pytest.fixture
+def fake_children(tmp_path, monkeypatch):
+    for name, code in CHILDREN.items():
+        (tmp_path / f"fakechild_{name}.py").write_text(code)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.parametrize("name,match", [
+    ("crash", r"failed \(killed by SIGABRT\)"),
+    ("boom", r"failed \(exit code 1\): RuntimeError: boom in the child"),
+    ("hang", r"did not finish within 2 s and was killed"),
+    ("nolog", r"wrote no cudnn-frontend log"),
+])
+def test_child_failures_are_clear_errors(fake_children, name, match):
+    p = ConvProblem.create("1,3,8,8")
+    spec = pytorch_pick.ModeSpec("benchmark", "benchmark")
+    with pytest.raises(pytorch_pick.ChildError, match=match):
+        pytorch_pick.run_child(p, ["fwd"], spec, timeout_s=2, child_module=f"fakechild_{name}")
+
+
+def test_failed_mode_keeps_the_others(fake_children):
+    p = ConvProblem.create("1,3,8,8")
+    modes = [pytorch_pick.ModeSpec("a", "benchmark"), pytorch_pick.ModeSpec("b", "heuristic")]
+    out = pytorch_pick.pytorch_picks(p, ["fwd", "bwd-data"], modes, timeout_s=5,
+                                     child_module="fakechild_boom")
+    assert [x.label for x in out["fwd"]] == ["a", "b"]
+    assert all("boom in the child" in x.error for x in out["bwd-data"])
+
+
+def test_default_modes():
+    labels = [m.label for m in pytorch_pick.default_modes()]
+    assert labels[0] == "benchmark" and "benchmark, limit 0 (all)" in labels
+    assert any(m.legacy for m in pytorch_pick.default_modes())
+    assert [m.label for m in pytorch_pick.default_modes(0)][0] == "benchmark, limit 0"
+    assert len(pytorch_pick.default_modes(0)) == 4
