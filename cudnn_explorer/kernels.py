@@ -5,6 +5,7 @@ PyTorch convolution is matched to the legacy algorithm (or engine) behind it.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Tuple
 
 __all__ = ["kernel_names"]
@@ -20,10 +21,12 @@ def kernel_names(fn: Callable[[], object], repeats: int = 1) -> Tuple[str, ...]:
 
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(repeats):
-            fn()
-        torch.cuda.synchronize()
+    with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle"
+        warnings.simplefilter("ignore", UserWarning)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(repeats):
+                fn()
+            torch.cuda.synchronize()
     names = set()
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA and not any(
