@@ -99,6 +99,15 @@ def verdicts(d: DirectionResult) -> List[str]:
     if legacy:
         out.append(f"PyTorch's legacy path (cudnnFind) ran {legacy.legacy_algo}: "
                    f"{legacy.steady.median_ms:.4f} ms per call")
+    front = pareto_frontier(d.find)
+    if len(front) > 1:
+        fast = front[-1]
+        for r in front[:-1]:
+            nxt = front[front.index(r) + 1]
+            out.append(f"a workspace cap below {_mib(nxt.workspace_bytes)} MiB costs "
+                       f"+{100 * (r.timing.median_ms / fast.timing.median_ms - 1):.0f}% "
+                       f"(best then: {r.algo_name} ({r.math_type}), "
+                       f"{r.timing.median_ms:.4f} ms)")
     for p in picks:
         if p.error:
             out.append(f"{p.label}: not measured: {p.error}")

@@ -167,6 +167,12 @@ def test_pareto_frontier():
                        timing=timing(t)) for i, (n, t, ws) in
             enumerate([("A", 0.5, 0), ("B", 0.4, 10), ("C", 0.45, 20), ("D", 0.3, 30)])]
     assert [r.algo_name for r in pareto_frontier(rows)] == ["A", "B", "D"]
+    e = exploration()
+    e.directions[0].find = rows
+    v = verdicts(e.directions[0])
+    assert "a workspace cap below 0.00 MiB costs" not in " ".join(v)
+    assert "a workspace cap below <0.01 MiB costs +67% (best then: A (DEFAULT_MATH), 0.5000 ms)" in v
+    assert "a workspace cap below <0.01 MiB costs +33% (best then: B (DEFAULT_MATH), 0.4000 ms)" in v
 
 
 # ----------------------------------------------------------------------------- children
