@@ -76,7 +76,29 @@ def extra_cuda_includes():
     return []
 
 
+def frontend_include():
+    """cudnn-frontend's headers, from the nvidia-cudnn-frontend wheel (it installs them in
+    <site-packages>/include) or CUDNN_FRONTEND_INCLUDE_DIR. None: build without engines."""
+    d = os.environ.get("CUDNN_FRONTEND_INCLUDE_DIR")
+    if d:
+        return d
+    import site
+    import sysconfig
+
+    roots = list(site.getsitepackages()) + [sysconfig.get_paths()["purelib"]]
+    roots += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    for root in roots:
+        inc = os.path.join(root, "include")
+        if os.path.exists(os.path.join(inc, "cudnn_frontend.h")):
+            return inc
+    return None
+
+
 cudnn_inc, cudnn_lib = cudnn_dirs()
+fe_inc = frontend_include()
+if fe_inc is None:
+    print("cudnn_explorer: cudnn-frontend headers not found (pip install nvidia-cudnn-frontend); "
+          "building without engine configs")
 link_args = []
 if cudnn_lib:
     libs = sorted(glob.glob(os.path.join(cudnn_lib, "libcudnn.so*")))
@@ -96,8 +118,9 @@ os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
 ext = CUDAExtension(
     name="cudnn_explorer._C",
     sources=sorted(glob.glob("csrc/*.cpp")),
-    include_dirs=[cudnn_inc],
-    define_macros=[("CE_BUILD_TORCH_VERSION", f'"{torch.__version__}"')],
+    include_dirs=[cudnn_inc] + ([fe_inc] if fe_inc else []),
+    define_macros=[("CE_BUILD_TORCH_VERSION", f'"{torch.__version__}"')]
+    + ([("CE_HAVE_FRONTEND", "1")] if fe_inc else []),
     extra_compile_args={"cxx": ["-O2", "-Wall", "-Wno-unused-function"] + extra_cuda_includes()},
     extra_link_args=link_args,
 )

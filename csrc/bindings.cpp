@@ -1,6 +1,8 @@
 // Python bindings only: every function and record lives in its own file.
 #include <torch/extension.h>
+#include <pybind11/stl.h>
 
+#include "engines.h"
 #include "find.h"
 #include "info.h"
 #include "timing.h"
@@ -92,6 +94,49 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         },
         py::arg("direction"), py::arg("problem"), py::arg("algo"), py::arg("math_type"),
         py::arg("options"));
+  py::class_<ce::KnobSpec>(m, "KnobSpec")
+      .def_readonly("type", &ce::KnobSpec::type)
+      .def_readonly("min_value", &ce::KnobSpec::min_value)
+      .def_readonly("max_value", &ce::KnobSpec::max_value)
+      .def_readonly("stride", &ce::KnobSpec::stride);
+  py::class_<ce::EngineInfo>(m, "EngineInfo")
+      .def_readonly("engine", &ce::EngineInfo::engine)
+      .def_readonly("status", &ce::EngineInfo::status)
+      .def_readonly("knobs", &ce::EngineInfo::knobs);
+  py::class_<ce::ConfigRef>(m, "ConfigRef")
+      .def_readonly("engine", &ce::ConfigRef::engine)
+      .def_readonly("knobs", &ce::ConfigRef::knobs)
+      .def_readonly("name", &ce::ConfigRef::name);
+  py::class_<ce::ConfigResult>(m, "ConfigResult")
+      .def_readonly("engine", &ce::ConfigResult::engine)
+      .def_readonly("knobs", &ce::ConfigResult::knobs)
+      .def_readonly("name", &ce::ConfigResult::name)
+      .def_readonly("plan_index", &ce::ConfigResult::plan_index)
+      .def_readonly("status", &ce::ConfigResult::status)
+      .def_readonly("message", &ce::ConfigResult::message)
+      .def_readonly("numeric_notes", &ce::ConfigResult::numeric_notes)
+      .def_readonly("behavior_notes", &ce::ConfigResult::behavior_notes)
+      .def_readonly("workspace_bytes", &ce::ConfigResult::workspace_bytes)
+      .def_readonly("build_ms", &ce::ConfigResult::build_ms)
+      .def_readonly("timed", &ce::ConfigResult::timed)
+      .def_readonly("timing", &ce::ConfigResult::timing);
+  py::class_<ce::EngineSearch>(m, "EngineSearch")
+      .def(py::init([](const std::string& d, ce::Problem& p) {
+             return std::make_unique<ce::EngineSearch>(ce::direction_from_name(d), p);
+           }),
+           py::arg("direction"), py::arg("problem"), py::keep_alive<1, 3>())
+      .def("engine_count", &ce::EngineSearch::engine_count)
+      .def("engine_info", &ce::EngineSearch::engine_info)
+      .def("heuristics", &ce::EngineSearch::heuristics)
+      .def("run",
+           [](ce::EngineSearch& s, int64_t engine, const ce::Knobs& knobs, bool time,
+              const ce::TimingOptions& opt) {
+             py::gil_scoped_release release;
+             return s.run(engine, knobs, time, opt);
+           },
+           py::arg("engine"), py::arg("knobs"), py::arg("time"), py::arg("options"))
+      .def("execute", &ce::EngineSearch::execute, py::arg("plan_index"));
+  m.def("frontend_available", &ce::frontend_available);
   m.def("algo_name",
         [](const std::string& d, int algo) {
           return ce::algo_name(ce::direction_from_name(d), algo);

@@ -79,7 +79,7 @@ cudnnHandle_t current_handle() {
 Problem::Problem(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y,
                  std::vector<int> padding, std::vector<int> stride, std::vector<int> dilation,
                  int groups, const std::string& math_type)
-    : x_(x), w_(w), y_(y) {
+    : x_(x), w_(w), y_(y), padding_(padding), stride_(stride), dilation_(dilation) {
   // --- validate at the boundary -------------------------------------------------------
   for (const at::Tensor* t : {&x, &w, &y}) {
     TORCH_CHECK_VALUE(t->defined() && t->is_cuda(), "x, w and y must be CUDA tensors");

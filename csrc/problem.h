@@ -38,6 +38,9 @@ class Problem {
   cudnnTensorDescriptor_t y_desc() const { return y_desc_.get(); }
   cudnnConvolutionDescriptor_t conv_desc() const { return conv_desc_.get(); }
   cudnnDataType_t data_type() const { return data_type_; }
+  const std::vector<int>& padding() const { return padding_; }
+  const std::vector<int>& stride() const { return stride_; }
+  const std::vector<int>& dilation() const { return dilation_; }
   // alpha = 1, beta = 0 in the scaling type cuDNN expects for this data type.
   const void* one() const;
   const void* zero() const;
@@ -53,6 +56,7 @@ class Problem {
   cudnnDataType_t data_type_;
   cudnnMathType_t math_type_;
   std::string description_;
+  std::vector<int> padding_, stride_, dilation_;
   double one_d_ = 1.0, zero_d_ = 0.0;
   float one_f_ = 1.0f, zero_f_ = 0.0f;
 };

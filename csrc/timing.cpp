@@ -53,19 +53,19 @@ class HandleStreamScope {
   cudaStream_t restore_;
 };
 
-template <Direction D>
+// Times any launch (a legacy algorithm, an engine-config plan) the same way.
 struct Timer {
-  using O = Ops<D>;
-  Problem& p;
-  typename O::Algo algo;
-  const TimingOptions& opt;
   cudnnHandle_t h;
   cudaStream_t stream;
-  void* ws;
-  size_t ws_bytes;
+  c10::Device device;
+  const Launch& run;
+  const TimingOptions& opt;
   std::string ctx;
 
-  void launch() const { CE_CUDNN_CHECK(O::run(h, p, algo, ws, ws_bytes), ctx); }
+  void launch() const {
+    cudnnStatus_t st = run();
+    if (st != CUDNN_STATUS_SUCCESS) throw_cudnn_error(st, "launch", ctx);
+  }
 
   double time_eager(int n) const {  // events around n back-to-back launches
     Event a, b;
@@ -76,11 +76,11 @@ struct Timer {
     return elapsed_ms(a, b);
   }
 
-  // Note [graph capture]: cuDNN's legacy calls are captured on a side stream with
-  // the handle bound to it; if any call is not capturable the capture is abandoned
-  // and we fall back to eager launches, saying why in the result's note.
+  // Note [graph capture]: cuDNN calls are captured on a side stream with the handle
+  // bound to it; if any call is not capturable the capture is abandoned and we fall
+  // back to eager launches, saying why in the result's note.
   GraphExec capture(int n, std::string* why) const {
-    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, p.x().device().index());
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
     Event ready;
     ready.record(stream);
     CE_CUDA_CHECK(cudaStreamWaitEvent(side.stream(), ready.get(), 0));
@@ -91,9 +91,7 @@ struct Timer {
       return nullptr;
     }
     cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-    for (int i = 0; i < n && st == CUDNN_STATUS_SUCCESS; ++i) {
-      st = O::run(h, p, algo, ws, ws_bytes);
-    }
+    for (int i = 0; i < n && st == CUDNN_STATUS_SUCCESS; ++i) st = run();
     cudaGraph_t graph = nullptr;
     cudaError_t end = cudaStreamEndCapture(side.stream(), &graph);
     if (st != CUDNN_STATUS_SUCCESS || end != cudaSuccess || graph == nullptr) {
@@ -117,7 +115,6 @@ struct Timer {
 
   TimingResult operator()() const {
     TimingResult r;
-    r.workspace_bytes = static_cast<int64_t>(ws_bytes);
     // Warm-up: the first launch loads modules; then estimate one launch and warm up more.
     launch();
     CE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -203,11 +200,21 @@ struct TimeFn {
     size_t bytes = 0;
     CE_CUDNN_CHECK(O::workspace(h, p, a, &bytes), ctx);
     c10::DataPtr ws = c10::cuda::CUDACachingAllocator::get()->allocate(bytes);
-    return Timer<D>{p, a, opt, h, stream, ws.get(), bytes, ctx}();
+    void* wsp = ws.get();
+    Problem& prob = p;
+    Launch run = [&prob, h, a, wsp, bytes] { return O::run(h, prob, a, wsp, bytes); };
+    TimingResult r = time_launches(h, stream, p.x().device(), run, opt, ctx);
+    r.workspace_bytes = static_cast<int64_t>(bytes);
+    return r;
   }
 };
 
 }  // namespace
+
+TimingResult time_launches(cudnnHandle_t h, cudaStream_t stream, c10::Device device,
+                           const Launch& run, const TimingOptions& opt, const std::string& ctx) {
+  return Timer{h, stream, device, run, opt, ctx}();
+}
 
 TimingResult time_algorithm(Direction d, Problem& p, int algo, const std::string& math_type,
                             const TimingOptions& opt) {

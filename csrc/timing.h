@@ -5,7 +5,10 @@
 
 #include "problem.h"
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,5 +36,12 @@ struct TimingResult {
 
 TimingResult time_algorithm(Direction d, Problem& p, int algo, const std::string& math_type,
                             const TimingOptions& opt);
+
+// One launch of the thing being timed, on the handle's current stream.
+using Launch = std::function<cudnnStatus_t()>;
+
+// The timing method itself, for any launch (legacy algorithm or engine-config plan).
+TimingResult time_launches(cudnnHandle_t h, cudaStream_t stream, c10::Device device,
+                           const Launch& run, const TimingOptions& opt, const std::string& ctx);
 
 }  // namespace cudnn_explorer

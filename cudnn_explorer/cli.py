@@ -68,6 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: PyTorch's, 10; 0 = time every candidate)")
     t.add_argument("--child-timeout", default="300", metavar="S",
                    help="seconds before a PyTorch child process is declared hung")
+    e = p.add_argument_group("cuDNN 9 engine configs")
+    e.add_argument("--engines", action="store_true",
+                   help="list every engine config tried (the summary is always shown)")
+    e.add_argument("--no-engines", action="store_true",
+                   help="skip enumerating engine configs")
+    e.add_argument("--engine-configs", default="8", metavar="N",
+                   help="at most N knob configs per engine (default 8)")
+    e.add_argument("--engine-budget-s", default="120", metavar="S",
+                   help="time budget per direction for building and timing configs")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="write JSON (schema cudnn_explorer.exploration) to PATH or stdout")
@@ -171,6 +180,8 @@ def _run(argv: Optional[List[str]]) -> int:
         limit = None if a.benchmark_limit is None else _int(a.benchmark_limit,
                                                              "--benchmark-limit")
         child_timeout = _float(a.child_timeout, "--child-timeout")
+        per_engine = _int(a.engine_configs, "--engine-configs", lo=1)
+        engine_budget = _float(a.engine_budget_s, "--engine-budget-s")
         from . import gpu as ex
 
         progress = None
@@ -183,7 +194,9 @@ def _run(argv: Optional[List[str]]) -> int:
                              retime=not a.no_retime, budget_ms=budget, flush_l2=a.flush_l2,
                              graph=not a.no_graph, check=not a.no_check, progress=progress,
                              pytorch=not a.no_pytorch, benchmark_limit=limit,
-                             child_timeout_s=child_timeout)
+                             child_timeout_s=child_timeout, engines=not a.no_engines,
+                             engine_max_per_engine=per_engine,
+                             engine_time_budget_s=engine_budget)
         finally:
             if progress:
                 sys.stderr.write("\r\033[K")
@@ -196,7 +209,7 @@ def _run(argv: Optional[List[str]]) -> int:
         _write(records.rows_to_csv(exp), a.csv)
         wrote_stdout = wrote_stdout or a.csv == "-"
     if not wrote_stdout:
-        sys.stdout.write(render.render_exploration(exp))
+        sys.stdout.write(render.render_exploration(exp, show_engines=a.engines))
     failed = [d.direction for d in exp.directions if d.best() is None]
     if failed and not a.load:
         print(f"cudnn_explorer: error: cuDNN ran no algorithm for {', '.join(failed)} of "

@@ -116,7 +116,9 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
             budget_ms: float = 100.0, flush_l2: bool = False, graph: bool = True,
             check: bool = True, progress: Optional[Callable[[str], None]] = None,
             pytorch: bool = False, benchmark_limit: Optional[int] = None,
-            child_timeout_s: float = 300.0) -> Exploration:
+            child_timeout_s: float = 300.0, engines: bool = False,
+            engine_max_per_engine: int = 8, engine_time_budget_s: Optional[float] = 120.0
+            ) -> Exploration:
     """List every legacy cuDNN algorithm for each direction of ``problem``.
 
     Returns an Exploration whose DirectionResults hold cudnnFind*Ex's rows (Find's own
@@ -127,7 +129,10 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
     max |ref|). Runs on PyTorch's cuDNN handle and current stream on GPU ``device``.
     ``max_workspace_mib`` caps the workspace Find may use. With ``pytorch``, PyTorch's own
     choice in every mode (pytorch_pick.default_modes) is measured in fresh child processes
-    and attached to each DirectionResult as ``pytorch``."""
+    and attached to each DirectionResult as ``pytorch``. With ``engines``, every cuDNN 9
+    engine of each direction is enumerated and a bounded set of knob configs per engine
+    (``engine_max_per_engine``; ``engine_time_budget_s`` per direction) is built, timed
+    and checked (engines.explore_engines)."""
     from . import __version__
 
     directions = list(directions)
@@ -141,6 +146,13 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
     if benchmark_limit is not None and benchmark_limit < 0:
         raise UserError(f"--benchmark-limit {benchmark_limit}: must be >= 0 (0 = all)")
     torch = _native.require_gpu(device)
+    if engines and not _native.load().frontend_available():
+        from .errors import MissingDependencyError
+
+        raise MissingDependencyError(
+            "this build of cudnn_explorer._C has no cudnn-frontend, so it cannot list engine "
+            f"configs; pip install nvidia-cudnn-frontend, then rebuild: {_native.BUILD_HINT} "
+            "(or run with --no-engines)")
     say = progress or (lambda msg: None)
     cap = None if max_workspace_mib is None else int(max_workspace_mib * MIB)
     env = environment(device)
@@ -152,6 +164,14 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
                                                           f"{env.gpu_name}",
         bandwidth_gbs=peak_any.gbs if peak_any else None)
     results = []
+    picks = {}
+    if pytorch:  # first, while this process holds little GPU memory
+        from . import pytorch_pick
+
+        picks = pytorch_pick.pytorch_picks(
+            problem, directions, pytorch_pick.default_modes(benchmark_limit), legacy_rows=None,
+            device=device, seed=seed, budget_ms=budget_ms, timeout_s=child_timeout_s,
+            progress=say)
     with torch.cuda.device(device):
         for d in directions:
             say(f"{d}: cudnnFind")
@@ -177,24 +197,29 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
                         f"{r.algo_name} ({r.math_type})")
                 _measure_row(problem, d, p, tensors, r, ref, retime, budget_ms, flush_l2,
                              graph)
-                if pytorch:  # kernels of each legacy row, to match PyTorch's against
+                if pytorch or engines:  # each legacy row's kernels, to match others to
                     from . import kernels
 
                     r.kernels = list(kernels.kernel_names(
-                        lambda r=r: _native.run_algorithm(d, p, r.algo, r.math_type)))
+                        lambda r=r, p=p, d=d: _native.run_algorithm(d, p, r.algo, r.math_type)))
+            if pytorch:
+                from . import pytorch_pick
+
+                res.pytorch = picks[d]
+                pytorch_pick.attach_legacy(res.pytorch, ok_rows)
+            if engines:
+                from . import engines as eng
+
+                res.engines = eng.explore_engines(
+                    problem, d, p, tensors, ref, legacy_rows=ok_rows,
+                    preferred_tags=[t for pk in res.pytorch for t in
+                                    ([pk.engine_tag] if pk.engine_tag else [])
+                                    + [t for t, _ in pk.timed]],
+                    max_per_engine=engine_max_per_engine, time_budget_s=engine_time_budget_s,
+                    budget_ms=min(budget_ms, 20.0) if retime else 0.0, graph=graph,
+                    progress=say)
             results.append(res)
             del p, tensors, ref
-    if pytorch:
-        from . import pytorch_pick
-
-        torch.cuda.empty_cache()  # leave the GPU's memory to the children
-        picks = pytorch_pick.pytorch_picks(
-            problem, directions, pytorch_pick.default_modes(benchmark_limit),
-            legacy_rows={r.direction: [x for x in r.find if x.ok] for r in results},
-            device=device, seed=seed, budget_ms=budget_ms, timeout_s=child_timeout_s,
-            progress=say)
-        for r in results:
-            r.pytorch = picks[r.direction]
     return Exploration(problem=problem, environment=env, directions=results,
                        tool_version=__version__,
                        created=datetime.datetime.now(datetime.timezone.utc).isoformat(

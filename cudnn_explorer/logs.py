@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 __all__ = [
     "OPERATIONS", "EngineTag", "parse_tag", "format_tag", "Candidate", "FrontendSearch",

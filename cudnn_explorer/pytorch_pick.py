@@ -22,7 +22,7 @@ from .problem import ConvProblem
 from .records import AlgoResult, PyTorchPick, Timing
 
 __all__ = ["ModeSpec", "default_modes", "ChildError", "run_child", "pytorch_picks",
-           "match_kernels"]
+           "match_kernels", "attach_legacy"]
 
 _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Variables the child must not inherit from the user's shell: they change what it logs.
@@ -184,6 +184,17 @@ def picks_from_result(spec: ModeSpec, result: dict,
             p.same_kernels_as = match_kernels(p.kernels, legacy_rows.get(d, []))
         picks.append(p)
     return picks
+
+
+def attach_legacy(picks: List[PyTorchPick], rows: List[AlgoResult]) -> None:
+    """Fill what needs our legacy rows: kernel matches, and the determinism of the
+    algorithm PyTorch's legacy path ran."""
+    for p in picks:
+        p.same_kernels_as = match_kernels(p.kernels, rows)
+        if p.api == "legacy" and p.legacy_algo and p.deterministic is None:
+            row = next((r for r in rows if f"{r.algo_name} ({r.math_type})" == p.legacy_algo),
+                       None)
+            p.deterministic = row.deterministic if row else None
 
 
 def match_kernels(kernels: List[str], rows: List[AlgoResult]) -> List[str]:

@@ -1,7 +1,7 @@
 """Result records, their JSON schema and CSV form. Pure Python (no torch import).
 
-Schema ``cudnn_explorer.exploration``, version 3 (see README, "Output schema"); versions 1
-(Find only) and 2 (no PyTorch comparison) still load.
+Schema ``cudnn_explorer.exploration``, version 4 (see README, "Output schema"); versions 1
+(Find only), 2 (no PyTorch comparison) and 3 (no engine configs) still load.
 Readers ignore keys they do not know and fill absent optional keys with None, so
 later versions can add fields (re-timed measurements, PyTorch's choice, engine
 configs, whole models) without breaking saved files.
@@ -28,6 +28,8 @@ __all__ = [
     "Timing",
     "Measurement",
     "PyTorchPick",
+    "EngineConfig",
+    "EngineSpace",
     "Exploration",
     "MIB",
     "CSV_COLUMNS",
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "cudnn_explorer.exploration"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIB = 1024 * 1024
 SUCCESS = "CUDNN_STATUS_SUCCESS"
 DIRECTION_TITLES = {
@@ -83,6 +85,94 @@ class Timing:
     @classmethod
     def from_dict(cls, d: dict) -> "Timing":
         return cls(**_known(cls, d))
+
+
+@dataclass
+class EngineConfig:
+    """One cuDNN 9 engine config (an engine and its knob choices), built and timed by us.
+
+    ``tag`` uses cudnn-frontend's/PyTorch's format, e.g. ``ConvFwd_eng46_k2=4_k5=2_k14=3``.
+    ``status``: "OK", or the stage that stopped it ("config rejected", "build failed",
+    "execute failed", "skipped: time budget") with ``message``. ``build_ms``: building
+    the execution plan (run-time compilation included). ``heuristic_ranks``: position
+    (1-based) in cuDNN's heuristic modes A, B and FALLBACK, where listed.
+    ``allowed``: whether PyTorch's rules (TF32 off excludes TENSOR_CORE for float32;
+    deterministic excludes NONDETERMINISTIC) would let PyTorch use it at all."""
+
+    tag: str
+    engine: int
+    knobs: List[list] = field(default_factory=list)  # [knob type id, value]
+    status: str = ""
+    message: str = ""
+    numeric_notes: List[str] = field(default_factory=list)
+    behavior_notes: List[str] = field(default_factory=list)
+    workspace_bytes: Optional[int] = None
+    build_ms: Optional[float] = None
+    timing: Optional[Timing] = None
+    max_error: Optional[float] = None
+    tolerance: Optional[float] = None
+    output_finite: Optional[bool] = None
+    kernels: Optional[List[str]] = None
+    heuristic_ranks: Dict[str, int] = field(default_factory=dict)
+    allowed: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "OK"
+
+    @property
+    def correct(self) -> Optional[bool]:
+        if self.output_finite is False:
+            return False
+        if self.max_error is None or self.tolerance is None:
+            return None
+        return self.max_error <= self.tolerance
+
+    @property
+    def time(self) -> Optional[float]:
+        return self.timing.median_ms if self.timing is not None else None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EngineConfig":
+        kw = _known(cls, d)
+        if kw.get("timing") is not None:
+            kw["timing"] = Timing.from_dict(kw["timing"])
+        return cls(**kw)
+
+
+@dataclass
+class EngineSpace:
+    """Every engine of one direction's operation graph and the configs we tried.
+
+    ``engines``: per engine {engine, status, knobs: [[type, min, max, stride]],
+    space: number of knob combinations, tried: how many we built}. ``max_per_engine``:
+    the bound on configs tried per engine (all combinations when the space is smaller;
+    otherwise the heuristic-listed ones first, then an evenly spaced sample)."""
+
+    engine_count: int = 0
+    engines: List[dict] = field(default_factory=list)
+    configs: List[EngineConfig] = field(default_factory=list)
+    max_per_engine: int = 0
+    time_budget_s: Optional[float] = None
+    budget_exhausted: bool = False
+    legacy_map: Dict[str, List[str]] = field(default_factory=dict)  # "ALGO (MATH)" -> tags
+
+    def ranked(self) -> List[EngineConfig]:
+        good = [c for c in self.configs if c.ok and c.time is not None and c.correct is not False]
+        return sorted(good, key=lambda c: c.time)
+
+    def best(self, allowed_only: bool = False) -> Optional[EngineConfig]:
+        r = [c for c in self.ranked() if c.allowed or not allowed_only]
+        return r[0] if r else None
+
+    def config(self, tag: str) -> Optional[EngineConfig]:
+        return next((c for c in self.configs if c.tag == tag), None)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EngineSpace":
+        kw = _known(cls, d)
+        kw["configs"] = [EngineConfig.from_dict(c) for c in d.get("configs", [])]
+        return cls(**kw)
 
 
 @dataclass
@@ -236,6 +326,7 @@ class DirectionResult:
     flops: Optional[int] = None           # see analysis.flops
     min_bytes: Optional[int] = None       # see analysis.min_bytes
     pytorch: List[PyTorchPick] = field(default_factory=list)  # PyTorch's own choices
+    engines: Optional[EngineSpace] = None  # cuDNN 9 engine configs, when explored
 
     def rankable(self, r: AlgoResult) -> bool:
         return r.ok and r.time is not None and r.correct is not False
@@ -304,6 +395,8 @@ class DirectionResult:
         kw["heuristics"] = [AlgoResult.from_dict(r) for r in d.get("heuristics", [])]
         kw["workspace"] = [WorkspaceEntry.from_dict(r) for r in d.get("workspace", [])]
         kw["pytorch"] = [PyTorchPick.from_dict(p) for p in d.get("pytorch", [])]
+        if d.get("engines") is not None:
+            kw["engines"] = EngineSpace.from_dict(d["engines"])
         return cls(**kw)
 
 

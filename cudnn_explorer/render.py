@@ -61,7 +61,41 @@ def flags(r) -> str:
     return ", ".join(out)
 
 
-def render_direction(d: DirectionResult) -> str:
+def render_engines(d: DirectionResult, full: bool) -> str:
+    """Engine configs: the summary lines, and with ``full`` the table of every config."""
+    from .engines import summary_lines
+
+    sp = d.engines
+    if sp is None:
+        return ""
+    lines = []
+    if full:
+        rows = []
+        ranked = {id(c): i for i, c in enumerate(sp.ranked(), 1)}
+        for c in sorted(sp.configs, key=lambda c: (c.time is None, c.time or 0, c.engine)):
+            t = c.timing
+            rows.append([
+                str(ranked.get(id(c), "-")), c.tag, c.status, fmt_ms(t.median_ms) if t else "-",
+                f"{100 * t.spread:.1f}%" if t else "-",
+                "-" if c.max_error is None else f"{c.max_error:.1e}",
+                fmt_mib(c.workspace_bytes), "-" if c.build_ms is None else f"{c.build_ms:.1f}",
+                ",".join(c.numeric_notes) or "-", ",".join(c.behavior_notes) or "-",
+                " ".join(f"{m}{k}" for m, k in sorted(c.heuristic_ranks.items())) or "-",
+                ("" if c.allowed else "excluded by PyTorch's rules; ")
+                + ("WRONG; " if c.correct is False else "") + (c.message[:60] if not c.ok else ""),
+            ])
+        lines.append(f"   engine configs ({len(sp.configs)}; median ms per launch, same method "
+                     "as the legacy rows; build = plan build incl. run-time compilation):")
+        lines.append(tabulate(rows, headers=["rank", "tag", "status", "median (ms)", "IQR/med",
+                                             "max error", "workspace (MiB)", "build (ms)",
+                                             "numeric notes", "behaviour notes",
+                                             "heuristic rank", "note"],
+                              tablefmt="simple", disable_numparse=True))
+    lines += [f"   - {s}" for s in summary_lines(d)]
+    return "\n".join(lines)
+
+
+def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
     title = DIRECTION_TITLES.get(d.direction, d.direction)
     cap = ("" if d.workspace_cap_bytes is None
            else f", capped by --max-workspace {fmt_mib(d.workspace_cap_bytes)} MiB")
@@ -130,6 +164,9 @@ def render_direction(d: DirectionResult) -> str:
     pt = render_pytorch(d)
     if pt:
         lines.append(pt)
+    en = render_engines(d, show_engines)
+    if en:
+        lines.append(en)
     heur = ", ".join(
         f"{i}. {h.algo_name} ({_MATH_SHORT.get(h.math_type, h.math_type)})"
         + ("" if h.ok else f" [{short_status(h.status)}]")
@@ -161,7 +198,7 @@ def render_direction(d: DirectionResult) -> str:
     return "\n".join(lines)
 
 
-def render_exploration(exp: Exploration) -> str:
+def render_exploration(exp: Exploration, show_engines: bool = False) -> str:
     m = exp.measurement
     head = [
         f"cudnn_explorer {exp.tool_version}  (schema {exp.schema} v{exp.schema_version})",
@@ -183,7 +220,7 @@ def render_exploration(exp: Exploration) -> str:
     if m.reference:
         head.append(f"max error: max|out-ref| / max|ref| against {m.reference}; WRONG above "
                     "the tolerance for the dtype and math type, never ranked best")
-    body = [render_direction(d) for d in exp.directions]
+    body = [render_direction(d, show_engines) for d in exp.directions]
     return "\n".join(head) + "\n\n" + "\n\n".join(body) + "\n"
 
 

@@ -2,7 +2,7 @@
 and plain-language verdicts. Pure Python (renders saved JSON without a GPU)."""
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from tabulate import tabulate
 

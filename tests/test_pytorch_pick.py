@@ -1,7 +1,6 @@
 """PyTorch's choice: log parsers on real H200 logs, child-process failures, verdicts."""
 import json
 import os
-import sys
 import textwrap
 
 import pytest

@@ -47,7 +47,7 @@ def test_json_round_trip():
 def test_json_ignores_unknown_keys_for_forward_compatibility():
     d = json.loads(exploration().to_json())
     d["future_top"] = 1
-    d["directions"][0]["engines"] = [{"tag": "ConvFwd_eng46_k2=4"}]
+    d["directions"][0]["future_list"] = [{"tag": "ConvFwd_eng46_k2=4"}]
     d["directions"][0]["find"][0]["retimed_ms"] = 0.057
     d["environment"]["sm_clock"] = 1980
     back = Exploration.from_dict(d)

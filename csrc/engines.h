@@ -1,0 +1,76 @@
+// cuDNN 9 engine configs for one direction of a problem, through the header-only
+// cudnn-frontend graph API (the same engines PyTorch's Conv_v8 path searches).
+// Only this file's .cpp includes cudnn-frontend: its headers are heavy.
+#pragma once
+
+#include "problem.h"
+#include "timing.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cudnn_explorer {
+
+struct KnobSpec {
+  int64_t type = 0;  // backend knob type id (the "k2" in a tag is TILE_SIZE = 2)
+  int64_t min_value = 0;
+  int64_t max_value = 0;
+  int64_t stride = 1;
+};
+
+struct EngineInfo {
+  int64_t engine = -1;
+  std::string status;  // "OK", or why its knobs could not be queried
+  std::vector<KnobSpec> knobs;
+};
+
+using Knobs = std::vector<std::pair<int64_t, int64_t>>;  // (knob type id, value)
+
+struct ConfigRef {  // one config as a heuristic mode lists it
+  int64_t engine = -1;
+  Knobs knobs;
+  std::string name;  // cudnn-frontend's name, e.g. "eng46_k2=4_k5=2_k14=3"
+};
+
+struct ConfigResult {
+  int64_t engine = -1;
+  Knobs knobs;
+  std::string name;
+  int64_t plan_index = -1;  // for execute()
+  std::string status;   // "OK" or the stage and error that stopped it
+  std::string message;
+  std::vector<std::string> numeric_notes;
+  std::vector<std::string> behavior_notes;
+  int64_t workspace_bytes = -1;
+  double build_ms = 0.0;    // building the execution plan (run-time compilation included)
+  bool timed = false;
+  TimingResult timing;
+};
+
+class EngineSearch {
+ public:
+  // Builds the operation graph of direction d on the problem's tensors (x, w, y: the
+  // direction decides which is the output), on PyTorch's cuDNN handle.
+  EngineSearch(Direction d, Problem& p);
+  ~EngineSearch();
+  int64_t engine_count() const;
+  EngineInfo engine_info(int64_t engine);
+  // The configs a heuristic mode ("A", "B" or "FALLBACK") lists, in its order.
+  std::vector<ConfigRef> heuristics(const std::string& mode);
+  // Build one config's plan, and time it (when time is true) with the same method as the
+  // legacy algorithms; the direction's output tensor holds its result afterwards.
+  ConfigResult run(int64_t engine, const Knobs& knobs, bool time, const TimingOptions& opt);
+  // Execute a plan that run() built, once (e.g. under torch.profiler).
+  void execute(int64_t plan_index);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+bool frontend_available();  // false when built without cudnn-frontend's headers
+
+}  // namespace cudnn_explorer

@@ -1,0 +1,97 @@
+"""Engine configs, pure parts: knob spaces, sampling, tags, PyTorch's rules, summaries."""
+
+from cudnn_explorer import engines
+from cudnn_explorer.logs import parse_tag
+from cudnn_explorer.records import EngineConfig, EngineSpace, Exploration, PyTorchPick
+
+from fakes import exploration, timing
+
+
+def test_knob_values_and_space():
+    assert engines.knob_values([2, 0, 6, 2]) == [0, 2, 4, 6]
+    assert engines.knob_values([5, 3, 3, 0]) == [3]
+    assert engines.space_size([[2, 0, 5, 1], [18, 0, 1, 1]]) == 12
+    assert engines.space_size([]) == 1
+
+
+def test_sampling_takes_everything_when_small():
+    got = engines.sample_configs([[2, 0, 1, 1], [5, 0, 2, 1]], 8)
+    assert len(got) == 6 and len(set(got)) == 6
+    assert engines.sample_configs([], 4) == [()]
+
+
+def test_sampling_is_bounded_deterministic_and_prefers_heuristics():
+    knobs = [[2, 0, 19, 1], [13, 0, 1, 1], [27, 0, 8, 1], [28, 1, 8, 1]]
+    pref = [((28, 1), (2, 4), (13, 0), (27, 4))]
+    a = engines.sample_configs(knobs, 8, pref)
+    assert a == engines.sample_configs(knobs, 8, pref)
+    assert len(a) == 8 and len(set(a)) == 8
+    assert a[0] == ((2, 4), (13, 0), (27, 4), (28, 1))  # the heuristic's config first, sorted
+    for c in a:
+        assert [t for t, _ in c] == [2, 13, 27, 28]
+    small = engines.sample_configs([[2, 0, 5, 1], [18, 0, 1, 1]], 4, [((2, 4), (18, 0))])
+    assert len(small) == 4
+
+
+def test_config_tags_match_pytorch_format():
+    tag = engines.config_tag("fwd", 46, ((14, 3), (2, 4), (5, 2)))
+    assert tag == "ConvFwd_eng46_k2=4_k5=2_k14=3"
+    assert str(parse_tag(tag)) == tag
+    assert engines.config_tag("bwd-filter", 1, ()) == "ConvBwdFilter_eng1"
+
+
+def test_pytorch_rules():
+    assert not engines.allowed_by_pytorch(["TENSOR_CORE"], "float32", False)
+    assert engines.allowed_by_pytorch(["TENSOR_CORE"], "float32", True)
+    assert engines.allowed_by_pytorch(["TENSOR_CORE"], "float16", None)
+    assert not engines.allowed_by_pytorch(["NONDETERMINISTIC"], "float16", None, True)
+
+
+def _space():
+    def cfg(tag, t, ok=True, notes=()):
+        c = EngineConfig(tag=tag, engine=parse_tag(tag).engine, status="OK" if ok else
+                         "build failed", numeric_notes=list(notes), workspace_bytes=0)
+        if t is not None:
+            c.timing, c.max_error, c.tolerance, c.output_finite = timing(t), 1e-4, 1e-2, True
+        return c
+    sp = EngineSpace(engine_count=3, max_per_engine=8, configs=[
+        cfg("ConvFwd_eng70_k2=4_k18=0", 0.30), cfg("ConvFwd_eng46_k2=4_k5=2_k14=3", 0.25,
+                                                    notes=["TENSOR_CORE"]),
+        cfg("ConvFwd_eng1", None, ok=False)],
+        legacy_map={"IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH)": ["ConvFwd_eng70_k2=4_k18=0"]})
+    return sp
+
+
+def test_summary_locates_pytorch_pick_and_what_it_missed():
+    e = exploration()
+    d = e.directions[0]
+    d.engines = _space()
+    d.find[0].timing = timing(0.21)
+    d.pytorch = [PyTorchPick(label="benchmark", mode="benchmark", api="engine",
+                             benchmark_limit=10, steady=timing(0.31),
+                             engine_tag="ConvFwd_eng70_k2=4_k18=0",
+                             candidates=[{"tag": "ConvFwd_eng70_k2=4_k18=0"},
+                                         {"tag": "ConvFwd_eng46_k2=4_k5=2_k14=3"}],
+                             timed=[["ConvFwd_eng70_k2=4_k18=0", 0.3]])]
+    lines = engines.summary_lines(d)
+    text = "\n".join(lines)
+    assert "3 engines, 3 configs tried" in text and "2 built and ran" in text
+    assert "best engine config: ConvFwd_eng46_k2=4_k5=2_k14=3 [TENSOR_CORE] 0.2500 ms" in text
+    assert "found in our list, re-timed 0.3000 ms vs PyTorch's own 0.3100 ms" in text
+    assert "PyTorch missed ConvFwd_eng46_k2=4_k5=2_k14=3 (a candidate cut by benchmark_limit)" \
+        in text
+    assert "legacy IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH) runs the kernels of " \
+           "ConvFwd_eng70_k2=4_k18=0" in text
+    back = Exploration.from_json(e.to_json())
+    assert back.directions[0].engines == d.engines
+
+
+def test_engine_table_renders_from_json_without_gpu():
+    from cudnn_explorer.render import render_exploration
+
+    e = exploration()
+    e.directions[0].engines = _space()
+    text = render_exploration(Exploration.from_json(e.to_json()), show_engines=True)
+    assert "engine configs (3;" in text and "ConvFwd_eng46_k2=4_k5=2_k14=3" in text
+    assert "build failed" in text
+    assert "engine configs (3;" not in render_exploration(e)  # summary only by default
