@@ -115,6 +115,22 @@ else:
 # device code, so any value works. Never decide what to build from the GPU's presence.
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
 
+def nvrtc_link_args():
+    """cudnn-frontend's headers call NVRTC (run-time compiled engines): link libnvrtc from
+    the CUDA toolkit or the nvidia-cuda-nvrtc / nvidia-cu13 wheel."""
+    dirs = [os.path.join(CUDA_HOME, "lib64")] if CUDA_HOME else []
+    dirs += [d for d in (_nvidia_dir("cu13/lib"), _nvidia_dir("cuda_nvrtc/lib")) if d]
+    for d in dirs:
+        names = sorted(glob.glob(os.path.join(d, "libnvrtc.so*")))
+        names = [n for n in names if "builtins" not in n and ".alt." not in n]
+        if names:
+            return [f"-L{d}", f"-l:{os.path.basename(names[0])}", f"-Wl,-rpath,{d}"]
+    return ["-lnvrtc"]
+
+
+if fe_inc:
+    link_args += nvrtc_link_args()
+
 ext = CUDAExtension(
     name="cudnn_explorer._C",
     sources=sorted(glob.glob("csrc/*.cpp")),

@@ -31,9 +31,11 @@ def load():
         from . import _C  # noqa: F401  (the one import of the extension)
     except ImportError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if "undefined symbol" in msg:
+        if "undefined symbol" in msg and any(s in msg for s in ("c10", "at6", "torch", "pybind")):
             why = (f"it was built against another torch than the running {torch.__version__} "
                    f"({msg})")
+        elif "undefined symbol" in msg:
+            why = f"a library it needs is not linked or not loaded ({msg})"
         else:
             why = f"it is not built ({msg})"
         raise MissingDependencyError(

@@ -12,7 +12,7 @@ def explored():
 
     p = ConvProblem.create("8,64,28,28", out_channels=64, dtype="float16", layout="nhwc")
     return cudnn_explorer.explore(p, budget_ms=10, pytorch=True, engines=True,
-                                  engine_max_per_engine=4, engine_time_budget_s=40)
+                                  engine_max_per_engine=4, engine_time_budget_s=30)
 
 
 def test_engines_enumerated_and_most_configs_accounted_for(explored):
