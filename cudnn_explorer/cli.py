@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--no-check", action="store_true",
                    help="skip checking each algorithm's output against a float64 reference")
     m.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    m.add_argument("--verbose", action="store_true",
+                   help="progress as plain lines on stderr, also when it is not a terminal")
     t = p.add_argument_group("PyTorch's own choice (each mode in a fresh child process)")
     t.add_argument("--no-pytorch", action="store_true",
                    help="skip running PyTorch's own convolution in each mode")
@@ -68,11 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: PyTorch's, 10; 0 = time every candidate)")
     t.add_argument("--child-timeout", default="300", metavar="S",
                    help="seconds before a PyTorch child process is declared hung")
-    e = p.add_argument_group("cuDNN 9 engine configs")
+    e = p.add_argument_group("cuDNN 9 engine configs (experimental: not yet verified on a GPU)")
     e.add_argument("--engines", action="store_true",
-                   help="list every engine config tried (the summary is always shown)")
-    e.add_argument("--no-engines", action="store_true",
-                   help="skip enumerating engine configs")
+                   help="enumerate, build, time and check cuDNN 9 engine configs and list them")
     e.add_argument("--engine-configs", default="8", metavar="N",
                    help="at most N knob configs per engine (default 8)")
     e.add_argument("--engine-budget-s", default="120", metavar="S",
@@ -185,7 +185,10 @@ def _run(argv: Optional[List[str]]) -> int:
         from . import gpu as ex
 
         progress = None
-        if not a.quiet and sys.stderr.isatty():
+        if a.verbose:
+            def progress(msg):
+                print(f"cudnn_explorer: {msg}", file=sys.stderr, flush=True)
+        elif not a.quiet and sys.stderr.isatty():
             def progress(msg):
                 sys.stderr.write(f"\r\033[K{msg}")
                 sys.stderr.flush()
@@ -194,11 +197,11 @@ def _run(argv: Optional[List[str]]) -> int:
                              retime=not a.no_retime, budget_ms=budget, flush_l2=a.flush_l2,
                              graph=not a.no_graph, check=not a.no_check, progress=progress,
                              pytorch=not a.no_pytorch, benchmark_limit=limit,
-                             child_timeout_s=child_timeout, engines=not a.no_engines,
+                             child_timeout_s=child_timeout, engines=a.engines,
                              engine_max_per_engine=per_engine,
                              engine_time_budget_s=engine_budget)
         finally:
-            if progress:
+            if progress and not a.verbose:
                 sys.stderr.write("\r\033[K")
 
     wrote_stdout = False

@@ -165,13 +165,17 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
         bandwidth_gbs=peak_any.gbs if peak_any else None)
     results = []
     picks = {}
-    if pytorch:  # first, while this process holds little GPU memory
+
+    def run_children():
         from . import pytorch_pick
 
-        picks = pytorch_pick.pytorch_picks(
+        return pytorch_pick.pytorch_picks(
             problem, directions, pytorch_pick.default_modes(benchmark_limit), legacy_rows=None,
             device=device, seed=seed, budget_ms=budget_ms, timeout_s=child_timeout_s,
             progress=say)
+
+    if pytorch and engines:  # first: PyTorch's picks seed the engine-config search
+        picks = run_children()
     with torch.cuda.device(device):
         for d in directions:
             say(f"{d}: cudnnFind")
@@ -202,7 +206,7 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
 
                     r.kernels = list(kernels.kernel_names(
                         lambda r=r, p=p, d=d: _native.run_algorithm(d, p, r.algo, r.math_type)))
-            if pytorch:
+            if pytorch and engines:
                 from . import pytorch_pick
 
                 res.pytorch = picks[d]
@@ -220,6 +224,14 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
                     progress=say)
             results.append(res)
             del p, tensors, ref
+    if pytorch and not engines:
+        from . import pytorch_pick
+
+        torch.cuda.empty_cache()  # leave the GPU's memory to the children
+        picks = run_children()
+        for r in results:
+            r.pytorch = picks[r.direction]
+            pytorch_pick.attach_legacy(r.pytorch, [x for x in r.find if x.ok])
     return Exploration(problem=problem, environment=env, directions=results,
                        tool_version=__version__,
                        created=datetime.datetime.now(datetime.timezone.utc).isoformat(

@@ -3,7 +3,7 @@ import pytest
 
 from cudnn_explorer.problem import ConvProblem
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.engines]
 
 
 @pytest.fixture(scope="module")
@@ -11,8 +11,12 @@ def explored():
     import cudnn_explorer
 
     p = ConvProblem.create("8,64,28,28", out_channels=64, dtype="float16", layout="nhwc")
-    return cudnn_explorer.explore(p, budget_ms=10, pytorch=True, engines=True,
-                                  engine_max_per_engine=4, engine_time_budget_s=30)
+    import sys
+
+    return cudnn_explorer.explore(
+        p, budget_ms=10, pytorch=True, engines=True, engine_max_per_engine=4,
+        engine_time_budget_s=30,
+        progress=lambda m: print(f"[engines] {m}", file=sys.stderr, flush=True))
 
 
 def test_engines_enumerated_and_most_configs_accounted_for(explored):

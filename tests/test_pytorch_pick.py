@@ -222,3 +222,13 @@ def test_default_modes():
     assert any(m.legacy for m in pytorch_pick.default_modes())
     assert [m.label for m in pytorch_pick.default_modes(0)][0] == "benchmark, limit 0"
     assert len(pytorch_pick.default_modes(0)) == 4
+
+
+def test_attach_legacy_matches_kernels_and_determinism():
+    rows = _legacy_rows("default_benchmark_legacy.result.json")
+    spec = pytorch_pick.ModeSpec("legacy", "benchmark", legacy=True)
+    picks = _picks("default_benchmark_legacy.result.json", "legacy_api_default.log", spec)
+    assert picks[0].same_kernels_as == [] and picks[0].deterministic is None
+    pytorch_pick.attach_legacy(picks[:1], rows["fwd"])  # picks come in fwd, bwd-data, ...
+    assert picks[0].same_kernels_as == ["IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH)"]
+    assert picks[0].deterministic is True
