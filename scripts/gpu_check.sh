@@ -66,11 +66,11 @@ echo "== main commands"
   done
 } 2>&1 | tee "$LOG/main.txt"
 echo "== engine-config tests (issue 5; opt-in, time-limited; progress in $LOG/engines.txt)"
-CE_RUN_ENGINE_TESTS=1 timeout "${ENGINE_TEST_TIMEOUT:-300}" "$PY" -m pytest -q -rs -s \
+CE_RUN_ENGINE_TESTS=1 timeout "${ENGINE_TEST_TIMEOUT:-600}" "$PY" -m pytest -q -rs -s \
   tests/test_gpu_engines.py > "$LOG/engines.txt" 2>&1
 erc=$?
 tail -5 "$LOG/engines.txt"
-[ "$erc" = 124 ] && echo "engine-config tests: killed after ${ENGINE_TEST_TIMEOUT:-300} s"
+[ "$erc" = 124 ] && echo "engine-config tests: killed after ${ENGINE_TEST_TIMEOUT:-600} s"
 echo "engine-config tests exit status: $erc"
 
 if [ -n "${GPU_CHECK_BENCH:-}" ]; then
