@@ -184,14 +184,15 @@ def _run(argv: Optional[List[str]]) -> int:
         engine_budget = _float(a.engine_budget_s, "--engine-budget-s")
         from . import gpu as ex
 
-        progress = None
-        if a.verbose:
-            def progress(msg):
-                print(f"cudnn_explorer: {msg}", file=sys.stderr, flush=True)
-        elif not a.quiet and sys.stderr.isatty():
-            def progress(msg):
-                sys.stderr.write(f"\r\033[K{msg}")
-                sys.stderr.flush()
+        def plain(msg):
+            print(f"cudnn_explorer: {msg}", file=sys.stderr, flush=True)
+
+        def overwrite(msg):
+            sys.stderr.write(f"\r\033[K{msg}")
+            sys.stderr.flush()
+
+        progress = plain if a.verbose else (
+            overwrite if not a.quiet and sys.stderr.isatty() else None)
         try:
             exp = ex.explore(problem, dirs, device=device, max_workspace_mib=cap, seed=seed,
                              retime=not a.no_retime, budget_ms=budget, flush_l2=a.flush_l2,

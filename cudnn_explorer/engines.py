@@ -190,10 +190,13 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
 
     C = _native.load()
     say = progress or (lambda m: None)
+    t0 = time.perf_counter()
+    say(f"{direction}: building the operation graph")
     search = _native._call(C.EngineSearch, direction, native_problem)
     count = search.engine_count()
     heur: Dict[str, List[Tuple[int, Knobs]]] = {}
     for mode in ("A", "B", "FALLBACK"):
+        say(f"{direction}: heuristic mode {mode} ({time.perf_counter() - t0:.1f} s)")
         heur[mode] = [(r.engine, tuple(sorted((int(k), int(v)) for k, v in r.knobs)))
                       for r in search.heuristics(mode)]
     opt = C.TimingOptions()
@@ -208,7 +211,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             continue
         if tag.operation == OPERATION_OF[direction]:
             pref.append(tag)
-    t0 = time.perf_counter()
+    say(f"{direction}: querying the knobs of {count} engines ({time.perf_counter() - t0:.1f} s)")
     # Plan the work: per engine, the knob configs to try. Then run the preferred ones
     # (PyTorch's and the heuristics') of every engine first, so that a time budget cuts
     # the exhaustive sampling rather than the configs that matter most.
@@ -235,7 +238,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             cfg.status, space.budget_exhausted = "skipped: time budget", True
             space.configs.append(cfg)
             continue
-        say(f"{direction}: engine {e}/{count - 1} {cfg.tag}")
+        say(f"{direction}: engine {e}/{count - 1} {cfg.tag} ({time.perf_counter() - t0:.1f} s)")
         _run_config(search, opt, problem, direction, tensors, ref, cfg, kernels)
         space.configs.append(cfg)
     for r in legacy_rows:

@@ -40,7 +40,7 @@ def gpu_missing_reason():
 
         _native.require_gpu(0)
     except Exception as e:  # noqa: BLE001
-        return f"no usable CUDA GPU: {e}"
+        return str(e)
     return None
 
 
