@@ -22,6 +22,12 @@ BAD = [
     (["--shape", "1,3,8,8", "--max-workspace", "lots"], "--max-workspace 'lots'"),
     (["--shape", "1,3,8,8", "--max-workspace", "-5"], "must be a finite number >= 0"),
     (["--kernel", "3"], "--shape is required"),
+    (["--shape", "1,3,8,8", "--benchmark-limit", "-1"], "--benchmark-limit -1: must be >= 0"),
+    (["--shape", "1,3,8,8", "--benchmark-limit", "ten"], "--benchmark-limit 'ten'"),
+    (["--shape", "1,3,8,8", "--child-timeout", "soon"], "--child-timeout 'soon'"),
+    (["--shape", "1,3,8,8", "--engine-configs", "0"], "--engine-configs 0: must be >= 1"),
+    (["--shape", "1,3,8,8", "--engine-budget-s", "-3"], "--engine-budget-s -3"),
+    (["--shape", "1,3,8,8", "--budget-ms", "fast"], "--budget-ms 'fast'"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["--load", "/nonexistent/x.json"], "--load '/nonexistent/x.json'"),
 ]
