@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Dict, List, Optional
 
-from .analysis import FIND_DISAGREE, NOISY_SPREAD
+from .analysis import FIND_DISAGREE, NOISY_SPREAD, timing_stats
 from .errors import UserError
 from .problem import ConvProblem
 
@@ -58,8 +58,41 @@ def _known(cls, d: dict) -> dict:
     return {k: v for k, v in d.items() if k in names}
 
 
+def _each(convert):
+    return lambda items: [convert(x) for x in items]
+
+
+class _Record:
+    """``from_dict`` for every record: known keys only (newer files may carry more), and
+    the keys named in ``_NESTED`` converted to their own record types."""
+
+    _NESTED: dict = {}
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        kw = _known(cls, d)
+        for key, convert in cls._NESTED.items():
+            if kw.get(key) is not None:
+                kw[key] = convert(kw[key])
+        return cls(**kw)
+
+
+class _Checked:
+    """``correct`` of a record checked against the float64 reference (its fields
+    ``output_finite``, ``max_error`` and ``tolerance``)."""
+
+    @property
+    def correct(self) -> Optional[bool]:
+        """True/False once checked against the reference; None if not checked."""
+        if self.output_finite is False:
+            return False
+        if self.max_error is None or self.tolerance is None:
+            return None
+        return self.max_error <= self.tolerance  # NaN compares False: never correct
+
+
 @dataclass
-class Timing:
+class Timing(_Record):
     """Our steady-state re-timing of one row (all times in ms per launch).
 
     ``method``: "graph" (events around replays of a CUDA graph of
@@ -83,12 +116,18 @@ class Timing:
         return self.spread > NOISY_SPREAD
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Timing":
-        return cls(**_known(cls, d))
+    def from_samples(cls, per_launch_ms, launches_per_sample: int, method: str,
+                     warmup_launches: int = 0, note: str = "") -> "Timing":
+        """Statistics (analysis.timing_stats) of per-launch samples in ms."""
+        st = timing_stats(per_launch_ms)
+        return cls(median_ms=st["median_ms"], p25_ms=st["p25_ms"], p75_ms=st["p75_ms"],
+                   min_ms=st["min_ms"], samples=st["samples"],
+                   launches_per_sample=launches_per_sample, method=method,
+                   spread=st["spread"], warmup_launches=warmup_launches, note=note)
 
 
 @dataclass
-class EngineConfig:
+class EngineConfig(_Checked, _Record):
     """One cuDNN 9 engine config (an engine and its knob choices), built and timed by us.
 
     ``tag`` uses cudnn-frontend's/PyTorch's format, e.g. ``ConvFwd_eng46_k2=4_k5=2_k14=3``.
@@ -115,33 +154,19 @@ class EngineConfig:
     kernels: Optional[List[str]] = None
     heuristic_ranks: Dict[str, int] = field(default_factory=dict)
     allowed: bool = True
+    _NESTED = {"timing": Timing.from_dict}
 
     @property
     def ok(self) -> bool:
         return self.status == "OK"
 
     @property
-    def correct(self) -> Optional[bool]:
-        if self.output_finite is False:
-            return False
-        if self.max_error is None or self.tolerance is None:
-            return None
-        return self.max_error <= self.tolerance
-
-    @property
     def time(self) -> Optional[float]:
         return self.timing.median_ms if self.timing is not None else None
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "EngineConfig":
-        kw = _known(cls, d)
-        if kw.get("timing") is not None:
-            kw["timing"] = Timing.from_dict(kw["timing"])
-        return cls(**kw)
-
 
 @dataclass
-class EngineSpace:
+class EngineSpace(_Record):
     """Every engine of one direction's operation graph and the configs we tried.
 
     ``engines``: per engine {engine, status, knobs: [[type, min, max, stride]],
@@ -156,6 +181,7 @@ class EngineSpace:
     time_budget_s: Optional[float] = None
     budget_exhausted: bool = False
     legacy_map: Dict[str, List[str]] = field(default_factory=dict)  # "ALGO (MATH)" -> tags
+    _NESTED = {"configs": _each(EngineConfig.from_dict)}
 
     def ranked(self) -> List[EngineConfig]:
         good = [c for c in self.configs if c.ok and c.time is not None and c.correct is not False]
@@ -168,15 +194,10 @@ class EngineSpace:
     def config(self, tag: str) -> Optional[EngineConfig]:
         return next((c for c in self.configs if c.tag == tag), None)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "EngineSpace":
-        kw = _known(cls, d)
-        kw["configs"] = [EngineConfig.from_dict(c) for c in d.get("configs", [])]
-        return cls(**kw)
 
 
 @dataclass
-class PyTorchPick:
+class PyTorchPick(_Record):
     """What PyTorch itself ran for one direction in one mode, measured in a fresh child
     process (times in ms, memory in bytes).
 
@@ -208,6 +229,7 @@ class PyTorchPick:
     legacy_algo: Optional[str] = None
     deterministic: Optional[bool] = None
     same_kernels_as: List[str] = field(default_factory=list)
+    _NESTED = {"steady": Timing.from_dict}
 
     @property
     def ok(self) -> bool:
@@ -216,16 +238,10 @@ class PyTorchPick:
     def largest_candidate(self) -> Optional[dict]:
         return max(self.candidates, key=lambda c: c.get("workspace_bytes", 0), default=None)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "PyTorchPick":
-        kw = _known(cls, d)
-        if kw.get("steady") is not None:
-            kw["steady"] = Timing.from_dict(kw["steady"])
-        return cls(**kw)
 
 
 @dataclass
-class AlgoResult:
+class AlgoResult(_Checked, _Record):
     """One (algorithm, math type) row from cudnnFind*Ex or cudnnGet*_v7.
 
     ``time_ms``: cudnnFind's own single measurement in milliseconds (None for heuristic
@@ -250,19 +266,11 @@ class AlgoResult:
     peak_tflops: Optional[float] = None  # arithmetic ceiling for this dtype and math type
     peak_unit: str = ""
     kernels: Optional[List[str]] = None  # GPU kernels one launch runs (torch.profiler)
+    _NESTED = {"timing": Timing.from_dict}
 
     @property
     def ok(self) -> bool:
         return self.status == SUCCESS
-
-    @property
-    def correct(self) -> Optional[bool]:
-        """True/False once checked against the reference; None if not checked."""
-        if self.output_finite is False:
-            return False
-        if self.max_error is None or self.tolerance is None:
-            return None
-        return self.max_error <= self.tolerance  # NaN compares False: never correct
 
     @property
     def time(self) -> Optional[float]:
@@ -285,16 +293,10 @@ class AlgoResult:
     def key(self):
         return (self.algo, self.math_type)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "AlgoResult":
-        kw = _known(cls, d)
-        if kw.get("timing") is not None:
-            kw["timing"] = Timing.from_dict(kw["timing"])
-        return cls(**kw)
 
 
 @dataclass
-class WorkspaceEntry:
+class WorkspaceEntry(_Record):
     """cudnnGet*WorkspaceSize for one (algorithm, math type); bytes None if it failed."""
 
     algo: int
@@ -303,13 +305,10 @@ class WorkspaceEntry:
     status: str
     bytes: Optional[int]
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "WorkspaceEntry":
-        return cls(**_known(cls, d))
 
 
 @dataclass
-class DirectionResult:
+class DirectionResult(_Record):
     """Everything the legacy API says about one direction of the problem."""
 
     direction: str                   # fwd | bwd-data | bwd-filter
@@ -388,20 +387,18 @@ class DirectionResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    _NESTED = {"find": _each(AlgoResult.from_dict), "heuristics": _each(AlgoResult.from_dict),
+               "workspace": _each(WorkspaceEntry.from_dict),
+               "pytorch": _each(PyTorchPick.from_dict), "engines": EngineSpace.from_dict}
+
     @classmethod
     def from_dict(cls, d: dict) -> "DirectionResult":
-        kw = _known(cls, d)
-        kw["find"] = [AlgoResult.from_dict(r) for r in d.get("find", [])]
-        kw["heuristics"] = [AlgoResult.from_dict(r) for r in d.get("heuristics", [])]
-        kw["workspace"] = [WorkspaceEntry.from_dict(r) for r in d.get("workspace", [])]
-        kw["pytorch"] = [PyTorchPick.from_dict(p) for p in d.get("pytorch", [])]
-        if d.get("engines") is not None:
-            kw["engines"] = EngineSpace.from_dict(d["engines"])
-        return cls(**kw)
+        # find, heuristics and workspace are required fields: absent lists load as empty.
+        return super().from_dict({"find": [], "heuristics": [], "workspace": [], **d})
 
 
 @dataclass
-class Environment:
+class Environment(_Record):
     """Where the numbers were measured. Versions are cuDNN-style integers as strings
     (e.g. cuDNN 91900 = 9.19.0; CUDA 13000 = 13.0)."""
 
@@ -419,9 +416,6 @@ class Environment:
     hostname: str = ""
     extra: Dict[str, str] = field(default_factory=dict)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "Environment":
-        return cls(**_known(cls, d))
 
     def describe(self) -> str:
         return (
@@ -453,7 +447,7 @@ def fmt_cuda(v: str) -> str:
 
 
 @dataclass
-class Measurement:
+class Measurement(_Record):
     """How the rows were re-timed and checked (None fields: not done)."""
 
     retimed: bool = False
@@ -464,9 +458,6 @@ class Measurement:
     peak_source: str = ""
     bandwidth_gbs: Optional[float] = None
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "Measurement":
-        return cls(**_known(cls, d))
 
 
 @dataclass
