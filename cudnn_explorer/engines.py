@@ -10,9 +10,8 @@ import math
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import analysis
 from .logs import EngineTag, format_tag, parse_tag
-from .records import MIB, DirectionResult, EngineConfig, EngineSpace, Timing
+from .records import MIB, DirectionResult, EngineConfig, EngineSpace
 
 __all__ = ["OPERATION_OF", "knob_values", "space_size", "sample_configs", "config_tag",
            "allowed_by_pytorch", "summary_lines", "explore_engines"]
@@ -155,23 +154,13 @@ def _run_config(search, opt, problem, direction, tensors, ref, cfg: EngineConfig
     cfg.build_ms = res.build_ms
     cfg.allowed = allowed_by_pytorch(cfg.numeric_notes, problem.dtype, problem.tf32)
     if res.timed:
-        st = analysis.timing_stats(res.timing.per_launch_ms)
-        cfg.timing = Timing(median_ms=st["median_ms"], p25_ms=st["p25_ms"], p75_ms=st["p75_ms"],
-                            min_ms=st["min_ms"], samples=st["samples"],
-                            launches_per_sample=res.timing.launches_per_sample,
-                            method=res.timing.method, spread=st["spread"],
-                            warmup_launches=res.timing.warmup_launches, note=res.timing.note)
+        cfg.timing = gpu.timing_from_native(res.timing)
     if res.status == "OK" and ref is not None:
-        out = tensors[out_name]
-        got = out.squeeze(2) if problem.spatial_dims == 1 else out
-        err = gpu.max_error(got, ref)
         # TENSOR_CORE configs on float32 use TF32: hold them to the TF32 bound.
         math_type = ("FMA_MATH" if problem.dtype == "float32"
                      and "TENSOR_CORE" not in cfg.numeric_notes and not problem.tf32
                      else "DEFAULT_MATH")
-        cfg.tolerance = analysis.tolerance(problem.dtype, math_type)
-        cfg.output_finite = math.isfinite(err)
-        cfg.max_error = err if cfg.output_finite else None
+        gpu.check_output(problem, cfg, tensors[out_name], ref, math_type)
     if res.status == "OK" and kernels:
         cfg.kernels = list(kn.kernel_names(lambda i=res.plan_index: search.execute(i)))
 

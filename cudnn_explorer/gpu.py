@@ -30,11 +30,13 @@ def _torch_dtype(torch, name: str):
             "float64": torch.float64}[name]
 
 
-def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: int = 0):
+def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: int = 0,
+                 poison: bool = True):
     """Fresh tensors for one direction, as cuDNN sees them (1-D problems viewed as 2-D
     with H = 1), in the problem's dtype and layout: random inputs (inputs ~ N(0, 1),
     weight ~ N(0, 1/fan_in)) and the output filled with NaN so that an unwritten
-    element cannot pass a check. Returns {'x', 'w', 'y'}."""
+    element cannot pass a check (random too with ``poison=False``, for callers such as
+    PyTorch's own backward call that read all three). Returns {'x', 'w', 'y'}."""
     torch = _native.require_gpu(device)
     dt = _torch_dtype(torch, problem.dtype)
     dev = torch.device("cuda", device)
@@ -47,7 +49,7 @@ def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: in
     t = {}
     try:
         for name in ("x", "w", "y"):
-            if name == out_name:
+            if name == out_name and poison:
                 t[name] = torch.full(shapes[name], float("nan"), dtype=dt, device=dev)
             else:
                 v = torch.randn(shapes[name], generator=gen, device=dev, dtype=torch.float32)
@@ -152,7 +154,7 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
         raise MissingDependencyError(
             "this build of cudnn_explorer._C has no cudnn-frontend, so it cannot list engine "
             f"configs; pip install nvidia-cudnn-frontend, then rebuild: {_native.BUILD_HINT} "
-            "(or run with --no-engines)")
+            "(or run without --engines)")
     say = progress or (lambda msg: None)
     cap = None if max_workspace_mib is None else int(max_workspace_mib * MIB)
     env = environment(device)
@@ -247,19 +249,30 @@ def _measure_row(problem, direction, p, tensors, r: AlgoResult, ref, retime, bud
     if retime:
         t = _native.time_algorithm(direction, p, r.algo, r.math_type, budget_ms, flush_l2,
                                    graph)
-        st = analysis.timing_stats(t.per_launch_ms)
-        r.timing = Timing(median_ms=st["median_ms"], p25_ms=st["p25_ms"], p75_ms=st["p75_ms"],
-                          min_ms=st["min_ms"], samples=st["samples"],
-                          launches_per_sample=t.launches_per_sample, method=t.method,
-                          spread=st["spread"], warmup_launches=t.warmup_launches, note=t.note)
+        r.timing = timing_from_native(t)
     elif ref is not None:
         _native.run_algorithm(direction, p, r.algo, r.math_type)
     if ref is not None:
-        got = out.squeeze(2) if problem.spatial_dims == 1 else out
-        r.tolerance = analysis.tolerance(problem.dtype, r.math_type)
-        err = max_error(got, ref)
-        r.output_finite = math.isfinite(err)
-        r.max_error = err if r.output_finite else None
+        check_output(problem, r, out, ref, r.math_type)
+
+
+def timing_from_native(t) -> Timing:
+    """Timing record of a native TimingResult."""
+    return Timing.from_samples(t.per_launch_ms, t.launches_per_sample, t.method,
+                               t.warmup_launches, t.note)
+
+
+def problem_view(problem: ConvProblem, t):
+    """A tensor as cuDNN sees it (1-D problems as N,C,1,L) back in the problem's shape."""
+    return t.squeeze(2) if problem.spatial_dims == 1 else t
+
+
+def check_output(problem: ConvProblem, record, out, ref, math_type: str) -> None:
+    """Set ``record``'s max_error, tolerance and output_finite from ``out`` vs ``ref``."""
+    record.tolerance = analysis.tolerance(problem.dtype, math_type)
+    err = max_error(problem_view(problem, out), ref)
+    record.output_finite = math.isfinite(err)
+    record.max_error = err if record.output_finite else None
 
 
 def max_error(out, ref) -> float:
@@ -285,10 +298,7 @@ def run_algorithm(problem: ConvProblem, direction: str, algo: int, math_type: st
     tensors[out].fill_(float("nan"))
     p = native_problem(problem, tensors)
     _native.run_algorithm(direction, p, algo, math_type)
-    result = tensors[out]
-    if problem.spatial_dims == 1:
-        result = result.squeeze(2)
-    return tensors, result
+    return tensors, problem_view(problem, tensors[out])
 
 
 def reference(problem: ConvProblem, direction: str, tensors: Dict):
@@ -298,8 +308,7 @@ def reference(problem: ConvProblem, direction: str, tensors: Dict):
     import torch.nn.functional as F
 
     nsp = problem.spatial_dims
-    sq = (lambda t: t.squeeze(2)) if nsp == 1 else (lambda t: t)
-    x, w, y = (sq(tensors[k]).double().contiguous() for k in ("x", "w", "y"))
+    x, w, y = (problem_view(problem, tensors[k]).double().contiguous() for k in ("x", "w", "y"))
     kw = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation,
               groups=problem.groups)
     conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nsp]

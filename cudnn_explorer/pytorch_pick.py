@@ -119,13 +119,6 @@ def run_child(problem: ConvProblem, directions: Iterable[str], spec: ModeSpec,
         return result
 
 
-def _timing(d: dict) -> Timing:
-    return Timing(median_ms=d["median_ms"], p25_ms=d["p25_ms"], p75_ms=d["p75_ms"],
-                  min_ms=d["min_ms"], samples=d["samples"],
-                  launches_per_sample=d["launches_per_sample"], method=d["method"],
-                  spread=d["spread"], note=d.get("note", ""))
-
-
 def picks_from_result(spec: ModeSpec, result: dict,
                       legacy_rows: Optional[dict] = None) -> List[PyTorchPick]:
     """Turn one child's result (and its log) into one PyTorchPick per direction.
@@ -143,7 +136,7 @@ def picks_from_result(spec: ModeSpec, result: dict,
                         first_call_ms=dres["first_call_ms"],
                         first_peak_alloc_bytes=dres["first_peak_alloc_bytes"],
                         first_reserved_growth_bytes=dres["first_reserved_growth_bytes"],
-                        steady=_timing(dres["steady"]),
+                        steady=Timing.from_dict(dres["steady"]),
                         steady_peak_alloc_bytes=dres["steady_peak_alloc_bytes"],
                         kernels=list(dres["kernels"]))
         if spec.legacy:

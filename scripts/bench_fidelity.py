@@ -22,6 +22,8 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from cudnn_explorer import ConvProblem, gpu, kernels, timing  # noqa: E402
 from cudnn_explorer import _native  # noqa: E402
+from cudnn_explorer.analysis import timing_stats  # noqa: E402
+from cudnn_explorer.child import torch_call  # noqa: E402
 
 # (name, shape, out_channels, kernel, stride, dtype, tf32, layout)
 LAYERS = [
@@ -35,18 +37,6 @@ LAYERS = [
 MODES = [("fp32 TF32", "float32", True, "nchw"), ("fp32 strict", "float32", False, "nchw"),
          ("fp16 NHWC", "float16", None, "nhwc")]
 DIRECTIONS = ("fwd", "bwd-data", "bwd-filter")
-
-
-def torch_call(p: ConvProblem, direction: str, t: dict):
-    x, w, y = t["x"], t["w"], t["y"]
-    kw = dict(stride=list(p.stride), padding=list(p.padding), dilation=list(p.dilation),
-              groups=p.groups)
-    if direction == "fwd":
-        return lambda: torch.nn.functional.conv2d(x, w, None, **kw)
-    mask = [True, False, False] if direction == "bwd-data" else [False, True, False]
-    return lambda: torch.ops.aten.convolution_backward(
-        y, x, w, None, kw["stride"], kw["padding"], kw["dilation"], False, [0, 0], p.groups,
-        mask)
 
 
 def main():
@@ -67,10 +57,7 @@ def main():
         torch.backends.cudnn.allow_tf32 = bool(tf32) if dtype == "float32" else True
         p = ConvProblem.create(shape, out_channels=k, kernel=ks, stride=s, dtype=dtype,
                                tf32=tf32, layout=layout)
-        t = gpu.make_tensors(p, d)
-        for key in ("x", "w", "y"):  # PyTorch reads all three; no NaN anywhere
-            if torch.isnan(t[key]).any():
-                t[key].normal_()
+        t = gpu.make_tensors(p, d, poison=False)  # PyTorch reads all three tensors
         call = torch_call(p, d, t)
         theirs = kernels.kernel_names(call)
         exp = gpu.explore(p, [d], retime=False, check=False)
@@ -95,7 +82,6 @@ def main():
         mine, pt = [], []
         for _ in range(2):
             tm = _native.time_algorithm(d, np_, match.algo, match.math_type, a.budget_ms / 2)
-            from cudnn_explorer.analysis import timing_stats
             mine.append(timing_stats(tm.per_launch_ms)["median_ms"])
             pt.append(timing.time_callable(call, budget_ms=a.budget_ms / 2)["median_ms"])
         ours_ms, torch_ms = sorted(mine)[0], sorted(pt)[0]
