@@ -10,6 +10,7 @@ import math
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .kernels import same_kernels
 from .logs import EngineTag, format_tag, parse_tag
 from .records import MIB, DirectionResult, EngineConfig, EngineSpace
 
@@ -232,7 +233,6 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         space.configs.append(cfg)
     for r in legacy_rows:
         if r.kernels:
-            want = tuple(sorted(r.kernels))
             space.legacy_map[f"{r.algo_name} ({r.math_type})"] = [
-                c.tag for c in space.configs if c.kernels and tuple(sorted(c.kernels)) == want]
+                c.tag for c in space.configs if same_kernels(c.kernels, r.kernels)]
     return space

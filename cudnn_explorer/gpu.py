@@ -172,8 +172,7 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
         from . import pytorch_pick
 
         return pytorch_pick.pytorch_picks(
-            problem, directions, pytorch_pick.default_modes(benchmark_limit), legacy_rows=None,
-            device=device, seed=seed, budget_ms=budget_ms, timeout_s=child_timeout_s,
+            problem, directions, pytorch_pick.default_modes(benchmark_limit), device=device, seed=seed, budget_ms=budget_ms, timeout_s=child_timeout_s,
             progress=say)
 
     if pytorch and engines:  # first: PyTorch's picks seed the engine-config search

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable, List, Optional
 
 from . import logs
+from .kernels import same_kernels
 from .errors import ExplorerError
 from .problem import ConvProblem
 from .records import AlgoResult, PyTorchPick, Timing
@@ -119,10 +120,9 @@ def run_child(problem: ConvProblem, directions: Iterable[str], spec: ModeSpec,
         return result
 
 
-def picks_from_result(spec: ModeSpec, result: dict,
-                      legacy_rows: Optional[dict] = None) -> List[PyTorchPick]:
-    """Turn one child's result (and its log) into one PyTorchPick per direction.
-    ``legacy_rows``: {direction: [AlgoResult]} to match kernels and determinism against."""
+def picks_from_result(spec: ModeSpec, result: dict) -> List[PyTorchPick]:
+    """Turn one child's result (and its log) into one PyTorchPick per direction, in the
+    result's order. attach_legacy adds what needs our legacy rows."""
     text = result.get("log_text", "")
     limit = result.get("settings", {}).get("benchmark_limit")
     searches = [] if spec.legacy else logs.parse_frontend_log(text)
@@ -146,9 +146,6 @@ def picks_from_result(spec: ModeSpec, result: dict,
             else:
                 p.legacy_algo = f"{c.algo_name} ({c.math_type})"
                 p.plan_workspace_bytes = c.workspace_bytes
-                row = next((r for r in (legacy_rows or {}).get(d, [])
-                            if r.algo == c.algo and r.math_type == c.math_type), None)
-                p.deterministic = row.deterministic if row else None
         else:
             # The searches of this direction; the one written during the first call is the
             # one that chose (later calls hit PyTorch's cache and log no search).
@@ -173,8 +170,6 @@ def picks_from_result(spec: ModeSpec, result: dict,
                     p.deterministic = w.deterministic
                 elif s.winner is None:
                     p.error = "the log shows no plan that ran"
-        if legacy_rows:
-            p.same_kernels_as = match_kernels(p.kernels, legacy_rows.get(d, []))
         picks.append(p)
     return picks
 
@@ -192,14 +187,12 @@ def attach_legacy(picks: List[PyTorchPick], rows: List[AlgoResult]) -> None:
 
 def match_kernels(kernels: List[str], rows: List[AlgoResult]) -> List[str]:
     """Our legacy rows whose launch runs exactly ``kernels``, as "ALGO (MATH)"."""
-    want = tuple(sorted(kernels))
     return [f"{r.algo_name} ({r.math_type})" for r in rows
-            if r.kernels is not None and tuple(sorted(r.kernels)) == want and want]
+            if same_kernels(r.kernels, kernels)]
 
 
 def pytorch_picks(problem: ConvProblem, directions: Iterable[str],
-                  modes: Optional[List[ModeSpec]] = None, legacy_rows: Optional[dict] = None,
-                  device: int = 0, seed: int = 0, budget_ms: float = 100.0,
+                  modes: Optional[List[ModeSpec]] = None, device: int = 0, seed: int = 0, budget_ms: float = 100.0,
                   timeout_s: float = 300.0, progress=None,
                   child_module: str = "cudnn_explorer.child") -> dict:
     """{direction: [PyTorchPick per mode]}. A mode whose child fails gets one PyTorchPick
@@ -213,7 +206,7 @@ def pytorch_picks(problem: ConvProblem, directions: Iterable[str],
             res = run_child(problem, directions, spec, device, seed, budget_ms, timeout_s,
                             child_module=child_module)
             for d, p in zip([x["direction"] for x in res["directions"]],
-                            picks_from_result(spec, res, legacy_rows)):
+                            picks_from_result(spec, res)):
                 out[d].append(p)
         except ChildError as e:
             for d in directions:

@@ -114,7 +114,11 @@ def _legacy_rows(result_file):
 def _picks(mode_file, log_file, spec, rows=None):
     res = json.loads(fixture(mode_file))
     res["log_text"] = fixture(log_file)
-    return pytorch_pick.picks_from_result(spec, res, rows)
+    picks = pytorch_pick.picks_from_result(spec, res)
+    for d, p in zip((x["direction"] for x in res["directions"]), picks):
+        if rows:
+            pytorch_pick.attach_legacy([p], rows.get(d, []))
+    return picks
 
 
 def test_picks_from_engine_log_and_child_result():
