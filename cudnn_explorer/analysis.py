@@ -20,22 +20,16 @@ FIND_DISAGREE = 0.20  # |Find / re-timed median - 1| above this flags the row
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
-def _quantile(sorted_v: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile (numpy's default) of sorted values."""
-    if not sorted_v:
-        raise ValueError("no samples")
-    pos = (len(sorted_v) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_v[lo] + (sorted_v[hi] - sorted_v[lo]) * (pos - lo)
-
-
 def timing_stats(samples_ms: Sequence[float]) -> dict:
     """median, p25, p75, min (ms), n and spread = IQR / median of per-launch samples."""
-    v = sorted(float(x) for x in samples_ms)
-    med = _quantile(v, 0.5)
-    p25, p75 = _quantile(v, 0.25), _quantile(v, 0.75)
-    return {"median_ms": med, "p25_ms": p25, "p75_ms": p75, "min_ms": v[0], "samples": len(v),
-            "spread": (p75 - p25) / med if med > 0 else float("inf")}
+    import numpy as np  # lazily: importing the package stays lean
+
+    if len(samples_ms) == 0:
+        raise ValueError("no samples")
+    v = np.asarray(samples_ms, dtype=float)
+    p25, med, p75 = (float(x) for x in np.percentile(v, [25, 50, 75]))
+    return {"median_ms": med, "p25_ms": p25, "p75_ms": p75, "min_ms": float(v.min()),
+            "samples": int(v.size), "spread": (p75 - p25) / med if med > 0 else float("inf")}
 
 
 def flops(p: ConvProblem, direction: str) -> int:

@@ -7,18 +7,9 @@ from typing import List, Optional
 from tabulate import tabulate
 
 from .records import MIB, AlgoResult, DirectionResult, PyTorchPick
+from .render import fmt_mib, fmt_ms
 
 __all__ = ["render_pytorch", "pareto_frontier", "verdicts"]
-
-
-def _mib(b: Optional[int]) -> str:
-    if b is None:
-        return "-"
-    return "<0.01" if 0 < b < 0.005 * MIB else f"{b / MIB:.2f}"
-
-
-def _ms(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.4f}"
 
 
 def pareto_frontier(rows: List[AlgoResult]) -> List[AlgoResult]:
@@ -104,7 +95,7 @@ def verdicts(d: DirectionResult) -> List[str]:
         fast = front[-1]
         for r in front[:-1]:
             nxt = front[front.index(r) + 1]
-            out.append(f"a workspace cap below {_mib(nxt.workspace_bytes)} MiB costs "
+            out.append(f"a workspace cap below {fmt_mib(nxt.workspace_bytes)} MiB costs "
                        f"+{100 * (r.timing.median_ms / fast.timing.median_ms - 1):.0f}% "
                        f"(best then: {r.algo_name} ({r.math_type}), "
                        f"{r.timing.median_ms:.4f} ms)")
@@ -134,21 +125,21 @@ def render_pytorch(d: DirectionResult) -> str:
         what = p.engine_tag or p.legacy_algo or "?"
         if p.api == "engine" and p.mode == "benchmark":
             what += f" (fastest of {len(p.timed)} timed / {len(p.candidates)} candidates)"
-        rows.append([f"PyTorch: {p.label}", what, _ms(p.steady.median_ms),
-                     gap(p.steady.median_ms), _mib(p.plan_workspace_bytes),
+        rows.append([f"PyTorch: {p.label}", what, fmt_ms(p.steady.median_ms),
+                     gap(p.steady.median_ms), fmt_mib(p.plan_workspace_bytes),
                      {None: "?", True: "yes", False: "no"}[p.deterministic],
-                     f"{p.first_call_ms:.1f}", _mib(p.first_peak_alloc_bytes),
-                     _mib(p.steady_peak_alloc_bytes), ", ".join(p.same_kernels_as) or "none"])
+                     f"{p.first_call_ms:.1f}", fmt_mib(p.first_peak_alloc_bytes),
+                     fmt_mib(p.steady_peak_alloc_bytes), ", ".join(p.same_kernels_as) or "none"])
     if best is not None and best.timing is not None:
         rows.append(["best legacy algorithm (ours)", f"{best.algo_name} ({best.math_type})",
-                     _ms(best.timing.median_ms), gap(best.timing.median_ms),
-                     _mib(best.workspace_bytes), "yes" if best.deterministic else "no", "-", "-",
+                     fmt_ms(best.timing.median_ms), gap(best.timing.median_ms),
+                     fmt_mib(best.workspace_bytes), "yes" if best.deterministic else "no", "-", "-",
                      "-", "-"])
     det = [r for r in d.ranked() if d.rankable(r) and r.deterministic and r.timing]
     if det and det[0] is not best:
         r = det[0]
         rows.append(["best deterministic legacy (ours)", f"{r.algo_name} ({r.math_type})",
-                     _ms(r.timing.median_ms), gap(r.timing.median_ms), _mib(r.workspace_bytes),
+                     fmt_ms(r.timing.median_ms), gap(r.timing.median_ms), fmt_mib(r.workspace_bytes),
                      "yes", "-", "-", "-", "-"])
     lines = ["   PyTorch's own choice, each mode in a fresh process (steady-state ms per call, "
              "same timing method; memory: peak allocated above the inputs, output included):"]
@@ -160,7 +151,7 @@ def render_pytorch(d: DirectionResult) -> str:
     front = pareto_frontier(d.find)
     if front:
         lines.append("   time vs workspace, legacy (Pareto frontier): " + "; ".join(
-            f"{_mib(r.workspace_bytes)} MiB -> {r.algo_name} ({r.math_type}) "
+            f"{fmt_mib(r.workspace_bytes)} MiB -> {r.algo_name} ({r.math_type}) "
             f"{r.timing.median_ms:.4f} ms" for r in front))
     lines += [f"   - {v}" for v in verdicts(d)]
     return "\n".join(lines)
