@@ -28,26 +28,12 @@ class Graph : public fe::graph::Graph {
   }
 };
 
-std::string note_name(fe::NumericalNote_t n) {
-  switch (n) {
-    case fe::NumericalNote_t::TENSOR_CORE: return "TENSOR_CORE";
-    case fe::NumericalNote_t::DOWN_CONVERT_INPUTS: return "DOWN_CONVERT_INPUTS";
-    case fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION: return "REDUCED_PRECISION_REDUCTION";
-    case fe::NumericalNote_t::FFT: return "FFT";
-    case fe::NumericalNote_t::NONDETERMINISTIC: return "NONDETERMINISTIC";
-    case fe::NumericalNote_t::WINOGRAD: return "WINOGRAD";
-    case fe::NumericalNote_t::WINOGRAD_TILE_4x4: return "WINOGRAD_TILE_4x4";
-    case fe::NumericalNote_t::WINOGRAD_TILE_6x6: return "WINOGRAD_TILE_6x6";
-    case fe::NumericalNote_t::WINOGRAD_TILE_13x13: return "WINOGRAD_TILE_13x13";
-    case fe::NumericalNote_t::STRICT_NAN_PROP: return "STRICT_NAN_PROP";
-    default: return "NOTE_" + std::to_string(static_cast<int>(n));
-  }
-}
-
-std::string behavior_name(fe::BehaviorNote_t n) {
-  nlohmann::json j = n;  // the frontend's own enum <-> string table
-  std::string s = j.is_string() ? j.get<std::string>() : std::to_string(static_cast<int>(n));
-  return s;
+// A frontend enum's name from cudnn-frontend's own enum <-> string table (the names it
+// logs, e.g. "TENSOR_CORE", "RUNTIME_COMPILATION"); its number if the table lacks it.
+template <typename Enum>
+std::string fe_name(Enum n) {
+  nlohmann::json j = n;
+  return j.is_string() ? j.get<std::string>() : std::to_string(static_cast<int>(n));
 }
 
 fe::DataType_t fe_type(cudnnDataType_t t) {
@@ -77,6 +63,17 @@ struct EngineSearch::Impl {
   std::unique_ptr<Graph> graph;
   std::unordered_map<int64_t, void*> pack;
   std::string ctx;
+
+  // The workspace plan ``idx`` asks for, from PyTorch's caching allocator; the error of
+  // the query when it fails (then ``bytes`` is left unchanged).
+  fe::error_t workspace(int64_t idx, int64_t* bytes, c10::DataPtr* ws) const {
+    auto st = graph->get_workspace_size_plan_at_index(idx, *bytes);
+    if (st.is_good()) {
+      *ws = c10::cuda::CUDACachingAllocator::get()->allocate(
+          static_cast<size_t>(std::max<int64_t>(*bytes, 0)));
+    }
+    return st;
+  }
 
   std::unique_ptr<Graph> make_graph() const {
     auto g = std::make_unique<Graph>();
@@ -157,11 +154,11 @@ EngineInfo EngineSearch::engine_info(int64_t engine) {
 }
 
 std::vector<ConfigRef> EngineSearch::heuristics(const std::string& mode) {
-  fe::HeurMode_t m = mode == "A"   ? fe::HeurMode_t::A
-                     : mode == "B" ? fe::HeurMode_t::B
-                                   : fe::HeurMode_t::FALLBACK;
   TORCH_CHECK_VALUE(mode == "A" || mode == "B" || mode == "FALLBACK",
                     "heuristic mode must be A, B or FALLBACK, not ", mode);
+  const fe::HeurMode_t m = mode == "A"   ? fe::HeurMode_t::A
+                           : mode == "B" ? fe::HeurMode_t::B
+                                         : fe::HeurMode_t::FALLBACK;
   auto g = impl_->make_graph();  // a fresh graph: its plan list holds only this mode's
   std::vector<ConfigRef> out;
   if (!g->create_execution_plans({m}).is_good()) return out;
@@ -197,11 +194,11 @@ ConfigResult EngineSearch::run(int64_t engine, const Knobs& knobs, bool time,
   r.plan_index = idx;
   I.graph->get_plan_name_at_index(idx, r.name);
   for (auto n : I.graph->numeric_notes_at(idx)) {
-    if (n != fe::NumericalNote_t::NOT_SET) r.numeric_notes.push_back(note_name(n));
+    if (n != fe::NumericalNote_t::NOT_SET) r.numeric_notes.push_back(fe_name(n));
   }
   std::vector<fe::BehaviorNote_t> bn;
   if (I.graph->get_behavior_notes_for_plan_at_index(idx, bn).is_good()) {
-    for (auto n : bn) r.behavior_notes.push_back(behavior_name(n));
+    for (auto n : bn) r.behavior_notes.push_back(fe_name(n));
   }
   const auto t0 = std::chrono::steady_clock::now();
   st = I.graph->build_plan_at_index(I.h, idx);
@@ -213,15 +210,14 @@ ConfigResult EngineSearch::run(int64_t engine, const Knobs& knobs, bool time,
     return r;
   }
   int64_t ws_bytes = 0;
-  st = I.graph->get_workspace_size_plan_at_index(idx, ws_bytes);
+  c10::DataPtr ws;
+  st = I.workspace(idx, &ws_bytes, &ws);
   if (!st.is_good()) {
     r.status = "workspace query failed";
     r.message = err(st);
     return r;
   }
   r.workspace_bytes = ws_bytes;
-  c10::DataPtr ws = c10::cuda::CUDACachingAllocator::get()->allocate(
-      static_cast<size_t>(std::max<int64_t>(ws_bytes, 0)));
   void* wsp = ws.get();
   std::string last;
   Graph* g = I.graph.get();
@@ -257,10 +253,9 @@ void EngineSearch::execute(int64_t plan_index) {
   Impl& I = *impl_;
   c10::cuda::CUDAGuard guard(I.p.x().device());
   int64_t ws_bytes = 0;
-  auto st = I.graph->get_workspace_size_plan_at_index(plan_index, ws_bytes);
+  c10::DataPtr ws;
+  auto st = I.workspace(plan_index, &ws_bytes, &ws);
   TORCH_CHECK(st.is_good(), "plan ", plan_index, ": ", err(st));
-  c10::DataPtr ws = c10::cuda::CUDACachingAllocator::get()->allocate(
-      static_cast<size_t>(std::max<int64_t>(ws_bytes, 0)));
   st = I.graph->execute_plan_at_index(current_handle(), I.pack, ws.get(), plan_index);
   TORCH_CHECK(st.is_good(), "executing plan ", plan_index, " failed: ", err(st));
 }
