@@ -13,7 +13,8 @@ import re
 from .errors import CudnnError, MissingDependencyError, UserError
 
 __all__ = ["load", "require_gpu", "build_info", "runtime_info", "Problem", "find_algorithms",
-           "workspace_size", "run_algorithm", "time_algorithm"]
+           "workspace_size", "run_algorithm", "time_algorithm", "timing_options",
+           "frontend_available", "engine_search"]
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_HINT = f"pip install --no-build-isolation --no-deps -e {_REPO}"
@@ -117,13 +118,29 @@ def run_algorithm(direction: str, problem, algo: int, math_type: str) -> None:
     _call(load().run_algorithm, direction, problem, int(algo), math_type)
 
 
-def time_algorithm(direction: str, problem, algo: int, math_type: str, budget_ms: float = 100.0,
-                   flush_l2: bool = False, graph: bool = True, warmup_ms: float = 10.0):
-    """Native TimingResult: steady-state per-launch samples in ms (see csrc/timing.h)."""
-    C = load()
-    opt = C.TimingOptions()
+def timing_options(budget_ms: float = 100.0, flush_l2: bool = False, graph: bool = True,
+                   warmup_ms: float = 10.0):
+    """Native TimingOptions (see csrc/timing.h): sampling budget and warm-up in ms."""
+    opt = load().TimingOptions()
     opt.budget_ms = float(budget_ms)
     opt.flush_l2 = bool(flush_l2)
     opt.use_graph = bool(graph)
     opt.warmup_ms = float(warmup_ms)
-    return _call(C.time_algorithm, direction, problem, int(algo), math_type, opt)
+    return opt
+
+
+def time_algorithm(direction: str, problem, algo: int, math_type: str, budget_ms: float = 100.0,
+                   flush_l2: bool = False, graph: bool = True, warmup_ms: float = 10.0):
+    """Native TimingResult: steady-state per-launch samples in ms (see csrc/timing.h)."""
+    return _call(load().time_algorithm, direction, problem, int(algo), math_type,
+                 timing_options(budget_ms, flush_l2, graph, warmup_ms))
+
+
+def frontend_available() -> bool:
+    """Whether the extension was built with cudnn-frontend (engine configs)."""
+    return bool(load().frontend_available())
+
+
+def engine_search(direction: str, problem):
+    """Native EngineSearch over one direction of ``problem`` (see csrc/engines.h)."""
+    return _call(load().EngineSearch, direction, problem)

@@ -178,19 +178,17 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     PyTorch's pick and the plans it timed) are tried first for their engines."""
     from . import _native
 
-    C = _native.load()
     say = progress or (lambda m: None)
     t0 = time.perf_counter()
     say(f"{direction}: building the operation graph")
-    search = _native._call(C.EngineSearch, direction, native_problem)
+    search = _native.engine_search(direction, native_problem)
     count = search.engine_count()
     heur: Dict[str, List[Tuple[int, Knobs]]] = {}
     for mode in ("A", "B", "FALLBACK"):
         say(f"{direction}: heuristic mode {mode} ({time.perf_counter() - t0:.1f} s)")
         heur[mode] = [(r.engine, tuple(sorted((int(k), int(v)) for k, v in r.knobs)))
                       for r in search.heuristics(mode)]
-    opt = C.TimingOptions()
-    opt.budget_ms, opt.use_graph = float(budget_ms), bool(graph)
+    opt = _native.timing_options(budget_ms, graph=graph)
     space = EngineSpace(engine_count=count, max_per_engine=max_per_engine,
                         time_budget_s=time_budget_s)
     pref = []

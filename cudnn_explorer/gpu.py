@@ -148,7 +148,7 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
     if benchmark_limit is not None and benchmark_limit < 0:
         raise UserError(f"--benchmark-limit {benchmark_limit}: must be >= 0 (0 = all)")
     torch = _native.require_gpu(device)
-    if engines and not _native.load().frontend_available():
+    if engines and not _native.frontend_available():
         from .errors import MissingDependencyError
 
         raise MissingDependencyError(
