@@ -103,10 +103,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("engine", &ce::EngineInfo::engine)
       .def_readonly("status", &ce::EngineInfo::status)
       .def_readonly("knobs", &ce::EngineInfo::knobs);
-  py::class_<ce::ConfigRef>(m, "ConfigRef")
-      .def_readonly("engine", &ce::ConfigRef::engine)
-      .def_readonly("knobs", &ce::ConfigRef::knobs)
-      .def_readonly("name", &ce::ConfigRef::name);
   py::class_<ce::ConfigResult>(m, "ConfigResult")
       .def_readonly("engine", &ce::ConfigResult::engine)
       .def_readonly("knobs", &ce::ConfigResult::knobs)

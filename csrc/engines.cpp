@@ -18,13 +18,98 @@ namespace fe = cudnn_frontend;
 
 namespace {
 
-// The frontend keeps per-plan numerical notes in a protected member; this subclass
-// only exposes them (cudnn-frontend has a public getter for behaviour notes alone).
+// Note [backend knob types]: cudnn-frontend's graph API renumbers knob types into its own
+// KnobType_t and maps every backend type it does not mirror (SPLIT_K, USE_TEX, KBLOCK,
+// LDGA, LDGB, CHUNK_K, ...) to NOT_SET, so Graph::get_knobs_for_engine and
+// Graph::create_execution_plan(engine, knobs) can neither name nor set every knob, and
+// their numbers are not the "k<type>" of the plan tags PyTorch logs (seen on the H200:
+// our "k10=0" was the tag's "k18=0", IDX_MODE). This subclass queries knobs and builds
+// engine configs with cuDNN's own cudnnBackendKnobType_t values, using the frontend's
+// descriptor helpers, and hands each config to the graph's plan list like
+// create_execution_plan does, so that building, notes, naming and execution stay the
+// frontend's.
 class Graph : public fe::graph::Graph {
  public:
+  // Per-plan numerical notes sit in a protected member (the frontend has a public getter
+  // for behaviour notes only).
   std::vector<fe::NumericalNote_t> numeric_notes_at(int64_t i) const {
     if (i < 0 || i >= static_cast<int64_t>(plans.numeric_notes.size())) return {};
     return plans.numeric_notes[static_cast<size_t>(i)];
+  }
+
+  // The knobs of one engine with backend knob types; throws when cuDNN refuses the engine.
+  std::vector<KnobSpec> knobs_of(int64_t engine, const std::string& ctx) const {
+    fe::detail::backend_descriptor eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    make_engine(eng, engine, ctx);
+    std::vector<fe::detail::backend_descriptor> info;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+      info.emplace_back(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR);
+      raw.push_back(info.back().get_ptr());
+    }
+    int64_t n = 0;
+    CE_CUDNN_CHECK(cudnnBackendGetAttribute(eng.get_ptr(), CUDNN_ATTR_ENGINE_KNOB_INFO,
+                                            CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                            CUDNN_KNOB_TYPE_COUNTS, &n, raw.data()),
+                   ctx);
+    std::vector<KnobSpec> out;
+    for (int64_t i = 0; i < n; ++i) {
+      cudnnBackendKnobType_t type;
+      KnobSpec k;
+      CE_CUDNN_CHECK(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_TYPE,
+                                              CUDNN_TYPE_KNOB_TYPE, 1, nullptr, &type), ctx);
+      CE_CUDNN_CHECK(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE,
+                                              CUDNN_TYPE_INT64, 1, nullptr, &k.min_value), ctx);
+      CE_CUDNN_CHECK(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE,
+                                              CUDNN_TYPE_INT64, 1, nullptr, &k.max_value), ctx);
+      CE_CUDNN_CHECK(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_STRIDE,
+                                              CUDNN_TYPE_INT64, 1, nullptr, &k.stride), ctx);
+      k.type = static_cast<int64_t>(type);
+      k.stride = k.stride > 0 ? k.stride : 1;
+      out.push_back(k);
+    }
+    return out;
+  }
+
+  // Appends the config (engine, knobs with backend types) to the plan list; throws
+  // CudnnError (e.g. NOT_SUPPORTED for an invalid knob combination) when cuDNN refuses it.
+  void add_config(int64_t engine, const Knobs& knobs, const std::string& ctx) {
+    fe::detail::backend_descriptor eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    make_engine(eng, engine, ctx);
+    std::vector<fe::detail::backend_descriptor> choices;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (const auto& kv : knobs) {
+      choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+      cudnnBackendDescriptor_t c = choices.back().get_ptr();
+      const auto type = static_cast<cudnnBackendKnobType_t>(kv.first);
+      const int64_t value = kv.second;
+      CE_CUDNN_CHECK(cudnnBackendSetAttribute(c, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+                                              CUDNN_TYPE_KNOB_TYPE, 1, &type), ctx);
+      CE_CUDNN_CHECK(cudnnBackendSetAttribute(c, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
+                                              CUDNN_TYPE_INT64, 1, &value), ctx);
+      CE_CUDNN_CHECK(cudnnBackendFinalize(c), ctx);
+      raw.push_back(c);
+    }
+    auto cfg = fe::make_shared_backend_pointer(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    cudnnBackendDescriptor_t c = cfg->get_backend_descriptor();
+    cudnnBackendDescriptor_t e = eng.get_ptr();
+    CE_CUDNN_CHECK(cudnnBackendSetAttribute(c, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e), ctx);
+    CE_CUDNN_CHECK(cudnnBackendSetAttribute(c, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                                            CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                            static_cast<int64_t>(raw.size()), raw.data()), ctx);
+    CE_CUDNN_CHECK(cudnnBackendFinalize(c), ctx);
+    plans.enqueue_engine_configs({cfg});
+    auto st = plans.query_properties();
+    TORCH_CHECK(st.is_good(), "querying the plan properties of ", ctx, ": ", st.get_message());
+  }
+
+ private:
+  void make_engine(fe::detail::backend_descriptor& eng, int64_t engine,
+                   const std::string& ctx) const {
+    TORCH_CHECK(eng.get_status() == CUDNN_STATUS_SUCCESS, "creating an engine descriptor");
+    auto st = fe::detail::create_engine(eng, engine, operation_graph->get_raw_desc());
+    TORCH_CHECK(st.is_good(), "engine ", engine, " of ", ctx, ": ", st.get_message());
   }
 };
 
@@ -139,37 +224,27 @@ int64_t EngineSearch::engine_count() const {
 EngineInfo EngineSearch::engine_info(int64_t engine) {
   EngineInfo info;
   info.engine = engine;
-  std::vector<fe::Knob> knobs;
-  auto st = impl_->graph->get_knobs_for_engine(engine, knobs);
-  if (!st.is_good()) {
-    info.status = err(st);
-    return info;
-  }
-  info.status = "OK";
-  for (const auto& k : knobs) {
-    info.knobs.push_back({static_cast<int64_t>(k.type), k.minValue, k.maxValue,
-                          k.stride > 0 ? k.stride : 1});
+  try {
+    info.knobs = impl_->graph->knobs_of(engine, impl_->ctx);
+    info.status = "OK";
+  } catch (const std::exception& e) {
+    info.status = std::string(e.what()).substr(0, 400);
   }
   return info;
 }
 
-std::vector<ConfigRef> EngineSearch::heuristics(const std::string& mode) {
+std::vector<std::string> EngineSearch::heuristics(const std::string& mode) {
   TORCH_CHECK_VALUE(mode == "A" || mode == "B" || mode == "FALLBACK",
                     "heuristic mode must be A, B or FALLBACK, not ", mode);
   const fe::HeurMode_t m = mode == "A"   ? fe::HeurMode_t::A
                            : mode == "B" ? fe::HeurMode_t::B
                                          : fe::HeurMode_t::FALLBACK;
   auto g = impl_->make_graph();  // a fresh graph: its plan list holds only this mode's
-  std::vector<ConfigRef> out;
+  std::vector<std::string> out;
   if (!g->create_execution_plans({m}).is_good()) return out;
   for (int64_t i = 0; i < g->get_execution_plan_count(); ++i) {
-    ConfigRef c;
-    std::unordered_map<fe::KnobType_t, int64_t> knobs;
-    if (!g->get_engine_and_knobs_at_index(i, c.engine, knobs).is_good()) continue;
-    for (const auto& kv : knobs) c.knobs.emplace_back(static_cast<int64_t>(kv.first), kv.second);
-    std::sort(c.knobs.begin(), c.knobs.end());
-    g->get_plan_name_at_index(i, c.name);
-    out.push_back(std::move(c));
+    std::string name;  // carries the backend knob types (Note [backend knob types])
+    if (g->get_plan_name_at_index(i, name).is_good()) out.push_back(std::move(name));
   }
   return out;
 }
@@ -181,18 +256,22 @@ ConfigResult EngineSearch::run(int64_t engine, const Knobs& knobs, bool time,
   ConfigResult r;
   r.engine = engine;
   r.knobs = knobs;
-  std::unordered_map<fe::KnobType_t, int64_t> km;
-  for (const auto& kv : knobs) km[static_cast<fe::KnobType_t>(kv.first)] = kv.second;
   const int64_t before = I.graph->get_execution_plan_count();
-  auto st = I.graph->create_execution_plan(engine, km);
-  if (!st.is_good() || I.graph->get_execution_plan_count() <= before) {
+  try {
+    I.graph->add_config(engine, knobs, "engine " + std::to_string(engine) + " of " + I.ctx);
+  } catch (const std::exception& e) {
     r.status = "config rejected";
-    r.message = err(st);
+    r.message = std::string(e.what()).substr(0, 400);
+    return r;
+  }
+  if (I.graph->get_execution_plan_count() <= before) {
+    r.status = "config rejected";
+    r.message = "cudnn-frontend added no plan";
     return r;
   }
   const int64_t idx = I.graph->get_execution_plan_count() - 1;
   r.plan_index = idx;
-  I.graph->get_plan_name_at_index(idx, r.name);
+  if (!I.graph->get_plan_name_at_index(idx, r.name).is_good()) r.name.clear();
   for (auto n : I.graph->numeric_notes_at(idx)) {
     if (n != fe::NumericalNote_t::NOT_SET) r.numeric_notes.push_back(fe_name(n));
   }
@@ -201,7 +280,7 @@ ConfigResult EngineSearch::run(int64_t engine, const Knobs& knobs, bool time,
     for (auto n : bn) r.behavior_notes.push_back(fe_name(n));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  st = I.graph->build_plan_at_index(I.h, idx);
+  auto st = I.graph->build_plan_at_index(I.h, idx);
   r.build_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!st.is_good()) {
@@ -274,7 +353,7 @@ EngineSearch::EngineSearch(Direction, Problem&) {
 EngineSearch::~EngineSearch() = default;
 int64_t EngineSearch::engine_count() const { return 0; }
 EngineInfo EngineSearch::engine_info(int64_t) { return {}; }
-std::vector<ConfigRef> EngineSearch::heuristics(const std::string&) { return {}; }
+std::vector<std::string> EngineSearch::heuristics(const std::string&) { return {}; }
 ConfigResult EngineSearch::run(int64_t, const Knobs&, bool, const TimingOptions&) { return {}; }
 void EngineSearch::execute(int64_t) {}
 bool frontend_available() { return false; }

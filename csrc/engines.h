@@ -15,7 +15,7 @@
 namespace cudnn_explorer {
 
 struct KnobSpec {
-  int64_t type = 0;  // backend knob type id (the "k2" in a tag is TILE_SIZE = 2)
+  int64_t type = 0;  // cudnnBackendKnobType_t (the "k2" in a tag is TILE_SIZE = 2)
   int64_t min_value = 0;
   int64_t max_value = 0;
   int64_t stride = 1;
@@ -27,13 +27,7 @@ struct EngineInfo {
   std::vector<KnobSpec> knobs;
 };
 
-using Knobs = std::vector<std::pair<int64_t, int64_t>>;  // (knob type id, value)
-
-struct ConfigRef {  // one config as a heuristic mode lists it
-  int64_t engine = -1;
-  Knobs knobs;
-  std::string name;  // cudnn-frontend's name, e.g. "eng46_k2=4_k5=2_k14=3"
-};
+using Knobs = std::vector<std::pair<int64_t, int64_t>>;  // (cudnnBackendKnobType_t, value)
 
 struct ConfigResult {
   int64_t engine = -1;
@@ -58,8 +52,9 @@ class EngineSearch {
   ~EngineSearch();
   int64_t engine_count() const;
   EngineInfo engine_info(int64_t engine);
-  // The configs a heuristic mode ("A", "B" or "FALLBACK") lists, in its order.
-  std::vector<ConfigRef> heuristics(const std::string& mode);
+  // The configs a heuristic mode ("A", "B" or "FALLBACK") lists, in its order, by
+  // cudnn-frontend's plan name ("eng46_k2=4_k5=2_k14=3": backend knob types).
+  std::vector<std::string> heuristics(const std::string& mode);
   // Build one config's plan, and time it (when time is true) with the same method as the
   // legacy algorithms; the direction's output tensor holds its result afterwards.
   ConfigResult run(int64_t engine, const Knobs& knobs, bool time, const TimingOptions& opt);

@@ -70,13 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: PyTorch's, 10; 0 = time every candidate)")
     t.add_argument("--child-timeout", default="300", metavar="S",
                    help="seconds before a PyTorch child process is declared hung")
-    e = p.add_argument_group("cuDNN 9 engine configs (experimental: not yet verified on a GPU)")
+    e = p.add_argument_group(
+        "cuDNN 9 engine configs (explored by default when the extension has cudnn-frontend; "
+        "the output ends with a summary per direction)")
     e.add_argument("--engines", action="store_true",
-                   help="enumerate, build, time and check cuDNN 9 engine configs and list them")
+                   help="list every engine config tried, not only the summary")
+    e.add_argument("--no-engines", action="store_true",
+                   help="skip the engine configs (legacy algorithms and PyTorch's choice only)")
     e.add_argument("--engine-configs", default="8", metavar="N",
-                   help="at most N knob configs per engine (default 8)")
+                   help="at most N valid knob configs per engine (default 8; up to 16*N "
+                        "candidates are tried, most are invalid for a given problem)")
     e.add_argument("--engine-budget-s", default="120", metavar="S",
-                   help="time budget per direction for building and timing configs")
+                   help="time budget per direction for building and timing configs "
+                        "(default 120)")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="write JSON (schema cudnn_explorer.exploration) to PATH or stdout")
@@ -182,6 +188,8 @@ def _run(argv: Optional[List[str]]) -> int:
         child_timeout = _float(a.child_timeout, "--child-timeout")
         per_engine = _int(a.engine_configs, "--engine-configs", lo=1)
         engine_budget = _float(a.engine_budget_s, "--engine-budget-s")
+        if a.engines and a.no_engines:
+            raise UserError("--engines and --no-engines: choose one")
         from . import gpu as ex
 
         def plain(msg):
@@ -198,7 +206,8 @@ def _run(argv: Optional[List[str]]) -> int:
                              retime=not a.no_retime, budget_ms=budget, flush_l2=a.flush_l2,
                              graph=not a.no_graph, check=not a.no_check, progress=progress,
                              pytorch=not a.no_pytorch, benchmark_limit=limit,
-                             child_timeout_s=child_timeout, engines=a.engines,
+                             child_timeout_s=child_timeout,
+                             engines=False if a.no_engines else (True if a.engines else None),
                              engine_max_per_engine=per_engine,
                              engine_time_budget_s=engine_budget)
         finally:

@@ -5,7 +5,6 @@ no GPU; :func:`explore_engines` drives the extension's EngineSearch (csrc/engine
 """
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -14,10 +13,14 @@ from .kernels import same_kernels
 from .logs import EngineTag, format_tag, parse_tag
 from .records import MIB, DirectionResult, EngineConfig, EngineSpace
 
-__all__ = ["OPERATION_OF", "knob_values", "space_size", "sample_configs", "config_tag",
-           "allowed_by_pytorch", "summary_lines", "explore_engines"]
+__all__ = ["OPERATION_OF", "knob_values", "space_size", "candidate_configs", "config_tag",
+           "allowed_by_pytorch", "summary_lines", "summary_rows", "SUMMARY_HEADERS",
+           "explore_engines"]
 
 OPERATION_OF = {"fwd": "ConvFwd", "bwd-data": "ConvBwdData", "bwd-filter": "ConvBwdFilter"}
+# Candidates tried per engine, per valid config wanted: most knob combinations of a large
+# space are invalid for a given problem, and rejecting one costs well under a millisecond.
+ATTEMPTS_PER_CONFIG = 16
 Knobs = Tuple[Tuple[int, int], ...]
 
 
@@ -31,12 +34,15 @@ def space_size(knobs: Sequence[Sequence[int]]) -> int:
     return math.prod(len(knob_values(k)) for k in knobs) if knobs else 1
 
 
-def sample_configs(knobs: Sequence[Sequence[int]], cap: int,
-                   preferred: Iterable[Knobs] = ()) -> List[Knobs]:
-    """Knob choices to try for one engine: every combination when there are at most
-    ``cap``; otherwise the ``preferred`` ones (those cuDNN's heuristics list) first, then
-    combinations evenly spaced through the mixed-radix enumeration, up to ``cap``.
-    Deterministic, so runs are reproducible."""
+def candidate_configs(knobs: Sequence[Sequence[int]], attempts: int,
+                      preferred: Iterable[Knobs] = ()) -> List[Knobs]:
+    """Up to ``attempts`` distinct knob choices for one engine, in the order to try them:
+    ``preferred`` (PyTorch's and cuDNN's heuristics' picks) first, then the engine's
+    default (no knob set), then every combination when there are few enough, otherwise
+    combinations evenly spaced through the mixed-radix enumeration (first knob slowest).
+    Many combinations are invalid for a given problem (cuDNN rejects them when the config
+    is finalised), so callers try candidates until enough are valid. Deterministic, so
+    runs are reproducible."""
     types = [k[0] for k in knobs]
     values = [knob_values(k) for k in knobs]
     total = math.prod(len(v) for v in values) if knobs else 1
@@ -44,20 +50,10 @@ def sample_configs(knobs: Sequence[Sequence[int]], cap: int,
     seen = set()
 
     def add(c: Knobs):
-        if c not in seen:
+        if c not in seen and len(out) < attempts:
             seen.add(c)
             out.append(c)
 
-    if total <= cap:
-        for combo in itertools.product(*values) if knobs else [()]:
-            add(tuple(zip(types, combo)))
-        return out
-    for p in preferred:
-        if len(out) >= cap:
-            break
-        add(tuple(sorted(p)))
-    step = total / max(cap - len(out), 1)
-    i = 0.0
     def at(n: int) -> Knobs:
         combo = []
         for v in reversed(values):
@@ -65,13 +61,21 @@ def sample_configs(knobs: Sequence[Sequence[int]], cap: int,
             n //= len(v)
         return tuple(zip(types, reversed(combo)))
 
-    while len(out) < cap and i < total:
-        add(at(int(i)))
-        i += step
-    n = 0
-    while len(out) < cap and n < total:  # duplicates skipped above: fill in order
-        add(at(n))
-        n += 1
+    for p in preferred:
+        add(tuple(sorted(p)))
+    add(())
+    room = max(attempts - len(out), 1)
+    if total <= room:
+        for n in range(total):
+            add(at(n))
+    else:
+        step = total / room
+        for i in range(room):
+            add(at(int(i * step)))
+        n = 0
+        while len(out) < attempts and n < total:  # spaced picks that were duplicates
+            add(at(n))
+            n += 1
     return out
 
 
@@ -101,10 +105,14 @@ def summary_lines(d: DirectionResult) -> List[str]:
     legacy = d.best()
     bench = next((p for p in d.pytorch if p.ok and p.mode == "benchmark" and p.api == "engine"
                   and p.benchmark_limit != 0), None)
-    tried = len(sp.configs)
+    tried = sum(e.get("tried", 0) for e in sp.engines)
+    rejected = sum(e.get("rejected", 0) for e in sp.engines)
     ok = sum(1 for c in sp.configs if c.ok)
-    out.append(f"engines: {sp.engine_count} engines, {tried} configs tried (at most "
-               f"{sp.max_per_engine} per engine), {ok} built and ran"
+    usable = sum(1 for e in sp.engines if e.get("configs", 0))
+    out.append(f"engines: {usable} of {sp.engine_count} engines accept this problem; "
+               f"{tried} knob configs tried (at most {sp.attempts_per_engine} per engine), "
+               f"{rejected} rejected by cuDNN as invalid, {len(sp.configs)} valid (at most "
+               f"{sp.max_per_engine} per engine), {ok} built, ran and timed"
                + ("; time budget exhausted, the rest skipped" if sp.budget_exhausted else ""))
     if best is not None:
         out.append(f"best engine config: {best.tag} [{', '.join(best.numeric_notes) or '-'}] "
@@ -112,12 +120,15 @@ def summary_lines(d: DirectionResult) -> List[str]:
     if legacy is not None and legacy.timing is not None and best is not None:
         out.append(f"best legacy algorithm: {legacy.algo_name} ({legacy.math_type}) "
                    f"{legacy.timing.median_ms:.4f} ms = {legacy.timing.median_ms / best.time:.2f}x "
-                   f"the best engine config")
+                   f"the best engine config's time")
     if bench is not None and bench.engine_tag:
         ours = sp.config(bench.engine_tag)
         where = (f"found in our list, re-timed {ours.time:.4f} ms vs PyTorch's own "
                  f"{bench.steady.median_ms:.4f} ms" if ours is not None and ours.time
-                 else "not in our list (its knobs were not sampled)")
+                 else "not in our list (" + (ours.status + ": " + ours.message[:80]
+                                             if ours is not None else
+                                             "cuDNN rejected this config for our graph")
+                 + ")")
         out.append(f"PyTorch's benchmark pick {bench.engine_tag}: {where}")
         timed = {t for t, _ in bench.timed}
         if best is not None:
@@ -134,6 +145,44 @@ def summary_lines(d: DirectionResult) -> List[str]:
                    + (", ".join(tags[:3]) + (f" (+{len(tags) - 3} more)" if len(tags) > 3 else "")
                       if tags else "no engine config we tried"))
     return out
+
+
+def summary_rows(exp) -> List[List[str]]:
+    """One row per direction: best legacy algorithm, best engine config (among those
+    PyTorch's rules allow) and PyTorch's benchmark pick, each with its steady-state
+    median in ms, and which of them is fastest. Empty when no direction has engines."""
+    rows = []
+    for d in exp.directions:
+        sp = d.engines
+        if sp is None:
+            continue
+        legacy = d.best()
+        best = sp.best(allowed_only=True)
+        bench = next((p for p in d.pytorch if p.ok and p.mode == "benchmark"
+                      and p.benchmark_limit != 0), None)
+        cells = {"best legacy algorithm": (
+                     f"{legacy.algo_name} ({legacy.math_type})", legacy.timing.median_ms)
+                 if legacy is not None and legacy.timing is not None else None,
+                 "best engine config": (best.tag, best.time) if best is not None else None,
+                 "PyTorch's benchmark pick": (
+                     bench.engine_tag or bench.legacy_algo or "?", bench.steady.median_ms)
+                 if bench is not None and bench.steady is not None else None}
+        timed = {k: v for k, v in cells.items() if v is not None}
+        fastest = min(timed, key=lambda k: timed[k][1]) if timed else None
+        row = [d.direction]
+        for k, v in cells.items():
+            row.append("-" if v is None else f"{v[0]}  {v[1]:.4f}")
+        if fastest is None:
+            row.append("-")
+        else:
+            slowest = max(v[1] for v in timed.values())
+            row.append(f"{fastest} ({slowest / timed[fastest][1]:.2f}x faster than the slowest)")
+        rows.append(row)
+    return rows
+
+
+SUMMARY_HEADERS = ["direction", "best legacy algorithm (ms)", "best engine config (ms)",
+                   "PyTorch's benchmark pick (ms)", "fastest"]
 
 
 def _run_config(search, opt, problem, direction, tensors, ref, cfg: EngineConfig,
@@ -172,65 +221,119 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                     graph: bool = True, kernels: bool = True,
                     preferred_tags: Sequence[str] = (),
                     progress: Optional[Callable[[str], None]] = None) -> EngineSpace:
-    """Enumerate every engine of one direction, build and time a bounded set of knob
-    configs per engine (see sample_configs), check each output against ``ref``, and map
-    legacy rows (with .kernels) to configs by kernel names. ``preferred_tags`` (e.g.
-    PyTorch's pick and the plans it timed) are tried first for their engines."""
+    """Enumerate every engine of one direction, build, time and check up to
+    ``max_per_engine`` valid knob configs per engine (trying at most ATTEMPTS_PER_CONFIG
+    times as many candidates, see candidate_configs), check each output against ``ref``,
+    and map legacy rows (with .kernels) to configs by the kernels they launch.
+    ``preferred_tags`` (PyTorch's pick and the plans it timed) are tried first, then the
+    configs cuDNN's heuristics list, for every engine, so that a time budget cuts the
+    sampling rather than the configs that matter most."""
     from . import _native
 
     say = progress or (lambda m: None)
     t0 = time.perf_counter()
+    op = OPERATION_OF[direction]
     say(f"{direction}: building the operation graph")
     search = _native.engine_search(direction, native_problem)
     count = search.engine_count()
     heur: Dict[str, List[Tuple[int, Knobs]]] = {}
     for mode in ("A", "B", "FALLBACK"):
         say(f"{direction}: heuristic mode {mode} ({time.perf_counter() - t0:.1f} s)")
-        heur[mode] = [(r.engine, tuple(sorted((int(k), int(v)) for k, v in r.knobs)))
-                      for r in search.heuristics(mode)]
+        heur[mode] = [(t.engine, t.knobs) for t in _tags(f"{op}_{n}" for n in
+                                                          search.heuristics(mode))]
+    pref = [t for t in _tags(preferred_tags) if t.operation == op]
     opt = _native.timing_options(budget_ms, graph=graph)
+    attempts = max_per_engine * ATTEMPTS_PER_CONFIG
     space = EngineSpace(engine_count=count, max_per_engine=max_per_engine,
-                        time_budget_s=time_budget_s)
-    pref = []
-    for t in preferred_tags:
-        try:
-            tag = parse_tag(t)
-        except ValueError:
-            continue
-        if tag.operation == OPERATION_OF[direction]:
-            pref.append(tag)
+                        attempts_per_engine=attempts, time_budget_s=time_budget_s)
     say(f"{direction}: querying the knobs of {count} engines ({time.perf_counter() - t0:.1f} s)")
-    # Plan the work: per engine, the knob configs to try. Then run the preferred ones
-    # (PyTorch's and the heuristics') of every engine first, so that a time budget cuts
-    # the exhaustive sampling rather than the configs that matter most.
-    first: List[Tuple[int, Knobs]] = []
-    rest: List[Tuple[int, Knobs]] = []
+    queues: Dict[int, List[Knobs]] = {}
+    wanted: Dict[int, set] = {}
+    done: Dict[int, set] = {e: set() for e in range(count)}
     for e in range(count):
         info = search.engine_info(e)
         knobs = [[k.type, k.min_value, k.max_value, k.stride] for k in info.knobs]
-        listed = [tuple(sorted(t.knobs)) for t in pref if t.engine == e]
+        listed = [t.knobs for t in pref if t.engine == e]
         listed += [k for m in ("A", "B", "FALLBACK") for (en, k) in heur[m] if en == e]
-        choices = sample_configs(knobs, max_per_engine, listed) if info.status == "OK" else []
+        queues[e] = candidate_configs(knobs, attempts, listed) if info.status == "OK" else []
+        wanted[e] = set(listed)
         space.engines.append({"engine": e, "status": info.status, "knobs": knobs,
                               "space": space_size(knobs) if info.status == "OK" else 0,
-                              "tried": len(choices)})
-        wanted = set(listed)
-        for ch in choices:
-            (first if ch in wanted else rest).append((e, ch))
-    for e, ch in first + rest:
-        cfg = EngineConfig(tag=config_tag(direction, e, ch), engine=e, knobs=[list(k) for k in ch])
+                              "tried": 0, "rejected": 0, "configs": 0})
+
+    def over_budget() -> bool:
+        if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
+            space.budget_exhausted = True
+        return space.budget_exhausted
+
+    def attempt(e: int, ch: Knobs) -> Optional[EngineConfig]:
+        entry = space.engines[e]
+        done[e].add(ch)
+        cfg = EngineConfig(tag=config_tag(direction, e, ch), engine=e,
+                           knobs=[list(k) for k in ch])
+        say(f"{direction}: engine {e}/{count - 1} {cfg.tag} ({time.perf_counter() - t0:.1f} s)")
+        _run_config(search, opt, problem, direction, tensors, ref, cfg, kernels)
+        entry["tried"] += 1
+        if cfg.status == "config rejected":  # an invalid knob combination: counted only
+            entry["rejected"] += 1
+            return None
+        entry["configs"] += 1
         for m, lst in heur.items():
             if (e, ch) in lst:
                 cfg.heuristic_ranks[m] = lst.index((e, ch)) + 1
-        if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
-            cfg.status, space.budget_exhausted = "skipped: time budget", True
-            space.configs.append(cfg)
-            continue
-        say(f"{direction}: engine {e}/{count - 1} {cfg.tag} ({time.perf_counter() - t0:.1f} s)")
-        _run_config(search, opt, problem, direction, tensors, ref, cfg, kernels)
         space.configs.append(cfg)
+        return cfg
+
+    # Phase 1: the listed configs of every engine; phase 2: sampling, engine by engine.
+    for e in range(count):
+        for ch in [c for c in queues[e] if c in wanted[e]]:
+            if over_budget():
+                break
+            attempt(e, ch)
+    for e in range(count):
+        for ch in [c for c in queues[e] if c not in wanted[e]]:
+            if space.engines[e]["configs"] >= max_per_engine or over_budget():
+                break
+            attempt(e, ch)
+    # Phase 3: a legacy algorithm whose kernels no config ran yet: search on through the
+    # engines that ran kernels of the same family (name up to its tile size).
+    for r in legacy_rows if kernels else ():
+        if not r.kernels or any(same_kernels(c.kernels, r.kernels) for c in space.configs):
+            continue
+        fam = {kernel_family(k) for k in r.kernels}
+        near = sorted({c.engine for c in space.configs
+                       if c.kernels and fam & {kernel_family(k) for k in c.kernels}})
+        say(f"{direction}: looking for the config of legacy {r.algo_name} ({r.math_type}) "
+            f"in engines {near}")
+        found = False
+        for e in near:
+            for ch in queues[e]:
+                if found or over_budget():
+                    break
+                if ch in done[e]:
+                    continue
+                cfg = attempt(e, ch)
+                found = cfg is not None and same_kernels(cfg.kernels, r.kernels)
+    for e in range(count):
+        space.engines[e]["untried"] = len(queues[e]) - space.engines[e]["tried"]
     for r in legacy_rows:
         if r.kernels:
             space.legacy_map[f"{r.algo_name} ({r.math_type})"] = [
                 c.tag for c in space.configs if same_kernels(c.kernels, r.kernels)]
     return space
+
+
+def kernel_family(name: str) -> str:
+    """A kernel's name without its tile configuration: configs of one engine that differ
+    only in knobs launch kernels of one family."""
+    return name.split("_tilesize")[0].split("<")[0]
+
+
+def _tags(names: Iterable[str]) -> List[EngineTag]:
+    out = []
+    for n in names:
+        try:
+            out.append(parse_tag(n))
+        except ValueError:
+            continue
+    return out

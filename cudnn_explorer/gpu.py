@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import math
 import socket
+import sys
 from typing import Callable, Dict, Iterable, Optional
 
 from . import _native, analysis
@@ -49,16 +50,24 @@ def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: in
     t = {}
     try:
         for name in ("x", "w", "y"):
+            # Note [size-1 strides]: allocate in the layout's memory format outright.
+            # `.contiguous(memory_format=...)` keeps a tensor that already counts as
+            # contiguous in that format, strides of size-1 dims included: a depthwise
+            # 64x1x3x3 weight kept NCHW strides (9, 9, 3, 1), which cuDNN reads as NCHW,
+            # so on the H200 our graph got other engines (and a layout transform) than
+            # PyTorch's, which normalises such strides (fixSizeOneDimStride) to the
+            # channels_last (9, 1, 3, 1) that torch.empty gives here.
+            fmt = torch.contiguous_format
+            if problem.layout == "nhwc":
+                fmt = torch.channels_last if len(shapes[name]) == 4 else torch.channels_last_3d
+            t[name] = torch.empty(shapes[name], dtype=dt, device=dev, memory_format=fmt)
             if name == out_name and poison:
-                t[name] = torch.full(shapes[name], float("nan"), dtype=dt, device=dev)
+                t[name].fill_(float("nan"))
             else:
                 v = torch.randn(shapes[name], generator=gen, device=dev, dtype=torch.float32)
                 if name == "w":
                     v = v / math.sqrt(fan_in)
-                t[name] = v.to(dt)
-            if problem.layout == "nhwc":
-                fmt = torch.channels_last if len(shapes[name]) == 4 else torch.channels_last_3d
-                t[name] = t[name].contiguous(memory_format=fmt)
+                t[name].copy_(v)
     except torch.OutOfMemoryError:
         raise ResourceError(
             f"out of GPU memory allocating the tensors of {problem.describe()}") from None
@@ -118,7 +127,7 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
             budget_ms: float = 100.0, flush_l2: bool = False, graph: bool = True,
             check: bool = True, progress: Optional[Callable[[str], None]] = None,
             pytorch: bool = False, benchmark_limit: Optional[int] = None,
-            child_timeout_s: float = 300.0, engines: bool = False,
+            child_timeout_s: float = 300.0, engines: Optional[bool] = False,
             engine_max_per_engine: int = 8, engine_time_budget_s: Optional[float] = 120.0
             ) -> Exploration:
     """List every legacy cuDNN algorithm for each direction of ``problem``.
@@ -131,7 +140,8 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
     max |ref|). Runs on PyTorch's cuDNN handle and current stream on GPU ``device``.
     ``max_workspace_mib`` caps the workspace Find may use. With ``pytorch``, PyTorch's own
     choice in every mode (pytorch_pick.default_modes) is measured in fresh child processes
-    and attached to each DirectionResult as ``pytorch``. With ``engines``, every cuDNN 9
+    and attached to each DirectionResult as ``pytorch``. With ``engines`` (None: whenever
+    the extension has cudnn-frontend), every cuDNN 9
     engine of each direction is enumerated and a bounded set of knob configs per engine
     (``engine_max_per_engine``; ``engine_time_budget_s`` per direction) is built, timed
     and checked (engines.explore_engines)."""
@@ -148,13 +158,20 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
     if benchmark_limit is not None and benchmark_limit < 0:
         raise UserError(f"--benchmark-limit {benchmark_limit}: must be >= 0 (0 = all)")
     torch = _native.require_gpu(device)
-    if engines and not _native.frontend_available():
+    say = progress or (lambda msg: None)
+    if engines is None:  # by default: whenever this build has cudnn-frontend
+        engines = _native.frontend_available()
+        if not engines:
+            print("cudnn_explorer: note: engine configs skipped: this build of the extension "
+                  f"has no cudnn-frontend (pip install nvidia-cudnn-frontend, then "
+                  f"{_native.BUILD_HINT})", file=sys.stderr)
+    elif engines and not _native.frontend_available():
         from .errors import MissingDependencyError
 
         raise MissingDependencyError(
             "this build of cudnn_explorer._C has no cudnn-frontend, so it cannot list engine "
             f"configs; pip install nvidia-cudnn-frontend, then rebuild: {_native.BUILD_HINT} "
-            "(or run without --engines)")
+            "(or run with --no-engines)")
     say = progress or (lambda msg: None)
     cap = None if max_workspace_mib is None else int(max_workspace_mib * MIB)
     env = environment(device)

@@ -169,15 +169,19 @@ class EngineConfig(_Checked, _Record):
 class EngineSpace(_Record):
     """Every engine of one direction's operation graph and the configs we tried.
 
-    ``engines``: per engine {engine, status, knobs: [[type, min, max, stride]],
-    space: number of knob combinations, tried: how many we built}. ``max_per_engine``:
-    the bound on configs tried per engine (all combinations when the space is smaller;
-    otherwise the heuristic-listed ones first, then an evenly spaced sample)."""
+    ``engines``: per engine {engine, status, knobs: [[type, min, max, stride]] (type: cuDNN's
+    cudnnBackendKnobType_t), space: number of knob combinations, tried: candidates tried,
+    rejected: those cuDNN refused as invalid for this problem (not listed in ``configs``),
+    configs: valid ones (listed), untried: candidates left when the engine reached
+    ``max_per_engine`` valid configs or the time budget ran out}. Candidates per engine:
+    PyTorch's and the heuristics' configs, the engine's default, then every combination or,
+    for a larger space, an evenly spaced sample, at most ``attempts_per_engine``."""
 
     engine_count: int = 0
     engines: List[dict] = field(default_factory=list)
     configs: List[EngineConfig] = field(default_factory=list)
     max_per_engine: int = 0
+    attempts_per_engine: int = 0
     time_budget_s: Optional[float] = None
     budget_exhausted: bool = False
     legacy_map: Dict[str, List[str]] = field(default_factory=dict)  # "ALGO (MATH)" -> tags

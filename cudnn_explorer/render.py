@@ -221,6 +221,13 @@ def render_exploration(exp: Exploration, show_engines: bool = False) -> str:
         head.append(f"max error: max|out-ref| / max|ref| against {m.reference}; WRONG above "
                     "the tolerance for the dtype and math type, never ranked best")
     body = [render_direction(d, show_engines) for d in exp.directions]
+    from .engines import SUMMARY_HEADERS, summary_rows
+
+    rows = summary_rows(exp)
+    if rows:
+        body.append("== summary: steady-state median per launch or call (ms), same timing "
+                    "method for all\n" + tabulate(rows, headers=SUMMARY_HEADERS,
+                                                   tablefmt="simple", disable_numparse=True))
     return "\n".join(head) + "\n\n" + "\n\n".join(body) + "\n"
 
 

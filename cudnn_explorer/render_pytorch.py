@@ -128,7 +128,8 @@ def render_pytorch(d: DirectionResult) -> str:
         rows.append([f"PyTorch: {p.label}", what, fmt_ms(p.steady.median_ms),
                      gap(p.steady.median_ms), fmt_mib(p.plan_workspace_bytes),
                      {None: "?", True: "yes", False: "no"}[p.deterministic],
-                     f"{p.first_call_ms:.1f}", fmt_mib(p.first_peak_alloc_bytes),
+                     "-" if p.first_call_ms is None else f"{p.first_call_ms:.1f}",
+                     fmt_mib(p.first_peak_alloc_bytes),
                      fmt_mib(p.steady_peak_alloc_bytes), ", ".join(p.same_kernels_as) or "none"])
     if best is not None and best.timing is not None:
         rows.append(["best legacy algorithm (ours)", f"{best.algo_name} ({best.math_type})",

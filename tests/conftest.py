@@ -16,7 +16,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU and the built extension")
     config.addinivalue_line("markers", "ext: needs the built extension (no GPU needed)")
-    config.addinivalue_line("markers", "engines: cuDNN 9 engine-config tests (opt-in, see conftest)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -45,12 +44,6 @@ def gpu_missing_reason():
 
 
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("engines") and os.environ.get("CE_RUN_ENGINE_TESTS") != "1":
-        # Issue 5: the engine-config exploration has not yet completed a run on a GPU (its
-        # first H200 run did not finish in 240 s), so these tests run only when asked,
-        # in their own time-limited step of scripts/gpu_check.sh.
-        pytest.skip("engine-config tests are opt-in until they pass on a GPU: "
-                    "CE_RUN_ENGINE_TESTS=1")
     if item.get_closest_marker("gpu"):
         r = gpu_missing_reason()
         if r:

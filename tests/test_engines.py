@@ -14,22 +14,26 @@ def test_knob_values_and_space():
     assert engines.space_size([]) == 1
 
 
-def test_sampling_takes_everything_when_small():
-    got = engines.sample_configs([[2, 0, 1, 1], [5, 0, 2, 1]], 8)
-    assert len(got) == 6 and len(set(got)) == 6
-    assert engines.sample_configs([], 4) == [()]
+def test_candidates_take_everything_when_small_default_first():
+    got = engines.candidate_configs([[2, 0, 1, 1], [5, 0, 2, 1]], 16)
+    assert got[0] == ()  # the engine's default config (no knob set)
+    assert len(got) == 7 and len(set(got)) == 7
+    assert engines.candidate_configs([], 4) == [()]
 
 
-def test_sampling_is_bounded_deterministic_and_prefers_heuristics():
+def test_candidates_are_bounded_deterministic_and_prefer_listed_configs():
     knobs = [[2, 0, 19, 1], [13, 0, 1, 1], [27, 0, 8, 1], [28, 1, 8, 1]]
     pref = [((28, 1), (2, 4), (13, 0), (27, 4))]
-    a = engines.sample_configs(knobs, 8, pref)
-    assert a == engines.sample_configs(knobs, 8, pref)
-    assert len(a) == 8 and len(set(a)) == 8
-    assert a[0] == ((2, 4), (13, 0), (27, 4), (28, 1))  # the heuristic's config first, sorted
-    for c in a:
+    a = engines.candidate_configs(knobs, 40, pref)
+    assert a == engines.candidate_configs(knobs, 40, pref)
+    assert len(a) == 40 and len(set(a)) == 40
+    assert a[0] == ((2, 4), (13, 0), (27, 4), (28, 1))  # the listed config first, sorted
+    assert a[1] == ()
+    for c in a[2:]:
         assert [t for t, _ in c] == [2, 13, 27, 28]
-    small = engines.sample_configs([[2, 0, 5, 1], [18, 0, 1, 1]], 4, [((2, 4), (18, 0))])
+    # evenly spaced: the first knob (slowest in the enumeration) takes many values
+    assert len({dict(c)[2] for c in a[2:]}) >= 15
+    small = engines.candidate_configs([[2, 0, 5, 1], [18, 0, 1, 1]], 4, [((2, 4), (18, 0))])
     assert len(small) == 4
 
 
@@ -54,7 +58,10 @@ def _space():
         if t is not None:
             c.timing, c.max_error, c.tolerance, c.output_finite = timing(t), 1e-4, 1e-2, True
         return c
-    sp = EngineSpace(engine_count=3, max_per_engine=8, configs=[
+    sp = EngineSpace(engine_count=3, max_per_engine=8, attempts_per_engine=128, engines=[
+        {"engine": 1, "tried": 1, "rejected": 0, "configs": 1},
+        {"engine": 46, "tried": 9, "rejected": 8, "configs": 1},
+        {"engine": 70, "tried": 3, "rejected": 2, "configs": 1}], configs=[
         cfg("ConvFwd_eng70_k2=4_k18=0", 0.30), cfg("ConvFwd_eng46_k2=4_k5=2_k14=3", 0.25,
                                                     notes=["TENSOR_CORE"]),
         cfg("ConvFwd_eng1", None, ok=False)],
@@ -75,7 +82,9 @@ def test_summary_locates_pytorch_pick_and_what_it_missed():
                              timed=[["ConvFwd_eng70_k2=4_k18=0", 0.3]])]
     lines = engines.summary_lines(d)
     text = "\n".join(lines)
-    assert "3 engines, 3 configs tried" in text and "2 built and ran" in text
+    assert ("3 of 3 engines accept this problem; 13 knob configs tried (at most 128 per "
+            "engine), 10 rejected by cuDNN as invalid, 3 valid (at most 8 per engine), 2 built, "
+            "ran and timed") in text
     assert "best engine config: ConvFwd_eng46_k2=4_k5=2_k14=3 [TENSOR_CORE] 0.2500 ms" in text
     assert "found in our list, re-timed 0.3000 ms vs PyTorch's own 0.3100 ms" in text
     assert "PyTorch missed ConvFwd_eng46_k2=4_k5=2_k14=3 (a candidate cut by benchmark_limit)" \
@@ -95,3 +104,25 @@ def test_engine_table_renders_from_json_without_gpu():
     assert "engine configs (3;" in text and "ConvFwd_eng46_k2=4_k5=2_k14=3" in text
     assert "build failed" in text
     assert "engine configs (3;" not in render_exploration(e)  # summary only by default
+
+
+def test_output_ends_with_a_summary_table_per_direction():
+    from cudnn_explorer.render import render_exploration
+
+    e = exploration()
+    d = e.directions[0]
+    d.engines = _space()
+    d.find[0].timing = timing(0.21)
+    d.pytorch = [PyTorchPick(label="benchmark", mode="benchmark", api="engine",
+                             benchmark_limit=10, steady=timing(0.31),
+                             engine_tag="ConvFwd_eng70_k2=4_k18=0")]
+    rows = engines.summary_rows(e)
+    assert len(rows) == 1 and rows[0][0] == d.direction
+    assert rows[0][2] == "ConvFwd_eng46_k2=4_k5=2_k14=3  0.2500"
+    assert rows[0][3] == "ConvFwd_eng70_k2=4_k18=0  0.3100"
+    assert rows[0][4] == "best legacy algorithm (1.48x faster than the slowest)"
+    text = render_exploration(e)
+    tail = text[text.index("== summary"):]
+    assert "ConvFwd_eng46_k2=4_k5=2_k14=3  0.2500" in tail
+    d.engines = None
+    assert "== summary" not in render_exploration(e)

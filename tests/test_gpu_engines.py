@@ -1,31 +1,41 @@
 """GPU: cuDNN 9 engine configs enumerated, built, timed and checked; PyTorch's pick found."""
+import sys
+
 import pytest
 
 from cudnn_explorer.problem import ConvProblem
 
-pytestmark = [pytest.mark.gpu, pytest.mark.engines]
+pytestmark = pytest.mark.gpu
+
+PROBLEMS = {
+    "dense-fp16-nhwc": dict(shape="8,64,28,28", out_channels=64),
+    # depthwise: the weight is 64x1x3x3, where size-1 strides decide the layout cuDNN sees
+    "depthwise-fp16-nhwc": dict(shape="8,64,28,28", out_channels=64, groups=64),
+}
 
 
-@pytest.fixture(scope="module")
-def explored():
+@pytest.fixture(scope="module", params=sorted(PROBLEMS))
+def explored(request):
     import cudnn_explorer
 
-    p = ConvProblem.create("8,64,28,28", out_channels=64, dtype="float16", layout="nhwc")
-    import sys
-
+    p = ConvProblem.create(dtype="float16", layout="nhwc", **PROBLEMS[request.param])
     return cudnn_explorer.explore(
         p, budget_ms=10, pytorch=True, engines=True, engine_max_per_engine=4,
-        engine_time_budget_s=30,
+        engine_time_budget_s=60,
         progress=lambda m: print(f"[engines] {m}", file=sys.stderr, flush=True))
 
 
-def test_engines_enumerated_and_most_configs_accounted_for(explored):
+def test_engines_enumerated_and_every_config_accounted_for(explored):
     for d in explored.directions:
         sp = d.engines
         assert sp.engine_count > 10 and len(sp.engines) == sp.engine_count
         assert sp.configs and any(c.ok for c in sp.configs)
+        for e in sp.engines:
+            assert e["tried"] == e["rejected"] + e["configs"]
         for c in sp.configs:
             assert c.status  # every config reports what happened, never a crash
+            assert c.tag.startswith({"fwd": "ConvFwd_", "bwd-data": "ConvBwdData_",
+                                     "bwd-filter": "ConvBwdFilter_"}[d.direction])
             if c.ok:
                 assert c.timing is not None and c.timing.median_ms > 0
                 assert c.correct is True, (c.tag, c.max_error)
@@ -40,9 +50,27 @@ def test_pytorch_pick_is_in_our_list_and_times_agree(explored):
         assert ours is not None, f"{d.direction}: {pick.engine_tag} not in our list"
         assert ours.ok and abs(ours.time / pick.steady.median_ms - 1) <= 0.10, (
             d.direction, pick.engine_tag, ours.time, pick.steady.median_ms)
+        # the same config launches the same kernels in PyTorch and here
+        assert sorted(ours.kernels) == sorted(pick.kernels), (d.direction, pick.engine_tag)
 
 
 def test_every_legacy_algorithm_maps_to_an_engine_config(explored):
     for d in explored.directions:
+        assert d.engines.legacy_map, d.direction
         for algo, tags in d.engines.legacy_map.items():
             assert tags, f"{d.direction}: {algo} matched no engine config's kernels"
+
+
+def test_invalid_configs_are_reported_not_raised():
+    from cudnn_explorer import _native, gpu
+
+    p = ConvProblem.create("2,8,8,8", out_channels=8, dtype="float16", layout="nhwc")
+    t = gpu.make_tensors(p, "fwd")
+    search = _native.engine_search("fwd", gpu.native_problem(p, t))
+    opt = _native.timing_options(1.0)
+    n = search.engine_count()
+    for engine, knobs in [(n + 5, []), (-1, []), (0, [(2, 987654)]), (0, [(45, 1)])]:
+        r = search.run(engine, knobs, True, opt)
+        assert r.status == "config rejected" and r.message, (engine, knobs, r.status)
+    info = search.engine_info(n + 5)
+    assert info.status != "OK" and info.knobs == []
