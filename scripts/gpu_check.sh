@@ -2,7 +2,7 @@
 # On a GPU machine (e.g. the H200): build the extension against the machine's torch, run
 # the whole test suite (GPU tests included) and the main commands. Logs go to $OUT when
 # set (else /tmp/cudnn_explorer_check). Exit status: that of the test suite.
-# GPU_CHECK_PARTS="tests main" (default) picks the parts, so that the check can be split
+# GPU_CHECK_PARTS="tests main engines" (default) picks the parts, so that the check can be split
 # over two calls where one machine call is time-limited; GPU_CHECK_BENCH=1 adds the
 # benchmarks under scripts/.
 set -uo pipefail
@@ -12,7 +12,7 @@ mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
-PARTS=${GPU_CHECK_PARTS:-tests main}
+PARTS=${GPU_CHECK_PARTS:-tests main engines}
 if ls .whl/*.whl >/dev/null 2>&1; then  # wheels carried to a machine without internet
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -41,7 +41,8 @@ echo "built in $(( $(date +%s) - start )) s"
 rc=0
 if [[ " $PARTS " == *" tests "* ]]; then
   echo "== tests"
-  "$PY" -m pytest -q -rs tests 2>&1 | tee "$LOG/tests.txt"
+  # The engine-config tests run last, in their own step (below).
+  "$PY" -m pytest -q -rs tests --ignore=tests/test_gpu_engines.py 2>&1 | tee "$LOG/tests.txt"
   rc=${PIPESTATUS[0]}
 fi
 
@@ -52,19 +53,19 @@ if [[ " $PARTS " == *" main "* ]]; then
     "$PY" -m cudnn_explorer --info
     echo
     echo '$ python -m cudnn_explorer --shape 32,3,224,224 --kernel 3'
-    "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --verbose --json "$LOG/default.json"
+    "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --quiet --json "$LOG/default.json"
     echo "exit: $?"
     "$PY" -m cudnn_explorer --load "$LOG/default.json" > /tmp/reloaded.txt \
       && echo "--load of the saved JSON renders without a GPU: exit $?"
     echo
-    echo '$ python -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --groups 64 --dtype float16 --layout nhwc --engines'
-    "$PY" -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --groups 64 --dtype float16 \
-      --layout nhwc --engines --verbose --json "$LOG/depthwise.json"
+    echo '$ python -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16'
+    "$PY" -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc \
+      --dtype float16 --quiet
     echo "exit: $?"
     echo
-    echo '$ python -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16 --engine-configs 2'
-    "$PY" -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc \
-      --dtype float16 --engine-configs 2 --quiet
+    echo '$ python -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --kernel 3 --dtype float16 --layout nhwc'
+    "$PY" -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --kernel 3 --dtype float16 \
+      --layout nhwc --quiet
     echo "exit: $?"
     for extra in "${GPU_CHECK_EXTRA[@]:-}"; do
       [ -n "$extra" ] || continue
@@ -73,6 +74,19 @@ if [[ " $PARTS " == *" main "* ]]; then
       "$PY" -m cudnn_explorer $extra; echo "exit: $?"
     done
   } 2>&1 | tee "$LOG/main.txt"
+fi
+
+if [[ " $PARTS " == *" engines "* ]]; then
+  # Issue 5. Last, with -s so that progress shows, a stack dump of every thread when one
+  # test runs past faulthandler_timeout, and a time limit of its own.
+  echo "== engine-config tests (progress in $LOG/engines.txt)"
+  timeout -s ABRT "${ENGINE_TEST_TIMEOUT:-900}" "$PY" -m pytest -q -rs -s \
+    -o faulthandler_timeout="${ENGINE_TEST_STALL_S:-90}" tests/test_gpu_engines.py \
+    > "$LOG/engines.txt" 2>&1
+  erc=$?
+  tail -25 "$LOG/engines.txt"
+  echo "engine-config tests exit status: $erc"
+  [ "$erc" = 0 ] || rc=$erc
 fi
 
 if [ -n "${GPU_CHECK_BENCH:-}" ]; then

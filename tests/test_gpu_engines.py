@@ -21,7 +21,7 @@ def explored(request):
     p = ConvProblem.create(dtype="float16", layout="nhwc", **PROBLEMS[request.param])
     return cudnn_explorer.explore(
         p, budget_ms=10, pytorch=True, engines=True, engine_max_per_engine=4,
-        engine_time_budget_s=60,
+        engine_time_budget_s=40, child_timeout_s=60,
         progress=lambda m: print(f"[engines] {m}", file=sys.stderr, flush=True))
 
 
@@ -74,3 +74,18 @@ def test_invalid_configs_are_reported_not_raised():
         assert r.status == "config rejected" and r.message, (engine, knobs, r.status)
     info = search.engine_info(n + 5)
     assert info.status != "OK" and info.knobs == []
+
+
+def test_cli_engines_ends_with_the_summary(tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    out = tmp_path / "e.json"
+    r = run_cli("--shape", "2,8,16,16", "--out-channels", "16", "--engines", "--engine-configs",
+                "2", "--engine-budget-s", "20", "--child-timeout", "60", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert all(x["engines"]["configs"] for x in json.loads(out.read_text())["directions"])
+    r = run_cli("--load", str(out), "--engines")
+    assert r.returncode == 0 and r.stdout.count("== ") == 4  # 3 directions + the summary
+    assert "best engine config" in r.stdout.split("== summary")[1]
