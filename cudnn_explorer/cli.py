@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--engine-configs", default="8", metavar="N",
                    help="at most N valid knob configs per engine (default 8; up to 16*N "
                         "candidates are tried, most are invalid for a given problem)")
+    e.add_argument("--engine-config-timeout", default="60", metavar="S",
+                   help="seconds one config may take (build, timing, check) before it is "
+                        "recorded as hung and its worker process restarted (default 60)")
     e.add_argument("--engine-budget-s", default="120", metavar="S",
                    help="time budget per direction for building and timing configs "
                         "(default 120)")
@@ -187,6 +190,7 @@ def _run(argv: Optional[List[str]]) -> int:
         child_timeout = _float(a.child_timeout, "--child-timeout")
         per_engine = _int(a.engine_configs, "--engine-configs", lo=1)
         engine_budget = _float(a.engine_budget_s, "--engine-budget-s")
+        config_timeout = _float(a.engine_config_timeout, "--engine-config-timeout")
         from . import gpu as ex
 
         def plain(msg):
@@ -206,7 +210,8 @@ def _run(argv: Optional[List[str]]) -> int:
                              child_timeout_s=child_timeout,
                              engines=a.engines,
                              engine_max_per_engine=per_engine,
-                             engine_time_budget_s=engine_budget)
+                             engine_time_budget_s=engine_budget,
+                             engine_config_timeout_s=config_timeout)
         finally:
             if progress and not a.verbose:
                 sys.stderr.write("\r\033[K")

@@ -109,10 +109,13 @@ def summary_lines(d: DirectionResult) -> List[str]:
     rejected = sum(e.get("rejected", 0) for e in sp.engines)
     ok = sum(1 for c in sp.configs if c.ok)
     usable = sum(1 for e in sp.engines if e.get("configs", 0))
+    failed = sum(e.get("failed", 0) for e in sp.engines)
     out.append(f"engines: {usable} of {sp.engine_count} engines accept this problem; "
                f"{tried} knob configs tried (at most {sp.attempts_per_engine} per engine), "
                f"{rejected} rejected by cuDNN as invalid, {len(sp.configs)} valid (at most "
                f"{sp.max_per_engine} per engine), {ok} built, ran and timed"
+               + (f", {failed} hung or crashed the worker process (recorded, skipped on "
+                  f"restart)" if failed else "")
                + ("; time budget exhausted, the rest skipped" if sp.budget_exhausted else ""))
     if best is not None:
         out.append(f"best engine config: {best.tag} [{', '.join(best.numeric_notes) or '-'}] "
@@ -220,21 +223,33 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                     time_budget_s: Optional[float] = 120.0, budget_ms: float = 20.0,
                     graph: bool = True, kernels: bool = True,
                     preferred_tags: Sequence[str] = (),
-                    progress: Optional[Callable[[str], None]] = None) -> EngineSpace:
-    """Enumerate every engine of one direction, build, time and check up to
+                    progress: Optional[Callable[[str], None]] = None,
+                    prior: Optional[dict] = None,
+                    on_event: Optional[Callable[[dict], None]] = None,
+                    search=None) -> EngineSpace:
+    """In this process: enumerate every engine of one direction, build, time and check up to
     ``max_per_engine`` valid knob configs per engine (trying at most ATTEMPTS_PER_CONFIG
     times as many candidates, see candidate_configs), check each output against ``ref``,
     and map legacy rows (with .kernels) to configs by the kernels they launch.
     ``preferred_tags`` (PyTorch's pick and the plans it timed) are tried first, then the
     configs cuDNN's heuristics list, for every engine, so that a time budget cuts the
-    sampling rather than the configs that matter most."""
+    sampling rather than the configs that matter most.
+
+    A config can hang or crash the process on the GPU, so callers normally run this in a
+    worker process (explore_engines_isolated, cudnn_explorer.engine_worker): ``on_event``
+    receives {"start": ...} before and {"attempt": ...} after every config; ``prior``
+    ({"attempts": [...], "failed": [...]}, as a supervisor collected them from earlier
+    workers) is taken as already done, so a restarted worker carries on where the last one
+    stopped. ``search`` replaces the native EngineSearch (tests)."""
     from . import _native
 
     say = progress or (lambda m: None)
+    emit = on_event or (lambda ev: None)
     t0 = time.perf_counter()
     op = OPERATION_OF[direction]
     say(f"{direction}: building the operation graph")
-    search = _native.engine_search(direction, native_problem)
+    if search is None:
+        search = _native.engine_search(direction, native_problem)
     count = search.engine_count()
     heur: Dict[str, List[Tuple[int, Knobs]]] = {}
     for mode in ("A", "B", "FALLBACK"):
@@ -242,7 +257,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         heur[mode] = [(t.engine, t.knobs) for t in _tags(f"{op}_{n}" for n in
                                                           search.heuristics(mode))]
     pref = [t for t in _tags(preferred_tags) if t.operation == op]
-    opt = _native.timing_options(budget_ms, graph=graph)
+    opt = _native.timing_options(budget_ms, graph=graph) if native_problem is not None else None
     attempts = max_per_engine * ATTEMPTS_PER_CONFIG
     space = EngineSpace(engine_count=count, max_per_engine=max_per_engine,
                         attempts_per_engine=attempts, time_budget_s=time_budget_s)
@@ -259,7 +274,34 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         wanted[e] = set(listed)
         space.engines.append({"engine": e, "status": info.status, "knobs": knobs,
                               "space": space_size(knobs) if info.status == "OK" else 0,
-                              "tried": 0, "rejected": 0, "configs": 0})
+                              "tried": 0, "rejected": 0, "configs": 0, "failed": 0})
+
+    def rank(cfg: EngineConfig, e: int, ch: Knobs) -> None:
+        for m, lst in heur.items():
+            if (e, ch) in lst:
+                cfg.heuristic_ranks[m] = lst.index((e, ch)) + 1
+
+    # What earlier workers did (a restart after a config hung or crashed one of them).
+    for a in (prior or {}).get("attempts", []):
+        e, ch = int(a["engine"]), tuple(tuple(k) for k in a["knobs"])
+        done[e].add(ch)
+        space.engines[e]["tried"] += 1
+        if a.get("config") is None:
+            space.engines[e]["rejected"] += 1
+        else:
+            space.engines[e]["configs"] += 1
+            space.configs.append(EngineConfig.from_dict(a["config"]))
+    for f in (prior or {}).get("failed", []):
+        e, ch = int(f["engine"]), tuple(tuple(k) for k in f["knobs"])
+        done[e].add(ch)
+        cfg = EngineConfig(tag=config_tag(direction, e, ch), engine=e,
+                           knobs=[list(k) for k in ch], status=f["status"],
+                           message=f["message"])
+        rank(cfg, e, ch)
+        space.engines[e]["tried"] += 1
+        space.engines[e]["configs"] += 1
+        space.engines[e]["failed"] += 1
+        space.configs.append(cfg)
 
     def over_budget() -> bool:
         if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
@@ -272,26 +314,28 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         cfg = EngineConfig(tag=config_tag(direction, e, ch), engine=e,
                            knobs=[list(k) for k in ch])
         say(f"{direction}: engine {e}/{count - 1} {cfg.tag} ({time.perf_counter() - t0:.1f} s)")
+        emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": cfg.tag}})
         _run_config(search, opt, problem, direction, tensors, ref, cfg, kernels)
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only
             entry["rejected"] += 1
+            emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch], "config": None}})
             return None
         entry["configs"] += 1
-        for m, lst in heur.items():
-            if (e, ch) in lst:
-                cfg.heuristic_ranks[m] = lst.index((e, ch)) + 1
+        rank(cfg, e, ch)
         space.configs.append(cfg)
+        emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch],
+                          "config": cfg.to_dict()}})
         return cfg
 
     # Phase 1: the listed configs of every engine; phase 2: sampling, engine by engine.
     for e in range(count):
-        for ch in [c for c in queues[e] if c in wanted[e]]:
+        for ch in [c for c in queues[e] if c in wanted[e] and c not in done[e]]:
             if over_budget():
                 break
             attempt(e, ch)
     for e in range(count):
-        for ch in [c for c in queues[e] if c not in wanted[e]]:
+        for ch in [c for c in queues[e] if c not in wanted[e] and c not in done[e]]:
             if space.engines[e]["configs"] >= max_per_engine or over_budget():
                 break
             attempt(e, ch)

@@ -128,8 +128,8 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
             check: bool = True, progress: Optional[Callable[[str], None]] = None,
             pytorch: bool = False, benchmark_limit: Optional[int] = None,
             child_timeout_s: float = 300.0, engines: Optional[bool] = False,
-            engine_max_per_engine: int = 8, engine_time_budget_s: Optional[float] = 120.0
-            ) -> Exploration:
+            engine_max_per_engine: int = 8, engine_time_budget_s: Optional[float] = 120.0,
+            engine_config_timeout_s: float = 60.0) -> Exploration:
     """List every legacy cuDNN algorithm for each direction of ``problem``.
 
     Returns an Exploration whose DirectionResults hold cudnnFind*Ex's rows (Find's own
@@ -144,7 +144,8 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
     the extension has cudnn-frontend), every cuDNN 9
     engine of each direction is enumerated and a bounded set of knob configs per engine
     (``engine_max_per_engine``; ``engine_time_budget_s`` per direction) is built, timed
-    and checked (engines.explore_engines)."""
+    and checked in worker processes, where a config that runs past
+    ``engine_config_timeout_s`` or crashes is recorded as such (engine_worker)."""
     from . import __version__
 
     directions = list(directions)
@@ -229,17 +230,17 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
 
                 res.pytorch = picks[d]
                 pytorch_pick.attach_legacy(res.pytorch, ok_rows)
-            if engines:
-                from . import engines as eng
+            if engines:  # in worker processes: a config can hang or crash its process
+                from .engine_worker import explore_isolated
 
-                res.engines = eng.explore_engines(
-                    problem, d, p, tensors, ref, legacy_rows=ok_rows,
+                res.engines = explore_isolated(
+                    problem, d, device, seed, legacy_rows=ok_rows,
                     preferred_tags=[t for pk in res.pytorch for t in
                                     ([pk.engine_tag] if pk.engine_tag else [])
                                     + [t for t, _ in pk.timed]],
                     max_per_engine=engine_max_per_engine, time_budget_s=engine_time_budget_s,
                     budget_ms=min(budget_ms, 20.0) if retime else 0.0, graph=graph,
-                    progress=say)
+                    check=check, config_timeout_s=engine_config_timeout_s, progress=say)
             results.append(res)
             del p, tensors, ref
     if pytorch and not engines:

@@ -76,6 +76,9 @@ class _Record:
                 kw[key] = convert(kw[key])
         return cls(**kw)
 
+    def to_dict(self) -> dict:
+        return asdict(self)
+
 
 class _Checked:
     """``correct`` of a record checked against the float64 reference (its fields

@@ -21,7 +21,7 @@ def explored(request):
     p = ConvProblem.create(dtype="float16", layout="nhwc", **PROBLEMS[request.param])
     return cudnn_explorer.explore(
         p, budget_ms=10, pytorch=True, engines=True, engine_max_per_engine=4,
-        engine_time_budget_s=40, child_timeout_s=60,
+        engine_time_budget_s=40, child_timeout_s=60, engine_config_timeout_s=30,
         progress=lambda m: print(f"[engines] {m}", file=sys.stderr, flush=True))
 
 
@@ -39,6 +39,9 @@ def test_engines_enumerated_and_every_config_accounted_for(explored):
             if c.ok:
                 assert c.timing is not None and c.timing.median_ms > 0
                 assert c.correct is True, (c.tag, c.max_error)
+            elif c.status in ("hung", "crashed"):  # recorded by the worker's watchdog
+                print(f"[engines] {d.direction}: {c.tag} {c.status}: {c.message}",
+                      file=sys.stderr)
         assert any(c.heuristic_ranks for c in sp.configs)
 
 

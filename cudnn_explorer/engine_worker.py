@@ -1,0 +1,198 @@
+"""Engine configs explored in a worker process, under a watchdog.
+
+cuDNN accepts knob combinations that then never finish on the GPU: on the H200,
+``ConvBwdData_eng77_k17=3_k24=1`` of a float16 channels_last problem stopped the process
+inside the config, and a kernel that spins cannot be interrupted from the process that
+launched it. So the parent (:func:`explore_isolated`) runs engines.explore_engines in a
+worker (``python -m cudnn_explorer.engine_worker SPEC EVENTS``) that appends one JSON
+line per event to EVENTS: {"say": msg}, {"start": config} before a config and
+{"attempt": result} after it, {"space": EngineSpace} at the end. When a config runs past
+``config_timeout_s``, or the worker dies inside one, the parent kills the worker's process
+group, records that config as "hung" or "crashed", and starts a new worker that carries on
+from where the last one stopped (``prior``), within the same overall time budget.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .problem import ConvProblem
+from .pytorch_pick import _PKG_PARENT, ChildError, _describe_rc
+from .records import AlgoResult, EngineSpace
+
+__all__ = ["explore_isolated", "run", "main", "MAX_RESTARTS"]
+
+MAX_RESTARTS = 20  # failed configs one exploration may survive before it gives up
+
+
+def explore_isolated(problem: ConvProblem, direction: str, device: int = 0, seed: int = 0,
+                     legacy_rows: Sequence[AlgoResult] = (), preferred_tags: Sequence[str] = (),
+                     max_per_engine: int = 8, time_budget_s: Optional[float] = 120.0,
+                     budget_ms: float = 20.0, graph: bool = True, check: bool = True,
+                     config_timeout_s: float = 60.0, start_timeout_s: float = 300.0,
+                     progress: Optional[Callable[[str], None]] = None,
+                     worker_module: str = "cudnn_explorer.engine_worker") -> EngineSpace:
+    """Explore one direction's engine configs in worker processes (see the module doc).
+    Raises ChildError when a worker fails outside any config (e.g. it cannot start, or
+    makes no progress within ``start_timeout_s``)."""
+    say = progress or (lambda m: None)
+    prior: Dict[str, List[dict]] = {"attempts": [], "failed": []}
+    t0 = time.perf_counter()
+    for _ in range(MAX_RESTARTS + 1):
+        left = None if time_budget_s is None else max(time_budget_s - (time.perf_counter() - t0),
+                                                      0.0)
+        spec = {"problem": problem.to_dict(), "direction": direction, "device": device,
+                "seed": seed, "legacy_rows": [r.to_dict() for r in legacy_rows],
+                "preferred_tags": list(preferred_tags), "max_per_engine": max_per_engine,
+                "time_budget_s": left, "budget_ms": budget_ms, "graph": graph,
+                "check": check, "prior": prior}
+        space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
+                                    worker_module)
+        if space is not None:
+            space.time_budget_s = time_budget_s
+            return space
+        prior["failed"].append(failed)
+        say(f"{direction}: {failed['tag']} {failed['status']}; restarting the worker without it")
+    raise ChildError(f"engine worker for {direction}: {MAX_RESTARTS + 1} configs hung or "
+                     f"crashed it; giving up (see --engine-config-timeout)")
+
+
+def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_s: float,
+                say, worker_module: str):
+    """Run one worker. Returns (space, None) when it finished, or (None, failed-config)
+    when a config hung or crashed it; appends its attempts to ``prior``."""
+    with tempfile.TemporaryDirectory(prefix="cudnn_explorer_engines_") as tmp:
+        spec_path, events_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "events")
+        err_path = os.path.join(tmp, "stderr")
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        open(events_path, "w").close()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _PKG_PARENT + (os.pathsep + env["PYTHONPATH"]
+                                           if env.get("PYTHONPATH") else "")
+        with open(err_path, "w") as err, open(events_path) as events:
+            proc = subprocess.Popen([sys.executable, "-m", worker_module, spec_path,
+                                     events_path], stdout=subprocess.DEVNULL, stderr=err,
+                                    env=env, start_new_session=True)
+            current, since, last = None, time.perf_counter(), time.perf_counter()
+            partial = ""
+            try:
+                while True:
+                    rc = proc.poll()
+                    partial += events.read()
+                    *lines, partial = partial.split("\n")
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        last = time.perf_counter()
+                        ev = json.loads(line)
+                        if "say" in ev:
+                            say(ev["say"])
+                        elif "start" in ev:
+                            current, since = ev["start"], time.perf_counter()
+                        elif "attempt" in ev:
+                            prior["attempts"].append(ev["attempt"])
+                            current = None
+                        elif "space" in ev:
+                            return EngineSpace.from_dict(ev["space"]), None
+                    now = time.perf_counter()
+                    if rc is not None:
+                        if current is not None:
+                            return None, dict(current, status="crashed", message=(
+                                f"the worker process died inside this config "
+                                f"({_describe_rc(rc)}); {_tail(err_path)}"))
+                        raise ChildError(f"engine worker for {spec['direction']} failed "
+                                         f"({_describe_rc(rc)}): {_tail(err_path)}")
+                    if current is not None and now - since > config_timeout_s:
+                        _kill(proc)
+                        return None, dict(current, status="hung", message=(
+                            f"no result within {config_timeout_s:g} s (run-time compilation, "
+                            f"timing and checking included); the worker was killed"))
+                    if current is None and now - last > start_timeout_s:
+                        _kill(proc)
+                        raise ChildError(f"engine worker for {spec['direction']} made no "
+                                         f"progress in {start_timeout_s:g} s and was killed")
+                    time.sleep(0.02)
+            finally:
+                if proc.poll() is None:
+                    _kill(proc)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln for ln in f.read().strip().splitlines() if ln.strip()]
+    except OSError:
+        lines = []
+    return lines[-1][:300] if lines else "no output"
+
+
+# ----------------------------------------------------------------------------- worker side
+def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> EngineSpace:
+    """The worker's job: explore one direction and emit events. ``setup(problem,
+    direction, device, seed, check)`` returns (native_problem, tensors, ref); by default
+    the GPU tensors and reference of gpu.make_tensors / gpu.reference (the parent's seed,
+    so the same data). ``search`` replaces the native EngineSearch (tests)."""
+    from . import engines
+
+    problem = ConvProblem.from_dict(spec["problem"])
+    d, device, seed = spec["direction"], int(spec.get("device", 0)), int(spec.get("seed", 0))
+    native, tensors, ref = (setup or _gpu_setup)(problem, d, device, seed,
+                                                 bool(spec.get("check", True)))
+    space = engines.explore_engines(
+        problem, d, native, tensors, ref,
+        legacy_rows=[AlgoResult.from_dict(r) for r in spec.get("legacy_rows", [])],
+        max_per_engine=int(spec.get("max_per_engine", 8)),
+        time_budget_s=spec.get("time_budget_s"), budget_ms=float(spec.get("budget_ms", 20.0)),
+        graph=bool(spec.get("graph", True)), kernels=search is None,
+        preferred_tags=spec.get("preferred_tags", []),
+        progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
+        search=search)
+    emit({"space": space.to_dict()})
+    return space
+
+
+def _gpu_setup(problem, direction, device, seed, check):
+    import torch
+
+    from . import gpu
+
+    torch.cuda.set_device(device)
+    tensors = gpu.make_tensors(problem, direction, device, seed)
+    native = gpu.native_problem(problem, tensors)
+    ref = gpu.reference(problem, direction, tensors) if check else None
+    return native, tensors, ref
+
+
+def main(argv=None, setup=None, search=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m cudnn_explorer.engine_worker SPEC.json EVENTS", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    with open(argv[1], "a", buffering=1) as events:
+        def emit(ev: dict) -> None:
+            events.write(json.dumps(ev) + "\n")
+            events.flush()
+
+        run(spec, emit, setup, search)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

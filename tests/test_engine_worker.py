@@ -1,0 +1,92 @@
+"""The engine-config watchdog, without a GPU: a fake worker whose configs hang or crash."""
+import textwrap
+
+import pytest
+
+from cudnn_explorer import engine_worker
+from cudnn_explorer.problem import ConvProblem
+from cudnn_explorer.pytorch_pick import ChildError
+
+# A worker with a fake EngineSearch: engine 0 has no knobs; engine 1 has knob 2 (TILE_SIZE)
+# in 0..3, where 3 is invalid and 1 never finishes; engine 2 kills its process.
+FAKE_WORKER = textwrap.dedent("""\
+    import os, sys, time
+    from types import SimpleNamespace as NS
+    from cudnn_explorer import engine_worker
+
+    class Out:
+        def fill_(self, v):
+            return self
+
+    class Search:
+        def engine_count(self):
+            return 3
+        def engine_info(self, e):
+            knobs = [NS(type=2, min_value=0, max_value=3, stride=1)] if e == 1 else []
+            return NS(engine=e, status="OK", knobs=knobs)
+        def heuristics(self, mode):
+            return ["eng1_k2=2"] if mode == "A" else []
+        def run(self, e, knobs, timed, opt):
+            k = dict(knobs)
+            if e == 1 and k.get(2) == 1:
+                time.sleep(600)
+            if e == 2:
+                os.abort()
+            ok = k.get(2) != 3
+            name = "eng%d" % e + "".join("_k%d=%d" % tuple(kv) for kv in sorted(knobs))
+            return NS(status="OK" if ok else "config rejected", message="" if ok else "bad",
+                      name=name, numeric_notes=[], behavior_notes=[], workspace_bytes=0,
+                      build_ms=0.5, timed=False, plan_index=0)
+
+    def setup(problem, direction, device, seed, check):
+        return None, {"x": Out(), "w": Out(), "y": Out()}, None
+
+    sys.exit(engine_worker.main(sys.argv[1:], setup=setup, search=Search()))
+    """)
+
+
+@pytest.fixture
+def fake_worker(tmp_path, monkeypatch):
+    (tmp_path / "fake_engine_worker.py").write_text(FAKE_WORKER)
+    (tmp_path / "fake_broken_worker.py").write_text("raise RuntimeError('no GPU here')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    return tmp_path
+
+
+def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker):
+    said = []
+    sp = engine_worker.explore_isolated(
+        ConvProblem.create("1,8,8,8", out_channels=8), "fwd", config_timeout_s=1.0,
+        progress=said.append, worker_module="fake_engine_worker")
+    by_tag = {c.tag: c for c in sp.configs}
+    assert by_tag["ConvFwd_eng0"].status == "OK"
+    assert by_tag["ConvFwd_eng1_k2=2"].status == "OK"
+    assert by_tag["ConvFwd_eng1_k2=2"].heuristic_ranks == {"A": 1}
+    assert by_tag["ConvFwd_eng1_k2=0"].status == by_tag["ConvFwd_eng1"].status == "OK"
+    hung = by_tag["ConvFwd_eng1_k2=1"]
+    assert hung.status == "hung" and "no result within 1 s" in hung.message
+    crashed = by_tag["ConvFwd_eng2"]
+    assert crashed.status == "crashed" and "SIGABRT" in crashed.message
+    assert "ConvFwd_eng1_k2=3" not in by_tag  # rejected: counted, not listed
+    e1 = sp.engines[1]
+    assert (e1["tried"], e1["rejected"], e1["configs"], e1["failed"]) == (5, 1, 4, 1)
+    for e in sp.engines:
+        assert e["tried"] == e["rejected"] + e["configs"]
+    assert sp.time_budget_s == 120.0
+    from cudnn_explorer import engines
+    from cudnn_explorer.records import DirectionResult
+
+    d = DirectionResult(direction="fwd", math_type="DEFAULT_MATH", find=[], heuristics=[],
+                        workspace=[], workspace_needed_bytes=0, workspace_given_bytes=0,
+                        engines=sp)
+    line = engines.summary_lines(d)[0]
+    assert "2 hung or crashed the worker process" in line
+    assert any("restarting the worker" in m for m in said)
+    assert any("ConvFwd_eng1_k2=2" in m for m in said)  # the worker's progress comes through
+
+
+def test_a_worker_that_fails_outside_any_config_is_one_clear_error(fake_worker):
+    with pytest.raises(ChildError, match=r"engine worker for fwd failed \(exit code 1\): "
+                                         r"RuntimeError: no GPU here"):
+        engine_worker.explore_isolated(ConvProblem.create("1,8,8,8"), "fwd",
+                                       worker_module="fake_broken_worker")
