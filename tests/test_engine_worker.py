@@ -54,10 +54,14 @@ def fake_worker(tmp_path, monkeypatch):
 
 
 def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker):
+    from fakes import exploration, timing
+
     said = []
+    legacy = exploration().directions[0].find[0]
+    legacy.timing, legacy.kernels = timing(0.2), ["some_kernel"]
     sp = engine_worker.explore_isolated(
         ConvProblem.create("1,8,8,8", out_channels=8), "fwd", config_timeout_s=1.0,
-        progress=said.append, worker_module="fake_engine_worker")
+        legacy_rows=[legacy], progress=said.append, worker_module="fake_engine_worker")
     by_tag = {c.tag: c for c in sp.configs}
     assert by_tag["ConvFwd_eng0"].status == "OK"
     assert by_tag["ConvFwd_eng1_k2=2"].status == "OK"
@@ -73,6 +77,8 @@ def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker
     for e in sp.engines:
         assert e["tried"] == e["rejected"] + e["configs"]
     assert sp.time_budget_s == 120.0
+    # the legacy rows travelled to the worker (the fake's configs launch no kernels)
+    assert sp.legacy_map == {f"{legacy.algo_name} ({legacy.math_type})": []}
     from cudnn_explorer import engines
     from cudnn_explorer.records import DirectionResult
 
