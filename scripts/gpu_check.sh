@@ -77,8 +77,22 @@ if [[ " $PARTS " == *" main "* ]]; then
 fi
 
 if [[ " $PARTS " == *" engines "* ]]; then
-  # Issue 5. Last, with -s so that progress shows, a stack dump of every thread when one
-  # test runs past faulthandler_timeout, and a time limit of its own.
+  # Issue 5's runs: every engine config of the default problem and of a depthwise float16
+  # channels_last problem, each under its own time limit (output and progress in one file,
+  # JSON beside it). ENGINE_CLI_ARGS adds options (e.g. --engine-budget-s 60).
+  for run in "default:--shape 32,3,224,224 --kernel 3" \
+             "depthwise:--shape 32,64,56,56 --out-channels 64 --groups 64 --dtype float16 --layout nhwc"; do
+    name=${run%%:*}; args=${run#*:}
+    echo "== \$ python -m cudnn_explorer $args --engines ${ENGINE_CLI_ARGS:-}"
+    # shellcheck disable=SC2086
+    timeout -s ABRT "${ENGINE_RUN_TIMEOUT:-400}" "$PY" -X faulthandler -m cudnn_explorer $args \
+      --engines --verbose ${ENGINE_CLI_ARGS:-} --json "$LOG/eng_$name.json" \
+      > "$LOG/eng_$name.txt" 2>&1
+    echo "exit: $?"
+    sed -n '/^== summary/,$p' "$LOG/eng_$name.txt"
+  done
+  # The engine tests last, with -s so that progress shows, a stack dump of every thread
+  # when one test runs past faulthandler_timeout, and a time limit of their own.
   echo "== engine-config tests (progress in $LOG/engines.txt)"
   timeout -s ABRT "${ENGINE_TEST_TIMEOUT:-900}" "$PY" -m pytest -q -rs -s \
     -o faulthandler_timeout="${ENGINE_TEST_STALL_S:-90}" tests/test_gpu_engines.py \
