@@ -117,6 +117,13 @@ def summary_lines(d: DirectionResult) -> List[str]:
                + (f", {failed} hung or crashed the worker process (recorded, skipped on "
                   f"restart)" if failed else "")
                + ("; time budget exhausted, the rest skipped" if sp.budget_exhausted else ""))
+    rtc = [c for c in sp.configs if "RUNTIME_COMPILATION" in c.behavior_notes
+           and c.build_ms is not None]
+    if rtc:
+        slow = max(rtc, key=lambda c: c.build_ms)
+        out.append(f"run-time compiled configs: {len(rtc)}, building their plans took "
+                   f"{sum(c.build_ms for c in rtc) / 1e3:.1f} s in all (slowest {slow.tag}, "
+                   f"{slow.build_ms:.0f} ms), a cost paid once per process by whoever uses them")
     if best is not None:
         out.append(f"best engine config: {best.tag} [{', '.join(best.numeric_notes) or '-'}] "
                    f"{best.time:.4f} ms, workspace {best.workspace_bytes / MIB:.2f} MiB")

@@ -80,8 +80,12 @@ def test_summary_locates_pytorch_pick_and_what_it_missed():
                              candidates=[{"tag": "ConvFwd_eng70_k2=4_k18=0"},
                                          {"tag": "ConvFwd_eng46_k2=4_k5=2_k14=3"}],
                              timed=[["ConvFwd_eng70_k2=4_k18=0", 0.3]])]
+    rtc = d.engines.configs[0]
+    rtc.behavior_notes, rtc.build_ms = ["RUNTIME_COMPILATION"], 356.3
     lines = engines.summary_lines(d)
     text = "\n".join(lines)
+    assert ("run-time compiled configs: 1, building their plans took 0.4 s in all (slowest "
+            "ConvFwd_eng70_k2=4_k18=0, 356 ms)") in text
     assert ("3 of 3 engines accept this problem; 13 knob configs tried (at most 128 per "
             "engine), 10 rejected by cuDNN as invalid, 3 valid (at most 8 per engine), 2 built, "
             "ran and timed") in text
