@@ -124,6 +124,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("engine_count", &ce::EngineSearch::engine_count)
       .def("engine_info", &ce::EngineSearch::engine_info)
       .def("heuristics", &ce::EngineSearch::heuristics)
+      .def("build",
+           [](ce::EngineSearch& s, int64_t engine, const ce::Knobs& knobs) {
+             py::gil_scoped_release release;
+             return s.build(engine, knobs);
+           },
+           py::arg("engine"), py::arg("knobs"))
+      .def("measure",
+           [](ce::EngineSearch& s, const ce::ConfigResult& built, bool time,
+              const ce::TimingOptions& opt) {
+             py::gil_scoped_release release;
+             return s.measure(built, time, opt);
+           },
+           py::arg("built"), py::arg("time"), py::arg("options"))
       .def("run",
            [](ce::EngineSearch& s, int64_t engine, const ce::Knobs& knobs, bool time,
               const ce::TimingOptions& opt) {

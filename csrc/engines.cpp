@@ -249,8 +249,7 @@ std::vector<std::string> EngineSearch::heuristics(const std::string& mode) {
   return out;
 }
 
-ConfigResult EngineSearch::run(int64_t engine, const Knobs& knobs, bool time,
-                               const TimingOptions& opt) {
+ConfigResult EngineSearch::build(int64_t engine, const Knobs& knobs) {
   Impl& I = *impl_;
   c10::cuda::CUDAGuard guard(I.p.x().device());
   ConfigResult r;
@@ -289,14 +288,33 @@ ConfigResult EngineSearch::run(int64_t engine, const Knobs& knobs, bool time,
     return r;
   }
   int64_t ws_bytes = 0;
-  c10::DataPtr ws;
-  st = I.workspace(idx, &ws_bytes, &ws);
+  st = I.graph->get_workspace_size_plan_at_index(idx, ws_bytes);
   if (!st.is_good()) {
     r.status = "workspace query failed";
     r.message = err(st);
     return r;
   }
   r.workspace_bytes = ws_bytes;
+  r.status = "built";
+  return r;
+}
+
+ConfigResult EngineSearch::measure(ConfigResult r, bool time, const TimingOptions& opt) {
+  Impl& I = *impl_;
+  c10::cuda::CUDAGuard guard(I.p.x().device());
+  TORCH_CHECK_VALUE(r.status == "built" && r.plan_index >= 0 &&
+                        r.plan_index < I.graph->get_execution_plan_count(),
+                    "measure() takes a config that build() built, not one with status '",
+                    r.status, "'");
+  const int64_t idx = r.plan_index;
+  int64_t ws_bytes = 0;
+  c10::DataPtr ws;
+  auto st = I.workspace(idx, &ws_bytes, &ws);
+  if (!st.is_good()) {
+    r.status = "workspace query failed";
+    r.message = err(st);
+    return r;
+  }
   void* wsp = ws.get();
   std::string last;
   Graph* g = I.graph.get();
@@ -328,6 +346,12 @@ ConfigResult EngineSearch::run(int64_t engine, const Knobs& knobs, bool time,
   return r;
 }
 
+ConfigResult EngineSearch::run(int64_t engine, const Knobs& knobs, bool time,
+                               const TimingOptions& opt) {
+  ConfigResult r = build(engine, knobs);
+  return r.status == "built" ? measure(std::move(r), time, opt) : r;
+}
+
 void EngineSearch::execute(int64_t plan_index) {
   Impl& I = *impl_;
   c10::cuda::CUDAGuard guard(I.p.x().device());
@@ -354,6 +378,8 @@ EngineSearch::~EngineSearch() = default;
 int64_t EngineSearch::engine_count() const { return 0; }
 EngineInfo EngineSearch::engine_info(int64_t) { return {}; }
 std::vector<std::string> EngineSearch::heuristics(const std::string&) { return {}; }
+ConfigResult EngineSearch::build(int64_t, const Knobs&) { return {}; }
+ConfigResult EngineSearch::measure(ConfigResult r, bool, const TimingOptions&) { return r; }
 ConfigResult EngineSearch::run(int64_t, const Knobs&, bool, const TimingOptions&) { return {}; }
 void EngineSearch::execute(int64_t) {}
 bool frontend_available() { return false; }

@@ -34,7 +34,7 @@ struct ConfigResult {
   Knobs knobs;
   std::string name;
   int64_t plan_index = -1;  // for execute()
-  std::string status;   // "OK" or the stage and error that stopped it
+  std::string status;   // "OK", "built" (by build()), or the stage and error that stopped it
   std::string message;
   std::vector<std::string> numeric_notes;
   std::vector<std::string> behavior_notes;
@@ -55,8 +55,14 @@ class EngineSearch {
   // The configs a heuristic mode ("A", "B" or "FALLBACK") lists, in its order, by
   // cudnn-frontend's plan name ("eng46_k2=4_k5=2_k14=3": backend knob types).
   std::vector<std::string> heuristics(const std::string& mode);
-  // Build one config's plan, and time it (when time is true) with the same method as the
-  // legacy algorithms; the direction's output tensor holds its result afterwards.
+  // Build one config's plan (status "built", or the stage that stopped it). Run-time
+  // compiled engines compile here.
+  ConfigResult build(int64_t engine, const Knobs& knobs);
+  // Execute a built config once and time it (when time is true) with the same method as
+  // the legacy algorithms (status "OK" or why not); the direction's output tensor holds
+  // its result afterwards. Separate from build() so a caller can tell which one hangs.
+  ConfigResult measure(ConfigResult built, bool time, const TimingOptions& opt);
+  // build() then measure().
   ConfigResult run(int64_t engine, const Knobs& knobs, bool time, const TimingOptions& opt);
   // Execute a plan that run() built, once (e.g. under torch.profiler).
   void execute(int64_t plan_index);

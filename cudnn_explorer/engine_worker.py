@@ -5,8 +5,9 @@ cuDNN accepts knob combinations that then never finish on the GPU: on the H200,
 inside the config, and a kernel that spins cannot be interrupted from the process that
 launched it. So the parent (:func:`explore_isolated`) runs engines.explore_engines in a
 worker (``python -m cudnn_explorer.engine_worker SPEC EVENTS``) that appends one JSON
-line per event to EVENTS: {"say": msg}, {"start": config} before a config and
-{"attempt": result} after it, {"space": EngineSpace} at the end. When a config runs past
+line per event to EVENTS: {"say": msg}, {"start": config} before a config, {"stage":
+"running"} once its plan is built, {"attempt": result} after it, {"space": EngineSpace}
+at the end. When a config runs past
 ``config_timeout_s``, or the worker dies inside one, the parent kills the worker's process
 group, records that config as "hung" or "crashed", and starts a new worker that carries on
 from where the last one stopped (``prior``), within the same overall time budget.
@@ -81,6 +82,7 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                                      events_path], stdout=subprocess.DEVNULL, stderr=err,
                                     env=env, start_new_session=True)
             current, since, last = None, time.perf_counter(), time.perf_counter()
+            stage = ""
             partial = ""
             try:
                 while True:
@@ -96,6 +98,10 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                             say(ev["say"])
                         elif "start" in ev:
                             current, since = ev["start"], time.perf_counter()
+                            stage = "building its plan (run-time compilation included)"
+                        elif "stage" in ev:
+                            stage = ("running, timing and checking it"
+                                     if ev["stage"] == "running" else ev["stage"])
                         elif "attempt" in ev:
                             prior["attempts"].append(ev["attempt"])
                             current = None
@@ -105,15 +111,15 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                     if rc is not None:
                         if current is not None:
                             return None, dict(current, status="crashed", message=(
-                                f"the worker process died inside this config "
-                                f"({_describe_rc(rc)}); {_tail(err_path)}"))
+                                f"the worker process died {stage} ({_describe_rc(rc)}); "
+                                f"{_tail(err_path)}"))
                         raise ChildError(f"engine worker for {spec['direction']} failed "
                                          f"({_describe_rc(rc)}): {_tail(err_path)}")
                     if current is not None and now - since > config_timeout_s:
                         _kill(proc)
                         return None, dict(current, status="hung", message=(
-                            f"no result within {config_timeout_s:g} s (run-time compilation, "
-                            f"timing and checking included); the worker was killed"))
+                            f"no result within {config_timeout_s:g} s, stuck {stage}; the "
+                            f"worker was killed"))
                     if current is None and now - last > start_timeout_s:
                         _kill(proc)
                         raise ChildError(f"engine worker for {spec['direction']} made no "

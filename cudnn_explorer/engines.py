@@ -196,14 +196,18 @@ SUMMARY_HEADERS = ["direction", "best legacy algorithm (ms)", "best engine confi
 
 
 def _run_config(search, opt, problem, direction, tensors, ref, cfg: EngineConfig,
-                kernels: bool) -> None:
-    """Build, time and check one config; fills ``cfg`` in place."""
+                kernels: bool, stage: Callable[[str], None] = lambda s: None) -> None:
+    """Build, time and check one config; fills ``cfg`` in place. ``stage`` hears
+    "running" between building the plan and running it (a watchdog tells which hung)."""
     from . import gpu
     from . import kernels as kn
 
     out_name = gpu.OUTPUT_OF[direction]
     tensors[out_name].fill_(float("nan"))
-    res = search.run(cfg.engine, cfg.knobs, True, opt)
+    res = search.build(cfg.engine, cfg.knobs)
+    if res.status == "built":
+        stage("running")
+        res = search.measure(res, True, opt)
     cfg.status, cfg.message = res.status, res.message
     op = OPERATION_OF[direction]
     if res.name:
@@ -322,7 +326,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                            knobs=[list(k) for k in ch])
         say(f"{direction}: engine {e}/{count - 1} {cfg.tag} ({time.perf_counter() - t0:.1f} s)")
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": cfg.tag}})
-        _run_config(search, opt, problem, direction, tensors, ref, cfg, kernels)
+        _run_config(search, opt, problem, direction, tensors, ref, cfg, kernels,
+                    stage=lambda st: emit({"stage": st}))
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only
             entry["rejected"] += 1

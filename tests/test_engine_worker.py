@@ -26,17 +26,21 @@ FAKE_WORKER = textwrap.dedent("""\
             return NS(engine=e, status="OK", knobs=knobs)
         def heuristics(self, mode):
             return ["eng1_k2=2"] if mode == "A" else []
-        def run(self, e, knobs, timed, opt):
+        def build(self, e, knobs):
             k = dict(knobs)
-            if e == 1 and k.get(2) == 1:
-                time.sleep(600)
             if e == 2:
                 os.abort()
             ok = k.get(2) != 3
             name = "eng%d" % e + "".join("_k%d=%d" % tuple(kv) for kv in sorted(knobs))
-            return NS(status="OK" if ok else "config rejected", message="" if ok else "bad",
-                      name=name, numeric_notes=[], behavior_notes=[], workspace_bytes=0,
-                      build_ms=0.5, timed=False, plan_index=0)
+            return NS(status="built" if ok else "config rejected",
+                      message="" if ok else "bad", name=name, numeric_notes=[],
+                      behavior_notes=[], workspace_bytes=0, build_ms=0.5, timed=False,
+                      plan_index=0, knobs=k)
+        def measure(self, built, timed, opt):
+            if built.knobs.get(2) == 1:
+                time.sleep(600)
+            built.status = "OK"
+            return built
 
     def setup(problem, direction, device, seed, check):
         return None, {"x": Out(), "w": Out(), "y": Out()}, None
@@ -68,9 +72,12 @@ def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker
     assert by_tag["ConvFwd_eng1_k2=2"].heuristic_ranks == {"A": 1}
     assert by_tag["ConvFwd_eng1_k2=0"].status == by_tag["ConvFwd_eng1"].status == "OK"
     hung = by_tag["ConvFwd_eng1_k2=1"]
-    assert hung.status == "hung" and "no result within 1 s" in hung.message
+    assert hung.status == "hung"
+    assert "no result within 1 s, stuck running, timing and checking it" in hung.message
     crashed = by_tag["ConvFwd_eng2"]
-    assert crashed.status == "crashed" and "SIGABRT" in crashed.message
+    assert crashed.status == "crashed"
+    assert "died building its plan (run-time compilation included) (killed by SIGABRT)" \
+        in crashed.message
     assert "ConvFwd_eng1_k2=3" not in by_tag  # rejected: counted, not listed
     e1 = sp.engines[1]
     assert (e1["tried"], e1["rejected"], e1["configs"], e1["failed"]) == (5, 1, 4, 1)

@@ -75,6 +75,8 @@ def test_invalid_configs_are_reported_not_raised():
     for engine, knobs in [(n + 5, []), (-1, []), (0, [(2, 987654)]), (0, [(45, 1)])]:
         r = search.run(engine, knobs, True, opt)
         assert r.status == "config rejected" and r.message, (engine, knobs, r.status)
+        with pytest.raises(ValueError, match="takes a config that build"):
+            search.measure(r, True, opt)
     info = search.engine_info(n + 5)
     assert info.status != "OK" and info.knobs == []
 
