@@ -105,13 +105,21 @@ def run(spec: dict) -> dict:
     return out
 
 
+def read_spec(argv, usage: str):
+    """A child's command line is SPEC.json and one output path: the spec, or None after
+    printing the usage (any child of ours: this one, engine_worker)."""
+    if len(argv) != 2:
+        print(f"usage: {usage}", file=sys.stderr)
+        return None
+    with open(argv[0]) as f:
+        return json.load(f)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m cudnn_explorer.child SPEC.json RESULT.json", file=sys.stderr)
+    spec = read_spec(argv, "python -m cudnn_explorer.child SPEC.json RESULT.json")
+    if spec is None:
         return 2
-    with open(argv[0]) as f:
-        spec = json.load(f)
     res = run(spec)
     with open(argv[1] + ".tmp", "w") as f:
         json.dump(res, f)

@@ -24,7 +24,8 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 from .problem import ConvProblem
-from .pytorch_pick import _PKG_PARENT, ChildError, _describe_rc
+from .child import read_spec
+from .pytorch_pick import ChildError, child_env, describe_rc
 from .records import AlgoResult, EngineSpace
 
 __all__ = ["explore_isolated", "run", "main", "MAX_RESTARTS"]
@@ -74,13 +75,10 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
         with open(spec_path, "w") as f:
             json.dump(spec, f)
         open(events_path, "w").close()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = _PKG_PARENT + (os.pathsep + env["PYTHONPATH"]
-                                           if env.get("PYTHONPATH") else "")
         with open(err_path, "w") as err, open(events_path) as events:
             proc = subprocess.Popen([sys.executable, "-m", worker_module, spec_path,
                                      events_path], stdout=subprocess.DEVNULL, stderr=err,
-                                    env=env, start_new_session=True)
+                                    env=child_env(), start_new_session=True)
             current, since, last = None, time.perf_counter(), time.perf_counter()
             stage = ""
             partial = ""
@@ -111,10 +109,10 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                     if rc is not None:
                         if current is not None:
                             return None, dict(current, status="crashed", message=(
-                                f"the worker process died {stage} ({_describe_rc(rc)}); "
+                                f"the worker process died {stage} ({describe_rc(rc)}); "
                                 f"{_tail(err_path)}"))
                         raise ChildError(f"engine worker for {spec['direction']} failed "
-                                         f"({_describe_rc(rc)}): {_tail(err_path)}")
+                                         f"({describe_rc(rc)}): {_tail(err_path)}")
                     if current is not None and now - since > config_timeout_s:
                         _kill(proc)
                         return None, dict(current, status="hung", message=(
@@ -186,11 +184,9 @@ def _gpu_setup(problem, direction, device, seed, check):
 
 def main(argv=None, setup=None, search=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m cudnn_explorer.engine_worker SPEC.json EVENTS", file=sys.stderr)
+    spec = read_spec(argv, "python -m cudnn_explorer.engine_worker SPEC.json EVENTS")
+    if spec is None:
         return 2
-    with open(argv[0]) as f:
-        spec = json.load(f)
     with open(argv[1], "a", buffering=1) as events:
         def emit(ev: dict) -> None:
             events.write(json.dumps(ev) + "\n")

@@ -22,7 +22,8 @@ from .errors import ExplorerError
 from .problem import ConvProblem
 from .records import AlgoResult, PyTorchPick, Timing
 
-__all__ = ["ModeSpec", "default_modes", "ChildError", "run_child", "pytorch_picks",
+__all__ = ["ModeSpec", "default_modes", "ChildError", "child_env", "describe_rc", "run_child",
+           "pytorch_picks",
            "match_kernels", "attach_legacy"]
 
 _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +61,17 @@ def default_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
     return specs
 
 
-def _describe_rc(rc: int) -> str:
+def child_env(drop=()) -> dict:
+    """The environment of a child of ours: this one, less ``drop``, with this package
+    importable (PYTHONPATH starts with its parent directory)."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONPATH"] = _PKG_PARENT + (os.pathsep + env["PYTHONPATH"]
+                                       if env.get("PYTHONPATH") else "")
+    return env
+
+
+def describe_rc(rc: int) -> str:
+    """A child's exit status in words ("exit code 1", "killed by SIGABRT")."""
     if rc < 0:
         try:
             return f"killed by {signal.Signals(-rc).name}"
@@ -84,9 +95,7 @@ def run_child(problem: ConvProblem, directions: Iterable[str], spec: ModeSpec,
                        "mode": spec.mode, "benchmark_limit": spec.benchmark_limit,
                        "device": device, "seed": seed, "budget_ms": budget_ms,
                        "log_file": None if spec.legacy else log}, f)
-        env = {k: v for k, v in os.environ.items() if k not in _LOG_VARS}
-        env["PYTHONPATH"] = _PKG_PARENT + (os.pathsep + env["PYTHONPATH"]
-                                           if env.get("PYTHONPATH") else "")
+        env = child_env(drop=_LOG_VARS)
         if spec.legacy:
             env.update(TORCH_CUDNN_V8_API_DISABLED="1", CUDNN_LOGLEVEL_DBG="3",
                        CUDNN_LOGDEST_DBG=log)
@@ -102,7 +111,7 @@ def run_child(problem: ConvProblem, directions: Iterable[str], spec: ModeSpec,
                              f"raise --child-timeout or use --no-pytorch") from None
         if proc.returncode != 0:
             tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
-            raise ChildError(f"{what} failed ({_describe_rc(proc.returncode)}): "
+            raise ChildError(f"{what} failed ({describe_rc(proc.returncode)}): "
                              f"{tail[-1] if tail else 'no output'}")
         if not os.path.exists(result_path):
             raise ChildError(f"{what} exited without writing its result")
