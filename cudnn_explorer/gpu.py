@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import math
 import socket
-import sys
 from typing import Callable, Dict, Iterable, Optional
 
 from . import _native, analysis
@@ -127,7 +126,7 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
             budget_ms: float = 100.0, flush_l2: bool = False, graph: bool = True,
             check: bool = True, progress: Optional[Callable[[str], None]] = None,
             pytorch: bool = False, benchmark_limit: Optional[int] = None,
-            child_timeout_s: float = 300.0, engines: Optional[bool] = False,
+            child_timeout_s: float = 300.0, engines: bool = False,
             engine_max_per_engine: int = 8, engine_time_budget_s: Optional[float] = 120.0,
             engine_config_timeout_s: float = 60.0) -> Exploration:
     """List every legacy cuDNN algorithm for each direction of ``problem``.
@@ -140,8 +139,7 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
     max |ref|). Runs on PyTorch's cuDNN handle and current stream on GPU ``device``.
     ``max_workspace_mib`` caps the workspace Find may use. With ``pytorch``, PyTorch's own
     choice in every mode (pytorch_pick.default_modes) is measured in fresh child processes
-    and attached to each DirectionResult as ``pytorch``. With ``engines`` (None: whenever
-    the extension has cudnn-frontend), every cuDNN 9
+    and attached to each DirectionResult as ``pytorch``. With ``engines``, every cuDNN 9
     engine of each direction is enumerated and a bounded set of knob configs per engine
     (``engine_max_per_engine``; ``engine_time_budget_s`` per direction) is built, timed
     and checked in worker processes, where a config that runs past
@@ -159,20 +157,13 @@ def explore(problem: ConvProblem, directions: Iterable[str] = DIRECTIONS, device
     if benchmark_limit is not None and benchmark_limit < 0:
         raise UserError(f"--benchmark-limit {benchmark_limit}: must be >= 0 (0 = all)")
     torch = _native.require_gpu(device)
-    say = progress or (lambda msg: None)
-    if engines is None:  # by default: whenever this build has cudnn-frontend
-        engines = _native.frontend_available()
-        if not engines:
-            print("cudnn_explorer: note: engine configs skipped: this build of the extension "
-                  f"has no cudnn-frontend (pip install nvidia-cudnn-frontend, then "
-                  f"{_native.BUILD_HINT})", file=sys.stderr)
-    elif engines and not _native.frontend_available():
+    if engines and not _native.frontend_available():
         from .errors import MissingDependencyError
 
         raise MissingDependencyError(
             "this build of cudnn_explorer._C has no cudnn-frontend, so it cannot list engine "
             f"configs; pip install nvidia-cudnn-frontend, then rebuild: {_native.BUILD_HINT} "
-            "(or run with --no-engines)")
+            "(or run without --engines)")
     say = progress or (lambda msg: None)
     cap = None if max_workspace_mib is None else int(max_workspace_mib * MIB)
     env = environment(device)

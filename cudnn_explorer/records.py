@@ -391,9 +391,6 @@ class DirectionResult(_Record):
                 r.note = (f"needs {need / MIB:.2f} MiB workspace > "
                           f"{self.workspace_given_bytes / MIB:.2f} MiB given{why}")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     _NESTED = {"find": _each(AlgoResult.from_dict), "heuristics": _each(AlgoResult.from_dict),
                "workspace": _each(WorkspaceEntry.from_dict),
                "pytorch": _each(PyTorchPick.from_dict), "engines": EngineSpace.from_dict}
