@@ -54,16 +54,15 @@ class Graph : public fe::graph::Graph {
                    ctx);
     std::vector<KnobSpec> out;
     for (int64_t i = 0; i < n; ++i) {
+      auto get = [&](cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, void* v) {
+        CE_CUDNN_CHECK(cudnnBackendGetAttribute(raw[i], a, t, 1, nullptr, v), ctx);
+      };
       cudnnBackendKnobType_t type;
       KnobSpec k;
-      CE_CUDNN_CHECK(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_TYPE,
-                                              CUDNN_TYPE_KNOB_TYPE, 1, nullptr, &type), ctx);
-      CE_CUDNN_CHECK(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE,
-                                              CUDNN_TYPE_INT64, 1, nullptr, &k.min_value), ctx);
-      CE_CUDNN_CHECK(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE,
-                                              CUDNN_TYPE_INT64, 1, nullptr, &k.max_value), ctx);
-      CE_CUDNN_CHECK(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_STRIDE,
-                                              CUDNN_TYPE_INT64, 1, nullptr, &k.stride), ctx);
+      get(CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, &type);
+      get(CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, &k.min_value);
+      get(CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, &k.max_value);
+      get(CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, &k.stride);
       k.type = static_cast<int64_t>(type);
       k.stride = k.stride > 0 ? k.stride : 1;
       out.push_back(k);

@@ -95,6 +95,13 @@ def allowed_by_pytorch(numeric_notes: Sequence[str], dtype: str, tf32: Optional[
     return True
 
 
+def _benchmark_pick(d: DirectionResult, engine_api_only: bool):
+    """PyTorch's benchmark-mode pick at its own benchmark_limit (not limit 0), if it ran."""
+    return next((p for p in d.pytorch if p.ok and p.mode == "benchmark"
+                 and p.benchmark_limit != 0 and (p.api == "engine" or not engine_api_only)),
+                None)
+
+
 def summary_lines(d: DirectionResult) -> List[str]:
     """Best engine config vs best legacy algorithm vs PyTorch's pick, for one direction."""
     sp = d.engines
@@ -103,8 +110,7 @@ def summary_lines(d: DirectionResult) -> List[str]:
     out = []
     best = sp.best(allowed_only=True)
     legacy = d.best()
-    bench = next((p for p in d.pytorch if p.ok and p.mode == "benchmark" and p.api == "engine"
-                  and p.benchmark_limit != 0), None)
+    bench = _benchmark_pick(d, engine_api_only=True)
     tried = sum(e.get("tried", 0) for e in sp.engines)
     rejected = sum(e.get("rejected", 0) for e in sp.engines)
     ok = sum(1 for c in sp.configs if c.ok)
@@ -168,8 +174,7 @@ def summary_rows(exp) -> List[List[str]]:
             continue
         legacy = d.best()
         best = sp.best(allowed_only=True)
-        bench = next((p for p in d.pytorch if p.ok and p.mode == "benchmark"
-                      and p.benchmark_limit != 0), None)
+        bench = _benchmark_pick(d, engine_api_only=False)
         cells = {"best legacy algorithm": (
                      f"{legacy.algo_name} ({legacy.math_type})", legacy.timing.median_ms)
                  if legacy is not None and legacy.timing is not None else None,

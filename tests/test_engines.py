@@ -69,17 +69,23 @@ def _space():
     return sp
 
 
-def test_summary_locates_pytorch_pick_and_what_it_missed():
+def _explored(**pick):
+    """An exploration whose first direction has _space(), a legacy row at 0.21 ms and
+    PyTorch's benchmark pick ConvFwd_eng70_k2=4_k18=0 at 0.31 ms."""
     e = exploration()
     d = e.directions[0]
     d.engines = _space()
     d.find[0].timing = timing(0.21)
     d.pytorch = [PyTorchPick(label="benchmark", mode="benchmark", api="engine",
                              benchmark_limit=10, steady=timing(0.31),
-                             engine_tag="ConvFwd_eng70_k2=4_k18=0",
-                             candidates=[{"tag": "ConvFwd_eng70_k2=4_k18=0"},
-                                         {"tag": "ConvFwd_eng46_k2=4_k5=2_k14=3"}],
-                             timed=[["ConvFwd_eng70_k2=4_k18=0", 0.3]])]
+                             engine_tag="ConvFwd_eng70_k2=4_k18=0", **pick)]
+    return e, d
+
+
+def test_summary_locates_pytorch_pick_and_what_it_missed():
+    e, d = _explored(candidates=[{"tag": "ConvFwd_eng70_k2=4_k18=0"},
+                                 {"tag": "ConvFwd_eng46_k2=4_k5=2_k14=3"}],
+                     timed=[["ConvFwd_eng70_k2=4_k18=0", 0.3]])
     rtc = d.engines.configs[0]
     rtc.behavior_notes, rtc.build_ms = ["RUNTIME_COMPILATION"], 356.3
     lines = engines.summary_lines(d)
@@ -113,13 +119,7 @@ def test_engine_table_renders_from_json_without_gpu():
 def test_output_ends_with_a_summary_table_per_direction():
     from cudnn_explorer.render import render_exploration
 
-    e = exploration()
-    d = e.directions[0]
-    d.engines = _space()
-    d.find[0].timing = timing(0.21)
-    d.pytorch = [PyTorchPick(label="benchmark", mode="benchmark", api="engine",
-                             benchmark_limit=10, steady=timing(0.31),
-                             engine_tag="ConvFwd_eng70_k2=4_k18=0")]
+    e, d = _explored()
     rows = engines.summary_rows(e)
     assert len(rows) == 1 and rows[0][0] == d.direction
     assert rows[0][2] == "ConvFwd_eng46_k2=4_k5=2_k14=3  0.2500"
