@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import List, Optional
 
 from .errors import ExplorerError, UserError
@@ -71,11 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--child-timeout", default="300", metavar="S",
                    help="seconds before a PyTorch child process is declared hung")
     e = p.add_argument_group(
-        "cuDNN 9 engine configs (needs the extension built with cudnn-frontend; "
-        "not yet the default: their H200 verification is unfinished, see issue 5)")
-    e.add_argument("--engines", action="store_true",
-                   help="enumerate, build, time and check engine configs: list every config "
-                        "tried, and end the output with a per-direction summary")
+        "cuDNN 9 engine configs (explored by default when the extension was built with "
+        "cudnn-frontend; the output ends with a per-direction summary)")
+    g = e.add_mutually_exclusive_group()
+    g.add_argument("--engines", action="store_true",
+                   help="also list every engine config tried, with its notes, workspace, "
+                        "build time and heuristic ranks (with --load: from the saved file)")
+    g.add_argument("--no-engines", action="store_true",
+                   help="skip the engine configs (legacy algorithms and PyTorch's pick only)")
     e.add_argument("--engine-configs", default="8", metavar="N",
                    help="at most N valid knob configs per engine (default 8; up to 16*N "
                         "candidates are tried, most are invalid for a given problem)")
@@ -193,8 +197,17 @@ def _run(argv: Optional[List[str]]) -> int:
         config_timeout = _float(a.engine_config_timeout, "--engine-config-timeout")
         from . import gpu as ex
 
+        engines = not a.no_engines
+        if engines and not a.engines and not _frontend_built(device):
+            engines = False  # an explicit --engines says what is missing instead
+            print("cudnn_explorer: note: engine configs skipped: this build of the extension "
+                  "has no cudnn-frontend (pip install nvidia-cudnn-frontend, then rebuild)",
+                  file=sys.stderr)
+        t_start = time.perf_counter()
+
         def plain(msg):
-            print(f"cudnn_explorer: {msg}", file=sys.stderr, flush=True)
+            print(f"cudnn_explorer: [{time.perf_counter() - t_start:6.1f} s] {msg}",
+                  file=sys.stderr, flush=True)
 
         def overwrite(msg):
             sys.stderr.write(f"\r\033[K{msg}")
@@ -208,7 +221,7 @@ def _run(argv: Optional[List[str]]) -> int:
                              graph=not a.no_graph, check=not a.no_check, progress=progress,
                              pytorch=not a.no_pytorch, benchmark_limit=limit,
                              child_timeout_s=child_timeout,
-                             engines=a.engines,
+                             engines=engines,
                              engine_max_per_engine=per_engine,
                              engine_time_budget_s=engine_budget,
                              engine_config_timeout_s=config_timeout)
@@ -231,6 +244,18 @@ def _run(argv: Optional[List[str]]) -> int:
               f"{exp.problem.describe()}", file=sys.stderr)
         return 2
     return 0
+
+
+def _frontend_built(device: int) -> bool:
+    """Whether the extension has cudnn-frontend. True when the extension or the GPU is
+    missing: then explore() reports that, as one line, before anything else."""
+    from . import _native
+
+    try:
+        _native.require_gpu(device)
+        return _native.frontend_available()
+    except ExplorerError:
+        return True
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -58,6 +58,7 @@ def explore_isolated(problem: ConvProblem, direction: str, device: int = 0, seed
                                     worker_module)
         if space is not None:
             space.time_budget_s = time_budget_s
+            space.wall_s = time.perf_counter() - t0
             return space
         prior["failed"].append(failed)
         say(f"{direction}: {failed['tag']} {failed['status']}; restarting the worker without it")

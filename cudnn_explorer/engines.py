@@ -122,7 +122,8 @@ def summary_lines(d: DirectionResult) -> List[str]:
                f"{sp.max_per_engine} per engine), {ok} built, ran and timed"
                + (f", {failed} hung or crashed the worker process (recorded, skipped on "
                   f"restart)" if failed else "")
-               + ("; time budget exhausted, the rest skipped" if sp.budget_exhausted else ""))
+               + ("; time budget exhausted, the rest skipped" if sp.budget_exhausted else "")
+               + (f"; explored in {sp.wall_s:.0f} s" if sp.wall_s is not None else ""))
     rtc = [c for c in sp.configs if "RUNTIME_COMPILATION" in c.behavior_notes
            and c.build_ms is not None]
     if rtc:
@@ -131,8 +132,9 @@ def summary_lines(d: DirectionResult) -> List[str]:
                    f"{sum(c.build_ms for c in rtc) / 1e3:.1f} s in all (slowest {slow.tag}, "
                    f"{slow.build_ms:.0f} ms), a cost paid once per process by whoever uses them")
     if best is not None:
-        out.append(f"best engine config: {best.tag} [{', '.join(best.numeric_notes) or '-'}] "
-                   f"{best.time:.4f} ms, workspace {best.workspace_bytes / MIB:.2f} MiB")
+        notes = f" [{', '.join(best.numeric_notes)}]" if best.numeric_notes else ""
+        out.append(f"best engine config: {best.tag}{notes} {best.time:.4f} ms, workspace "
+                   f"{best.workspace_bytes / MIB:.2f} MiB")
     if legacy is not None and legacy.timing is not None and best is not None:
         out.append(f"best legacy algorithm: {legacy.algo_name} ({legacy.math_type}) "
                    f"{legacy.timing.median_ms:.4f} ms = {legacy.timing.median_ms / best.time:.2f}x "
@@ -183,17 +185,32 @@ def summary_rows(exp) -> List[List[str]]:
                      bench.engine_tag or bench.legacy_algo or "?", bench.steady.median_ms)
                  if bench is not None and bench.steady is not None else None}
         timed = {k: v for k, v in cells.items() if v is not None}
-        fastest = min(timed, key=lambda k: timed[k][1]) if timed else None
         row = [d.direction]
         for k, v in cells.items():
-            row.append("-" if v is None else f"{v[0]}  {v[1]:.4f}")
-        if fastest is None:
-            row.append("-")
-        else:
-            slowest = max(v[1] for v in timed.values())
-            row.append(f"{fastest} ({slowest / timed[fastest][1]:.2f}x faster than the slowest)")
+            row.append("-" if v is None else f"{v[0]}  {v[1]:.4f}"
+                       + (" (budget cut)" if k == "best engine config" and sp.budget_exhausted
+                          else ""))
+        row.append(fastest_cell(timed))
         rows.append(row)
     return rows
+
+
+_SHORT = {"best legacy algorithm": "legacy", "best engine config": "engine",
+          "PyTorch's benchmark pick": "PyTorch"}
+
+
+def fastest_cell(timed: Dict[str, Tuple[str, float]], tie: float = 0.03) -> str:
+    """Which entry is fastest, and how much slower each other one is; "tie" when all are
+    within ``tie`` of the fastest (a difference that small is within run-to-run noise)."""
+    if not timed:
+        return "-"
+    fastest = min(timed, key=lambda k: timed[k][1])
+    t0 = timed[fastest][1]
+    others = ", ".join(f"{_SHORT[k]} {(v[1] / t0 - 1) * 100:+.0f}%"
+                       for k, v in timed.items() if k != fastest)
+    if all(v[1] <= t0 * (1 + tie) for v in timed.values()):
+        return f"tie within {tie * 100:.0f}%" + (f" ({others})" if others else "")
+    return fastest + (f" ({others})" if others else "")
 
 
 SUMMARY_HEADERS = ["direction", "best legacy algorithm (ms)", "best engine config (ms)",

@@ -187,6 +187,7 @@ class EngineSpace(_Record):
     attempts_per_engine: int = 0
     time_budget_s: Optional[float] = None
     budget_exhausted: bool = False
+    wall_s: Optional[float] = None  # wall time of the whole exploration, worker restarts included
     legacy_map: Dict[str, List[str]] = field(default_factory=dict)  # "ALGO (MATH)" -> tags
     _NESTED = {"configs": _each(EngineConfig.from_dict)}
 

@@ -2,9 +2,11 @@
 # On a GPU machine (e.g. the H200): build the extension against the machine's torch, run
 # the whole test suite (GPU tests included) and the main commands. Logs go to $OUT when
 # set (else /tmp/cudnn_explorer_check). Exit status: that of the test suite.
-# GPU_CHECK_PARTS="tests main engines" (default) picks the parts, so that the check can be split
-# over two calls where one machine call is time-limited; GPU_CHECK_BENCH=1 adds the
-# benchmarks under scripts/.
+# GPU_CHECK_PARTS="tests main depthwise engine-tests" (default) picks the parts; on a machine
+# with several GPUs they run side by side, part i on GPU i mod N (each part's steps in
+# order on its own GPU), so that the whole check fits one time-limited call;
+# GPU_CHECK_GPUS=N uses at most N GPUs. GPU_CHECK_BENCH=1 adds the benchmarks under scripts/
+# (after the parts, alone on GPU 0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${OUT:-/tmp/cudnn_explorer_check}
@@ -12,7 +14,7 @@ mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
-PARTS=${GPU_CHECK_PARTS:-tests main engines}
+PARTS=${GPU_CHECK_PARTS:-tests main depthwise engine-tests}
 if ls .whl/*.whl >/dev/null 2>&1; then  # wheels carried to a machine without internet
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -38,34 +40,35 @@ if ! "$PY" setup.py build_ext --inplace > "$LOG/build.log" 2>&1; then
 fi
 echo "built in $(( $(date +%s) - start )) s"
 
-rc=0
-if [[ " $PARTS " == *" tests "* ]]; then
-  echo "== tests"
-  # The engine-config tests run last, in their own step (below).
-  "$PY" -m pytest -q -rs tests --ignore=tests/test_gpu_engines.py 2>&1 | tee "$LOG/tests.txt"
-  rc=${PIPESTATUS[0]}
-fi
 
-if [[ " $PARTS " == *" main "* ]]; then
-  echo "== main commands"
+part_tests() {
+  # The engine-config tests are a part of their own (engine-tests).
+  "$PY" -m pytest -q -rs tests --ignore=tests/test_gpu_engines.py > "$LOG/tests.txt" 2>&1
+}
+
+part_main() {
   {
     echo '$ python -m cudnn_explorer --info'
     "$PY" -m cudnn_explorer --info
     echo
     echo '$ python -m cudnn_explorer --shape 32,3,224,224 --kernel 3'
     "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --quiet --json "$LOG/default.json"
-    echo "exit: $?"
-    "$PY" -m cudnn_explorer --load "$LOG/default.json" > /tmp/reloaded.txt \
+    local r=$?; echo "exit: $r"
+    "$PY" -m cudnn_explorer --load "$LOG/default.json" > /tmp/reloaded_$$.txt \
       && echo "--load of the saved JSON renders without a GPU: exit $?"
+    # every engine config of the default problem, from the saved file
+    "$PY" -m cudnn_explorer --load "$LOG/default.json" --engines > "$LOG/default_engines.txt"
     echo
-    echo '$ python -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16'
+    # The next two are the README's other examples; their engine configs are left out
+    # here to keep the check within one call (the depthwise part explores a second problem).
+    echo '$ python -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16 --no-engines'
     "$PY" -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc \
-      --dtype float16 --quiet
+      --dtype float16 --quiet --no-engines
     echo "exit: $?"
     echo
-    echo '$ python -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --kernel 3 --dtype float16 --layout nhwc'
+    echo '$ python -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --kernel 3 --dtype float16 --layout nhwc --no-engines'
     "$PY" -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --kernel 3 --dtype float16 \
-      --layout nhwc --quiet
+      --layout nhwc --quiet --no-engines
     echo "exit: $?"
     for extra in "${GPU_CHECK_EXTRA[@]:-}"; do
       [ -n "$extra" ] || continue
@@ -73,35 +76,75 @@ if [[ " $PARTS " == *" main "* ]]; then
       # shellcheck disable=SC2086
       "$PY" -m cudnn_explorer $extra; echo "exit: $?"
     done
-  } 2>&1 | tee "$LOG/main.txt"
-fi
+    return $r
+  } > "$LOG/main.txt" 2>&1
+}
 
-if [[ " $PARTS " == *" engines "* ]]; then
-  # Issue 5's runs: every engine config of the default problem and of a depthwise float16
-  # channels_last problem, each under its own time limit (output and progress in one file,
-  # JSON beside it). ENGINE_CLI_ARGS adds options (e.g. --engine-budget-s 60).
-  for run in "default:--shape 32,3,224,224 --kernel 3" \
-             "depthwise:--shape 32,64,56,56 --out-channels 64 --groups 64 --dtype float16 --layout nhwc"; do
-    name=${run%%:*}; args=${run#*:}
-    echo "== \$ python -m cudnn_explorer $args --engines ${ENGINE_CLI_ARGS:-}"
-    # shellcheck disable=SC2086
-    timeout -s ABRT "${ENGINE_RUN_TIMEOUT:-400}" "$PY" -X faulthandler -m cudnn_explorer $args \
-      --engines --verbose ${ENGINE_CLI_ARGS:-} --json "$LOG/eng_$name.json" \
-      > "$LOG/eng_$name.txt" 2>&1
-    echo "exit: $?"
-    sed -n '/^== summary/,$p' "$LOG/eng_$name.txt"
-  done
-  # The engine tests last, with -s so that progress shows, a stack dump of every thread
-  # when one test runs past faulthandler_timeout, and a time limit of their own.
-  echo "== engine-config tests (progress in $LOG/engines.txt)"
-  timeout -s ABRT "${ENGINE_TEST_TIMEOUT:-900}" "$PY" -m pytest -q -rs -s \
-    -o faulthandler_timeout="${ENGINE_TEST_STALL_S:-90}" tests/test_gpu_engines.py \
-    > "$LOG/engines.txt" 2>&1
-  erc=$?
-  tail -25 "$LOG/engines.txt"
-  echo "engine-config tests exit status: $erc"
-  [ "$erc" = 0 ] || rc=$erc
-fi
+part_depthwise() {
+  # Issue 5's second problem: every engine config of a depthwise float16 channels_last
+  # convolution, listed (--engines), progress with timestamps in the same file.
+  local args="--shape 32,64,56,56 --out-channels 64 --groups 64 --dtype float16 --layout nhwc"
+  echo "\$ python -m cudnn_explorer $args --engines ${ENGINE_CLI_ARGS:-}" > "$LOG/eng_depthwise.txt"
+  # shellcheck disable=SC2086
+  timeout -s ABRT "${ENGINE_RUN_TIMEOUT:-500}" "$PY" -X faulthandler -m cudnn_explorer $args \
+    --engines --verbose ${ENGINE_CLI_ARGS:-} --json "$LOG/eng_depthwise.json" \
+    >> "$LOG/eng_depthwise.txt" 2>&1
+}
+
+engine_tests() {  # LOGNAME [pytest args]
+  # -s: progress shows; a stack dump of every thread when one test runs past
+  # faulthandler_timeout; a time limit of their own.
+  local log=$1; shift
+  timeout -s ABRT "${ENGINE_TEST_TIMEOUT:-500}" "$PY" -m pytest -q -rs -s \
+    -o faulthandler_timeout="${ENGINE_TEST_STALL_S:-120}" tests/test_gpu_engines.py "$@" \
+    > "$LOG/$log.txt" 2>&1
+}
+part_engine-tests() { engine_tests engines; }
+# The same tests in two halves, for two GPUs: the dense problem's and the problem-free
+# tests, then the depthwise problem's.
+part_engine-tests-dense() { engine_tests engines-dense -k "dense or not fp16"; }
+part_engine-tests-depthwise() { engine_tests engines-depthwise -k depthwise; }
+
+show_part() {  # what each part's log says, for the call's output
+  case $1 in
+    tests) tail -15 "$LOG/tests.txt" ;;
+    main) cat "$LOG/main.txt" ;;
+    depthwise) sed -n '/^== summary/,$p' "$LOG/eng_depthwise.txt"; tail -3 "$LOG/eng_depthwise.txt" ;;
+    engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
+  esac
+}
+
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${ngpu:-0}" -ge 1 ] || ngpu=1
+[ -z "${GPU_CHECK_GPUS:-}" ] || [ "$GPU_CHECK_GPUS" -ge "$ngpu" ] || ngpu=$GPU_CHECK_GPUS
+read -r -a parts <<< "$PARTS"
+echo "== parts: ${parts[*]} on $ngpu GPU(s)"
+declare -A lane_of
+pids=()
+rm -f /tmp/gpu_check_rc_*
+for ((g = 0; g < ngpu; g++)); do
+  lane=()
+  for ((i = g; i < ${#parts[@]}; i += ngpu)); do lane+=("${parts[$i]}"); lane_of[${parts[$i]}]=$g; done
+  [ ${#lane[@]} -gt 0 ] || continue
+  (
+    export CUDA_VISIBLE_DEVICES=$g
+    for part in "${lane[@]}"; do
+      start=$(date +%s)
+      if declare -F "part_$part" > /dev/null; then "part_$part"; r=$?; else echo "unknown part $part"; r=2; fi
+      echo "$r $(( $(date +%s) - start ))" > "/tmp/gpu_check_rc_$part"
+    done
+  ) &
+  pids+=($!)
+done
+wait "${pids[@]}"
+
+rc=0
+for part in "${parts[@]}"; do
+  read -r r secs < "/tmp/gpu_check_rc_$part" || { r=1; secs=?; }
+  echo "== part $part (GPU ${lane_of[$part]}): exit $r after $secs s"
+  show_part "$part"
+  [ "$r" = 0 ] || rc=$r
+done
 
 if [ -n "${GPU_CHECK_BENCH:-}" ]; then
   echo "== benchmarks"
@@ -111,5 +154,5 @@ if [ -n "${GPU_CHECK_BENCH:-}" ]; then
     echo; echo '$ python scripts/bench_repeat.py'; "$PY" scripts/bench_repeat.py
   } 2>&1 | tee "$LOG/bench.txt"
 fi
-echo "tests exit status: $rc"
+echo "gpu_check exit status: $rc"
 exit "$rc"

@@ -29,6 +29,7 @@ BAD = [
     (["--shape", "1,3,8,8", "--engine-budget-s", "-3"], "--engine-budget-s -3"),
     (["--shape", "1,3,8,8", "--budget-ms", "fast"], "--budget-ms 'fast'"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["--shape", "1,3,8,8", "--engines", "--no-engines"], "not allowed with argument"),
     (["--load", "/nonexistent/x.json"], "--load '/nonexistent/x.json'"),
 ]
 

@@ -124,9 +124,22 @@ def test_output_ends_with_a_summary_table_per_direction():
     assert len(rows) == 1 and rows[0][0] == d.direction
     assert rows[0][2] == "ConvFwd_eng46_k2=4_k5=2_k14=3  0.2500"
     assert rows[0][3] == "ConvFwd_eng70_k2=4_k18=0  0.3100"
-    assert rows[0][4] == "best legacy algorithm (1.48x faster than the slowest)"
+    assert rows[0][4] == "best legacy algorithm (engine +19%, PyTorch +48%)"
     text = render_exploration(e)
     tail = text[text.index("== summary"):]
     assert "ConvFwd_eng46_k2=4_k5=2_k14=3  0.2500" in tail
+    d.engines.budget_exhausted, d.engines.wall_s = True, 41.6
+    assert engines.summary_rows(e)[0][2].endswith("0.2500 (budget cut)")
+    assert "; time budget exhausted, the rest skipped; explored in 42 s" in "\n".join(
+        engines.summary_lines(d))
     d.engines = None
     assert "== summary" not in render_exploration(e)
+
+
+def test_fastest_cell_calls_a_difference_within_noise_a_tie():
+    t = {"best legacy algorithm": ("A", 0.3264), "best engine config": ("B", 0.3271),
+         "PyTorch's benchmark pick": ("B", 0.3321)}
+    assert engines.fastest_cell(t) == "tie within 3% (engine +0%, PyTorch +2%)"
+    t["best engine config"] = ("C", 0.30)
+    assert engines.fastest_cell(t) == "best engine config (legacy +9%, PyTorch +11%)"
+    assert engines.fastest_cell({}) == "-"

@@ -81,16 +81,23 @@ def test_invalid_configs_are_reported_not_raised():
     assert info.status != "OK" and info.knobs == []
 
 
-def test_cli_engines_ends_with_the_summary(tmp_path):
+def test_cli_default_output_ends_with_the_engine_summary(tmp_path):
     import json
 
     from conftest import run_cli
 
     out = tmp_path / "e.json"
-    r = run_cli("--shape", "2,8,16,16", "--out-channels", "16", "--engines", "--engine-configs",
-                "2", "--engine-budget-s", "20", "--child-timeout", "60", "--json", str(out))
+    r = run_cli("--shape", "2,8,16,16", "--out-channels", "16", "--engine-configs", "2",
+                "--engine-budget-s", "20", "--child-timeout", "60", "--json", str(out))
     assert r.returncode == 0, r.stderr
+    r = run_cli("--load", str(out))  # the default rendering: no listing, the summary last
+    assert r.returncode == 0 and r.stdout.count("== ") == 4
+    assert "engine configs (" not in r.stdout
+    summary = r.stdout.split("== summary")[1]
+    for d, op in (("fwd", "ConvFwd_"), ("bwd-data", "ConvBwdData_"),
+                  ("bwd-filter", "ConvBwdFilter_")):
+        row = next(ln for ln in summary.splitlines() if ln.startswith(d + " "))
+        assert op in row, row  # the best engine config (and PyTorch's pick) of that direction
     assert all(x["engines"]["configs"] for x in json.loads(out.read_text())["directions"])
     r = run_cli("--load", str(out), "--engines")
-    assert r.returncode == 0 and r.stdout.count("== ") == 4  # 3 directions + the summary
-    assert "best engine config" in r.stdout.split("== summary")[1]
+    assert r.returncode == 0 and r.stdout.count("engine configs (") == 3
