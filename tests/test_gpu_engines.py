@@ -9,8 +9,10 @@ pytestmark = pytest.mark.gpu
 
 PROBLEMS = {
     "dense-fp16-nhwc": dict(shape="8,64,28,28", out_channels=64),
-    # depthwise: the weight is 64x1x3x3, where size-1 strides decide the layout cuDNN sees
-    "depthwise-fp16-nhwc": dict(shape="8,64,28,28", out_channels=64, groups=64),
+    # depthwise: the weight is 64x1x3x3, where size-1 strides decide the layout cuDNN sees.
+    # Issue 5's size: at 8x64x28x28 backward-data took 3.4 us per launch, where PyTorch's
+    # own call adds about 0.5 us (12%), more than the +-10% this file checks.
+    "depthwise-fp16-nhwc": dict(shape="32,64,56,56", out_channels=64, groups=64),
 }
 
 
