@@ -10,14 +10,14 @@ import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .kernels import same_kernels
-from .logs import EngineTag, format_tag, parse_tag
+from .logs import OPERATIONS, EngineTag, format_tag, parse_tag
 from .records import MIB, DirectionResult, EngineConfig, EngineSpace
 
 __all__ = ["OPERATION_OF", "knob_values", "space_size", "candidate_configs", "config_tag",
            "allowed_by_pytorch", "summary_lines", "summary_rows", "SUMMARY_HEADERS",
            "explore_engines"]
 
-OPERATION_OF = {"fwd": "ConvFwd", "bwd-data": "ConvBwdData", "bwd-filter": "ConvBwdFilter"}
+OPERATION_OF = {d: op for op, d in OPERATIONS.items()}  # "fwd" -> "ConvFwd", ...
 # Candidates tried per engine, per valid config wanted: most knob combinations of a large
 # space are invalid for a given problem, and rejecting one costs well under a millisecond.
 ATTEMPTS_PER_CONFIG = 16
@@ -45,7 +45,7 @@ def candidate_configs(knobs: Sequence[Sequence[int]], attempts: int,
     runs are reproducible."""
     types = [k[0] for k in knobs]
     values = [knob_values(k) for k in knobs]
-    total = math.prod(len(v) for v in values) if knobs else 1
+    total = space_size(knobs)
     out: List[Knobs] = []
     seen = set()
 
@@ -95,13 +95,6 @@ def allowed_by_pytorch(numeric_notes: Sequence[str], dtype: str, tf32: Optional[
     return True
 
 
-def _benchmark_pick(d: DirectionResult, engine_api_only: bool):
-    """PyTorch's benchmark-mode pick at its own benchmark_limit (not limit 0), if it ran."""
-    return next((p for p in d.pytorch if p.ok and p.mode == "benchmark"
-                 and p.benchmark_limit != 0 and (p.api == "engine" or not engine_api_only)),
-                None)
-
-
 def summary_lines(d: DirectionResult) -> List[str]:
     """Best engine config vs best legacy algorithm vs PyTorch's pick, for one direction."""
     sp = d.engines
@@ -110,7 +103,7 @@ def summary_lines(d: DirectionResult) -> List[str]:
     out = []
     best = sp.best(allowed_only=True)
     legacy = d.best()
-    bench = _benchmark_pick(d, engine_api_only=True)
+    bench = d.pytorch_pick("benchmark", limit_zero=False)  # at its own benchmark_limit
     tried = sum(e.get("tried", 0) for e in sp.engines)
     rejected = sum(e.get("rejected", 0) for e in sp.engines)
     ok = sum(1 for c in sp.configs if c.ok)
@@ -176,7 +169,7 @@ def summary_rows(exp) -> List[List[str]]:
             continue
         legacy = d.best()
         best = sp.best(allowed_only=True)
-        bench = _benchmark_pick(d, engine_api_only=False)
+        bench = d.pytorch_pick("benchmark", api=None, limit_zero=False)
         cells = {"best legacy algorithm": (
                      f"{legacy.algo_name} ({legacy.math_type})", legacy.timing.median_ms)
                  if legacy is not None and legacy.timing is not None else None,

@@ -94,6 +94,11 @@ class _Checked:
         return self.max_error <= self.tolerance  # NaN compares False: never correct
 
 
+def rankable(r) -> bool:
+    """A row (AlgoResult) or engine config that ran, has a time, and is not WRONG."""
+    return r.ok and r.time is not None and r.correct is not False
+
+
 @dataclass
 class Timing(_Record):
     """Our steady-state re-timing of one row (all times in ms per launch).
@@ -192,8 +197,7 @@ class EngineSpace(_Record):
     _NESTED = {"configs": _each(EngineConfig.from_dict)}
 
     def ranked(self) -> List[EngineConfig]:
-        good = [c for c in self.configs if c.ok and c.time is not None and c.correct is not False]
-        return sorted(good, key=lambda c: c.time)
+        return sorted(filter(rankable, self.configs), key=lambda c: c.time)
 
     def best(self, allowed_only: bool = False) -> Optional[EngineConfig]:
         r = [c for c in self.ranked() if c.allowed or not allowed_only]
@@ -201,7 +205,6 @@ class EngineSpace(_Record):
 
     def config(self, tag: str) -> Optional[EngineConfig]:
         return next((c for c in self.configs if c.tag == tag), None)
-
 
 
 @dataclass
@@ -245,7 +248,6 @@ class PyTorchPick(_Record):
 
     def largest_candidate(self) -> Optional[dict]:
         return max(self.candidates, key=lambda c: c.get("workspace_bytes", 0), default=None)
-
 
 
 @dataclass
@@ -302,7 +304,6 @@ class AlgoResult(_Checked, _Record):
         return (self.algo, self.math_type)
 
 
-
 @dataclass
 class WorkspaceEntry(_Record):
     """cudnnGet*WorkspaceSize for one (algorithm, math type); bytes None if it failed."""
@@ -312,7 +313,6 @@ class WorkspaceEntry(_Record):
     math_type: str
     status: str
     bytes: Optional[int]
-
 
 
 @dataclass
@@ -336,7 +336,7 @@ class DirectionResult(_Record):
     engines: Optional[EngineSpace] = None  # cuDNN 9 engine configs, when explored
 
     def rankable(self, r: AlgoResult) -> bool:
-        return r.ok and r.time is not None and r.correct is not False
+        return rankable(r)
 
     def ranked(self) -> List[AlgoResult]:
         """Successful, correct rows fastest first (by re-timed median where there is
@@ -346,6 +346,18 @@ class DirectionResult(_Record):
                         and r.correct is False), key=lambda r: r.time)
         rest = [r for r in self.find if not (r.ok and r.time is not None)]
         return good + wrong + rest
+
+    def pytorch_pick(self, mode: str, api: Optional[str] = "engine",
+                     limit_zero: Optional[bool] = None) -> Optional[PyTorchPick]:
+        """The first of PyTorch's picks that ran in ``mode`` through ``api`` ("engine",
+        "legacy", None: either); ``limit_zero`` True / False: only the benchmark run
+        with / without benchmark_limit 0 (None: either)."""
+        for p in self.pytorch:
+            if not p.ok or p.mode != mode or api not in (None, p.api):
+                continue
+            if limit_zero is None or (p.benchmark_limit == 0) == limit_zero:
+                return p
+        return None
 
     def best(self) -> Optional[AlgoResult]:
         """The fastest successful row that is not WRONG, or None."""
@@ -421,7 +433,6 @@ class Environment(_Record):
     hostname: str = ""
     extra: Dict[str, str] = field(default_factory=dict)
 
-
     def describe(self) -> str:
         return (
             f"GPU {self.device_index}: {self.gpu_name} (compute capability "
@@ -462,7 +473,6 @@ class Measurement(_Record):
     reference: str = ""                # what the outputs were checked against
     peak_source: str = ""
     bandwidth_gbs: Optional[float] = None
-
 
 
 @dataclass

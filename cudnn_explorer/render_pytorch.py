@@ -6,7 +6,7 @@ from typing import List, Optional
 
 from tabulate import tabulate
 
-from .records import MIB, AlgoResult, DirectionResult, PyTorchPick
+from .records import MIB, AlgoResult, DirectionResult
 from .render import fmt_mib, fmt_ms
 
 __all__ = ["render_pytorch", "pareto_frontier", "verdicts"]
@@ -24,23 +24,11 @@ def pareto_frontier(rows: List[AlgoResult]) -> List[AlgoResult]:
     return out
 
 
-def _find(picks: List[PyTorchPick], mode: str, api: str = "engine",
-          limit_zero: Optional[bool] = None) -> Optional[PyTorchPick]:
-    for p in picks:
-        if p.mode != mode or p.api != api or not p.ok:
-            continue
-        if limit_zero is not None and (p.benchmark_limit == 0) != limit_zero:
-            continue
-        return p
-    return None
-
-
 def verdicts(d: DirectionResult) -> List[str]:
     """Plain-language findings for one direction."""
     out: List[str] = []
-    picks = d.pytorch
-    bench = _find(picks, "benchmark", limit_zero=False) or _find(picks, "benchmark")
-    heur = _find(picks, "heuristic")
+    bench = d.pytorch_pick("benchmark", limit_zero=False) or d.pytorch_pick("benchmark")
+    heur = d.pytorch_pick("heuristic")
     best = d.best()
     if bench and heur:
         b, h = bench.steady.median_ms, heur.steady.median_ms
@@ -77,7 +65,7 @@ def verdicts(d: DirectionResult) -> List[str]:
             r = best.timing.median_ms / bench.steady.median_ms
             out.append(f"best legacy algorithm {best.algo_name} ({best.math_type}): "
                        f"{best.timing.median_ms:.4f} ms, {r:.2f}x PyTorch's benchmark pick")
-    full = _find(picks, "benchmark", limit_zero=True)
+    full = d.pytorch_pick("benchmark", limit_zero=True)
     if bench and full and full is not bench:
         same = full.engine_tag == bench.engine_tag
         out.append(
@@ -86,20 +74,19 @@ def verdicts(d: DirectionResult) -> List[str]:
                f"picked {full.engine_tag} ({full.steady.median_ms:.4f} ms vs "
                f"{bench.steady.median_ms:.4f} ms)")
             + f"; first call {full.first_call_ms:.0f} ms vs {bench.first_call_ms:.0f} ms")
-    legacy = _find(picks, "benchmark", api="legacy")
+    legacy = d.pytorch_pick("benchmark", api="legacy")
     if legacy:
         out.append(f"PyTorch's legacy path (cudnnFind) ran {legacy.legacy_algo}: "
                    f"{legacy.steady.median_ms:.4f} ms per call")
     front = pareto_frontier(d.find)
     if len(front) > 1:
         fast = front[-1]
-        for r in front[:-1]:
-            nxt = front[front.index(r) + 1]
+        for r, nxt in zip(front, front[1:]):
             out.append(f"a workspace cap below {fmt_mib(nxt.workspace_bytes)} MiB costs "
                        f"+{100 * (r.timing.median_ms / fast.timing.median_ms - 1):.0f}% "
                        f"(best then: {r.algo_name} ({r.math_type}), "
                        f"{r.timing.median_ms:.4f} ms)")
-    for p in picks:
+    for p in d.pytorch:
         if p.error:
             out.append(f"{p.label}: not measured: {p.error}")
     return out
