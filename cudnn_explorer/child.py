@@ -11,7 +11,7 @@ SPEC: {"problem": ConvProblem.to_dict(), "directions": [...], "mode": "benchmark
 TORCH_CUDNN_V8_API_DISABLED) before this process starts.
 
 RESULT: {"directions": [{"direction", "first_call_ms", "first_peak_alloc_bytes",
-"first_reserved_growth_bytes", "steady_ms" (timing dict), "steady_peak_alloc_bytes",
+"first_reserved_growth_bytes", "steady" (timing dict), "steady_peak_alloc_bytes",
 "kernels", "log_span": [start, end] byte offsets of the log written during the first call}],
 "torch": ..., "cudnn": ..., "settings": {...}}
 """

@@ -196,7 +196,7 @@ class ApiConvCall:
     workspace_bytes: int
 
 
-def _algo_name(direction: str, raw: str) -> str:
+def _algo_name(raw: str) -> str:
     # The API log spells bwd algorithms as ALGO_0 -> enum suffix "0"; ours say "ALGO_0".
     return f"ALGO_{raw}" if raw.isdigit() else raw
 
@@ -213,7 +213,7 @@ def parse_api_log(text: str) -> List[ApiConvCall]:
             a, m, w = _API_ALGO.search(body), _API_MATH.search(body), _API_WS.search(body)
             if a:
                 d = _CONV_CALLS[fn]
-                calls.append(ApiConvCall(d, _algo_name(d, a.group(1)), int(a.group(2)),
+                calls.append(ApiConvCall(d, _algo_name(a.group(1)), int(a.group(2)),
                                          m.group(1) if m else "", int(w.group(1)) if w else 0))
 
     for line in text.splitlines():

@@ -46,6 +46,11 @@ class ModeSpec:
     legacy: bool = False            # TORCH_CUDNN_V8_API_DISABLED=1
     benchmark_limit: Optional[int] = None  # None: PyTorch's default
 
+    @property
+    def api(self) -> str:
+        """PyTorchPick.api of this mode's picks."""
+        return "legacy" if self.legacy else "engine"
+
 
 def default_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
     """benchmark (PyTorch's default limit, or ``benchmark_limit``), benchmark timing every
@@ -139,8 +144,7 @@ def picks_from_result(spec: ModeSpec, result: dict) -> List[PyTorchPick]:
     picks = []
     for dres in result["directions"]:
         d = dres["direction"]
-        p = PyTorchPick(label=spec.label, mode=spec.mode,
-                        api="legacy" if spec.legacy else "engine",
+        p = PyTorchPick(label=spec.label, mode=spec.mode, api=spec.api,
                         benchmark_limit=limit if spec.mode == "benchmark" else None,
                         first_call_ms=dres["first_call_ms"],
                         first_peak_alloc_bytes=dres["first_peak_alloc_bytes"],
@@ -201,8 +205,8 @@ def match_kernels(kernels: List[str], rows: List[AlgoResult]) -> List[str]:
 
 
 def pytorch_picks(problem: ConvProblem, directions: Iterable[str],
-                  modes: Optional[List[ModeSpec]] = None, device: int = 0, seed: int = 0, budget_ms: float = 100.0,
-                  timeout_s: float = 300.0, progress=None,
+                  modes: Optional[List[ModeSpec]] = None, device: int = 0, seed: int = 0,
+                  budget_ms: float = 100.0, timeout_s: float = 300.0, progress=None,
                   child_module: str = "cudnn_explorer.child") -> dict:
     """{direction: [PyTorchPick per mode]}. A mode whose child fails gets one PyTorchPick
     per direction with ``error`` set; the other modes' results are kept."""
@@ -219,7 +223,6 @@ def pytorch_picks(problem: ConvProblem, directions: Iterable[str],
                 out[d].append(p)
         except ChildError as e:
             for d in directions:
-                out[d].append(PyTorchPick(label=spec.label, mode=spec.mode,
-                                          api="legacy" if spec.legacy else "engine",
+                out[d].append(PyTorchPick(label=spec.label, mode=spec.mode, api=spec.api,
                                           benchmark_limit=spec.benchmark_limit, error=str(e)))
     return out

@@ -36,6 +36,11 @@ def fmt_mib(b: Optional[int]) -> str:
     return f"{b / MIB:.2f}"
 
 
+def timing_cells(t) -> List[str]:
+    """The median (ms) and IQR/median cells of a row's re-timing ("-" if not re-timed)."""
+    return [fmt_ms(t.median_ms), f"{100 * t.spread:.1f}%"] if t is not None else ["-", "-"]
+
+
 def fmt_err(r) -> str:
     if r.output_finite is False:
         return "NaN/Inf"
@@ -73,10 +78,8 @@ def render_engines(d: DirectionResult, full: bool) -> str:
         rows = []
         ranked = {id(c): i for i, c in enumerate(sp.ranked(), 1)}
         for c in sorted(sp.configs, key=lambda c: (c.time is None, c.time or 0, c.engine)):
-            t = c.timing
             rows.append([
-                str(ranked.get(id(c), "-")), c.tag, c.status, fmt_ms(t.median_ms) if t else "-",
-                f"{100 * t.spread:.1f}%" if t else "-",
+                str(ranked.get(id(c), "-")), c.tag, c.status, *timing_cells(c.timing),
                 "-" if c.max_error is None else f"{c.max_error:.1e}",
                 fmt_mib(c.workspace_bytes), "-" if c.build_ms is None else f"{c.build_ms:.1f}",
                 ",".join(c.numeric_notes) or "-", ",".join(c.behavior_notes) or "-",
@@ -126,8 +129,7 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
         row = [("*" if r is best else "") + (str(rank) if good else "-"), r.algo_name,
                r.math_type, short_status(r.status), fmt_ms(r.time_ms)]
         if timed:
-            t = r.timing
-            row += [fmt_ms(t.median_ms) if t else "-", f"{100 * t.spread:.1f}%" if t else "-"]
+            row += timing_cells(r.timing)
         if roof:
             tf, pct, gb = d.tflops(r), d.peak_pct(r), d.gbs(r)
             row += ["-" if tf is None or r.timing is None else f"{tf:.1f}",
