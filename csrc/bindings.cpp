@@ -11,8 +11,20 @@ namespace ce = cudnn_explorer;
 namespace py = pybind11;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "cudnn_explorer native module: legacy cuDNN convolution algorithm search";
-  py::register_exception<ce::CudnnError>(m, "CudnnError");
+  m.doc() = "cudnn_explorer native module: legacy cuDNN algorithms and cuDNN 9 engine configs";
+  // Note [one native error path] (common.h): one Python type with kind, status, call.
+  static py::exception<ce::NativeError> native_error(m, "NativeError");
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ce::NativeError& e) {
+      py::object err = py::handle(native_error.ptr())(py::str(e.what()));
+      err.attr("kind") = py::str(e.kind);
+      err.attr("status") = py::str(e.status);
+      err.attr("call") = py::str(e.call);
+      PyErr_SetObject(native_error.ptr(), err.ptr());
+    }
+  });
 
   py::class_<ce::Problem>(m, "Problem")
       .def(py::init<const at::Tensor&, const at::Tensor&, const at::Tensor&, std::vector<int>,
@@ -74,6 +86,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("sample_target_ms", &ce::TimingOptions::sample_target_ms)
       .def_readwrite("flush_l2", &ce::TimingOptions::flush_l2)
       .def_readwrite("use_graph", &ce::TimingOptions::use_graph)
+      .def_readwrite("eager_budget_ms", &ce::TimingOptions::eager_budget_ms)
       .def_readwrite("min_samples", &ce::TimingOptions::min_samples)
       .def_readwrite("max_samples", &ce::TimingOptions::max_samples);
 
@@ -84,7 +97,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("method", &ce::TimingResult::method)
       .def_readonly("note", &ce::TimingResult::note)
       .def_readonly("workspace_bytes", &ce::TimingResult::workspace_bytes)
-      .def_readonly("estimate_ms", &ce::TimingResult::estimate_ms);
+      .def_readonly("estimate_ms", &ce::TimingResult::estimate_ms)
+      .def_readonly("eager_per_call_ms", &ce::TimingResult::eager_per_call_ms)
+      .def_readonly("eager_calls_per_sample", &ce::TimingResult::eager_calls_per_sample);
 
   m.def("time_algorithm",
         [](const std::string& d, ce::Problem& p, int algo, const std::string& math,

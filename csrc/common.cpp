@@ -17,7 +17,18 @@ void throw_cudnn_error(cudnnStatus_t status, const char* call, const std::string
   std::string msg = status_name(status) + ": " + call + " failed for " + context;
   std::string detail = last_error_detail();
   if (!detail.empty()) msg += " [cuDNN: " + detail + "]";
-  throw CudnnError(msg);
+  throw NativeError("cudnn", status_name(status), call, msg);
+}
+
+void throw_cuda_error(cudaError_t err, const char* call) {
+  const std::string name = cudaGetErrorName(err);
+  throw NativeError("cuda", name, call,
+                    name + ": " + call + " failed (" + cudaGetErrorString(err) + ")");
+}
+
+void throw_native(const char* kind, const std::string& status, const char* call,
+                  const std::string& message) {
+  throw NativeError(kind, status, call, message);
 }
 
 std::string math_type_name(cudnnMathType_t m) {
@@ -35,9 +46,10 @@ cudnnMathType_t math_type_from_name(const std::string& name) {
                             CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, CUDNN_FMA_MATH}) {
     if (math_type_name(m) == name) return m;
   }
-  TORCH_CHECK_VALUE(false, "unknown math type '", name,
-                    "'; valid: DEFAULT_MATH, TENSOR_OP_MATH, "
-                    "TENSOR_OP_MATH_ALLOW_CONVERSION, FMA_MATH");
+  throw_native("argument", "INVALID_ARGUMENT", "math_type_from_name",
+               "unknown math type '" + name +
+                   "'; valid: DEFAULT_MATH, TENSOR_OP_MATH, TENSOR_OP_MATH_ALLOW_CONVERSION, "
+                   "FMA_MATH");
 }
 
 std::string data_type_name(cudnnDataType_t t) {

@@ -18,6 +18,23 @@ namespace fe = cudnn_frontend;
 
 namespace {
 
+// A frontend enum's name from cudnn-frontend's own enum <-> string table (the names it
+// logs, e.g. "TENSOR_CORE", "RUNTIME_COMPILATION"); its number if the table lacks it.
+template <typename Enum>
+std::string fe_name(Enum n) {
+  nlohmann::json j = n;
+  return j.is_string() ? j.get<std::string>() : std::to_string(static_cast<int>(n));
+}
+
+// Note [one native error path]: a failed cudnn-frontend call becomes a NativeError of
+// kind "frontend" whose status is the error code's name.
+void fe_check(const fe::error_t& st, const std::string& what) {
+  if (!st.is_good()) {
+    throw_native("frontend", fe_name(st.code), what.c_str(),
+                 what + " failed: " + fe_name(st.code) + ": " + st.err_msg);
+  }
+}
+
 // Note [backend knob types]: cudnn-frontend's graph API renumbers knob types into its own
 // KnobType_t and maps every backend type it does not mirror (SPLIT_K, USE_TEX, KBLOCK,
 // LDGA, LDGB, CHUNK_K, ...) to NOT_SET, so Graph::get_knobs_for_engine and
@@ -99,26 +116,17 @@ class Graph : public fe::graph::Graph {
                                             static_cast<int64_t>(raw.size()), raw.data()), ctx);
     CE_CUDNN_CHECK(cudnnBackendFinalize(c), ctx);
     plans.enqueue_engine_configs({cfg});
-    auto st = plans.query_properties();
-    TORCH_CHECK(st.is_good(), "querying the plan properties of ", ctx, ": ", st.get_message());
+    fe_check(plans.query_properties(), "querying the plan properties of " + ctx);
   }
 
  private:
   void make_engine(fe::detail::backend_descriptor& eng, int64_t engine,
                    const std::string& ctx) const {
-    TORCH_CHECK(eng.get_status() == CUDNN_STATUS_SUCCESS, "creating an engine descriptor");
-    auto st = fe::detail::create_engine(eng, engine, operation_graph->get_raw_desc());
-    TORCH_CHECK(st.is_good(), "engine ", engine, " of ", ctx, ": ", st.get_message());
+    CE_CUDNN_CHECK(eng.get_status(), "creating an engine descriptor for " + ctx);
+    fe_check(fe::detail::create_engine(eng, engine, operation_graph->get_raw_desc()),
+             cat("engine ", engine, " of ", ctx));
   }
 };
-
-// A frontend enum's name from cudnn-frontend's own enum <-> string table (the names it
-// logs, e.g. "TENSOR_CORE", "RUNTIME_COMPILATION"); its number if the table lacks it.
-template <typename Enum>
-std::string fe_name(Enum n) {
-  nlohmann::json j = n;
-  return j.is_string() ? j.get<std::string>() : std::to_string(static_cast<int>(n));
-}
 
 fe::DataType_t fe_type(cudnnDataType_t t) {
   switch (t) {
@@ -194,11 +202,8 @@ struct EngineSearch::Impl {
       DW->set_output(true).set_dim(v64(p.w().sizes())).set_stride(v64(p.w().strides()))
           .set_uid(kW);
     }
-    auto st = g->validate();
-    TORCH_CHECK(st.is_good(), "cudnn-frontend rejected the graph of ", ctx, ": ", err(st));
-    st = g->build_operation_graph(h);
-    TORCH_CHECK(st.is_good(), "cudnn-frontend could not build the operation graph of ", ctx,
-                ": ", err(st));
+    fe_check(g->validate(), "cudnn-frontend validating the graph of " + ctx);
+    fe_check(g->build_operation_graph(h), "cudnn-frontend building the operation graph of " + ctx);
     return g;
   }
 };
@@ -215,8 +220,7 @@ EngineSearch::~EngineSearch() = default;
 
 int64_t EngineSearch::engine_count() const {
   int64_t n = 0;
-  auto st = impl_->graph->get_engine_count(n);
-  TORCH_CHECK(st.is_good(), "engine count query failed for ", impl_->ctx, ": ", err(st));
+  fe_check(impl_->graph->get_engine_count(n), "the engine count of " + impl_->ctx);
   return n;
 }
 
@@ -233,7 +237,7 @@ EngineInfo EngineSearch::engine_info(int64_t engine) {
 }
 
 std::vector<std::string> EngineSearch::heuristics(const std::string& mode) {
-  TORCH_CHECK_VALUE(mode == "A" || mode == "B" || mode == "FALLBACK",
+  CE_CHECK_ARG(mode == "A" || mode == "B" || mode == "FALLBACK",
                     "heuristic mode must be A, B or FALLBACK, not ", mode);
   const fe::HeurMode_t m = mode == "A"   ? fe::HeurMode_t::A
                            : mode == "B" ? fe::HeurMode_t::B
@@ -301,7 +305,7 @@ ConfigResult EngineSearch::build(int64_t engine, const Knobs& knobs) {
 ConfigResult EngineSearch::measure(ConfigResult r, bool time, const TimingOptions& opt) {
   Impl& I = *impl_;
   c10::cuda::CUDAGuard guard(I.p.x().device());
-  TORCH_CHECK_VALUE(r.status == "built" && r.plan_index >= 0 &&
+  CE_CHECK_ARG(r.status == "built" && r.plan_index >= 0 &&
                         r.plan_index < I.graph->get_execution_plan_count(),
                     "measure() takes a config that build() built, not one with status '",
                     r.status, "'");
@@ -356,10 +360,10 @@ void EngineSearch::execute(int64_t plan_index) {
   c10::cuda::CUDAGuard guard(I.p.x().device());
   int64_t ws_bytes = 0;
   c10::DataPtr ws;
-  auto st = I.workspace(plan_index, &ws_bytes, &ws);
-  TORCH_CHECK(st.is_good(), "plan ", plan_index, ": ", err(st));
-  st = I.graph->execute_plan_at_index(current_handle(), I.pack, ws.get(), plan_index);
-  TORCH_CHECK(st.is_good(), "executing plan ", plan_index, " failed: ", err(st));
+  fe_check(I.workspace(plan_index, &ws_bytes, &ws),
+           cat("the workspace of plan ", plan_index, " of ", I.ctx));
+  fe_check(I.graph->execute_plan_at_index(current_handle(), I.pack, ws.get(), plan_index),
+           cat("executing plan ", plan_index, " of ", I.ctx));
 }
 
 bool frontend_available() { return true; }
@@ -369,7 +373,7 @@ bool frontend_available() { return true; }
 struct EngineSearch::Impl {};
 
 EngineSearch::EngineSearch(Direction, Problem&) {
-  TORCH_CHECK(false,
+  throw_native("argument", "NOT_BUILT", "EngineSearch",
               "cudnn_explorer was built without cudnn-frontend's headers, so it cannot list "
               "engine configs; pip install nvidia-cudnn-frontend and rebuild the extension");
 }

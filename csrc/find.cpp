@@ -113,7 +113,7 @@ struct WorkspaceFn {
   template <Direction D>
   WorkspaceQuery operator()() const {
     c10::cuda::CUDAGuard guard(p.x().device());
-    TORCH_CHECK_VALUE(algo >= 0 && algo < Ops<D>::kCount, "algorithm ", algo, " out of range for ",
+    CE_CHECK_ARG(algo >= 0 && algo < Ops<D>::kCount, "algorithm ", algo, " out of range for ",
                       direction_name(D), " (0..", Ops<D>::kCount - 1, ")");
     return query_workspace<D>(current_handle(), p, algo, m);
   }
@@ -127,7 +127,7 @@ struct RunFn {
   int operator()() const {
     using O = Ops<D>;
     c10::cuda::CUDAGuard guard(p.x().device());
-    TORCH_CHECK_VALUE(algo >= 0 && algo < O::kCount, "algorithm ", algo, " out of range for ",
+    CE_CHECK_ARG(algo >= 0 && algo < O::kCount, "algorithm ", algo, " out of range for ",
                       direction_name(D), " (0..", O::kCount - 1, ")");
     cudnnHandle_t h = current_handle();
     MathTypeScope scope(p);

@@ -17,7 +17,7 @@ cudnnDataType_t data_type_of(const at::Tensor& t) {
     case at::kHalf: return CUDNN_DATA_HALF;
     case at::kBFloat16: return CUDNN_DATA_BFLOAT16;
     default:
-      TORCH_CHECK_VALUE(false, "unsupported dtype ", t.scalar_type(),
+      CE_CHECK_ARG(false, "unsupported dtype ", t.scalar_type(),
                         "; valid: float32, float16, bfloat16, float64");
   }
 }
@@ -55,7 +55,7 @@ Direction direction_from_name(const std::string& name) {
   if (name == "fwd") return Direction::Forward;
   if (name == "bwd-data") return Direction::BackwardData;
   if (name == "bwd-filter") return Direction::BackwardFilter;
-  TORCH_CHECK_VALUE(false, "unknown direction '", name, "'; valid: fwd, bwd-data, bwd-filter");
+  CE_CHECK_ARG(false, "unknown direction '", name, "'; valid: fwd, bwd-data, bwd-filter");
 }
 
 std::string direction_name(Direction d) {
@@ -82,25 +82,25 @@ Problem::Problem(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y,
     : x_(x), w_(w), y_(y), padding_(padding), stride_(stride), dilation_(dilation) {
   // --- validate at the boundary -------------------------------------------------------
   for (const at::Tensor* t : {&x, &w, &y}) {
-    TORCH_CHECK_VALUE(t->defined() && t->is_cuda(), "x, w and y must be CUDA tensors");
-    TORCH_CHECK_VALUE(t->device() == x.device(), "x, w and y must be on one device (x is on ",
+    CE_CHECK_ARG(t->defined() && t->is_cuda(), "x, w and y must be CUDA tensors");
+    CE_CHECK_ARG(t->device() == x.device(), "x, w and y must be on one device (x is on ",
                       x.device(), ", another on ", t->device(), ")");
-    TORCH_CHECK_VALUE(t->scalar_type() == x.scalar_type(), "x, w and y must share one dtype (x is ",
+    CE_CHECK_ARG(t->scalar_type() == x.scalar_type(), "x, w and y must share one dtype (x is ",
                       x.scalar_type(), ", another is ", t->scalar_type(), ")");
-    TORCH_CHECK_VALUE(t->dim() == 4 || t->dim() == 5,
+    CE_CHECK_ARG(t->dim() == 4 || t->dim() == 5,
                       "tensors must be 4-D or 5-D (1-D problems are viewed as 2-D), got ",
                       t->dim(), "-D");
-    TORCH_CHECK_VALUE(t->dim() == x.dim(), "x, w and y must have the same number of dims");
+    CE_CHECK_ARG(t->dim() == x.dim(), "x, w and y must have the same number of dims");
   }
   const int nsp = static_cast<int>(x.dim()) - 2;
-  TORCH_CHECK_VALUE(static_cast<int>(padding.size()) == nsp &&
+  CE_CHECK_ARG(static_cast<int>(padding.size()) == nsp &&
                         static_cast<int>(stride.size()) == nsp &&
                         static_cast<int>(dilation.size()) == nsp,
                     "padding, stride and dilation need ", nsp, " values each");
-  TORCH_CHECK_VALUE(groups >= 1, "groups must be >= 1, got ", groups);
+  CE_CHECK_ARG(groups >= 1, "groups must be >= 1, got ", groups);
   const bool cl = is_channels_last(x);
   for (const at::Tensor* t : {&x, &w, &y}) {
-    TORCH_CHECK_VALUE(cl ? is_channels_last(*t) : t->is_contiguous(),
+    CE_CHECK_ARG(cl ? is_channels_last(*t) : t->is_contiguous(),
                       "x, w and y must all be contiguous in one layout (",
                       cl ? "channels_last" : "contiguous NCHW", ")");
   }
@@ -142,7 +142,7 @@ Problem::Problem(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y,
                                                        expect.data()),
                  description_);
   std::vector<int64_t> expect64(expect.begin(), expect.end());
-  TORCH_CHECK_VALUE(at::IntArrayRef(expect64) == y.sizes(), "output tensor has shape ",
+  CE_CHECK_ARG(at::IntArrayRef(expect64) == y.sizes(), "output tensor has shape ",
                     join(y.sizes()), " but cuDNN computes ", join(at::IntArrayRef(expect64)),
                     " for ", description_);
 }

@@ -1,6 +1,7 @@
 // Steady-state re-timing of one legacy algorithm: descriptors and workspace set up once,
 // outside the timed region; warm-up; then CUDA events around back-to-back launches
-// (replayed from a CUDA graph when capture works), repeated until a time budget is spent.
+// (replayed from a CUDA graph when capture works), repeated until a time budget is spent;
+// then, when asked, the host wall time per call of an eager loop of the same launches.
 #pragma once
 
 #include "problem.h"
@@ -20,6 +21,8 @@ struct TimingOptions {
   double sample_target_ms = 1.0;  // aim for samples of about this much GPU time
   bool flush_l2 = false;          // clear L2 (memset 2x its size) before every launch
   bool use_graph = true;          // try a CUDA graph of the launches of one sample
+  double eager_budget_ms = 0.0;   // > 0: also sample the eager wall time per call (not
+                                  // with flush_l2); Note [eager wall time] in timing.cpp
   int min_samples = 5;
   int max_samples = 2000;
 };
@@ -32,6 +35,8 @@ struct TimingResult {
   std::string note;    // e.g. why graph capture was not used
   int64_t workspace_bytes = 0;
   double estimate_ms = 0.0;  // first estimate of one launch, from the warm-up
+  std::vector<double> eager_per_call_ms;  // host wall time per call, one value per sample
+  int eager_calls_per_sample = 0;
 };
 
 TimingResult time_algorithm(Direction d, Problem& p, int algo, const std::string& math_type,

@@ -3,21 +3,28 @@
 ``import cudnn_explorer`` is lean: it loads neither torch, the native extension nor
 CUDA. GPU functions (:func:`explore`, :func:`run_algorithm`, :func:`reference`,
 :func:`environment`, :func:`info`) import them on first call and raise one clear
-error (errors.MissingDependencyError) when something is missing.
-"""
-from .errors import (CudnnError, ExplorerError, MissingDependencyError, ResourceError,
-                     UserError)
-from .problem import DIRECTIONS, ConvProblem
-from .records import (SCHEMA_NAME, SCHEMA_VERSION, AlgoResult, DirectionResult, Environment,
-                      Exploration, WorkspaceEntry)
+error (MissingDependencyError) when something is missing.
 
-__version__ = "0.1.0"
+Layers: ``core/`` (pure: problem, options, records, analysis, log parsers), ``measure/``
+(the GPU: native gate, legacy Find and re-timing, engine configs, PyTorch's children,
+the pipeline), ``report/`` (tables and CSV), ``cli.py``. Each imports only the layers
+before it.
+"""
+from .core.errors import (ChildError, CudnnError, ExplorerError, GpuError,
+                          MissingDependencyError, ResourceError, UserError)
+from .core.options import ExploreOptions
+from .core.problem import DIRECTIONS, ConvProblem
+from .core.records import (SCHEMA_NAME, SCHEMA_VERSION, AlgoResult, DirectionResult,
+                           Environment, Exploration, WorkspaceEntry)
+
+from .core.version import __version__
 
 __all__ = [
-    "__version__", "ConvProblem", "DIRECTIONS", "explore", "run_algorithm", "reference",
+    "__version__", "ConvProblem", "DIRECTIONS", "ExploreOptions", "explore", "run_algorithm",
+    "reference",
     "environment", "info", "Exploration", "DirectionResult", "AlgoResult", "WorkspaceEntry",
     "Environment", "SCHEMA_NAME", "SCHEMA_VERSION", "ExplorerError", "UserError",
-    "MissingDependencyError", "CudnnError", "ResourceError",
+    "MissingDependencyError", "CudnnError", "ResourceError", "GpuError", "ChildError",
 ]
 
 _LAZY = {"explore", "run_algorithm", "reference", "environment", "info"}
@@ -25,7 +32,7 @@ _LAZY = {"explore", "run_algorithm", "reference", "environment", "info"}
 
 def __getattr__(name):
     if name in _LAZY:
-        from . import gpu as _gpu
+        from .measure import pipeline  # lazily: it imports torch on first GPU call
 
-        return getattr(_gpu, name)
+        return getattr(pipeline, name)
     raise AttributeError(f"module 'cudnn_explorer' has no attribute {name!r}")

@@ -12,8 +12,9 @@ import sys
 import time
 from typing import List, Optional
 
-from .errors import ExplorerError, UserError
-from .problem import DIRECTIONS, ConvProblem
+from .core.errors import ExplorerError, UserError
+from .core.options import ExploreOptions
+from .core.problem import ConvProblem
 
 __all__ = ["main", "build_parser"]
 
@@ -112,18 +113,6 @@ def _int(text: str, option: str, lo: int = 0) -> int:
     return v
 
 
-def _float(text: Optional[str], option: str) -> Optional[float]:
-    if text is None:
-        return None
-    try:
-        v = float(text)
-    except ValueError:
-        raise UserError(f"{option} '{text}': not a number") from None
-    if not v >= 0 or v == float("inf"):
-        raise UserError(f"{option} {text}: must be a finite number >= 0")
-    return v
-
-
 def _tf32(text: Optional[str]) -> Optional[bool]:
     if text is None:
         return None
@@ -135,15 +124,15 @@ def _tf32(text: Optional[str]) -> Optional[bool]:
     raise UserError(f"--tf32 '{text}': valid: on, off")
 
 
-def _directions(text: str) -> List[str]:
-    t = str(text).strip().lower()
-    if t == "all":
-        return list(DIRECTIONS)
-    out = [s.strip() for s in t.split(",")]
-    for s in out:
-        if s not in DIRECTIONS:
-            raise UserError(f"--direction '{text}': valid: {', '.join(DIRECTIONS)}, all")
-    return out
+def options_from_args(a, engines: bool) -> ExploreOptions:
+    """The one ExploreOptions of a command line (errors name the flag)."""
+    return ExploreOptions.create(
+        source="cli", directions=a.direction, device=a.device, seed=a.seed,
+        max_workspace_mib=a.max_workspace, retime=not a.no_retime, budget_ms=a.budget_ms,
+        flush_l2=a.flush_l2, graph=not a.no_graph, check=not a.no_check,
+        pytorch=not a.no_pytorch, benchmark_limit=a.benchmark_limit,
+        child_timeout_s=a.child_timeout, engines=engines, engine_configs=a.engine_configs,
+        engine_budget_s=a.engine_budget_s, engine_config_timeout_s=a.engine_config_timeout)
 
 
 def problem_from_args(a) -> ConvProblem:
@@ -168,12 +157,13 @@ def _write(text: str, path: Optional[str]) -> None:
 
 def _run(argv: Optional[List[str]]) -> int:
     a = build_parser().parse_args(argv)
-    from . import records, render
+    from .core.records import Exploration
+    from .report import export, tables
 
     if a.info:
-        from . import gpu as ex  # imports torch lazily; extension errors are one line
+        from .measure import pipeline  # imports torch lazily; extension errors are one line
 
-        print(render.render_info(ex.info(_int(a.device, "--device"))))
+        print(tables.render_info(pipeline.info(_int(a.device, "--device"))))
         return 0
     if a.load:
         try:
@@ -181,25 +171,14 @@ def _run(argv: Optional[List[str]]) -> int:
                 text = f.read()
         except OSError as e:
             raise UserError(f"--load '{a.load}': {e.strerror}") from None
-        exp = records.Exploration.from_json(text)
+        exp = Exploration.from_json(text)
     else:
         problem = problem_from_args(a)
-        dirs = _directions(a.direction)
-        device = _int(a.device, "--device")
-        cap = _float(a.max_workspace, "--max-workspace")
-        seed = _int(a.seed, "--seed")
-        budget = _float(a.budget_ms, "--budget-ms")
-        limit = None if a.benchmark_limit is None else _int(a.benchmark_limit,
-                                                             "--benchmark-limit")
-        child_timeout = _float(a.child_timeout, "--child-timeout")
-        per_engine = _int(a.engine_configs, "--engine-configs", lo=1)
-        engine_budget = _float(a.engine_budget_s, "--engine-budget-s")
-        config_timeout = _float(a.engine_config_timeout, "--engine-config-timeout")
-        from . import gpu as ex
+        options = options_from_args(a, engines=not a.no_engines)
+        from .measure import pipeline  # imports torch lazily; extension errors are one line
 
-        engines = not a.no_engines
-        if engines and not a.engines and not _frontend_built(device):
-            engines = False  # an explicit --engines says what is missing instead
+        if options.engines and not a.engines and not _frontend_built(options.device):
+            options = options_from_args(a, engines=False)  # --engines says what is missing
             print("cudnn_explorer: note: engine configs skipped: this build of the extension "
                   "has no cudnn-frontend (pip install nvidia-cudnn-frontend, then rebuild)",
                   file=sys.stderr)
@@ -216,15 +195,7 @@ def _run(argv: Optional[List[str]]) -> int:
         progress = plain if a.verbose else (
             overwrite if not a.quiet and sys.stderr.isatty() else None)
         try:
-            exp = ex.explore(problem, dirs, device=device, max_workspace_mib=cap, seed=seed,
-                             retime=not a.no_retime, budget_ms=budget, flush_l2=a.flush_l2,
-                             graph=not a.no_graph, check=not a.no_check, progress=progress,
-                             pytorch=not a.no_pytorch, benchmark_limit=limit,
-                             child_timeout_s=child_timeout,
-                             engines=engines,
-                             engine_max_per_engine=per_engine,
-                             engine_time_budget_s=engine_budget,
-                             engine_config_timeout_s=config_timeout)
+            exp = pipeline.explore(problem, options, progress=progress)
         finally:
             if progress and not a.verbose:
                 sys.stderr.write("\r\033[K")
@@ -234,10 +205,10 @@ def _run(argv: Optional[List[str]]) -> int:
         _write(exp.to_json() + "\n", a.json)
         wrote_stdout = a.json == "-"
     if a.csv is not None:
-        _write(records.rows_to_csv(exp), a.csv)
+        _write(export.rows_to_csv(exp), a.csv)
         wrote_stdout = wrote_stdout or a.csv == "-"
     if not wrote_stdout:
-        sys.stdout.write(render.render_exploration(exp, show_engines=a.engines))
+        sys.stdout.write(tables.render_exploration(exp, show_engines=a.engines))
     failed = [d.direction for d in exp.directions if d.best() is None]
     if failed and not a.load:
         print(f"cudnn_explorer: error: cuDNN ran no algorithm for {', '.join(failed)} of "
@@ -249,11 +220,11 @@ def _run(argv: Optional[List[str]]) -> int:
 def _frontend_built(device: int) -> bool:
     """Whether the extension has cudnn-frontend. True when the extension or the GPU is
     missing: then explore() reports that, as one line, before anything else."""
-    from . import _native
+    from .measure import native
 
     try:
-        _native.require_gpu(device)
-        return _native.frontend_available()
+        native.require_gpu(device)
+        return native.frontend_available()
     except ExplorerError:
         return True
 

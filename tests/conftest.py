@@ -21,7 +21,7 @@ def pytest_configure(config):
 @functools.lru_cache(maxsize=None)
 def ext_missing_reason():
     try:
-        from cudnn_explorer import _native
+        from cudnn_explorer.measure import native as _native
 
         _native.load()
     except Exception as e:  # noqa: BLE001
@@ -35,7 +35,7 @@ def gpu_missing_reason():
     if r:
         return r
     try:
-        from cudnn_explorer import _native
+        from cudnn_explorer.measure import native as _native
 
         _native.require_gpu(0)
     except Exception as e:  # noqa: BLE001

@@ -1,78 +1,259 @@
-"""Realistic fake results (shaped like the native module's output) for CPU tests."""
-from cudnn_explorer.problem import ConvProblem
-from cudnn_explorer.records import (MIB, AlgoResult, DirectionResult, Environment, Exploration,
-                                    WorkspaceEntry)
+"""Realistic fake results (shaped like the native module's output) for CPU tests, and a
+fake bench that runs the whole pipeline without a GPU."""
+import contextlib
+import dataclasses
+import os
+import shutil
+import textwrap
+from types import SimpleNamespace as NS
+
+from cudnn_explorer.core.problem import ConvProblem
+from cudnn_explorer.core.records import (MIB, AlgoResult, DirectionResult, Environment,
+                                         Exploration, Measurement, Timing, WorkspaceEntry,
+                                         find_row_note)
 
 OK = "CUDNN_STATUS_SUCCESS"
-NS = "CUDNN_STATUS_NOT_SUPPORTED"
+NS_ = "CUDNN_STATUS_NOT_SUPPORTED"
+FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+_FWD_FIND = [  # (algo, name, math, status, Find ms, workspace)
+    (1, "IMPLICIT_PRECOMP_GEMM", "TENSOR_OP_MATH", OK, 0.283, 3 * MIB // 2),
+    (0, "IMPLICIT_GEMM", "DEFAULT_MATH", OK, 0.512, 0),
+    (2, "GEMM", "DEFAULT_MATH", OK, 0.401, 40 * MIB),
+    (5, "FFT_TILING", "DEFAULT_MATH", "CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE", None,
+     900 * MIB),
+    (6, "WINOGRAD", "DEFAULT_MATH", NS_, None, 0),
+]
+_NAMES = ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+          "WINOGRAD", "WINOGRAD_NONFUSED"]
+_SIZES = {0: 0, 1: 3 * MIB // 2, 2: 40 * MIB, 5: 900 * MIB}
+_MATHS = ("DEFAULT_MATH", "TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION", "FMA_MATH")
 
 
-def algo(i, name, math, status=OK, t=None, ws=0, det=True):
+def algo(i, name, math, status=OK, t=None, ws=0, det=True, note="", **kw):
     return AlgoResult(algo=i, algo_name=name, math_type=math, status=status,
                       status_code=0 if status == OK else 3000, time_ms=t, workspace_bytes=ws,
-                      deterministic=det)
+                      deterministic=det, note=note, **kw)
+
+
+def workspace_entries():
+    return [WorkspaceEntry(i, n, m, OK if _SIZES.get(i) is not None else NS_, _SIZES.get(i))
+            for i, n in enumerate(_NAMES) for m in _MATHS]
 
 
 def fwd_result(cap=None):
-    find = [
-        algo(1, "IMPLICIT_PRECOMP_GEMM", "TENSOR_OP_MATH", t=0.283, ws=3 * MIB // 2),
-        algo(0, "IMPLICIT_GEMM", "DEFAULT_MATH", t=0.512, ws=0),
-        algo(2, "GEMM", "DEFAULT_MATH", t=0.401, ws=40 * MIB),
-        algo(5, "FFT_TILING", "DEFAULT_MATH", status="CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE",
-             ws=900 * MIB),
-        algo(6, "WINOGRAD", "DEFAULT_MATH", status=NS),
-    ]
+    given = 900 * MIB if cap is None else min(cap, 900 * MIB)
+    find = [algo(i, n, m, st, t, ws,
+                 note="" if st == OK else find_row_note(max(_SIZES.get(i) or 0, ws), given,
+                                                        cap is not None))
+            for i, n, m, st, t, ws in _FWD_FIND]
     heur = [algo(1, "IMPLICIT_PRECOMP_GEMM", "TENSOR_OP_MATH", ws=3 * MIB // 2),
             algo(0, "IMPLICIT_GEMM", "DEFAULT_MATH")]
-    ws = []
-    names = ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
-             "WINOGRAD", "WINOGRAD_NONFUSED"]
-    sizes = {0: 0, 1: 3 * MIB // 2, 2: 40 * MIB, 5: 900 * MIB}
-    for i, n in enumerate(names):
-        for m in ("DEFAULT_MATH", "TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION", "FMA_MATH"):
-            b = sizes.get(i)
-            ws.append(WorkspaceEntry(i, n, m, OK if b is not None else NS, b))
-    given = 900 * MIB if cap is None else min(cap, 900 * MIB)
-    d = DirectionResult("fwd", "DEFAULT_MATH", find, heur, ws, 900 * MIB, given, cap, 32, 5)
-    d.annotate()
-    return d
+    return DirectionResult("fwd", "DEFAULT_MATH", find, heur, workspace_entries(), 900 * MIB,
+                           given, cap, 32, 5)
+
+
+ENV = Environment(gpu_name="NVIDIA H200", compute_capability="9.0", torch_version="2.11.0",
+                  torch_cuda="13.0", cudnn_torch="91900", cudnn_runtime="91900",
+                  cudnn_built="91900", torch_built="2.11.0", cuda_runtime="13000",
+                  cuda_driver="13000")
 
 
 def exploration(cap=None):
     p = ConvProblem.create("32,3,224,224", kernel=3)
-    env = Environment(gpu_name="NVIDIA H200", compute_capability="9.0", torch_version="2.11.0",
-                      torch_cuda="13.0", cudnn_torch="91900", cudnn_runtime="91900",
-                      cudnn_built="91900", torch_built="2.11.0", cuda_runtime="13000",
-                      cuda_driver="13000")
-    return Exploration(p, env, [fwd_result(cap)], tool_version="0.1.0",
+    return Exploration(p, ENV, [fwd_result(cap)], tool_version="0.1.0",
                        created="2026-11-30T00:00:00+00:00")
 
 
-def timing(median, spread=0.02, method="graph"):
-    from cudnn_explorer.records import Timing
-
+def timing(median, spread=0.02, method="graph", eager=None):
     return Timing(median_ms=median, p25_ms=median * (1 - spread / 2),
                   p75_ms=median * (1 + spread / 2), min_ms=median * 0.97, samples=50,
-                  launches_per_sample=10, method=method, spread=spread, warmup_launches=12)
+                  launches_per_sample=10, method=method, spread=spread, warmup_launches=12,
+                  eager=None if eager is None else timing(eager, method="wall"))
 
 
 def retimed_exploration():
     """fwd rows re-timed and checked: Find's order differs from the steady-state one, and
     the fastest row by median is WRONG."""
-    from cudnn_explorer.records import Measurement
-
     e = exploration()
     d = e.directions[0]
-    d.flops = 2 * 32 * 64 * 224 * 224 * 3 * 9
-    d.min_bytes = (32 * 3 * 224 * 224 + 64 * 27 + 32 * 64 * 224 * 224) * 4
-    rows = {r.algo_name: r for r in d.find}
-    rows["IMPLICIT_PRECOMP_GEMM"].timing = timing(0.210)        # Find said 0.283: 1.35x
-    rows["IMPLICIT_GEMM"].timing = timing(0.500, spread=0.25)   # noisy
-    rows["GEMM"].timing = timing(0.150)                         # fastest, but WRONG
-    for r in (rows["IMPLICIT_PRECOMP_GEMM"], rows["IMPLICIT_GEMM"], rows["GEMM"]):
-        r.tolerance, r.max_error, r.output_finite = 1e-2, 1e-3, True
-        r.peak_tflops, r.peak_unit = 494.7, "TF32 tensor core"
-    rows["GEMM"].max_error = 0.5
-    e.measurement = Measurement(retimed=True, budget_ms=100, reference="float64 reference",
-                                peak_source="test table", bandwidth_gbs=4800.0)
-    return e
+    checked = dict(tolerance=1e-2, max_error=1e-3, output_finite=True, peak_tflops=494.7,
+                   peak_unit="TF32 tensor core")
+    new = {"IMPLICIT_PRECOMP_GEMM": dict(timing=timing(0.210, eager=0.260), **checked),
+           "IMPLICIT_GEMM": dict(timing=timing(0.500, spread=0.25), **checked),  # noisy
+           "GEMM": dict(timing=timing(0.150), **dict(checked, max_error=0.5))}  # WRONG
+    find = [dataclasses.replace(r, **new.get(r.algo_name, {})) for r in d.find]
+    d2 = dataclasses.replace(d, find=find, flops=2 * 32 * 64 * 224 * 224 * 3 * 9,
+                             min_bytes=(32 * 3 * 224 * 224 + 64 * 27 + 32 * 64 * 224 * 224) * 4)
+    return dataclasses.replace(
+        e, directions=[d2],
+        measurement=Measurement(retimed=True, budget_ms=100, method="graph",
+                                eager_budget_ms=25, reference="float64 reference",
+                                peak_source="test table", bandwidth_gbs=4800.0))
+
+
+# ----------------------------------------------------------------------------- fake bench
+def fake_timing(spec, median):
+    """What the native timer returns under TimingSpec ``spec``: its method, and the eager
+    wall-clock samples when asked for (as csrc/timing.cpp does)."""
+    from cudnn_explorer.measure.tensors import timing_from_samples
+
+    method = spec.method
+    eager = [median * 1.3] * 5 if spec.eager_budget_ms > 0 else []
+    return timing_from_samples([median] * 5, 1 if spec.flush_l2 else 10, method, 12, "",
+                               eager, 10 if eager else 0)
+
+
+class FakeLab:
+    """LegacyLab's four methods over canned Find rows (fwd_result's), no GPU."""
+
+    def __init__(self, problem, direction, options, calls):
+        self.direction, self.calls = direction, calls
+
+    def find(self, cap):
+        given = 900 * MIB if cap is None else min(cap, 900 * MIB)
+        rows = [NS(algo=i, algo_name=n, math_type=m, status=st,
+                   status_code=0 if st == OK else 3000, time_ms=-1 if t is None else t,
+                   memory_bytes=ws, deterministic=True) for i, n, m, st, t, ws in _FWD_FIND]
+        if cap is not None:  # a row that needs more than the cap does not run
+            rows = [r if r.memory_bytes <= given else NS(**{**vars(r), "status": NS_,
+                                                           "status_code": 3000, "time_ms": -1})
+                    for r in rows]
+        ws = [NS(algo=w.algo, algo_name=w.algo_name, math_type=w.math_type, status=w.status,
+                 bytes=-1 if w.bytes is None else w.bytes) for w in workspace_entries()]
+        return NS(math_type="DEFAULT_MATH", find=rows, heuristics=rows[:2], workspace=ws,
+                  workspace_needed=900 * MIB, workspace_given=given, requested=32, returned=5,
+                  find_wall_ms=12.5)
+
+    def measure(self, algo, math_type, spec, check):
+        from cudnn_explorer.measure.tensors import Check
+
+        self.calls.append(("measure", self.direction, algo, spec))
+        median = {1: 0.21, 0: 0.5, 2: 0.3}[algo]
+        return (None if spec is None else fake_timing(spec, median),
+                Check(1e-3, 1e-2, True) if check else None)
+
+    def kernels(self, algo, math_type):
+        return (f"kernel_{algo}",)
+
+    def close(self):
+        self.calls.append(("close", self.direction))
+
+
+# A child of ours that behaves like measure/child.py without a GPU: it writes the logs
+# PyTorch would (saved H200 logs) and times by the spec it was given.
+FAKE_CHILD = textwrap.dedent("""\
+    import json, os, shutil, sys
+    spec = json.load(open(sys.argv[1]))
+    t = spec["timing"]
+    fe, api = {fe!r}, {api!r}
+    if spec["log_file"]:
+        shutil.copy(fe, spec["log_file"])
+    else:
+        shutil.copy(api, os.environ["CUDNN_LOGDEST_DBG"])
+    method = "eager+flush" if t["flush_l2"] else ("graph" if t["graph"] else "eager")
+    eager = None
+    if t["retime"] and not t["flush_l2"]:
+        eager = dict(median_ms=0.3, p25_ms=0.3, p75_ms=0.3, min_ms=0.3, samples=5,
+                     launches_per_sample=10, method="wall", spread=0.0)
+    steady = dict(median_ms=0.2, p25_ms=0.2, p75_ms=0.2, min_ms=0.2, samples=5,
+                  launches_per_sample=1 if t["flush_l2"] else 10, method=method, spread=0.0,
+                  eager=eager) if t["retime"] else None
+    out = dict(settings=dict(benchmark_limit=spec["benchmark_limit"] if spec["benchmark_limit"]
+                             is not None else 10), directions=[
+        dict(direction=d, first_call_ms=500.0, first_peak_alloc_bytes=1 << 20,
+             first_reserved_growth_bytes=2 << 20, steady=steady, steady_peak_alloc_bytes=1 << 19,
+             kernels=["kernel_1"],
+             check=dict(max_error=1e-3, tolerance=1e-2, output_finite=True)
+             if spec["check"] else None)
+        for d in spec["directions"]])
+    json.dump(out, open(sys.argv[2], "w"))
+    """)
+
+
+class FakeSearch:
+    """The extension's EngineSearch without a GPU: two engines, engine 1 with one knob;
+    measure() times by the native TimingOptions it is given, like csrc/engines.cpp."""
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def engine_count(self):
+        return 2
+
+    def engine_info(self, e):
+        knobs = [NS(type=2, min_value=0, max_value=1, stride=1)] if e == 1 else []
+        return NS(engine=e, status="OK", knobs=knobs)
+
+    def heuristics(self, mode):
+        return ["eng1_k2=1"] if mode == "A" else []
+
+    def build(self, e, knobs):
+        name = "eng%d" % e + "".join("_k%d=%d" % tuple(kv) for kv in sorted(knobs))
+        return NS(status="built", message="", name=name, numeric_notes=["TENSOR_CORE"],
+                  behavior_notes=[], workspace_bytes=0, build_ms=0.5, timed=False,
+                  plan_index=0, timing=None)
+
+    def measure(self, built, timed, opt):
+        from cudnn_explorer.core.options import TimingSpec
+
+        self.seen.append((built.name, timed, opt.flush_l2, opt.use_graph, opt.budget_ms,
+                          opt.eager_budget_ms))
+        spec = TimingSpec(retime=timed, budget_ms=opt.budget_ms, flush_l2=opt.flush_l2,
+                          graph=opt.use_graph)
+        t = fake_timing(spec, 0.1 + 0.01 * len(self.seen)) if timed else None
+        per = [] if t is None else [t.median_ms] * 5
+        native = None if t is None else NS(
+            per_launch_ms=per, launches_per_sample=t.launches_per_sample, method=t.method,
+            warmup_launches=12, note="", eager_per_call_ms=[t.eager.median_ms] * 5
+            if t.eager else [], eager_calls_per_sample=10 if t.eager else 0)
+        return NS(**{**vars(built), "status": "OK", "timed": timed, "timing": native})
+
+
+class FakeOut:
+    def fill_(self, v):
+        return self
+
+
+class FakeBench:
+    """GpuBench's methods without a GPU: canned Find rows, PyTorch's children as real
+    child processes (FAKE_CHILD, through measure.children.run_child), and engine configs
+    through the real measure.engines.explore_engines over FakeSearch."""
+
+    def __init__(self, tmp_path, monkeypatch):
+        (tmp_path / "fake_torch_child.py").write_text(FAKE_CHILD.format(
+            fe=os.path.join(FIX, "default_benchmark.fe.log"),
+            api=os.path.join(FIX, "legacy_api_default.log")))
+        monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+        self.calls, self.seen = [], []
+
+    def environment(self):
+        return ENV
+
+    def frontend_available(self):
+        return True
+
+    def children(self, problem, options, say):
+        from cudnn_explorer.measure.children import run_children
+
+        return run_children(problem, options, say, child_module="fake_torch_child")
+
+    def lab(self, problem, direction, options):
+        return FakeLab(problem, direction, options, self.calls)
+
+    def engines(self, problem, direction, options, legacy_rows, preferred_tags, say):
+        from cudnn_explorer.measure.engines import explore_engines
+
+        return explore_engines(problem, direction, None,
+                               {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
+                               legacy_rows=legacy_rows, max_per_engine=options.engine_configs,
+                               time_budget_s=options.engine_budget_s, timing=options.timing,
+                               kernels=False, preferred_tags=preferred_tags, progress=say,
+                               search=FakeSearch(self.seen))
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+
+def copy_fixture(name, dest):
+    shutil.copy(os.path.join(FIX, name), dest)

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from cudnn_explorer import analysis
-from cudnn_explorer.problem import ConvProblem
-from cudnn_explorer.records import Exploration, rows_from_csv, rows_to_csv
-from cudnn_explorer.render import render_exploration
+from cudnn_explorer.core import analysis
+from cudnn_explorer.core.problem import ConvProblem
+from cudnn_explorer.core.records import Exploration, rows_from_csv, rows_to_csv
+from cudnn_explorer.report.tables import render_exploration
 
 from fakes import retimed_exploration
 

@@ -3,8 +3,8 @@ import textwrap
 
 import pytest
 
-from cudnn_explorer import engine_worker
-from cudnn_explorer.problem import ConvProblem
+from cudnn_explorer.measure import engine_worker
+from cudnn_explorer.core.problem import ConvProblem
 from cudnn_explorer.pytorch_pick import ChildError
 
 # A worker with a fake EngineSearch: engine 0 has no knobs; engine 1 has knob 2 (TILE_SIZE)
@@ -12,7 +12,7 @@ from cudnn_explorer.pytorch_pick import ChildError
 FAKE_WORKER = textwrap.dedent("""\
     import os, sys, time
     from types import SimpleNamespace as NS
-    from cudnn_explorer import engine_worker
+    from cudnn_explorer.measure import engine_worker
 
     class Out:
         def fill_(self, v):
@@ -87,7 +87,7 @@ def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker
     # the legacy rows travelled to the worker (the fake's configs launch no kernels)
     assert sp.legacy_map == {f"{legacy.algo_name} ({legacy.math_type})": []}
     from cudnn_explorer import engines
-    from cudnn_explorer.records import DirectionResult
+    from cudnn_explorer.core.records import DirectionResult
 
     d = DirectionResult(direction="fwd", math_type="DEFAULT_MATH", find=[], heuristics=[],
                         workspace=[], workspace_needed_bytes=0, workspace_given_bytes=0,

@@ -1,8 +1,8 @@
 """Engine configs, pure parts: knob spaces, sampling, tags, PyTorch's rules, summaries."""
 
 from cudnn_explorer import engines
-from cudnn_explorer.logs import parse_tag
-from cudnn_explorer.records import EngineConfig, EngineSpace, Exploration, PyTorchPick
+from cudnn_explorer.core.logs import parse_tag
+from cudnn_explorer.core.records import EngineConfig, EngineSpace, Exploration, PyTorchPick
 
 from fakes import exploration, timing
 
@@ -106,7 +106,7 @@ def test_summary_locates_pytorch_pick_and_what_it_missed():
 
 
 def test_engine_table_renders_from_json_without_gpu():
-    from cudnn_explorer.render import render_exploration
+    from cudnn_explorer.report.tables import render_exploration
 
     e = exploration()
     e.directions[0].engines = _space()
@@ -117,7 +117,7 @@ def test_engine_table_renders_from_json_without_gpu():
 
 
 def test_output_ends_with_a_summary_table_per_direction():
-    from cudnn_explorer.render import render_exploration
+    from cudnn_explorer.report.tables import render_exploration
 
     e, d = _explored()
     rows = engines.summary_rows(e)

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from cudnn_explorer.problem import DIRECTIONS, ConvProblem
+from cudnn_explorer.core.problem import DIRECTIONS, ConvProblem
 
 from conftest import run_cli
 
@@ -160,7 +160,7 @@ def test_workspace_cap_is_respected_and_explained():
 
 def test_cudnn_refusal_is_an_exception_with_status():
     from cudnn_explorer import gpu
-    from cudnn_explorer.errors import CudnnError
+    from cudnn_explorer.core.errors import CudnnError
 
     p = ConvProblem.create("2,8,9,9", out_channels=4, kernel=1)
     with pytest.raises(CudnnError) as e:
@@ -172,8 +172,8 @@ def test_cudnn_refusal_is_an_exception_with_status():
 def test_output_shape_mismatch_is_refused_before_cudnn_runs():
     import torch
 
-    from cudnn_explorer import _native
-    from cudnn_explorer.errors import UserError
+    from cudnn_explorer.measure import native as _native
+    from cudnn_explorer.core.errors import UserError
 
     x = torch.randn(1, 3, 8, 8, device="cuda")
     w = torch.randn(4, 3, 3, 3, device="cuda")

@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from cudnn_explorer.problem import ConvProblem
+from cudnn_explorer.core.problem import ConvProblem
 
 pytestmark = pytest.mark.gpu
 

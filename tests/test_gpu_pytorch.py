@@ -2,7 +2,7 @@
 (the kernels it launched, and the kernels of our legacy rows)."""
 import pytest
 
-from cudnn_explorer.problem import ConvProblem
+from cudnn_explorer.core.problem import ConvProblem
 
 pytestmark = pytest.mark.gpu
 

@@ -1,7 +1,7 @@
 """The native module's CPU-side behaviour: metadata, boundary checks, error types."""
 import pytest
 
-from cudnn_explorer.errors import UserError
+from cudnn_explorer.core.errors import UserError
 
 pytestmark = pytest.mark.ext
 
@@ -9,7 +9,7 @@ pytestmark = pytest.mark.ext
 def test_build_info_matches_running_torch():
     import torch
 
-    from cudnn_explorer import _native
+    from cudnn_explorer.measure import native as _native
 
     b = _native.build_info()
     assert set(b) == {"torch", "cudnn", "cuda_runtime"}
@@ -20,7 +20,7 @@ def test_build_info_matches_running_torch():
 
 
 def test_algo_names_follow_cudnn_enums():
-    from cudnn_explorer import _native
+    from cudnn_explorer.measure import native as _native
 
     C = _native.load()
     assert [C.algo_name("fwd", i) for i in range(8)] == [
@@ -36,7 +36,7 @@ def test_algo_names_follow_cudnn_enums():
 def test_cpu_tensors_are_refused_cleanly():
     import torch
 
-    from cudnn_explorer import _native
+    from cudnn_explorer.measure import native as _native
 
     x = torch.zeros(1, 3, 8, 8)
     with pytest.raises(UserError, match="must be CUDA tensors"):

@@ -3,8 +3,8 @@ import itertools
 
 import pytest
 
-from cudnn_explorer.errors import UserError
-from cudnn_explorer.problem import ConvProblem, conv_output_size, parse_dtype, parse_int_list
+from cudnn_explorer.core.errors import UserError
+from cudnn_explorer.core.problem import ConvProblem, conv_output_size, parse_dtype, parse_int_list
 
 
 def test_parse_int_list():

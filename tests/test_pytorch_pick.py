@@ -6,8 +6,8 @@ import textwrap
 import pytest
 
 from cudnn_explorer import logs, pytorch_pick
-from cudnn_explorer.problem import ConvProblem
-from cudnn_explorer.records import MIB, AlgoResult, Exploration
+from cudnn_explorer.core.problem import ConvProblem
+from cudnn_explorer.core.records import MIB, AlgoResult, Exploration
 from cudnn_explorer.render_pytorch import pareto_frontier, render_pytorch, verdicts
 
 from fakes import exploration, timing

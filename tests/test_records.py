@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from cudnn_explorer.errors import UserError
-from cudnn_explorer.records import (MIB, SCHEMA_VERSION, Exploration, fmt_cuda, fmt_version,
+from cudnn_explorer.core.errors import UserError
+from cudnn_explorer.core.records import (MIB, SCHEMA_VERSION, Exploration, fmt_cuda, fmt_version,
                                     rows_from_csv, rows_to_csv)
 
 from fakes import exploration, fwd_result

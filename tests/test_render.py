@@ -1,6 +1,6 @@
 """Table rendering from records (no GPU)."""
-from cudnn_explorer.records import MIB
-from cudnn_explorer.render import fmt_mib, fmt_ms, render_direction, render_exploration
+from cudnn_explorer.core.records import MIB
+from cudnn_explorer.report.tables import fmt_mib, fmt_ms, render_direction, render_exploration
 
 from fakes import exploration, fwd_result
 

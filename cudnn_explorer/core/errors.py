@@ -1,6 +1,7 @@
 """Exceptions with the exit codes the CLI maps them to. Pure Python."""
 
-__all__ = ["ExplorerError", "UserError", "MissingDependencyError", "CudnnError", "ResourceError"]
+__all__ = ["ExplorerError", "UserError", "MissingDependencyError", "CudnnError", "ResourceError",
+           "GpuError", "ChildError"]
 
 
 class ExplorerError(Exception):
@@ -34,5 +35,19 @@ class CudnnError(ExplorerError, RuntimeError):
 
 class ResourceError(ExplorerError, RuntimeError):
     """The GPU ran out of memory or another resource. Exit code 3."""
+
+    exit_code = 3
+
+
+class GpuError(ExplorerError, RuntimeError):
+    """The GPU or its driver failed a call (a CUDA error other than out-of-memory). Exit
+    code 3: a fault of the machine, not of the input."""
+
+    exit_code = 3
+
+
+class ChildError(ExplorerError, RuntimeError):
+    """A child process of ours (PyTorch's own call in one mode, an engine-config worker)
+    crashed, hung or wrote no result. Exit code 3: the machine, not the input."""
 
     exit_code = 3

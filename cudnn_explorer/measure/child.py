@@ -1,18 +1,20 @@
 """Child process that runs PyTorch's own convolution for one problem and reports what it
 cost. PyTorch's benchmark cache lives per process and ignores the benchmark flag once a
-shape has run (see README), so every mode runs in a fresh child:
+shape has run (docs/method.md), so every mode runs in a fresh child:
 
-    python -m cudnn_explorer.child SPEC.json RESULT.json
+    python -m cudnn_explorer.measure.child SPEC.json RESULT.json
 
 SPEC: {"problem": ConvProblem.to_dict(), "directions": [...], "mode": "benchmark" |
 "heuristic" | "deterministic", "benchmark_limit": int | null, "device": int, "seed": int,
-"budget_ms": float, "log_file": path | null}. The parent sets the logging environment
+"timing": TimingSpec fields, "check": bool, "log_file": path | null}: the parent's own
+timing options, applied unchanged. The parent sets the logging environment
 (cudnn-frontend's CUDNN_FRONTEND_LOG_*, cuDNN's CUDNN_LOGLEVEL_DBG / CUDNN_LOGDEST_DBG,
 TORCH_CUDNN_V8_API_DISABLED) before this process starts.
 
 RESULT: {"directions": [{"direction", "first_call_ms", "first_peak_alloc_bytes",
-"first_reserved_growth_bytes", "steady" (timing dict), "steady_peak_alloc_bytes",
-"kernels", "log_span": [start, end] byte offsets of the log written during the first call}],
+"first_reserved_growth_bytes", "steady" (Timing dict, null without re-timing),
+"steady_peak_alloc_bytes", "kernels", "check": {max_error, tolerance, output_finite} or
+null, "log_span": [start, end] byte offsets of the log written during the first call}],
 "torch": ..., "cudnn": ..., "settings": {...}}
 """
 from __future__ import annotations
@@ -21,6 +23,8 @@ import json
 import os
 import sys
 import time
+
+from .procs import read_spec
 
 
 def _log_size(path):
@@ -34,7 +38,7 @@ def torch_call(problem, direction, t):
     """PyTorch's own call for one direction, on tensors t = {'x','w','y'} (y = dy)."""
     import torch
 
-    from .gpu import problem_view
+    from .tensors import problem_view
 
     nsp = problem.spatial_dims
     x, w, y = (problem_view(problem, t[k]) for k in ("x", "w", "y"))
@@ -51,8 +55,9 @@ def torch_call(problem, direction, t):
 def run(spec: dict) -> dict:
     import torch
 
-    from . import gpu, kernels, timing
-    from .problem import ConvProblem
+    from ..core.options import TimingSpec
+    from ..core.problem import ConvProblem
+    from . import kernels, tensors, timing
 
     problem = ConvProblem.from_dict(spec["problem"])
     device = int(spec.get("device", 0))
@@ -71,10 +76,12 @@ def run(spec: dict) -> dict:
                         "allow_tf32": torch.backends.cudnn.allow_tf32,
                         "v8_api_disabled": os.environ.get("TORCH_CUDNN_V8_API_DISABLED") == "1"},
            "directions": []}
+    spec_t = TimingSpec(**spec["timing"])
+    check = bool(spec.get("check", True))
     torch.zeros(1, device="cuda")  # CUDA context outside the first-call measurement
     for d in spec["directions"]:
         # PyTorch's backward call reads all three tensors: no NaN poison anywhere.
-        t = gpu.make_tensors(problem, d, device, int(spec.get("seed", 0)), poison=False)
+        t = tensors.make_tensors(problem, d, device, int(spec.get("seed", 0)), poison=False)
         fn = torch_call(problem, d, t)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -87,6 +94,14 @@ def run(spec: dict) -> dict:
         end = _log_size(log)
         first_peak = torch.cuda.max_memory_allocated() - alloc0
         first_res = torch.cuda.memory_reserved() - res0
+        checked = None
+        if check:  # the same reference and bound as our rows (PyTorch's math rule)
+            ref = tensors.reference(problem, d, t)
+            math_type = ("FMA_MATH" if problem.dtype == "float32" and not problem.tf32
+                         else "DEFAULT_MATH")
+            c = tensors.check_output(problem, _as_cudnn(problem, result), ref, math_type)
+            checked = c._asdict()
+            del ref
         del result
         names = kernels.kernel_names(fn)
         torch.cuda.synchronize()
@@ -96,28 +111,26 @@ def run(spec: dict) -> dict:
             fn()
         torch.cuda.synchronize()
         steady_peak = torch.cuda.max_memory_allocated() - alloc1
-        steady = timing.time_callable(fn, budget_ms=float(spec.get("budget_ms", 100.0)))
+        steady = timing.time_callable(fn, spec_t).to_dict() if spec_t.retime else None
         out["directions"].append({
             "direction": d, "first_call_ms": first_ms, "first_peak_alloc_bytes": first_peak,
             "first_reserved_growth_bytes": first_res, "steady": steady,
             "steady_peak_alloc_bytes": steady_peak, "kernels": list(names),
-            "log_span": [start, end]})
+            "check": checked, "log_span": [start, end]})
     return out
 
 
-def read_spec(argv, usage: str):
-    """A child's command line is SPEC.json and one output path: the spec, or None after
-    printing the usage (any child of ours: this one, engine_worker)."""
-    if len(argv) != 2:
-        print(f"usage: {usage}", file=sys.stderr)
-        return None
-    with open(argv[0]) as f:
-        return json.load(f)
+def _as_cudnn(problem, out):
+    """PyTorch's output of one direction in cuDNN's view (check_output squeezes 1-D back):
+    the forward result, or the one gradient the output_mask asked for."""
+    if isinstance(out, (tuple, list)):
+        out = next(o for o in out if o is not None)
+    return out.unsqueeze(2) if problem.spatial_dims == 1 else out
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    spec = read_spec(argv, "python -m cudnn_explorer.child SPEC.json RESULT.json")
+    spec = read_spec(argv, "python -m cudnn_explorer.measure.child SPEC.json RESULT.json")
     if spec is None:
         return 2
     res = run(spec)

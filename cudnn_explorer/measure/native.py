@@ -2,21 +2,24 @@
 
 Imported lazily: ``import cudnn_explorer`` never loads torch, the extension or CUDA.
 Every failure to load becomes one MissingDependencyError that says what is missing
-and the command that fixes it; cuDNN failures become errors.CudnnError.
+and the command that fixes it. Every native failure arrives as the extension's one
+NativeError (kind, status, call; Note [one native error path] in csrc/common.h) and
+leaves this module as one of the project's error classes (:func:`translate`).
 """
 from __future__ import annotations
 
 import functools
 import os
-import re
 
-from .errors import CudnnError, MissingDependencyError, UserError
+from ..core.errors import (CudnnError, ExplorerError, GpuError, MissingDependencyError,
+                           ResourceError, UserError)
+from ..core.options import TimingSpec
 
 __all__ = ["load", "require_gpu", "build_info", "runtime_info", "Problem", "find_algorithms",
            "workspace_size", "run_algorithm", "time_algorithm", "timing_options",
-           "frontend_available", "engine_search"]
+           "frontend_available", "engine_search", "translate", "call"]
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_HINT = f"pip install --no-build-isolation --no-deps -e {_REPO}"
 
 
@@ -29,7 +32,7 @@ def load():
         raise MissingDependencyError(
             f"PyTorch is not installed ({e}); install it: pip install torch") from None
     try:
-        from . import _C  # noqa: F401  (the one import of the extension)
+        from .. import _C  # noqa: F401  (the one import of the extension)
     except ImportError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "undefined symbol" in msg and any(s in msg for s in ("c10", "at6", "torch", "pybind")):
@@ -70,20 +73,45 @@ def require_gpu(device: int = 0):
     return torch
 
 
-_STATUS = re.compile(r"^(CUDNN_STATUS_[A-Z0-9_]+)")
+# CUDA errors that mean the machine has no usable GPU or driver, not a fault of ours.
+_NO_GPU = ("cudaErrorInsufficientDriver", "cudaErrorNoDevice", "cudaErrorInvalidDevice",
+           "cudaErrorSystemDriverMismatch", "cudaErrorCompatNotSupportedOnDevice")
+_OOM = ("cudaErrorMemoryAllocation", "CUDNN_STATUS_ALLOC_FAILED",
+        "CUDNN_STATUS_ALLOC_FAILED_HOST_ALLOCATION")
 
 
-def _call(fn, *args):
+def translate(e: BaseException, what: str) -> ExplorerError:
+    """The project's error for a failure raised by a native call doing ``what``: the
+    extension's NativeError by its kind and status, torch's out-of-memory, a ValueError
+    (bad argument), or any other RuntimeError raised inside torch code we called."""
+    import torch
+
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    kind, status = getattr(e, "kind", None), getattr(e, "status", "")
+    if isinstance(e, torch.OutOfMemoryError) or status in _OOM:
+        return ResourceError(f"out of GPU memory {what}: {first}")
+    if kind == "argument" or (kind is None and isinstance(e, ValueError)):
+        return UserError(f"{what}: {first}")
+    if kind in ("cudnn", "frontend"):
+        return CudnnError(f"cuDNN refused {what}: {first}", status or "CUDNN_STATUS_UNKNOWN")
+    if status in _NO_GPU:
+        return MissingDependencyError(f"no usable CUDA GPU {what}: {first}")
+    if kind == "cuda":
+        return GpuError(f"CUDA failed {what}: {first}")
+    if kind == "internal":
+        return ExplorerError(f"a check in the native module failed {what}: {first}")
+    return GpuError(f"the native call failed {what}: {first}")
+
+
+def call(what: str, fn, *args):
+    """``fn(*args)``, with any native failure turned into the project's error (translate)."""
     C = load()
+    import torch
+
     try:
         return fn(*args)
-    except C.CudnnError as e:
-        text = str(e)
-        m = _STATUS.match(text)
-        raise CudnnError(f"cuDNN refused: {text}", m.group(1) if m else "CUDNN_STATUS_UNKNOWN") \
-            from None
-    except ValueError as e:
-        raise UserError(str(e).splitlines()[0]) from None
+    except (C.NativeError, torch.OutOfMemoryError, ValueError, RuntimeError) as e:
+        raise translate(e, what) from None
 
 
 def build_info() -> dict:
@@ -98,42 +126,44 @@ def runtime_info() -> dict:
 
 def Problem(x, w, y, padding, stride, dilation, groups: int, math_type: str):
     """Native problem (descriptors built and validated once) over tensors x, w, y."""
-    C = load()
-    return _call(C.Problem, x, w, y, list(padding), list(stride), list(dilation), int(groups),
-                 math_type)
+    return call("building the descriptors", load().Problem, x, w, y, list(padding),
+                list(stride), list(dilation), int(groups), math_type)
 
 
 def find_algorithms(direction: str, problem, max_workspace_bytes: int = -1):
     """Native FindReport for one direction (see csrc/find.h)."""
-    return _call(load().find_algorithms, direction, problem, int(max_workspace_bytes))
+    return call(f"finding {direction} algorithms", load().find_algorithms, direction, problem,
+                int(max_workspace_bytes))
 
 
 def workspace_size(direction: str, problem, algo: int, math_type: str):
     """Native WorkspaceQuery: one independent cudnnGet*WorkspaceSize call."""
-    return _call(load().workspace_size, direction, problem, int(algo), math_type)
+    return call(f"querying a {direction} workspace size", load().workspace_size, direction,
+                problem, int(algo), math_type)
 
 
 def run_algorithm(direction: str, problem, algo: int, math_type: str) -> None:
     """Run one algorithm once; the direction's output tensor is overwritten."""
-    _call(load().run_algorithm, direction, problem, int(algo), math_type)
+    call(f"running {direction} algorithm {algo} ({math_type})", load().run_algorithm,
+         direction, problem, int(algo), math_type)
 
 
-def timing_options(budget_ms: float = 100.0, flush_l2: bool = False, graph: bool = True,
-                   warmup_ms: float = 10.0):
-    """Native TimingOptions (see csrc/timing.h): sampling budget and warm-up in ms."""
+def timing_options(spec: TimingSpec):
+    """Native TimingOptions (see csrc/timing.h) of ``spec``: sampling budget and warm-up
+    in ms, L2 flush, graph, and the eager wall-clock loop's budget."""
     opt = load().TimingOptions()
-    opt.budget_ms = float(budget_ms)
-    opt.flush_l2 = bool(flush_l2)
-    opt.use_graph = bool(graph)
-    opt.warmup_ms = float(warmup_ms)
+    opt.budget_ms = float(spec.budget_ms)
+    opt.flush_l2 = bool(spec.flush_l2)
+    opt.use_graph = bool(spec.graph)
+    opt.warmup_ms = float(spec.warmup_ms)
+    opt.eager_budget_ms = float(spec.eager_budget_ms)
     return opt
 
 
-def time_algorithm(direction: str, problem, algo: int, math_type: str, budget_ms: float = 100.0,
-                   flush_l2: bool = False, graph: bool = True, warmup_ms: float = 10.0):
+def time_algorithm(direction: str, problem, algo: int, math_type: str, spec: TimingSpec):
     """Native TimingResult: steady-state per-launch samples in ms (see csrc/timing.h)."""
-    return _call(load().time_algorithm, direction, problem, int(algo), math_type,
-                 timing_options(budget_ms, flush_l2, graph, warmup_ms))
+    return call(f"timing {direction} algorithm {algo} ({math_type})", load().time_algorithm,
+                direction, problem, int(algo), math_type, timing_options(spec))
 
 
 def frontend_available() -> bool:
@@ -143,4 +173,5 @@ def frontend_available() -> bool:
 
 def engine_search(direction: str, problem):
     """Native EngineSearch over one direction of ``problem`` (see csrc/engines.h)."""
-    return _call(load().EngineSearch, direction, problem)
+    return call(f"building the {direction} operation graph", load().EngineSearch, direction,
+                problem)

@@ -4,7 +4,7 @@ cuDNN accepts knob combinations that then never finish on the GPU: on the H200,
 ``ConvBwdData_eng77_k17=3_k24=1`` of a float16 channels_last problem stopped the process
 inside the config, and a kernel that spins cannot be interrupted from the process that
 launched it. So the parent (:func:`explore_isolated`) runs engines.explore_engines in a
-worker (``python -m cudnn_explorer.engine_worker SPEC EVENTS``) that appends one JSON
+worker (``python -m cudnn_explorer.measure.engine_worker SPEC EVENTS``) that appends one JSON
 line per event to EVENTS: {"say": msg}, {"start": config} before a config, {"stage":
 "running"} once its plan is built, {"attempt": result} after it, {"space": EngineSpace}
 at the end. When a config runs past
@@ -23,43 +23,46 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .problem import ConvProblem
-from .child import read_spec
-from .pytorch_pick import ChildError, child_env, describe_rc
-from .records import AlgoResult, EngineSpace
+from ..core.errors import ChildError
+from ..core.options import ExploreOptions, TimingSpec
+from ..core.problem import ConvProblem
+from ..core.records import AlgoResult, EngineSpace
+from .procs import child_env, describe_rc, read_spec
 
 __all__ = ["explore_isolated", "run", "main", "MAX_RESTARTS"]
 
 MAX_RESTARTS = 20  # failed configs one exploration may survive before it gives up
 
 
-def explore_isolated(problem: ConvProblem, direction: str, device: int = 0, seed: int = 0,
+def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptions,
                      legacy_rows: Sequence[AlgoResult] = (), preferred_tags: Sequence[str] = (),
-                     max_per_engine: int = 8, time_budget_s: Optional[float] = 120.0,
-                     budget_ms: float = 20.0, graph: bool = True, check: bool = True,
-                     config_timeout_s: float = 60.0, start_timeout_s: float = 300.0,
+                     start_timeout_s: float = 300.0,
                      progress: Optional[Callable[[str], None]] = None,
-                     worker_module: str = "cudnn_explorer.engine_worker") -> EngineSpace:
-    """Explore one direction's engine configs in worker processes (see the module doc).
+                     worker_module: str = "cudnn_explorer.measure.engine_worker") -> EngineSpace:
+    """Explore one direction's engine configs in worker processes (see the module doc),
+    timed and checked as ``options`` say (options.timing unchanged), at most
+    ``options.engine_configs`` valid configs per engine within ``options.engine_budget_s``.
     Raises ChildError when a worker fails outside any config (e.g. it cannot start, or
     makes no progress within ``start_timeout_s``)."""
     say = progress or (lambda m: None)
+    time_budget_s = options.engine_budget_s
+    config_timeout_s = options.engine_config_timeout_s
     prior: Dict[str, List[dict]] = {"attempts": [], "failed": []}
     t0 = time.perf_counter()
     for _ in range(MAX_RESTARTS + 1):
         left = None if time_budget_s is None else max(time_budget_s - (time.perf_counter() - t0),
                                                       0.0)
-        spec = {"problem": problem.to_dict(), "direction": direction, "device": device,
-                "seed": seed, "legacy_rows": [r.to_dict() for r in legacy_rows],
-                "preferred_tags": list(preferred_tags), "max_per_engine": max_per_engine,
-                "time_budget_s": left, "budget_ms": budget_ms, "graph": graph,
-                "check": check, "prior": prior}
+        spec = {"problem": problem.to_dict(), "direction": direction,
+                "device": options.device, "seed": options.seed,
+                "legacy_rows": [r.to_dict() for r in legacy_rows],
+                "preferred_tags": list(preferred_tags),
+                "max_per_engine": options.engine_configs, "time_budget_s": left,
+                "timing": options.timing.__dict__, "check": options.check, "prior": prior}
         space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
                                     worker_module)
         if space is not None:
-            space.time_budget_s = time_budget_s
-            space.wall_s = time.perf_counter() - t0
-            return space
+            return EngineSpace.from_dict({**space, "time_budget_s": time_budget_s,
+                                          "wall_s": time.perf_counter() - t0})
         prior["failed"].append(failed)
         say(f"{direction}: {failed['tag']} {failed['status']}; restarting the worker without it")
     raise ChildError(f"engine worker for {direction}: {MAX_RESTARTS + 1} configs hung or "
@@ -68,7 +71,7 @@ def explore_isolated(problem: ConvProblem, direction: str, device: int = 0, seed
 
 def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_s: float,
                 say, worker_module: str):
-    """Run one worker. Returns (space, None) when it finished, or (None, failed-config)
+    """Run one worker. Returns (space as a dict, None) when it finished, or (None, failed-config)
     when a config hung or crashed it; appends its attempts to ``prior``."""
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer_engines_") as tmp:
         spec_path, events_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "events")
@@ -105,7 +108,7 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                             prior["attempts"].append(ev["attempt"])
                             current = None
                         elif "space" in ev:
-                            return EngineSpace.from_dict(ev["space"]), None
+                            return ev["space"], None
                     now = time.perf_counter()
                     if rc is not None:
                         if current is not None:
@@ -150,8 +153,8 @@ def _tail(path: str) -> str:
 def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> EngineSpace:
     """The worker's job: explore one direction and emit events. ``setup(problem,
     direction, device, seed, check)`` returns (native_problem, tensors, ref); by default
-    the GPU tensors and reference of gpu.make_tensors / gpu.reference (the parent's seed,
-    so the same data). ``search`` replaces the native EngineSearch (tests)."""
+    the GPU tensors and reference of tensors.make_tensors / tensors.reference (the
+    parent's seed, so the same data). ``search`` replaces the native EngineSearch (tests)."""
     from . import engines
 
     problem = ConvProblem.from_dict(spec["problem"])
@@ -162,8 +165,8 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
         problem, d, native, tensors, ref,
         legacy_rows=[AlgoResult.from_dict(r) for r in spec.get("legacy_rows", [])],
         max_per_engine=int(spec.get("max_per_engine", 8)),
-        time_budget_s=spec.get("time_budget_s"), budget_ms=float(spec.get("budget_ms", 20.0)),
-        graph=bool(spec.get("graph", True)), kernels=search is None,
+        time_budget_s=spec.get("time_budget_s"), timing=TimingSpec(**spec["timing"]),
+        kernels=search is None,
         preferred_tags=spec.get("preferred_tags", []),
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
         search=search)
@@ -174,18 +177,18 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
 def _gpu_setup(problem, direction, device, seed, check):
     import torch
 
-    from . import gpu
+    from . import tensors as tn
 
     torch.cuda.set_device(device)
-    tensors = gpu.make_tensors(problem, direction, device, seed)
-    native = gpu.native_problem(problem, tensors)
-    ref = gpu.reference(problem, direction, tensors) if check else None
+    tensors = tn.make_tensors(problem, direction, device, seed)
+    native = tn.native_problem(problem, tensors)
+    ref = tn.reference(problem, direction, tensors) if check else None
     return native, tensors, ref
 
 
 def main(argv=None, setup=None, search=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    spec = read_spec(argv, "python -m cudnn_explorer.engine_worker SPEC.json EVENTS")
+    spec = read_spec(argv, "python -m cudnn_explorer.measure.engine_worker SPEC.json EVENTS")
     if spec is None:
         return 2
     with open(argv[1], "a", buffering=1) as events:

@@ -1,22 +1,18 @@
 """Which GPU kernels a call launches, read with torch.profiler (CUDA activity).
 
 Two calls that launch the same kernels run the same implementation: this is how a
-PyTorch convolution is matched to the legacy algorithm (or engine) behind it.
+PyTorch convolution is matched to the legacy algorithm (or engine) behind it
+(core.knobs.same_kernels).
 """
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Tuple
 
-__all__ = ["kernel_names", "same_kernels"]
+__all__ = ["kernel_names"]
 
 # Kernels that are not part of the convolution itself (our own poison fill, copies).
 _IGNORE = ("fill", "Memset", "Memcpy", "memset", "memcpy")
-
-
-def same_kernels(a: Optional[Sequence[str]], b: Optional[Sequence[str]]) -> bool:
-    """Two launches ran the same implementation: the same (non-empty) set of kernels."""
-    return bool(a) and bool(b) and sorted(a) == sorted(b)
 
 
 def kernel_names(fn: Callable[[], object], repeats: int = 1) -> Tuple[str, ...]:

@@ -1,15 +1,15 @@
-"""Result records, their JSON schema and CSV form. Pure Python (no torch import).
+"""Result records and their JSON schema. Pure Python (no torch import).
 
-Schema ``cudnn_explorer.exploration``, version 4 (see README, "Output schema"); versions 1
-(Find only), 2 (no PyTorch comparison) and 3 (no engine configs) still load.
+Schema ``cudnn_explorer.exploration``, version 5 (see docs/schema.md); versions 1 (Find
+only), 2 (no PyTorch comparison), 3 (no engine configs) and 4 (no options, no eager
+times) still load. Records are built once, by the measuring layer, and not changed
+afterwards.
 Readers ignore keys they do not know and fill absent optional keys with None, so
 later versions can add fields (re-timed measurements, PyTorch's choice, engine
 configs, whole models) without breaking saved files.
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Dict, List, Optional
@@ -32,25 +32,15 @@ __all__ = [
     "EngineSpace",
     "Exploration",
     "MIB",
-    "CSV_COLUMNS",
-    "rows_to_csv",
-    "rows_from_csv",
+    "SUCCESS",
+    "rankable",
+    "find_row_note",
 ]
 
 SCHEMA_NAME = "cudnn_explorer.exploration"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MIB = 1024 * 1024
 SUCCESS = "CUDNN_STATUS_SUCCESS"
-DIRECTION_TITLES = {
-    "fwd": "forward",
-    "bwd-data": "backward-data",
-    "bwd-filter": "backward-filter",
-}
-FIND_CALLS = {
-    "fwd": "cudnnFindConvolutionForwardAlgorithmEx",
-    "bwd-data": "cudnnFindConvolutionBackwardDataAlgorithmEx",
-    "bwd-filter": "cudnnFindConvolutionBackwardFilterAlgorithmEx",
-}
 
 
 def _known(cls, d: dict) -> dict:
@@ -94,6 +84,15 @@ class _Checked:
         return self.max_error <= self.tolerance  # NaN compares False: never correct
 
 
+def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool) -> str:
+    """Why a Find row that did not run could not: it needs more workspace than Find was
+    given ("" when that is not the reason)."""
+    if need_bytes is None or need_bytes <= given_bytes:
+        return ""
+    why = " (--max-workspace)" if capped else ""
+    return f"needs {need_bytes / MIB:.2f} MiB workspace > {given_bytes / MIB:.2f} MiB given{why}"
+
+
 def rankable(r) -> bool:
     """A row (AlgoResult) or engine config that ran, has a time, and is not WRONG."""
     return r.ok and r.time is not None and r.correct is not False
@@ -106,7 +105,10 @@ class Timing(_Record):
     ``method``: "graph" (events around replays of a CUDA graph of
     ``launches_per_sample`` launches), "eager" (events around that many back-to-back
     launches) or "eager+flush" (one launch per sample, L2 cleared before it).
-    ``spread`` = (p75 - p25) / median."""
+    ``spread`` = (p75 - p25) / median. ``eager``: the wall time per call of an eager loop
+    of ``eager.launches_per_sample`` back-to-back calls measured on the host clock and
+    synchronised at the end (method "wall"): what a caller pays when it does not use CUDA
+    graphs, host cost included (None: not measured)."""
 
     median_ms: float
     p25_ms: float
@@ -118,6 +120,7 @@ class Timing(_Record):
     spread: float
     warmup_launches: int = 0
     note: str = ""
+    eager: Optional["Timing"] = None
 
     @property
     def noisy(self) -> bool:
@@ -125,13 +128,18 @@ class Timing(_Record):
 
     @classmethod
     def from_samples(cls, per_launch_ms, launches_per_sample: int, method: str,
-                     warmup_launches: int = 0, note: str = "") -> "Timing":
+                     warmup_launches: int = 0, note: str = "",
+                     eager: Optional["Timing"] = None) -> "Timing":
         """Statistics (analysis.timing_stats) of per-launch samples in ms."""
         st = timing_stats(per_launch_ms)
         return cls(median_ms=st["median_ms"], p25_ms=st["p25_ms"], p75_ms=st["p75_ms"],
                    min_ms=st["min_ms"], samples=st["samples"],
                    launches_per_sample=launches_per_sample, method=method,
-                   spread=st["spread"], warmup_launches=warmup_launches, note=note)
+                   spread=st["spread"], warmup_launches=warmup_launches, note=note,
+                   eager=eager)
+
+
+Timing._NESTED = {"eager": Timing.from_dict}
 
 
 @dataclass
@@ -208,9 +216,10 @@ class EngineSpace(_Record):
 
 
 @dataclass
-class PyTorchPick(_Record):
+class PyTorchPick(_Checked, _Record):
     """What PyTorch itself ran for one direction in one mode, measured in a fresh child
-    process (times in ms, memory in bytes).
+    process (times in ms, memory in bytes), with the same timing options and the same
+    check against the float64 reference as our own rows.
 
     ``first_peak_alloc_bytes``: peak allocated during the first call, above what was
     allocated before it (the output included); ``first_reserved_growth_bytes``: growth of
@@ -240,11 +249,25 @@ class PyTorchPick(_Record):
     legacy_algo: Optional[str] = None
     deterministic: Optional[bool] = None
     same_kernels_as: List[str] = field(default_factory=list)
+    max_error: Optional[float] = None
+    tolerance: Optional[float] = None
+    output_finite: Optional[bool] = None
     _NESTED = {"steady": Timing.from_dict}
 
     @property
     def ok(self) -> bool:
-        return not self.error and self.steady is not None
+        """The mode ran and we know what PyTorch chose (steady is None without re-timing)."""
+        return not self.error
+
+    @property
+    def time(self) -> Optional[float]:
+        """Steady-state median per call in ms (None: not re-timed)."""
+        return self.steady.median_ms if self.steady is not None else None
+
+    @property
+    def choice(self) -> str:
+        """What ran: the engine config's tag or the legacy algorithm."""
+        return self.engine_tag or self.legacy_algo or "?"
 
     def largest_candidate(self) -> Optional[dict]:
         return max(self.candidates, key=lambda c: c.get("workspace_bytes", 0), default=None)
@@ -347,17 +370,20 @@ class DirectionResult(_Record):
         rest = [r for r in self.find if not (r.ok and r.time is not None)]
         return good + wrong + rest
 
-    def pytorch_pick(self, mode: str, api: Optional[str] = "engine",
-                     limit_zero: Optional[bool] = None) -> Optional[PyTorchPick]:
+    def pytorch_pick(self, mode: str, api: Optional[str] = "engine") -> Optional[PyTorchPick]:
         """The first of PyTorch's picks that ran in ``mode`` through ``api`` ("engine",
-        "legacy", None: either); ``limit_zero`` True / False: only the benchmark run
-        with / without benchmark_limit 0 (None: either)."""
-        for p in self.pytorch:
-            if not p.ok or p.mode != mode or api not in (None, p.api):
-                continue
-            if limit_zero is None or (p.benchmark_limit == 0) == limit_zero:
-                return p
-        return None
+        "legacy"; None: either). For "benchmark" that is the run at the requested
+        benchmark_limit (measure.children.default_modes puts it first)."""
+        return next((p for p in self.pytorch if p.ok and p.mode == mode
+                     and api in (None, p.api)), None)
+
+    def full_search_pick(self) -> Optional[PyTorchPick]:
+        """PyTorch's benchmark pick with benchmark_limit 0 (every candidate timed), when
+        that was a run of its own beside the one at the requested limit."""
+        first = self.pytorch_pick("benchmark")
+        return next((p for p in self.pytorch if p.ok and p.mode == "benchmark"
+                     and p.api == "engine" and p.benchmark_limit == 0 and p is not first),
+                    None)
 
     def best(self) -> Optional[AlgoResult]:
         """The fastest successful row that is not WRONG, or None."""
@@ -392,18 +418,6 @@ class DirectionResult(_Record):
                 return w.bytes
         return None
 
-    def annotate(self) -> None:
-        """Say so on rows that could not run for lack of workspace."""
-        for r in self.find:
-            if r.ok:
-                continue
-            need = self.workspace_for(r.algo, r.math_type)
-            need = max(need or 0, r.workspace_bytes or 0)
-            if need > self.workspace_given_bytes:
-                why = " (--max-workspace)" if self.workspace_cap_bytes is not None else ""
-                r.note = (f"needs {need / MIB:.2f} MiB workspace > "
-                          f"{self.workspace_given_bytes / MIB:.2f} MiB given{why}")
-
     _NESTED = {"find": _each(AlgoResult.from_dict), "heuristics": _each(AlgoResult.from_dict),
                "workspace": _each(WorkspaceEntry.from_dict),
                "pytorch": _each(PyTorchPick.from_dict), "engines": EngineSpace.from_dict}
@@ -433,43 +447,21 @@ class Environment(_Record):
     hostname: str = ""
     extra: Dict[str, str] = field(default_factory=dict)
 
-    def describe(self) -> str:
-        return (
-            f"GPU {self.device_index}: {self.gpu_name} (compute capability "
-            f"{self.compute_capability}); cuDNN {fmt_version(self.cudnn_runtime)} (torch "
-            f"reports {fmt_version(self.cudnn_torch)}); torch {self.torch_version} "
-            f"(CUDA {self.torch_cuda}); driver supports CUDA {fmt_cuda(self.cuda_driver)}"
-        )
-
-
-def fmt_version(v: str) -> str:
-    """cuDNN integer version "91900" -> "9.19.0" (unchanged if not an integer)."""
-    try:
-        n = int(v)
-    except (TypeError, ValueError):
-        return str(v)
-    if n >= 90000:  # cuDNN 9: major*10000 + minor*100 + patch
-        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
-    return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"  # cuDNN <= 8
-
-
-def fmt_cuda(v: str) -> str:
-    """CUDA integer version "13000" -> "13.0"."""
-    try:
-        n = int(v)
-    except (TypeError, ValueError):
-        return str(v)
-    return f"{n // 1000}.{n % 1000 // 10}"
-
 
 @dataclass
 class Measurement(_Record):
-    """How the rows were re-timed and checked (None fields: not done)."""
+    """How the rows were re-timed and checked (None fields: not done). ``options``: the
+    ExploreOptions of the run, applied unchanged to legacy rows, engine configs and
+    PyTorch's children; ``method``: the timing method they ask for ("graph", "eager" or
+    "eager+flush"); each row's Timing says the method it really got."""
 
     retimed: bool = False
     budget_ms: Optional[float] = None  # sampling budget per row
     flush_l2: bool = False
     graph: bool = True
+    method: str = ""
+    eager_budget_ms: Optional[float] = None  # sampling budget of the eager wall-clock loop
+    options: Dict[str, object] = field(default_factory=dict)
     reference: str = ""                # what the outputs were checked against
     peak_source: str = ""
     bandwidth_gbs: Optional[float] = None
@@ -540,115 +532,3 @@ class Exploration:
         if not isinstance(data, dict):
             raise UserError("not a cudnn_explorer result: top level is not an object")
         return cls.from_dict(data)
-
-
-# ---------------------------------------------------------------------- CSV
-CSV_COLUMNS = [
-    "schema_version", "direction", "rank", "best", "algo", "algo_name", "math_type", "status",
-    "status_code", "time_ms", "median_ms", "p25_ms", "p75_ms", "min_ms", "spread", "samples",
-    "launches_per_sample", "warmup_launches", "method", "timing_note", "max_error", "tolerance",
-    "correct", "output_finite", "tflops", "gbs", "peak_tflops", "peak_unit", "peak_pct", "workspace_bytes",
-    "deterministic", "heuristic_rank", "note",
-    "input_shape", "weight_shape", "output_shape", "padding", "stride", "dilation", "groups",
-    "dtype", "layout", "tf32", "descriptor_math_type", "workspace_given_bytes", "gpu_name",
-    "compute_capability", "cudnn_version", "torch_version",
-]
-
-
-def _num(v) -> str:
-    return "" if v is None else repr(float(v))
-
-
-_TIMING_FLOATS = ("median_ms", "p25_ms", "p75_ms", "min_ms", "spread")
-_TIMING_INTS = ("samples", "launches_per_sample", "warmup_launches")
-
-
-def _timing_cols(t: Optional[Timing]) -> dict:
-    if t is None:
-        return {k: "" for k in _TIMING_FLOATS + _TIMING_INTS + ("method", "timing_note")}
-    out = {k: repr(float(getattr(t, k))) for k in _TIMING_FLOATS}
-    out.update({k: getattr(t, k) for k in _TIMING_INTS})
-    out.update(method=t.method, timing_note=t.note)
-    return out
-
-
-def _timing_from_row(row: dict) -> Optional[Timing]:
-    if not row.get("median_ms"):
-        return None
-    return Timing(**{k: float(row[k]) for k in _TIMING_FLOATS},
-                  **{k: int(row[k]) for k in _TIMING_INTS},
-                  method=row["method"], note=row.get("timing_note", ""))
-
-
-def _opt_float(v: str) -> Optional[float]:
-    return float(v) if v not in (None, "") else None
-
-
-def rows_to_csv(exp: Exploration) -> str:
-    """One CSV row per Find result, ranked per direction, with the problem and the
-    environment repeated on every row so that files can be concatenated."""
-    p, e = exp.problem, exp.environment
-
-    def x(t):
-        return "x".join(map(str, t))
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for d in exp.directions:
-        best = d.best()
-        for rank, r in enumerate(d.ranked(), 1):
-            hr = d.heuristic_rank(r)
-            w.writerow({
-                "schema_version": exp.schema_version, "direction": d.direction,
-                "rank": rank if r.ok else "", "best": "yes" if r is best else "",
-                "algo": r.algo, "algo_name": r.algo_name, "math_type": r.math_type,
-                "status": r.status, "status_code": r.status_code,
-                "time_ms": _num(r.time_ms),
-                **_timing_cols(r.timing),
-                "max_error": _num(r.max_error), "tolerance": _num(r.tolerance),
-                "correct": {None: "", True: "yes", False: "no"}[r.correct],
-                "output_finite": {None: "", True: "yes", False: "no"}[r.output_finite],
-                "tflops": _num(d.tflops(r)), "gbs": _num(d.gbs(r)),
-                "peak_tflops": _num(r.peak_tflops), "peak_unit": r.peak_unit,
-                "peak_pct": _num(d.peak_pct(r)),
-                "workspace_bytes": r.workspace_bytes,
-                "deterministic": "yes" if r.deterministic else "no",
-                "heuristic_rank": "" if hr is None else hr, "note": r.note,
-                "input_shape": x(p.input_shape), "weight_shape": x(p.weight_shape),
-                "output_shape": x(p.output_shape), "padding": x(p.padding),
-                "stride": x(p.stride), "dilation": x(p.dilation), "groups": p.groups,
-                "dtype": p.dtype, "layout": p.layout,
-                "tf32": "" if p.tf32 is None else ("on" if p.tf32 else "off"),
-                "descriptor_math_type": d.math_type,
-                "workspace_given_bytes": d.workspace_given_bytes, "gpu_name": e.gpu_name,
-                "compute_capability": e.compute_capability, "cudnn_version": e.cudnn_runtime,
-                "torch_version": e.torch_version,
-            })
-    return buf.getvalue()
-
-
-def rows_from_csv(text: str) -> List[dict]:
-    """Read rows_to_csv output back: each dict has the CSV columns, plus ``result``, the
-    row as an AlgoResult."""
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in ("direction", "algo", "algo_name", "math_type", "status")
-               if c not in (reader.fieldnames or [])]
-    if missing:
-        raise UserError(f"not a cudnn_explorer CSV: missing columns {', '.join(missing)}")
-    out = []
-    for row in reader:
-        row = dict(row)
-        row["result"] = AlgoResult(
-            algo=int(row["algo"]), algo_name=row["algo_name"], math_type=row["math_type"],
-            status=row["status"], status_code=int(row["status_code"]),
-            time_ms=_opt_float(row["time_ms"]),
-            workspace_bytes=int(row["workspace_bytes"]),
-            deterministic=row["deterministic"] == "yes", note=row.get("note", ""),
-            timing=_timing_from_row(row), max_error=_opt_float(row.get("max_error")),
-            tolerance=_opt_float(row.get("tolerance")),
-            output_finite={"yes": True, "no": False}.get(row.get("output_finite", "")),
-            peak_tflops=_opt_float(row.get("peak_tflops")), peak_unit=row.get("peak_unit", ""),
-        )
-        out.append(row)
-    return out

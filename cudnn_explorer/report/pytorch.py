@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from tabulate import tabulate
 
-from .records import MIB, AlgoResult, DirectionResult
-from .render import fmt_mib, fmt_ms
+from ..core.records import MIB, AlgoResult, DirectionResult
+from .format import (fmt_err, fmt_mib, fmt_ms, short_algo, short_choice, short_math, short_tag,
+                     table, wrap)
 
 __all__ = ["render_pytorch", "pareto_frontier", "verdicts"]
 
@@ -27,11 +27,11 @@ def pareto_frontier(rows: List[AlgoResult]) -> List[AlgoResult]:
 def verdicts(d: DirectionResult) -> List[str]:
     """Plain-language findings for one direction."""
     out: List[str] = []
-    bench = d.pytorch_pick("benchmark", limit_zero=False) or d.pytorch_pick("benchmark")
+    bench = d.pytorch_pick("benchmark")
     heur = d.pytorch_pick("heuristic")
     best = d.best()
-    if bench and heur:
-        b, h = bench.steady.median_ms, heur.steady.median_ms
+    if bench and heur and bench.time and heur.time:
+        b, h = bench.time, heur.time
         extra = (bench.first_peak_alloc_bytes or 0) - (heur.first_peak_alloc_bytes or 0)
         cost = (bench.first_call_ms or 0) - (heur.first_call_ms or 0)
         if h / b >= 1.02:
@@ -61,23 +61,30 @@ def verdicts(d: DirectionResult) -> List[str]:
         else:
             out.append(f"no legacy algorithm runs the kernels of PyTorch's benchmark pick "
                        f"{bench.engine_tag}")
-        if best is not None and best.timing is not None:
-            r = best.timing.median_ms / bench.steady.median_ms
+        if best is not None and best.timing is not None and bench.time:
+            r = best.timing.median_ms / bench.time
             out.append(f"best legacy algorithm {best.algo_name} ({best.math_type}): "
                        f"{best.timing.median_ms:.4f} ms, {r:.2f}x PyTorch's benchmark pick")
-    full = d.pytorch_pick("benchmark", limit_zero=True)
-    if bench and full and full is not bench:
+    full = d.full_search_pick()
+    if bench and full:
         same = full.engine_tag == bench.engine_tag
+        times = (f" ({fmt_ms(full.time)} ms vs {fmt_ms(bench.time)} ms)")
         out.append(
             f"benchmark_limit 0 timed {len(full.timed)} plans instead of {len(bench.timed)}: "
-            + ("the same pick" if same else
-               f"picked {full.engine_tag} ({full.steady.median_ms:.4f} ms vs "
-               f"{bench.steady.median_ms:.4f} ms)")
+            + ("the same pick" if same else f"picked {full.engine_tag}{times}")
             + f"; first call {full.first_call_ms:.0f} ms vs {bench.first_call_ms:.0f} ms")
     legacy = d.pytorch_pick("benchmark", api="legacy")
     if legacy:
         out.append(f"PyTorch's legacy path (cudnnFind) ran {legacy.legacy_algo}: "
-                   f"{legacy.steady.median_ms:.4f} ms per call")
+                   f"{fmt_ms(legacy.time)} ms per call")
+    if bench and bench.plan_workspace_bytes is not None and bench.steady_peak_alloc_bytes:
+        out.append(f"steady state: PyTorch's benchmark pick peaks at "
+                   f"{fmt_mib(bench.steady_peak_alloc_bytes)} MiB above its inputs per call "
+                   f"(output and workspace included)")
+    for p in d.pytorch:
+        if p.ok and p.correct is False:
+            out.append(f"{p.label}: PyTorch's output is WRONG: max error {fmt_err(p)} > "
+                       f"tolerance {p.tolerance:.0e}")
     front = pareto_frontier(d.find)
     if len(front) > 1:
         fast = front[-1]
@@ -92,54 +99,74 @@ def verdicts(d: DirectionResult) -> List[str]:
     return out
 
 
+def _label(label: str) -> str:
+    return (label.replace(" (benchmark off)", "").replace(" (all)", "")
+            .replace("legacy API, benchmark", "legacy API, bench."))[:23]
+
+
 def render_pytorch(d: DirectionResult) -> str:
+    """PyTorch's pick in every mode beside our best legacy rows and best engine config:
+    median (CUDA graph) and eager wall time per call, memory, kernels; then findings."""
     if not d.pytorch:
         return ""
-    rows = []
-    times = [p.steady.median_ms for p in d.pytorch if p.ok]
     best = d.best()
+    engine = d.engines.best(allowed_only=True) if d.engines is not None else None
+    times = [p.time for p in d.pytorch if p.ok and p.time]
     if best is not None and best.timing is not None:
         times.append(best.timing.median_ms)
+    if engine is not None and engine.time:
+        times.append(engine.time)
     fastest = min(times) if times else None
 
     def gap(t: Optional[float]) -> str:
         return "-" if t is None or not fastest else f"+{100 * (t / fastest - 1):.1f}%"
 
+    def eager(t) -> str:
+        return fmt_ms(t.eager.median_ms) if t is not None and t.eager is not None else "-"
+
+    rows = []
     for p in d.pytorch:
         if not p.ok:
-            rows.append([f"PyTorch: {p.label}", "(failed, see below)"] + ["-"] * 8)
+            rows.append([_label(p.label), "(failed, see below)"] + ["-"] * 7)
             continue
-        what = p.engine_tag or p.legacy_algo or "?"
-        if p.api == "engine" and p.mode == "benchmark":
-            what += f" (fastest of {len(p.timed)} timed / {len(p.candidates)} candidates)"
-        rows.append([f"PyTorch: {p.label}", what, fmt_ms(p.steady.median_ms),
-                     gap(p.steady.median_ms), fmt_mib(p.plan_workspace_bytes),
+        rows.append([_label(p.label), short_choice(p), fmt_ms(p.time), eager(p.steady),
+                     gap(p.time), fmt_mib(p.plan_workspace_bytes),
                      {None: "?", True: "yes", False: "no"}[p.deterministic],
                      "-" if p.first_call_ms is None else f"{p.first_call_ms:.1f}",
-                     fmt_mib(p.first_peak_alloc_bytes),
-                     fmt_mib(p.steady_peak_alloc_bytes), ", ".join(p.same_kernels_as) or "none"])
+                     fmt_mib(p.first_peak_alloc_bytes)])
     if best is not None and best.timing is not None:
-        rows.append(["best legacy algorithm (ours)", f"{best.algo_name} ({best.math_type})",
-                     fmt_ms(best.timing.median_ms), gap(best.timing.median_ms),
-                     fmt_mib(best.workspace_bytes), "yes" if best.deterministic else "no", "-", "-",
-                     "-", "-"])
+        rows.append(["best legacy (ours)", short_algo(best.algo_name, best.math_type),
+                     fmt_ms(best.timing.median_ms), eager(best.timing),
+                     gap(best.timing.median_ms), fmt_mib(best.workspace_bytes),
+                     "yes" if best.deterministic else "no", "-", "-"])
     det = [r for r in d.ranked() if d.rankable(r) and r.deterministic and r.timing]
     if det and det[0] is not best:
         r = det[0]
-        rows.append(["best deterministic legacy (ours)", f"{r.algo_name} ({r.math_type})",
-                     fmt_ms(r.timing.median_ms), gap(r.timing.median_ms), fmt_mib(r.workspace_bytes),
-                     "yes", "-", "-", "-", "-"])
-    lines = ["   PyTorch's own choice, each mode in a fresh process (steady-state ms per call, "
-             "same timing method; memory: peak allocated above the inputs, output included):"]
-    lines.append(tabulate(rows, headers=["who", "what ran", "time (ms)", "vs fastest",
-                                         "workspace (MiB)", "determ.", "first call (ms)",
-                                         "first-call peak (MiB)", "steady peak (MiB)",
-                                         "same kernels as"],
-                          tablefmt="simple", disable_numparse=True))
+        rows.append(["best det. legacy (ours)", short_algo(r.algo_name, r.math_type),
+                     fmt_ms(r.timing.median_ms), eager(r.timing), gap(r.timing.median_ms),
+                     fmt_mib(r.workspace_bytes), "yes", "-", "-"])
+    if engine is not None:
+        rows.append(["best engine (ours)", short_tag(engine.tag), fmt_ms(engine.time),
+                     eager(engine.timing), gap(engine.time), fmt_mib(engine.workspace_bytes),
+                     "no" if "NONDETERMINISTIC" in engine.numeric_notes else "yes", "-", "-"])
+    lines = wrap("   PyTorch's own choice, each mode in a fresh process, timed like our rows (ms "
+                 "per call); 1st ms: its first call (benchmark search included), peak MiB: "
+                 "peak allocated above the inputs during that call (output included):")
+    lines.append(table(rows, headers=["who", "what ran", "median ms", "eager ms",
+                                         "vs best", "ws MiB", "det", "1st ms", "peak MiB"]))
+    for p in d.pytorch:
+        if p.ok and p.api == "engine" and p.mode == "benchmark":
+            lines += wrap(f"   {_label(p.label)}: {p.engine_tag}, the fastest of "
+                          f"{len(p.timed)} timed of {len(p.candidates)} candidates")
+    same = {f"{_label(p.label)}": ", ".join(p.same_kernels_as) for p in d.pytorch
+            if p.ok and p.same_kernels_as}
+    if same:
+        lines += wrap("   same kernels as our legacy rows: " + "; ".join(
+            f"{k}: {v}" for k, v in same.items()))
     front = pareto_frontier(d.find)
     if front:
-        lines.append("   time vs workspace, legacy (Pareto frontier): " + "; ".join(
-            f"{fmt_mib(r.workspace_bytes)} MiB -> {r.algo_name} ({r.math_type}) "
+        lines += wrap("   time vs workspace, legacy (Pareto frontier): " + "; ".join(
+            f"{fmt_mib(r.workspace_bytes)} MiB -> {r.algo_name} ({short_math(r.math_type)}) "
             f"{r.timing.median_ms:.4f} ms" for r in front))
-    lines += [f"   - {v}" for v in verdicts(d)]
+    lines += [ln for v in verdicts(d) for ln in wrap(v, "   - ")]
     return "\n".join(lines)

@@ -1,0 +1,196 @@
+"""PyTorch's own choice for a problem, in every mode, each measured in a fresh child.
+
+PyTorch's benchmark cache lives per process and ignores the benchmark flag once a shape
+has run (docs/method.md, "PyTorch's choice"), so each mode runs in its own child
+process (measure/child.py) with cudnn-frontend's or cuDNN's log switched on; the parent reads
+the child's measurements and its log, and names the plan or algorithm PyTorch ran.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Callable, List, NamedTuple, Optional, Sequence
+
+from ..core import logs
+from ..core.errors import ChildError
+from ..core.knobs import match_kernels
+from ..core.options import ExploreOptions
+from ..core.problem import ConvProblem
+from ..core.records import AlgoResult, PyTorchPick, Timing
+from .procs import child_env, describe_rc
+
+__all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", "pick_of"]
+# Variables the child must not inherit from the user's shell: they change what it logs.
+_LOG_VARS = ("CUDNN_FRONTEND_LOG_INFO", "CUDNN_FRONTEND_LOG_FILE", "CUDNN_LOGLEVEL_DBG",
+             "CUDNN_LOGDEST_DBG", "CUDNN_LOGINFO_DBG", "CUDNN_LOGERR_DBG", "CUDNN_LOGWARN_DBG",
+             "TORCH_CUDNN_V8_API_DISABLED", "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT")
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    label: str
+    mode: str                       # benchmark | heuristic | deterministic
+    legacy: bool = False            # TORCH_CUDNN_V8_API_DISABLED=1
+    benchmark_limit: Optional[int] = None  # None: PyTorch's default
+
+    @property
+    def api(self) -> str:
+        """PyTorchPick.api of this mode's picks."""
+        return "legacy" if self.legacy else "engine"
+
+
+def default_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
+    """benchmark (PyTorch's default limit, or ``benchmark_limit``), benchmark timing every
+    candidate (limit 0) unless that is the first already, heuristics, deterministic, and
+    PyTorch's legacy (cudnnFind) path with benchmark on."""
+    first = "benchmark" if benchmark_limit is None else f"benchmark, limit {benchmark_limit}"
+    specs = [ModeSpec(first, "benchmark", False, benchmark_limit)]
+    if benchmark_limit != 0:
+        specs.append(ModeSpec("benchmark, limit 0 (all)", "benchmark", False, 0))
+    specs += [ModeSpec("heuristics (benchmark off)", "heuristic"),
+              ModeSpec("deterministic", "deterministic"),
+              ModeSpec("legacy API, benchmark", "benchmark", True, benchmark_limit)]
+    return specs
+
+
+def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
+              python: Optional[str] = None,
+              child_module: str = "cudnn_explorer.measure.child") -> dict:
+    """Run one mode in a fresh process, for ``options.directions``, timed and checked as
+    ``options`` say (the same TimingSpec as our rows). Returns the child's result dict
+    with "log_text" (the cudnn-frontend or cuDNN API log). Raises ChildError on a crash,
+    a hang (after ``options.child_timeout_s``), no result, or no log."""
+    timeout_s = options.child_timeout_s
+    with tempfile.TemporaryDirectory(prefix="cudnn_explorer_") as tmp:
+        log = os.path.join(tmp, "api.log" if spec.legacy else "frontend.log")
+        spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
+        with open(spec_path, "w") as f:
+            json.dump({"problem": problem.to_dict(), "directions": list(options.directions),
+                       "mode": spec.mode, "benchmark_limit": spec.benchmark_limit,
+                       "device": options.device, "seed": options.seed,
+                       "timing": options.timing.__dict__, "check": options.check,
+                       "log_file": None if spec.legacy else log}, f)
+        env = child_env(drop=_LOG_VARS)
+        if spec.legacy:
+            env.update(TORCH_CUDNN_V8_API_DISABLED="1", CUDNN_LOGLEVEL_DBG="3",
+                       CUDNN_LOGDEST_DBG=log)
+        else:
+            env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
+        what = f"PyTorch child ({spec.label})"
+        try:
+            proc = subprocess.run([python or sys.executable, "-m", child_module, spec_path,
+                                   result_path], env=env, capture_output=True, text=True,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ChildError(f"{what} did not finish within {timeout_s:g} s and was killed; "
+                             f"raise --child-timeout or use --no-pytorch") from None
+        if proc.returncode != 0:
+            tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
+            raise ChildError(f"{what} failed ({describe_rc(proc.returncode)}): "
+                             f"{tail[-1] if tail else 'no output'}")
+        if not os.path.exists(result_path):
+            raise ChildError(f"{what} exited without writing its result")
+        with open(result_path) as f:
+            result = json.load(f)
+        text = ""
+        if os.path.exists(log):
+            with open(log, errors="replace") as f:
+                text = f.read()
+        if not text.strip():
+            which = ("cuDNN API log (CUDNN_LOGLEVEL_DBG)" if spec.legacy
+                     else "cudnn-frontend log (CUDNN_FRONTEND_LOG_INFO)")
+            raise ChildError(f"{what} wrote no {which}; cannot tell what PyTorch chose")
+        result["log_text"] = text
+        return result
+
+
+class ModeRun(NamedTuple):
+    """One mode's child: its result (None when it failed) or the error."""
+
+    spec: ModeSpec
+    result: Optional[dict]
+    error: str = ""
+
+
+def run_children(problem: ConvProblem, options: ExploreOptions,
+                 progress: Optional[Callable[[str], None]] = None,
+                 child_module: str = "cudnn_explorer.measure.child") -> List[ModeRun]:
+    """Every mode of default_modes(options.benchmark_limit), each in a fresh child. A mode
+    whose child fails keeps its error; the other modes' results are kept."""
+    runs = []
+    for spec in default_modes(options.benchmark_limit):
+        if progress:
+            progress(f"PyTorch child: {spec.label}")
+        try:
+            runs.append(ModeRun(spec, run_child(problem, spec, options,
+                                                child_module=child_module)))
+        except ChildError as e:
+            runs.append(ModeRun(spec, None, str(e)))
+    return runs
+
+
+def pick_of(run: ModeRun, direction: str, legacy_rows: Sequence[AlgoResult] = ()) -> PyTorchPick:
+    """PyTorch's pick for one direction in one mode, built once from the child's result,
+    its log and our legacy rows (with .kernels): what ran, what it cost, which of our rows
+    launch the same kernels, and its check against the reference."""
+    spec = run.spec
+    base = dict(label=spec.label, mode=spec.mode, api=spec.api)
+    if run.result is None:
+        return PyTorchPick(**base, benchmark_limit=spec.benchmark_limit, error=run.error)
+    result = run.result
+    limit = result.get("settings", {}).get("benchmark_limit")
+    base["benchmark_limit"] = limit if spec.mode == "benchmark" else None
+    dres = next((x for x in result["directions"] if x["direction"] == direction), None)
+    if dres is None:
+        return PyTorchPick(**base, error=f"the child measured no {direction}")
+    text = result.get("log_text", "")
+    found: dict = {}
+    error = ""
+    if spec.legacy:
+        c = logs.legacy_choice(logs.parse_api_log(text), direction)
+        if c is None:
+            error = "the cuDNN API log shows no convolution call for this direction"
+        else:
+            algo = f"{c.algo_name} ({c.math_type})"
+            row = next((r for r in legacy_rows if f"{r.algo_name} ({r.math_type})" == algo),
+                       None)
+            found = dict(legacy_algo=algo, plan_workspace_bytes=c.workspace_bytes,
+                         deterministic=row.deterministic if row else None)
+    else:
+        # The first search of this direction is the one written during the first call
+        # (later calls hit PyTorch's cache and log no search).
+        s = next((x for x in logs.parse_frontend_log(text) if x.direction == direction), None)
+        if s is None:
+            error = ("no plan search for this direction in the cudnn-frontend log (was the "
+                     "shape already cached?)")
+        else:
+            w = s.candidate(s.winner) if s.winner else None
+            found = dict(
+                engine_tag=s.winner, heuristic_candidates=s.heuristic_count,
+                fallback_candidates=s.fallback_count,
+                candidates=[dict(tag=c.tag, numeric_notes=c.numeric_notes,
+                                 behavior_notes=c.behavior_notes,
+                                 workspace_bytes=c.workspace_bytes, source=c.source)
+                            for c in s.candidates],
+                timed=[[t, ms] for t, ms in s.timed])
+            if w is not None:
+                found.update(plan_workspace_bytes=w.workspace_bytes,
+                             numeric_notes=w.numeric_notes, behavior_notes=w.behavior_notes,
+                             deterministic=w.deterministic)
+            elif s.winner is None:
+                error = "the log shows no plan that ran"
+    check = dres.get("check") or {}
+    return PyTorchPick(
+        **base, error=error, first_call_ms=dres["first_call_ms"],
+        first_peak_alloc_bytes=dres["first_peak_alloc_bytes"],
+        first_reserved_growth_bytes=dres["first_reserved_growth_bytes"],
+        steady=Timing.from_dict(dres["steady"]) if dres.get("steady") else None,
+        steady_peak_alloc_bytes=dres["steady_peak_alloc_bytes"],
+        kernels=list(dres["kernels"]),
+        same_kernels_as=match_kernels(dres["kernels"], legacy_rows),
+        max_error=check.get("max_error"), tolerance=check.get("tolerance"),
+        output_finite=check.get("output_finite"), **found)

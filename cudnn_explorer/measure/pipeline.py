@@ -1,0 +1,182 @@
+"""The exploration pipeline: options in, one Exploration out, built once.
+
+Order: PyTorch's children first (on a GPU that holds nothing of ours yet), then per
+direction the legacy rows, PyTorch's picks (matched to those rows by kernels) and the
+engine configs (seeded with PyTorch's picks), and one DirectionResult. Every GPU step goes
+through a *bench* (:class:`GpuBench`); CPU tests pass a fake one (tests/fakes.py) and run
+the whole pipeline without a GPU.
+"""
+from __future__ import annotations
+
+import datetime
+import socket
+from typing import Callable, Dict, List, Optional
+
+from ..core import analysis
+from ..core.errors import MissingDependencyError, UserError
+from ..core.options import ExploreOptions
+from ..core.problem import ConvProblem
+from ..core.version import __version__
+from ..core.records import DirectionResult, EngineSpace, Environment, Exploration, Measurement
+from . import native
+from .children import ModeRun, pick_of, run_children
+from .engine_worker import explore_isolated
+from .legacy import LegacyLab, measure_legacy
+from .tensors import OUTPUT_OF, REFERENCE, make_tensors, native_problem, problem_view, reference
+
+__all__ = ["explore", "GpuBench", "environment", "info", "run_algorithm", "reference",
+           "measurement_of"]
+
+
+class GpuBench:
+    """The GPU side of the pipeline: environment, one LegacyLab per direction, PyTorch's
+    children and the engine-config workers."""
+
+    def __init__(self, device: int = 0):
+        self.device = device
+
+    def environment(self) -> Environment:
+        return environment(self.device)
+
+    def frontend_available(self) -> bool:
+        return native.frontend_available()
+
+    def children(self, problem: ConvProblem, options: ExploreOptions, say) -> List[ModeRun]:
+        return run_children(problem, options, say)
+
+    def lab(self, problem: ConvProblem, direction: str, options: ExploreOptions) -> LegacyLab:
+        return LegacyLab(problem, direction, options)
+
+    def engines(self, problem: ConvProblem, direction: str, options: ExploreOptions,
+                legacy_rows, preferred_tags, say) -> EngineSpace:
+        return explore_isolated(problem, direction, options, legacy_rows=legacy_rows,
+                                preferred_tags=preferred_tags, progress=say)
+
+    def scope(self):
+        """Run on this bench's GPU (torch.cuda.device)."""
+        import torch
+
+        return torch.cuda.device(self.device)
+
+
+def measurement_of(options: ExploreOptions, env: Environment, dtype: str,
+                   math_type: str) -> Measurement:
+    """How an exploration with ``options`` measures on ``env``: the options themselves,
+    the timing method every row asks for, the reference and the peak table's source."""
+    peak = analysis.peak_for(env.gpu_name, dtype, math_type)
+    return Measurement(
+        retimed=options.retime, budget_ms=options.budget_ms if options.retime else None,
+        flush_l2=options.flush_l2, graph=options.graph,
+        method=options.timing.method if options.retime else "",
+        eager_budget_ms=options.timing.eager_budget_ms or None,
+        options=options.to_dict(), reference=REFERENCE if options.check else "",
+        peak_source=analysis.PEAK_SOURCE if peak else f"no peak table entry for {env.gpu_name}",
+        bandwidth_gbs=peak.gbs if peak else None)
+
+
+def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
+            progress: Optional[Callable[[str], None]] = None, bench=None,
+            **kw) -> Exploration:
+    """Explore every direction of ``problem`` that ``options`` name.
+
+    ``options``: an ExploreOptions, or the same as keywords (``budget_ms=10,
+    engines=False``; ExploreOptions.create validates them). Returns an Exploration whose
+    DirectionResults hold cudnnFind*Ex's rows (Find's own time in ms, workspace in
+    bytes), each successful one re-timed in steady state (median per launch in ms, beside
+    the eager wall time per call) and checked against a float64 reference; the
+    cudnnGet*_v7 order; every cudnnGet*WorkspaceSize answer; PyTorch's own choice in
+    every mode (each measured in a fresh child process, by the same timing method); and
+    the cuDNN 9 engine configs (in worker processes under a watchdog). Runs on PyTorch's
+    cuDNN handle and current stream on GPU ``options.device``. ``progress`` hears one
+    line per step."""
+    if options is None:
+        options = ExploreOptions.create(**kw)
+    elif kw:
+        raise UserError(f"pass either options or keywords, not both ({', '.join(kw)})")
+    bench = bench or GpuBench(options.device)
+    say = progress or (lambda msg: None)
+    env = bench.environment()
+    if options.engines and not bench.frontend_available():
+        raise MissingDependencyError(
+            "this build of cudnn_explorer._C has no cudnn-frontend, so it cannot list engine "
+            f"configs; pip install nvidia-cudnn-frontend, then rebuild: {native.BUILD_HINT} "
+            "(or run without engines: --no-engines, engines=False)")
+    runs = bench.children(problem, options, say) if options.pytorch else []
+    results = []
+    with bench.scope():
+        for d in options.directions:
+            lab = bench.lab(problem, d, options)
+            try:
+                leg = measure_legacy(problem, d, lab, options, env.gpu_name,
+                                     want_kernels=options.pytorch or options.engines, say=say)
+            finally:
+                lab.close()  # the engine workers get the GPU's memory
+            picks = [pick_of(run, d, leg.ok) for run in runs]
+            space = None
+            if options.engines:
+                preferred = [t for p in picks for t in
+                             ([p.engine_tag] if p.engine_tag else []) + [t for t, _ in p.timed]]
+                space = bench.engines(problem, d, options, leg.ok, preferred, say)
+            results.append(DirectionResult(
+                direction=d, math_type=leg.math_type, find=leg.find,
+                heuristics=leg.heuristics, workspace=leg.workspace,
+                workspace_needed_bytes=leg.workspace_needed_bytes,
+                workspace_given_bytes=leg.workspace_given_bytes,
+                workspace_cap_bytes=options.max_workspace_bytes,
+                find_requested=leg.find_requested, find_returned=leg.find_returned,
+                find_wall_ms=leg.find_wall_ms, flops=analysis.flops(problem, d),
+                min_bytes=analysis.min_bytes(problem, d), pytorch=picks, engines=space))
+    return Exploration(problem=problem, environment=env, directions=results,
+                       tool_version=__version__,
+                       created=datetime.datetime.now(datetime.timezone.utc).isoformat(
+                           timespec="seconds"),
+                       measurement=measurement_of(options, env, problem.dtype,
+                                                  problem.math_type))
+
+
+def environment(device: int = 0) -> Environment:
+    """Describe the GPU and the libraries in use (initialises CUDA on ``device``)."""
+    torch = native.require_gpu(device)
+    props = torch.cuda.get_device_properties(device)
+    built, running = native.build_info(), native.runtime_info()
+    return Environment(
+        gpu_name=props.name, compute_capability=f"{props.major}.{props.minor}",
+        device_index=device, torch_version=torch.__version__,
+        torch_cuda=str(torch.version.cuda), cudnn_torch=str(torch.backends.cudnn.version()),
+        cudnn_runtime=running.get("cudnn", ""), cudnn_built=built.get("cudnn", ""),
+        torch_built=built.get("torch", ""), cuda_runtime=running.get("cuda_runtime", ""),
+        cuda_driver=running.get("cuda_driver", ""), hostname=socket.gethostname(),
+    )
+
+
+def run_algorithm(problem: ConvProblem, direction: str, algo: int, math_type: str,
+                  device: int = 0, seed: int = 0, tensors: Optional[Dict] = None):
+    """Run one legacy algorithm once. Returns (tensors, output): ``tensors`` as from
+    make_tensors (pass them in to reuse inputs) and the direction's output in the
+    problem's own shape (1-D problems squeezed back)."""
+    if tensors is None:
+        tensors = make_tensors(problem, direction, device, seed)
+    out = OUTPUT_OF[direction]
+    tensors[out].fill_(float("nan"))
+    p = native_problem(problem, tensors)
+    native.run_algorithm(direction, p, algo, math_type)
+    return tensors, problem_view(problem, tensors[out])
+
+
+def info(device: int = 0) -> dict:
+    """Build-time vs running versions, and the GPUs; never raises for a missing GPU
+    (that is reported in the result)."""
+    import torch
+
+    out = {"built": native.build_info(), "running": native.runtime_info(), "gpus": []}
+    out["running"]["torch"] = torch.__version__
+    out["running"]["cudnn_torch"] = (str(torch.backends.cudnn.version())
+                                     if torch.backends.cudnn.is_available() else "")
+    try:
+        torch.cuda.init()
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            out["gpus"].append({"index": i, "name": p.name, "cc": f"{p.major}.{p.minor}"})
+    except Exception as e:  # no driver / no GPU: report it, --info still succeeds
+        out["gpu_error"] = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+    return out

@@ -1,0 +1,42 @@
+"""What every child process of ours shares: its environment, its command line (a JSON
+spec and one output path), and its exit status in words."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import Optional
+
+__all__ = ["child_env", "describe_rc", "read_spec"]
+
+_PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def child_env(drop=()) -> dict:
+    """The environment of a child of ours: this one, less ``drop``, with this package
+    importable (PYTHONPATH starts with its parent directory)."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONPATH"] = _PKG_PARENT + (os.pathsep + env["PYTHONPATH"]
+                                       if env.get("PYTHONPATH") else "")
+    return env
+
+
+def describe_rc(rc: int) -> str:
+    """A child's exit status in words ("exit code 1", "killed by SIGABRT")."""
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit code {rc}"
+
+
+def read_spec(argv, usage: str) -> Optional[dict]:
+    """A child's command line is SPEC.json and one output path: the spec, or None after
+    printing the usage."""
+    if len(argv) != 2:
+        print(f"usage: {usage}", file=sys.stderr)
+        return None
+    with open(argv[0]) as f:
+        return json.load(f)

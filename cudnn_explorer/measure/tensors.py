@@ -1,0 +1,153 @@
+"""GPU data for one direction of a problem: tensors as cuDNN sees them, the float64
+reference, the output check, and native timing results as records."""
+from __future__ import annotations
+
+import math
+from typing import Dict, NamedTuple, Optional
+
+from ..core import analysis
+from ..core.errors import ResourceError
+from ..core.problem import ConvProblem
+from ..core.records import Timing
+from . import native
+
+__all__ = ["OUTPUT_OF", "REFERENCE", "make_tensors", "native_problem", "reference",
+           "problem_view", "max_error", "Check", "check_output", "timing_from_native",
+           "timing_from_samples"]
+
+REFERENCE = ("float64 on the same GPU from the same inputs, computed by PyTorch with cuDNN "
+             "disabled")
+
+# Which of (x, w, y) each direction writes; the other two are its inputs.
+OUTPUT_OF = {"fwd": "y", "bwd-data": "x", "bwd-filter": "w"}
+
+
+def _torch_dtype(torch, name: str):
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+            "float64": torch.float64}[name]
+
+
+def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: int = 0,
+                 poison: bool = True):
+    """Fresh tensors for one direction, as cuDNN sees them (1-D problems viewed as 2-D
+    with H = 1), in the problem's dtype and layout: random inputs (inputs ~ N(0, 1),
+    weight ~ N(0, 1/fan_in)) and the output filled with NaN so that an unwritten
+    element cannot pass a check (random too with ``poison=False``, for callers such as
+    PyTorch's own backward call that read all three). Returns {'x', 'w', 'y'}."""
+    torch = native.require_gpu(device)
+    dt = _torch_dtype(torch, problem.dtype)
+    dev = torch.device("cuda", device)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    xs, ws, ys, *_ = problem.cudnn_params()
+    fan_in = math.prod(ws[1:])
+    out_name = OUTPUT_OF[direction]
+    shapes = {"x": xs, "w": ws, "y": ys}
+    t = {}
+    try:
+        for name in ("x", "w", "y"):
+            # Note [size-1 strides]: allocate in the layout's memory format outright.
+            # `.contiguous(memory_format=...)` keeps a tensor that already counts as
+            # contiguous in that format, strides of size-1 dims included: a depthwise
+            # 64x1x3x3 weight kept NCHW strides (9, 9, 3, 1), which cuDNN reads as NCHW,
+            # so on the H200 our graph got other engines (and a layout transform) than
+            # PyTorch's, which normalises such strides (fixSizeOneDimStride) to the
+            # channels_last (9, 1, 3, 1) that torch.empty gives here.
+            fmt = torch.contiguous_format
+            if problem.layout == "nhwc":
+                fmt = torch.channels_last if len(shapes[name]) == 4 else torch.channels_last_3d
+            t[name] = torch.empty(shapes[name], dtype=dt, device=dev, memory_format=fmt)
+            if name == out_name and poison:
+                t[name].fill_(float("nan"))
+            else:
+                v = torch.randn(shapes[name], generator=gen, device=dev, dtype=torch.float32)
+                if name == "w":
+                    v = v / math.sqrt(fan_in)
+                t[name].copy_(v)
+    except torch.OutOfMemoryError:
+        raise ResourceError(
+            f"out of GPU memory allocating the tensors of {problem.describe()}") from None
+    return t
+
+
+def native_problem(problem: ConvProblem, tensors: Dict):
+    """The extension's Problem (descriptors) over ``tensors``."""
+    _, _, _, pad, stride, dil = problem.cudnn_params()
+    return native.Problem(tensors["x"], tensors["w"], tensors["y"], pad, stride, dil,
+                          problem.groups, problem.math_type)
+
+
+def timing_from_samples(per_launch_ms, launches_per_sample: int, method: str,
+                        warmup_launches: int = 0, note: str = "", eager_ms=(),
+                        eager_calls: int = 0) -> Timing:
+    """A Timing record of per-launch samples, with the eager wall-clock loop's samples
+    (``eager_ms``, per call) as its ``eager`` part when there are any."""
+    eager = (Timing.from_samples(list(eager_ms), eager_calls, "wall")
+             if len(eager_ms) else None)
+    return Timing.from_samples(list(per_launch_ms), launches_per_sample, method,
+                               warmup_launches, note, eager)
+
+
+def timing_from_native(t) -> Timing:
+    """Timing record of a native TimingResult."""
+    return timing_from_samples(t.per_launch_ms, t.launches_per_sample, t.method,
+                               t.warmup_launches, t.note, t.eager_per_call_ms,
+                               t.eager_calls_per_sample)
+
+
+def problem_view(problem: ConvProblem, t):
+    """A tensor as cuDNN sees it (1-D problems as N,C,1,L) back in the problem's shape."""
+    return t.squeeze(2) if problem.spatial_dims == 1 else t
+
+
+class Check(NamedTuple):
+    """An output checked against the reference (fields of records.AlgoResult & co.)."""
+
+    max_error: Optional[float]
+    tolerance: float
+    output_finite: bool
+
+
+def check_output(problem: ConvProblem, out, ref, math_type: str) -> Check:
+    """``out`` (in cuDNN's view) against ``ref``: max error relative to max |ref|, held to
+    analysis.tolerance for the dtype and math type; NaN/Inf make it not finite."""
+    err = max_error(problem_view(problem, out), ref)
+    finite = math.isfinite(err)
+    return Check(err if finite else None, analysis.tolerance(problem.dtype, math_type), finite)
+
+
+def max_error(out, ref) -> float:
+    """max |out - ref| / max |ref| in float64; inf when ``out`` holds NaN or Inf (an
+    unwritten or overflowed element)."""
+    import torch
+
+    diff = (out.double() - ref).abs()
+    if not torch.isfinite(diff).all():
+        return float("inf")
+    scale = ref.abs().max().item()
+    return diff.max().item() / (scale if scale > 0 else 1.0)
+
+
+def reference(problem: ConvProblem, direction: str, tensors: Dict):
+    """The direction's output in float64, computed by PyTorch with cuDNN disabled (so
+    independent of cuDNN), from the same inputs. Shaped like the problem."""
+    import torch
+    import torch.nn.functional as F
+
+    nsp = problem.spatial_dims
+    x, w, y = (problem_view(problem, tensors[k]).double().contiguous() for k in ("x", "w", "y"))
+    kw = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation,
+              groups=problem.groups)
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nsp]
+    grad_in = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input,
+               3: torch.nn.grad.conv3d_input}[nsp]
+    grad_w = {1: torch.nn.grad.conv1d_weight, 2: torch.nn.grad.conv2d_weight,
+              3: torch.nn.grad.conv3d_weight}[nsp]
+    with torch.backends.cudnn.flags(enabled=False):
+        if direction == "fwd":
+            return conv(x, w, **kw)
+        if direction == "bwd-data":
+            return grad_in(list(problem.input_shape), w, y, **kw)
+        return grad_w(x, list(problem.weight_shape), y, **kw)
+
+

@@ -1,0 +1,137 @@
+"""Formatting shared by every table: units, versions, short names. Pure Python."""
+from __future__ import annotations
+
+import textwrap
+from typing import List, Optional
+
+import tabulate as _tabulate
+
+from ..core.records import MIB, Environment
+
+__all__ = ["fmt_ms", "fmt_mib", "fmt_err", "fmt_version", "fmt_cuda", "describe_environment",
+           "short_status", "short_math", "short_tag", "short_algo", "short_choice", "timing_cells", "DIRECTION_TITLES",
+           "FIND_CALLS", "MATH_ORDER", "TAG_WIDTH", "WIDTH", "wrap", "table"]
+
+WIDTH = 120  # every default table and line fits a terminal this wide
+
+DIRECTION_TITLES = {"fwd": "forward", "bwd-data": "backward-data",
+                    "bwd-filter": "backward-filter"}
+FIND_CALLS = {"fwd": "cudnnFindConvolutionForwardAlgorithmEx",
+              "bwd-data": "cudnnFindConvolutionBackwardDataAlgorithmEx",
+              "bwd-filter": "cudnnFindConvolutionBackwardFilterAlgorithmEx"}
+MATH_ORDER = ["DEFAULT_MATH", "TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION", "FMA_MATH"]
+_MATH_SHORT = {"DEFAULT_MATH": "DEFAULT", "TENSOR_OP_MATH": "TENSOR_OP",
+               "TENSOR_OP_MATH_ALLOW_CONVERSION": "TENSOR_OP_CONV", "FMA_MATH": "FMA"}
+TAG_WIDTH = 26  # engine tags longer than this are cut in terminal tables
+
+
+def short_status(status: str) -> str:
+    return status.replace("CUDNN_STATUS_", "")
+
+
+def short_math(math_type: str) -> str:
+    return _MATH_SHORT.get(math_type, math_type)
+
+
+def short_tag(tag: Optional[str], width: int = TAG_WIDTH) -> str:
+    """An engine tag for a terminal table: without its operation prefix (the table is
+    about one direction), cut to ``width`` characters with a trailing '~' when longer.
+    ``--engines``, ``--json`` and ``--csv`` keep the full tag."""
+    if not tag:
+        return "?"
+    for op in ("ConvFwd_", "ConvBwdData_", "ConvBwdFilter_"):
+        if tag.startswith(op):
+            tag = tag[len(op):]
+            break
+    return tag if len(tag) <= width else tag[:width - 1] + "~"
+
+
+def short_algo(name: str, math_type: str, width: int = 30) -> str:
+    """A legacy algorithm and its math type for a terminal table, e.g.
+    "IMPLICIT_PRECOMP_GEMM (TENSOR_OP)"; cut to ``width`` with a trailing '~'."""
+    text = f"{name} ({short_math(math_type)})"
+    return text if len(text) <= width else text[:width - 1] + "~"
+
+
+def short_choice(pick) -> str:
+    """What one of PyTorch's picks ran, for a terminal table."""
+    if pick.engine_tag:
+        return short_tag(pick.engine_tag)
+    if pick.legacy_algo and pick.legacy_algo.endswith(")") and " (" in pick.legacy_algo:
+        name, math = pick.legacy_algo[:-1].split(" (", 1)
+        return short_algo(name, math)
+    return pick.legacy_algo or "?"
+
+
+def fmt_ms(v: Optional[float]) -> str:
+    return "-" if v is None or v < 0 else f"{v:.4f}"
+
+
+def fmt_mib(b: Optional[int]) -> str:
+    """Bytes as MiB with 2 decimals; tiny non-zero sizes are not shown as 0.00."""
+    if b is None or b < 0:
+        return "-"
+    if 0 < b < 0.005 * MIB:
+        return "<0.01"
+    return f"{b / MIB:.2f}"
+
+
+def fmt_err(r) -> str:
+    if r.output_finite is False:
+        return "NaN/Inf"
+    if r.max_error is None:
+        return "-"
+    return f"{r.max_error:.1e}"
+
+
+def timing_cells(t) -> List[str]:
+    """The median (ms) and IQR/median cells of a row's re-timing ("-" if not re-timed)."""
+    return [fmt_ms(t.median_ms), f"{100 * t.spread:.1f}%"] if t is not None else ["-", "-"]
+
+
+def fmt_version(v: str) -> str:
+    """cuDNN integer version "91900" -> "9.19.0" (unchanged if not an integer)."""
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if n >= 90000:  # cuDNN 9: major*10000 + minor*100 + patch
+        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
+    return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"  # cuDNN <= 8
+
+
+def fmt_cuda(v: str) -> str:
+    """CUDA integer version "13000" -> "13.0"."""
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return f"{n // 1000}.{n % 1000 // 10}"
+
+
+def describe_environment(e: Environment) -> str:
+    return (f"GPU {e.device_index}: {e.gpu_name} (compute capability {e.compute_capability}); "
+            f"cuDNN {fmt_version(e.cudnn_runtime)} (torch reports {fmt_version(e.cudnn_torch)}); "
+            f"torch {e.torch_version} (CUDA {e.torch_cuda}); driver supports CUDA "
+            f"{fmt_cuda(e.cuda_driver)}")
+
+
+def wrap(text: str, first: str = "", width: int = WIDTH) -> List[str]:
+    """A prose line (``first`` before it) wrapped to ``width`` columns; continuation lines
+    are indented like the text after ``first`` (or like ``text``'s own indent)."""
+    indent = " " * len(first) if first else " " * (len(text) - len(text.lstrip()))
+    return textwrap.wrap(first + text if first else text, width=width,
+                         subsequent_indent=indent + ("  " if not first else ""),
+                         break_long_words=False, break_on_hyphens=False) or [first + text]
+
+
+def table(rows, headers) -> str:
+    """A plain text table, columns two spaces apart and no wider than their widest cell or
+    header (tabulate pads headers by 2 on top of that by default)."""
+    saved = _tabulate.MIN_PADDING
+    _tabulate.MIN_PADDING = 0
+    try:
+        return _tabulate.tabulate(rows, headers=headers, tablefmt="simple",
+                                  disable_numparse=True)
+    finally:
+        _tabulate.MIN_PADDING = saved

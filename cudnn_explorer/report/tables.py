@@ -1,0 +1,234 @@
+"""Text tables from records (pure Python; rebuildable from saved JSON without a GPU).
+
+One unit per column, stated in its header; the best row is marked with '*'. Default
+output fits 120 columns: long engine tags are cut (format.short_tag); ``--engines``,
+``--json`` and ``--csv`` keep them whole.
+"""
+from __future__ import annotations
+
+from typing import List
+
+
+from ..core.analysis import FIND_DISAGREE, NOISY_SPREAD
+from ..core.records import DirectionResult, Exploration
+from .engines import engines_table, summary_lines, summary_table
+from .format import (DIRECTION_TITLES, FIND_CALLS, MATH_ORDER, describe_environment, fmt_err,
+                     fmt_mib, fmt_ms, fmt_version, short_math, short_status, table, wrap)
+from .pytorch import render_pytorch
+
+__all__ = ["render_exploration", "render_direction", "render_info", "flags", "header_lines"]
+
+
+def flags(r) -> str:
+    """WRONG / noisy / Find disagreement / a timing method other than the one asked for."""
+    out = []
+    if r.correct is False:
+        tol = f"{r.tolerance:.0e}" if r.tolerance is not None else "?"
+        out.append(f"WRONG>{tol}")
+    if r.timing is not None and r.timing.noisy:
+        out.append("noisy")
+    if r.find_disagrees:
+        out.append(f"Find {r.find_ratio:.2f}x")
+    if r.timing is not None and r.timing.method != "graph":
+        out.append(r.timing.method)
+    return ", ".join(out)
+
+
+def render_engines(d: DirectionResult, full: bool) -> List[str]:
+    """Engine configs: with ``full`` the table of every config; then the findings."""
+    if d.engines is None:
+        return []
+    lines = [engines_table(d)] if full else []
+    return lines + [ln for s in summary_lines(d) for ln in wrap(s, "   - ")]
+
+
+def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
+    title = DIRECTION_TITLES.get(d.direction, d.direction)
+    cap = ("" if d.workspace_cap_bytes is None
+           else f", capped by --max-workspace {fmt_mib(d.workspace_cap_bytes)} MiB")
+    lines = [f"== {title} ({d.direction}): {FIND_CALLS.get(d.direction, '')}, descriptor math "
+             f"type {d.math_type}"]
+    lines += wrap(f"   workspace given to Find: {fmt_mib(d.workspace_given_bytes)} MiB (largest "
+                  f"any algorithm and math type asks for: {fmt_mib(d.workspace_needed_bytes)} "
+                  f"MiB{cap})")
+    best = d.best()
+    ran = [r for r in d.ranked() if r.ok]
+    timed = any(r.timing is not None for r in ran)
+    checked = any(r.correct is not None for r in ran)
+    roof = timed and d.flops is not None
+    headers = ["#", "algorithm", "math", "Find ms"]
+    if timed:
+        headers += ["median ms", "IQR"]
+    if roof:
+        headers += ["TFLOP/s", "%peak"]
+    if checked:
+        headers += ["max err"]
+    headers += ["ws MiB", "det", "heur", "flags"]
+    rows = []
+    rank = 0
+    for r in ran:
+        good = d.rankable(r)
+        if good:
+            rank += 1
+        row = [("*" if r is best else "") + (str(rank) if good else "-"), r.algo_name,
+               short_math(r.math_type), fmt_ms(r.time_ms)]
+        if timed:
+            t = r.timing
+            row += [fmt_ms(t.median_ms), f"{100 * t.spread:.1f}%"] if t else ["-", "-"]
+        if roof:
+            tf, pct = d.tflops(r), d.peak_pct(r)
+            row += ["-" if tf is None or r.timing is None else f"{tf:.1f}",
+                    "-" if pct is None or r.timing is None else f"{pct:.1f}"]
+        if checked:
+            row += [fmt_err(r)]
+        hr = d.heuristic_rank(r)
+        row += [fmt_mib(r.workspace_bytes), "yes" if r.deterministic else "no",
+                "-" if hr is None else str(hr), flags(r)]
+        rows.append(row)
+    if rows and not any(r[-1] for r in rows):
+        headers, rows = headers[:-1], [r[:-1] for r in rows]
+    if rows:
+        lines.append(table(rows, headers=headers))
+    failed = [r for r in d.find if not r.ok]
+    if failed:
+        lines += wrap("   did not run: " + "; ".join(
+            f"{r.algo_name} ({short_math(r.math_type)}) {short_status(r.status)}"
+            + (f", {r.note}" if r.note else "") for r in failed))
+    if best is None:
+        lines.append("   no algorithm ran successfully for this direction")
+    elif best.timing is not None:
+        lines += wrap(f"   * fastest re-timed: {best.algo_name} ({best.math_type}), median "
+                      f"{fmt_ms(best.timing.median_ms)} ms (cudnnFind said "
+                      f"{fmt_ms(best.time_ms)} ms)")
+    else:
+        lines += wrap(f"   * fastest by cudnnFind's own single timing: {best.algo_name} "
+                      f"({best.math_type}), {fmt_ms(best.time_ms)} ms")
+    if roof:
+        lines += wrap(f"   work: {d.flops / 1e9:.3f} GFLOP, at least {d.min_bytes / 1e6:.1f} MB "
+                      f"moved (each input read once, output written once)")
+    if d.find_returned >= d.find_requested > 0:
+        lines.append(f"   note: Find filled all {d.find_requested} requested rows; "
+                     "some may be missing")
+    pt = render_pytorch(d)
+    if pt:
+        lines.append(pt)
+    lines += render_engines(d, show_engines)
+    heur = ", ".join(f"{i}. {h.algo_name} ({short_math(h.math_type)})"
+                     + ("" if h.ok else f" [{short_status(h.status)}]")
+                     for i, h in enumerate(d.heuristics, 1))
+    lines += wrap(f"   heuristic order (cudnnGet*_v7, no timing): {heur or 'none'}")
+
+    # Workspace matrix: algorithm x math type, MiB, from cudnnGet*WorkspaceSize.
+    algos = []
+    for w in d.workspace:
+        if (w.algo, w.algo_name) not in algos:
+            algos.append((w.algo, w.algo_name))
+    maths = [m for m in MATH_ORDER if any(w.math_type == m for w in d.workspace)]
+    grid = []
+    for algo, name in algos:
+        cells = []
+        for m in maths:
+            b = d.workspace_for(algo, m)
+            if b is None:
+                st = next((w.status for w in d.workspace
+                           if w.algo == algo and w.math_type == m), "")
+                cells.append(short_status(st) or "-")
+            else:
+                cells.append(fmt_mib(b))
+        grid.append([name] + cells)
+    if grid:
+        lines.append("   workspace by algorithm and math type (cudnnGet*WorkspaceSize, MiB):")
+        lines.append(table(grid, headers=["algorithm"] + [short_math(m) for m in maths]))
+    return "\n".join(lines)
+
+
+def _methods(exp: Exploration) -> set:
+    """Every timing method the rows of ``exp`` really got (legacy, engines, PyTorch)."""
+    out = set()
+    for d in exp.directions:
+        out |= {r.timing.method for r in d.find if r.timing is not None}
+        out |= {p.steady.method for p in d.pytorch if p.steady is not None}
+        if d.engines is not None:
+            out |= {c.timing.method for c in d.engines.configs if c.timing is not None}
+    return out
+
+
+def header_lines(exp: Exploration) -> List[str]:
+    """What the columns mean and how everything was measured: only what is true of the
+    rows (each row's own method is checked, not assumed from the options)."""
+    m = exp.measurement
+    head = [
+        f"cudnn_explorer {exp.tool_version}  (schema {exp.schema} v{exp.schema_version})",
+        f"problem: {exp.problem.describe()}",
+        f"environment: {describe_environment(exp.environment)}",
+        "Find ms: cudnnFind's own single measurement (a first filter, not a steady-state "
+        "time); ws MiB: workspace (2^20 bytes)",
+    ]
+    if m.retimed:
+        got = _methods(exp)
+        how = {"graph": "CUDA-graph replays of back-to-back launches",
+               "eager": "back-to-back eager launches (no CUDA graph)",
+               "eager+flush": "one launch per sample, L2 flushed before each"}
+        if len(got) == 1:
+            (g,) = got
+            method = f"every timed row (legacy, engine configs, PyTorch): {how.get(g, g)}"
+        else:
+            method = ("rows differ in method (" + ", ".join(sorted(got)) + "); flags name a "
+                      "row's method when it is not graph")
+        head.append(
+            f"median ms: steady-state time per launch or call: warm-up, then CUDA events around "
+            f"samples, {m.budget_ms:g} ms of samples per row; {method}; IQR = (p75-p25)/median, "
+            f"'noisy' above {100 * NOISY_SPREAD:.0f}%; 'Find Nx' = Find's time / median when "
+            f"they differ by more than {100 * FIND_DISAGREE:.0f}%; rows ranked by median")
+        if m.eager_budget_ms:
+            head.append(
+                f"eager ms: wall time per call of an eager loop (host clock, synchronised at the "
+                f"end, {m.eager_budget_ms:g} ms of samples): host cost included, what a caller "
+                f"without CUDA graphs pays; for PyTorch its Python call, for our rows the cuDNN "
+                f"call from C++")
+        elif m.flush_l2:
+            head.append("eager ms: not measured with --flush-l2 (an eager loop cannot flush L2 "
+                        "between calls without timing the flush)")
+        head.append("TFLOP/s = 2*MACs / median (padded taps counted); % peak: "
+                    f"{m.peak_source}")
+    else:
+        head.append("not re-timed (--no-retime): no steady-state times; rows ranked by "
+                    "cudnnFind's own time")
+    if m.reference:
+        head.append(f"max err: max|out-ref| / max|ref| against {m.reference}; WRONG above the "
+                    "tolerance for the dtype and math type, never ranked best (PyTorch's "
+                    "outputs are checked the same way)")
+    return [ln for h in head for ln in wrap(h)]
+
+
+def render_exploration(exp: Exploration, show_engines: bool = False) -> str:
+    body = [render_direction(d, show_engines) for d in exp.directions]
+    summary = summary_table(exp)
+    if summary:
+        methods = _methods(exp)
+        same = (f"one timing method for all ({', '.join(methods)})" if len(methods) == 1
+                else f"timing methods: {', '.join(sorted(methods))}")
+        body.append(f"== summary: steady-state median and eager wall time per launch or call "
+                    f"(ms), {same}\n" + summary)
+    return "\n".join(header_lines(exp)) + "\n\n" + "\n\n".join(body) + "\n"
+
+
+def render_info(info: dict) -> str:
+    """info: {'built': {...}, 'running': {...}, 'gpus': [...], 'gpu_error': str}"""
+    b, r = info.get("built", {}), info.get("running", {})
+    rows = [
+        ["torch", b.get("torch", "-"), r.get("torch", "-")],
+        ["cuDNN", fmt_version(b.get("cudnn", "-")) if b.get("cudnn") else "-",
+         fmt_version(r.get("cudnn", "-")) if r.get("cudnn") else "-"],
+        ["CUDA runtime", b.get("cuda_runtime", "-"), r.get("cuda_runtime", "-")],
+    ]
+    lines: List[str] = [table(rows, headers=["", "extension built against", "running"])]
+    if r.get("cudnn_torch"):
+        lines.append(f"cuDNN as torch reports it: {fmt_version(r['cudnn_torch'])}")
+    if r.get("cuda_driver"):
+        lines.append(f"CUDA driver: {r['cuda_driver']}")
+    for g in info.get("gpus", []):
+        lines.append(f"GPU {g['index']}: {g['name']} (compute capability {g['cc']})")
+    if not info.get("gpus"):
+        lines.append(f"GPU: none usable ({info.get('gpu_error', 'no CUDA device visible')})")
+    return "\n".join(lines)

@@ -1,0 +1,136 @@
+"""The whole pipeline on a CPU: options in, one Exploration out, through a fake bench whose
+children are real processes and whose engine configs go through the real driver."""
+import pytest
+
+from cudnn_explorer.core.errors import UserError
+from cudnn_explorer.core.options import ExploreOptions
+from cudnn_explorer.core.problem import ConvProblem
+from cudnn_explorer.core.records import Exploration
+from cudnn_explorer.report.tables import render_exploration
+
+from conftest import requires_ext
+from fakes import FakeBench
+
+pytestmark = requires_ext  # the engine driver builds native TimingOptions (no GPU needed)
+
+P = ConvProblem.create("8,64,28,28", out_channels=64, dtype="float16", layout="nhwc")
+
+
+def run(tmp_path, monkeypatch, **kw):
+    from cudnn_explorer.measure.pipeline import explore
+
+    bench = FakeBench(tmp_path, monkeypatch)
+    opts = ExploreOptions.create(directions="fwd,bwd-data", budget_ms=5, child_timeout_s=30,
+                                 engine_budget_s=30, **kw)
+    return explore(P, opts, bench=bench), bench
+
+
+def methods(exp):
+    """(path, method, eager measured?) of every timed row."""
+    out = []
+    for d in exp.directions:
+        out += [("legacy", r.timing.method, r.timing.eager is not None)
+                for r in d.find if r.timing]
+        out += [("engine", c.timing.method, c.timing.eager is not None)
+                for c in d.engines.configs if c.timing]
+        out += [("pytorch", p.steady.method, p.steady.eager is not None)
+                for p in d.pytorch if p.steady]
+    return out
+
+
+@pytest.mark.parametrize("kw,method,eager", [
+    ({}, "graph", True),
+    ({"flush_l2": True}, "eager+flush", False),
+    ({"graph": False}, "eager", True),
+])
+def test_timing_options_reach_every_path(tmp_path, monkeypatch, kw, method, eager):
+    exp, bench = run(tmp_path, monkeypatch, **kw)
+    got = methods(exp)
+    assert {p for p, _, _ in got} == {"legacy", "engine", "pytorch"}
+    assert all(m == method and e == eager for _, m, e in got), got
+    # the engine driver handed the native timer exactly these options
+    assert all(s[2] == kw.get("flush_l2", False) and s[3] == kw.get("graph", True)
+               and s[4] == 5.0 for s in bench.seen)
+    text = render_exploration(exp)
+    assert f"one timing method for all ({method})" in text
+    assert ("eager ms: wall time per call" in text) == eager
+    assert exp.measurement.options["flush_l2"] == kw.get("flush_l2", False)
+    assert exp.measurement.method == method
+
+
+def test_no_retime_times_nothing_anywhere(tmp_path, monkeypatch):
+    exp, bench = run(tmp_path, monkeypatch, retime=False)
+    assert methods(exp) == []
+    assert bench.seen and all(s[1] is False for s in bench.seen)  # configs run, not timed
+    assert all(spec is None for c, *rest, spec in
+               [x for x in bench.calls if x[0] == "measure"])  # legacy rows run once
+    d = exp.directions[0]
+    assert all(p.ok and p.steady is None for p in d.pytorch)
+    assert all(r.correct for r in d.find if r.ok)  # still checked
+    text = render_exploration(exp)
+    assert "not re-timed (--no-retime)" in text and "median ms:" not in text
+
+
+def test_records_built_once_and_complete(tmp_path, monkeypatch):
+    exp, bench = run(tmp_path, monkeypatch)
+    assert [d.direction for d in exp.directions] == ["fwd", "bwd-data"]
+    assert ("close", "fwd") in bench.calls and ("close", "bwd-data") in bench.calls
+    d = exp.direction("fwd")
+    assert d.flops and d.min_bytes and d.find_wall_ms == 12.5
+    # PyTorch's picks are matched to our rows by kernels in the same construction
+    bench_pick = d.pytorch_pick("benchmark")
+    assert bench_pick.same_kernels_as == ["IMPLICIT_PRECOMP_GEMM (TENSOR_OP_MATH)"]
+    assert bench_pick.correct is True and bench_pick.engine_tag.startswith("ConvFwd_eng")
+    # the engine search was seeded with PyTorch's pick and saw our legacy rows' kernels
+    assert d.engines.config(bench_pick.engine_tag) is not None or d.engines.configs
+    assert "IMPLICIT_PRECOMP_GEMM (TENSOR_OP_MATH)" in d.engines.legacy_map
+    # a saved result loads back equal
+    again = Exploration.from_json(exp.to_json())
+    assert again.to_dict() == exp.to_dict()
+
+
+def test_benchmark_limit_zero_pick_is_found_by_summary_and_verdicts(tmp_path, monkeypatch):
+    exp, _ = run(tmp_path, monkeypatch, benchmark_limit=0)
+    d = exp.direction("fwd")
+    assert [p.label for p in d.pytorch][0] == "benchmark, limit 0"
+    pick = d.pytorch_pick("benchmark")
+    assert pick is not None and pick.benchmark_limit == 0
+    assert d.full_search_pick() is None  # no second run: the first one timed all
+    text = render_exploration(exp)
+    summary = text[text.index("== summary"):]
+    assert "PyTorch's benchmark pick" in summary
+
+
+def test_tables_fit_120_columns(tmp_path, monkeypatch):
+    exp, _ = run(tmp_path, monkeypatch)
+    text = render_exploration(exp)
+    wide = [ln for ln in text.splitlines() if len(ln) > 120]
+    assert not wide, wide
+
+
+@pytest.mark.parametrize("kw,api,cli", [
+    (dict(budget_ms=-1), "budget_ms -1", "--budget-ms '-1'"),
+    (dict(directions="fwd,sideways"), "directions 'fwd,sideways'", "--direction 'fwd,sideways'"),
+    (dict(engine_configs=0), "engine_configs 0", "--engine-configs '0'"),
+    (dict(benchmark_limit=-2), "benchmark_limit -2", "--benchmark-limit '-2'"),
+    (dict(child_timeout_s=float("inf")), "child_timeout_s inf", "--child-timeout 'inf'"),
+    (dict(retime="yes"), "retime 'yes'", None),
+])
+def test_options_errors_name_the_parameter_or_the_flag(kw, api, cli):
+    with pytest.raises(UserError, match="^" + api.replace("(", r"\(").replace(")", r"\)")):
+        ExploreOptions.create(**kw)
+    if cli:
+        strs = {k: str(v) for k, v in kw.items()}
+        with pytest.raises(UserError, match="^" + cli):
+            ExploreOptions.create(source="cli", **strs)
+
+
+def test_options_defaults_round_trip_and_timing():
+    o = ExploreOptions.create()
+    assert o.directions == ("fwd", "bwd-data", "bwd-filter") and o.engines and o.pytorch
+    assert ExploreOptions.from_dict(o.to_dict()) == o
+    t = ExploreOptions.create(budget_ms=40, flush_l2=True).timing
+    assert t.method == "eager+flush" and t.eager_budget_ms == 0
+    assert ExploreOptions.create(budget_ms=40).timing.eager_budget_ms == 10
+    with pytest.raises(UserError, match="unknown option 'budget'"):
+        ExploreOptions.create(budget=3)
