@@ -69,7 +69,8 @@ def timing(median, spread=0.02, method="graph", eager=None):
     return Timing(median_ms=median, p25_ms=median * (1 - spread / 2),
                   p75_ms=median * (1 + spread / 2), min_ms=median * 0.97, samples=50,
                   launches_per_sample=10, method=method, spread=spread, warmup_launches=12,
-                  eager=None if eager is None else timing(eager, method="wall"))
+                  eager=None if eager is None else dataclasses.replace(
+                      timing(eager, method="wall"), warmup_launches=0))
 
 
 def retimed_exploration():

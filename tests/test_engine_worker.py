@@ -5,7 +5,8 @@ import pytest
 
 from cudnn_explorer.measure import engine_worker
 from cudnn_explorer.core.problem import ConvProblem
-from cudnn_explorer.pytorch_pick import ChildError
+from cudnn_explorer.core.errors import ChildError
+from cudnn_explorer.core.options import ExploreOptions
 
 # A worker with a fake EngineSearch: engine 0 has no knobs; engine 1 has knob 2 (TILE_SIZE)
 # in 0..3, where 3 is invalid and 1 never finishes; engine 2 kills its process.
@@ -64,8 +65,9 @@ def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker
     legacy = exploration().directions[0].find[0]
     legacy.timing, legacy.kernels = timing(0.2), ["some_kernel"]
     sp = engine_worker.explore_isolated(
-        ConvProblem.create("1,8,8,8", out_channels=8), "fwd", config_timeout_s=1.0,
-        legacy_rows=[legacy], progress=said.append, worker_module="fake_engine_worker")
+        ConvProblem.create("1,8,8,8", out_channels=8), "fwd",
+        ExploreOptions.create(engine_config_timeout_s=1.0), legacy_rows=[legacy],
+        progress=said.append, worker_module="fake_engine_worker")
     by_tag = {c.tag: c for c in sp.configs}
     assert by_tag["ConvFwd_eng0"].status == "OK"
     assert by_tag["ConvFwd_eng1_k2=2"].status == "OK"
@@ -86,8 +88,8 @@ def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker
     assert sp.time_budget_s == 120.0
     # the legacy rows travelled to the worker (the fake's configs launch no kernels)
     assert sp.legacy_map == {f"{legacy.algo_name} ({legacy.math_type})": []}
-    from cudnn_explorer import engines
     from cudnn_explorer.core.records import DirectionResult
+    from cudnn_explorer.report import engines
 
     d = DirectionResult(direction="fwd", math_type="DEFAULT_MATH", find=[], heuristics=[],
                         workspace=[], workspace_needed_bytes=0, workspace_given_bytes=0,
@@ -102,4 +104,5 @@ def test_a_worker_that_fails_outside_any_config_is_one_clear_error(fake_worker):
     with pytest.raises(ChildError, match=r"engine worker for fwd failed \(exit code 1\): "
                                          r"RuntimeError: no GPU here"):
         engine_worker.explore_isolated(ConvProblem.create("1,8,8,8"), "fwd",
+                                       ExploreOptions.create(),
                                        worker_module="fake_broken_worker")

@@ -1,6 +1,7 @@
 """Engine configs, pure parts: knob spaces, sampling, tags, PyTorch's rules, summaries."""
 
-from cudnn_explorer import engines
+from cudnn_explorer.core import knobs
+from cudnn_explorer.report import engines
 from cudnn_explorer.core.logs import parse_tag
 from cudnn_explorer.core.records import EngineConfig, EngineSpace, Exploration, PyTorchPick
 
@@ -8,24 +9,24 @@ from fakes import exploration, timing
 
 
 def test_knob_values_and_space():
-    assert engines.knob_values([2, 0, 6, 2]) == [0, 2, 4, 6]
-    assert engines.knob_values([5, 3, 3, 0]) == [3]
-    assert engines.space_size([[2, 0, 5, 1], [18, 0, 1, 1]]) == 12
-    assert engines.space_size([]) == 1
+    assert knobs.knob_values([2, 0, 6, 2]) == [0, 2, 4, 6]
+    assert knobs.knob_values([5, 3, 3, 0]) == [3]
+    assert knobs.space_size([[2, 0, 5, 1], [18, 0, 1, 1]]) == 12
+    assert knobs.space_size([]) == 1
 
 
 def test_candidates_take_everything_when_small_default_first():
-    got = engines.candidate_configs([[2, 0, 1, 1], [5, 0, 2, 1]], 16)
+    got = knobs.candidate_configs([[2, 0, 1, 1], [5, 0, 2, 1]], 16)
     assert got[0] == ()  # the engine's default config (no knob set)
     assert len(got) == 7 and len(set(got)) == 7
-    assert engines.candidate_configs([], 4) == [()]
+    assert knobs.candidate_configs([], 4) == [()]
 
 
 def test_candidates_are_bounded_deterministic_and_prefer_listed_configs():
-    knobs = [[2, 0, 19, 1], [13, 0, 1, 1], [27, 0, 8, 1], [28, 1, 8, 1]]
+    space = [[2, 0, 19, 1], [13, 0, 1, 1], [27, 0, 8, 1], [28, 1, 8, 1]]
     pref = [((28, 1), (2, 4), (13, 0), (27, 4))]
-    a = engines.candidate_configs(knobs, 40, pref)
-    assert a == engines.candidate_configs(knobs, 40, pref)
+    a = knobs.candidate_configs(space, 40, pref)
+    assert a == knobs.candidate_configs(space, 40, pref)
     assert len(a) == 40 and len(set(a)) == 40
     assert a[0] == ((2, 4), (13, 0), (27, 4), (28, 1))  # the listed config first, sorted
     assert a[1] == ()
@@ -33,22 +34,22 @@ def test_candidates_are_bounded_deterministic_and_prefer_listed_configs():
         assert [t for t, _ in c] == [2, 13, 27, 28]
     # evenly spaced: the first knob (slowest in the enumeration) takes many values
     assert len({dict(c)[2] for c in a[2:]}) >= 15
-    small = engines.candidate_configs([[2, 0, 5, 1], [18, 0, 1, 1]], 4, [((2, 4), (18, 0))])
+    small = knobs.candidate_configs([[2, 0, 5, 1], [18, 0, 1, 1]], 4, [((2, 4), (18, 0))])
     assert len(small) == 4
 
 
 def test_config_tags_match_pytorch_format():
-    tag = engines.config_tag("fwd", 46, ((14, 3), (2, 4), (5, 2)))
+    tag = knobs.config_tag("fwd", 46, ((14, 3), (2, 4), (5, 2)))
     assert tag == "ConvFwd_eng46_k2=4_k5=2_k14=3"
     assert str(parse_tag(tag)) == tag
-    assert engines.config_tag("bwd-filter", 1, ()) == "ConvBwdFilter_eng1"
+    assert knobs.config_tag("bwd-filter", 1, ()) == "ConvBwdFilter_eng1"
 
 
 def test_pytorch_rules():
-    assert not engines.allowed_by_pytorch(["TENSOR_CORE"], "float32", False)
-    assert engines.allowed_by_pytorch(["TENSOR_CORE"], "float32", True)
-    assert engines.allowed_by_pytorch(["TENSOR_CORE"], "float16", None)
-    assert not engines.allowed_by_pytorch(["NONDETERMINISTIC"], "float16", None, True)
+    assert not knobs.allowed_by_pytorch(["TENSOR_CORE"], "float32", False)
+    assert knobs.allowed_by_pytorch(["TENSOR_CORE"], "float32", True)
+    assert knobs.allowed_by_pytorch(["TENSOR_CORE"], "float16", None)
+    assert not knobs.allowed_by_pytorch(["NONDETERMINISTIC"], "float16", None, True)
 
 
 def _space():
@@ -93,8 +94,8 @@ def test_summary_locates_pytorch_pick_and_what_it_missed():
     assert ("run-time compiled configs: 1, building their plans took 0.4 s in all (slowest "
             "ConvFwd_eng70_k2=4_k18=0, 356 ms)") in text
     assert ("3 of 3 engines accept this problem; 13 knob configs tried (at most 128 per "
-            "engine), 10 rejected by cuDNN as invalid, 3 valid (at most 8 per engine), 2 built, "
-            "ran and timed") in text
+            "engine), 10 rejected by cuDNN as invalid, 3 valid (at most 8 per engine), 2 built "
+            "and ran") in text
     assert "best engine config: ConvFwd_eng46_k2=4_k5=2_k14=3 [TENSOR_CORE] 0.2500 ms" in text
     assert "found in our list, re-timed 0.3000 ms vs PyTorch's own 0.3100 ms" in text
     assert "PyTorch missed ConvFwd_eng46_k2=4_k5=2_k14=3 (a candidate cut by benchmark_limit)" \
@@ -120,26 +121,35 @@ def test_output_ends_with_a_summary_table_per_direction():
     from cudnn_explorer.report.tables import render_exploration
 
     e, d = _explored()
-    rows = engines.summary_rows(e)
-    assert len(rows) == 1 and rows[0][0] == d.direction
-    assert rows[0][2] == "ConvFwd_eng46_k2=4_k5=2_k14=3  0.2500"
-    assert rows[0][3] == "ConvFwd_eng70_k2=4_k18=0  0.3100"
-    assert rows[0][4] == "best legacy algorithm (engine +19%, PyTorch +48%)"
+    table = engines.summary_table(e).splitlines()
+    assert table[0].split()[:3] == ["direction", "who", "what"]
+    legacy, engine, pytorch = table[2:5]
+    assert legacy.startswith("fwd") and "best legacy algorithm" in legacy
+    assert legacy.rstrip().endswith("fastest")
+    assert "eng46_k2=4_k5=2_k14=3" in engine and "0.2500" in engine and engine.endswith("+19%")
+    assert "eng70_k2=4_k18=0" in pytorch and "0.3100" in pytorch and pytorch.endswith("+48%")
     text = render_exploration(e)
     tail = text[text.index("== summary"):]
-    assert "ConvFwd_eng46_k2=4_k5=2_k14=3  0.2500" in tail
+    assert "eng46_k2=4_k5=2_k14=3" in tail and "one timing method for all (graph)" in tail
     d.engines.budget_exhausted, d.engines.wall_s = True, 41.6
-    assert engines.summary_rows(e)[0][2].endswith("0.2500 (budget cut)")
+    assert "best engine config (budget cut)" in engines.summary_table(e)
     assert "; time budget exhausted, the rest skipped; explored in 42 s" in "\n".join(
         engines.summary_lines(d))
     d.engines = None
     assert "== summary" not in render_exploration(e)
 
 
-def test_fastest_cell_calls_a_difference_within_noise_a_tie():
-    t = {"best legacy algorithm": ("A", 0.3264), "best engine config": ("B", 0.3271),
-         "PyTorch's benchmark pick": ("B", 0.3321)}
-    assert engines.fastest_cell(t) == "tie within 3% (engine +0%, PyTorch +2%)"
-    t["best engine config"] = ("C", 0.30)
-    assert engines.fastest_cell(t) == "best engine config (legacy +9%, PyTorch +11%)"
-    assert engines.fastest_cell({}) == "-"
+def test_vs_fastest_calls_a_difference_within_noise_a_tie():
+    assert engines.vs_fastest(0.3264, 0.3264, True) == "fastest (tie within 3%)"
+    assert engines.vs_fastest(0.3321, 0.3264, True) == "+2%"
+    assert engines.vs_fastest(0.30, 0.30, False) == "fastest"
+    assert engines.vs_fastest(None, 0.3, False) == "-"
+
+
+def test_summary_with_benchmark_limit_zero_finds_the_pick():
+    """The pick at the requested limit is the first benchmark run, whatever its limit."""
+    e, d = _explored()
+    d.pytorch[0].benchmark_limit = 0
+    d.pytorch[0].label = "benchmark, limit 0"
+    assert "PyTorch's benchmark pick" in engines.summary_table(e)
+    assert d.full_search_pick() is None

@@ -29,8 +29,42 @@ def test_algo_names_follow_cudnn_enums():
     assert C.algo_name("bwd-filter", 3) == "ALGO_3"
     assert C.algo_name("bwd-data", 5) == "WINOGRAD_NONFUSED"
     assert C.algo_name("fwd", 99) == "ALGO_99"
-    with pytest.raises(ValueError, match="valid: fwd, bwd-data, bwd-filter"):
+    with pytest.raises(C.NativeError, match="valid: fwd, bwd-data, bwd-filter") as e:
         C.algo_name("sideways", 0)
+    assert (e.value.kind, e.value.status) == ("argument", "INVALID_ARGUMENT")
+
+
+def test_every_native_failure_maps_to_one_project_error():
+    """The one native error type, by kind and status, to the project's error classes."""
+    from cudnn_explorer.core import errors
+    from cudnn_explorer.measure import native as _native
+
+    C = _native.load()
+
+    def native_error(kind, status, text="x failed"):
+        e = C.NativeError(text)
+        e.kind, e.status, e.call = kind, status, "x()"
+        return e
+
+    cases = [(("argument", "INVALID_ARGUMENT"), errors.UserError),
+             (("cudnn", "CUDNN_STATUS_NOT_SUPPORTED"), errors.CudnnError),
+             (("cudnn", "CUDNN_STATUS_ALLOC_FAILED"), errors.ResourceError),
+             (("frontend", "GRAPH_NOT_SUPPORTED"), errors.CudnnError),
+             (("cuda", "cudaErrorMemoryAllocation"), errors.ResourceError),
+             (("cuda", "cudaErrorInsufficientDriver"), errors.MissingDependencyError),
+             (("cuda", "cudaErrorIllegalAddress"), errors.GpuError),
+             (("internal", "CHECK_FAILED"), errors.ExplorerError)]
+    for (kind, status), cls in cases:
+        with pytest.raises(cls) as got:
+            _native.call("doing x", lambda: (_ for _ in ()).throw(native_error(kind, status)))
+        assert type(got.value) is cls and "doing x" in str(got.value)
+        assert got.value.exit_code in (1, 2, 3)
+    with pytest.raises(errors.CudnnError) as got:
+        _native.call("doing x", lambda: (_ for _ in ()).throw(
+            native_error("frontend", "GRAPH_NOT_SUPPORTED")))
+    assert got.value.status == "GRAPH_NOT_SUPPORTED"
+    with pytest.raises(errors.GpuError, match="the native call failed doing x: boom"):
+        _native.call("doing x", lambda: (_ for _ in ()).throw(RuntimeError("boom")))
 
 
 def test_cpu_tensors_are_refused_cleanly():

@@ -5,10 +5,13 @@ import textwrap
 
 import pytest
 
-from cudnn_explorer import logs, pytorch_pick
+from cudnn_explorer.core import logs
+from cudnn_explorer.core.errors import ChildError
+from cudnn_explorer.core.options import ExploreOptions
+from cudnn_explorer.measure import children
 from cudnn_explorer.core.problem import ConvProblem
 from cudnn_explorer.core.records import MIB, AlgoResult, Exploration
-from cudnn_explorer.render_pytorch import pareto_frontier, render_pytorch, verdicts
+from cudnn_explorer.report.pytorch import pareto_frontier, render_pytorch, verdicts
 
 from fakes import exploration, timing
 
@@ -112,18 +115,17 @@ def _legacy_rows(result_file):
 
 
 def _picks(mode_file, log_file, spec, rows=None):
+    """One pick per direction of a saved H200 child result and its log, built once."""
     res = json.loads(fixture(mode_file))
     res["log_text"] = fixture(log_file)
-    picks = pytorch_pick.picks_from_result(spec, res)
-    for d, p in zip((x["direction"] for x in res["directions"]), picks):
-        if rows:
-            pytorch_pick.attach_legacy([p], rows.get(d, []))
-    return picks
+    run = children.ModeRun(spec, res)
+    return [children.pick_of(run, x["direction"], (rows or {}).get(x["direction"], []))
+            for x in res["directions"]]
 
 
 def test_picks_from_engine_log_and_child_result():
     rows = _legacy_rows("default_benchmark.result.json")
-    spec = pytorch_pick.ModeSpec("benchmark", "benchmark")
+    spec = children.ModeSpec("benchmark", "benchmark")
     fwd, bwd_d, bwd_f = _picks("default_benchmark.result.json", "default_benchmark.fe.log",
                                spec, rows)
     assert fwd.engine_tag == "ConvFwd_eng70_k2=4_k18=0" and fwd.plan_workspace_bytes == 0
@@ -136,7 +138,7 @@ def test_picks_from_engine_log_and_child_result():
 
 
 def test_picks_from_legacy_api_log():
-    spec = pytorch_pick.ModeSpec("legacy", "benchmark", legacy=True)
+    spec = children.ModeSpec("legacy", "benchmark", legacy=True)
     fwd, bwd_d, bwd_f = _picks("default_benchmark_legacy.result.json",
                                "legacy_api_default.log", spec)
     assert fwd.legacy_algo == "IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH)" and fwd.api == "legacy"
@@ -149,9 +151,9 @@ def test_verdicts_and_table_explain_benchmark_memory():
     d = e.directions[0]
     d.find = rows["fwd"]
     d.pytorch = (_picks("default_benchmark.result.json", "default_benchmark.fe.log",
-                        pytorch_pick.ModeSpec("benchmark", "benchmark"), rows)[:1]
+                        children.ModeSpec("benchmark", "benchmark"), rows)[:1]
                  + _picks("default_heuristic.result.json", "default_heuristic.fe.log",
-                          pytorch_pick.ModeSpec("heuristics", "heuristic"), rows)[:1])
+                          children.ModeSpec("heuristics", "heuristic"), rows)[:1])
     v = "\n".join(verdicts(d))
     # 1424 MiB (benchmark) - 392 MiB (heuristics) = 1032 MiB = the FFT candidate's workspace
     assert "extra first-call peak (1032 MiB) matches the largest candidate workspace, " \
@@ -159,8 +161,9 @@ def test_verdicts_and_table_explain_benchmark_memory():
     assert "benchmark mode found nothing faster than the heuristic pick" in v
     assert "runs the same kernels as IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH)" in v
     text = render_pytorch(d)
-    assert "PyTorch: benchmark" in text and "fastest of 10 timed / 39 candidates" in text
-    assert "best legacy algorithm (ours)" in text
+    assert "benchmark: ConvFwd_eng70_k2=4_k18=0, the fastest of 10 timed of 39 candidates" \
+        in text
+    assert "best legacy (ours)" in text and max(len(ln) for ln in text.splitlines()) <= 120
     back = Exploration.from_json(e.to_json())
     assert back.directions[0].pytorch == d.pytorch
 
@@ -206,33 +209,35 @@ def fake_children(tmp_path, monkeypatch):
 ])
 def test_child_failures_are_clear_errors(fake_children, name, match):
     p = ConvProblem.create("1,3,8,8")
-    spec = pytorch_pick.ModeSpec("benchmark", "benchmark")
-    with pytest.raises(pytorch_pick.ChildError, match=match):
-        pytorch_pick.run_child(p, ["fwd"], spec, timeout_s=2, child_module=f"fakechild_{name}")
+    spec = children.ModeSpec("benchmark", "benchmark")
+    with pytest.raises(ChildError, match=match):
+        children.run_child(p, spec, ExploreOptions.create(directions="fwd", child_timeout_s=2),
+                           child_module=f"fakechild_{name}")
 
 
 def test_failed_mode_keeps_the_others(fake_children):
     p = ConvProblem.create("1,3,8,8")
-    modes = [pytorch_pick.ModeSpec("a", "benchmark"), pytorch_pick.ModeSpec("b", "heuristic")]
-    out = pytorch_pick.pytorch_picks(p, ["fwd", "bwd-data"], modes, timeout_s=5,
-                                     child_module="fakechild_boom")
-    assert [x.label for x in out["fwd"]] == ["a", "b"]
-    assert all("boom in the child" in x.error for x in out["bwd-data"])
+    runs = children.run_children(p, ExploreOptions.create(directions="fwd,bwd-data",
+                                                           child_timeout_s=5),
+                                 child_module="fakechild_boom")
+    assert [r.spec.label for r in runs] == [m.label for m in children.default_modes()]
+    picks = [children.pick_of(r, "bwd-data") for r in runs]
+    assert all("boom in the child" in x.error and not x.ok for x in picks)
 
 
 def test_default_modes():
-    labels = [m.label for m in pytorch_pick.default_modes()]
+    labels = [m.label for m in children.default_modes()]
     assert labels[0] == "benchmark" and "benchmark, limit 0 (all)" in labels
-    assert any(m.legacy for m in pytorch_pick.default_modes())
-    assert [m.label for m in pytorch_pick.default_modes(0)][0] == "benchmark, limit 0"
-    assert len(pytorch_pick.default_modes(0)) == 4
+    assert any(m.legacy for m in children.default_modes())
+    assert [m.label for m in children.default_modes(0)][0] == "benchmark, limit 0"
+    assert len(children.default_modes(0)) == 4
 
 
-def test_attach_legacy_matches_kernels_and_determinism():
+def test_legacy_pick_matches_kernels_and_determinism():
     rows = _legacy_rows("default_benchmark_legacy.result.json")
-    spec = pytorch_pick.ModeSpec("legacy", "benchmark", legacy=True)
-    picks = _picks("default_benchmark_legacy.result.json", "legacy_api_default.log", spec)
-    assert picks[0].same_kernels_as == [] and picks[0].deterministic is None
-    pytorch_pick.attach_legacy(picks[:1], rows["fwd"])  # picks come in fwd, bwd-data, ...
+    spec = children.ModeSpec("legacy", "benchmark", legacy=True)
+    alone = _picks("default_benchmark_legacy.result.json", "legacy_api_default.log", spec)
+    assert alone[0].same_kernels_as == [] and alone[0].deterministic is None
+    picks = _picks("default_benchmark_legacy.result.json", "legacy_api_default.log", spec, rows)
     assert picks[0].same_kernels_as == ["IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH)"]
     assert picks[0].deterministic is True

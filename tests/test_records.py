@@ -4,8 +4,9 @@ import json
 import pytest
 
 from cudnn_explorer.core.errors import UserError
-from cudnn_explorer.core.records import (MIB, SCHEMA_VERSION, Exploration, fmt_cuda, fmt_version,
-                                    rows_from_csv, rows_to_csv)
+from cudnn_explorer.core.records import MIB, SCHEMA_VERSION, Exploration
+from cudnn_explorer.report.export import rows_from_csv, rows_to_csv
+from cudnn_explorer.report.format import fmt_cuda, fmt_version
 
 from fakes import exploration, fwd_result
 

@@ -93,8 +93,9 @@ class ExploreOptions:
 
         def bad(name: str, value) -> UserError:
             f = names[name]
-            label = f.metadata["flag"] if source == "cli" else name
-            return UserError(f"{label} {value!r}: valid: {f.metadata['what']}")
+            if source == "cli":  # the flag and the text as typed
+                return UserError(f"{f.metadata['flag']} {value}: valid: {f.metadata['what']}")
+            return UserError(f"{name} {value!r}: valid: {f.metadata['what']}")
 
         def number(name, integer=False, lo=0.0, strict=False, optional=False):
             v = values[name]

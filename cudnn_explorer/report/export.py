@@ -14,7 +14,8 @@ CSV_COLUMNS = [
     "schema_version", "direction", "rank", "best", "algo", "algo_name", "math_type", "status",
     "status_code", "time_ms", "median_ms", "p25_ms", "p75_ms", "min_ms", "spread", "samples",
     "launches_per_sample", "warmup_launches", "method", "timing_note", "eager_ms",
-    "eager_p25_ms", "eager_p75_ms", "eager_min_ms", "eager_samples", "eager_calls_per_sample", "max_error", "tolerance",
+    "eager_p25_ms", "eager_p75_ms", "eager_min_ms", "eager_spread", "eager_samples",
+    "eager_calls_per_sample", "max_error", "tolerance",
     "correct", "output_finite", "tflops", "gbs", "peak_tflops", "peak_unit", "peak_pct", "workspace_bytes",
     "deterministic", "heuristic_rank", "note",
     "input_shape", "weight_shape", "output_shape", "padding", "stride", "dilation", "groups",
@@ -31,8 +32,8 @@ _TIMING_FLOATS = ("median_ms", "p25_ms", "p75_ms", "min_ms", "spread")
 _TIMING_INTS = ("samples", "launches_per_sample", "warmup_launches")
 
 
-_EAGER = ("eager_ms", "eager_p25_ms", "eager_p75_ms", "eager_min_ms", "eager_samples",
-          "eager_calls_per_sample")
+_EAGER = ("eager_ms", "eager_p25_ms", "eager_p75_ms", "eager_min_ms", "eager_spread",
+          "eager_samples", "eager_calls_per_sample")
 
 
 def _timing_cols(t: Optional[Timing]) -> dict:
@@ -44,7 +45,8 @@ def _timing_cols(t: Optional[Timing]) -> dict:
     out.update(method=t.method, timing_note=t.note)
     e = t.eager
     out.update(dict(zip(_EAGER, ("",) * len(_EAGER) if e is None else (
-        repr(e.median_ms), repr(e.p25_ms), repr(e.p75_ms), repr(e.min_ms), e.samples,
+        repr(e.median_ms), repr(e.p25_ms), repr(e.p75_ms), repr(e.min_ms), repr(e.spread),
+        e.samples,
         e.launches_per_sample))))
     return out
 
@@ -54,11 +56,11 @@ def _timing_from_row(row: dict) -> Optional[Timing]:
         return None
     eager = None
     if row.get("eager_ms"):
-        med, p25, p75, lo = (float(row[k]) for k in _EAGER[:4])
-        eager = Timing(median_ms=med, p25_ms=p25, p75_ms=p75, min_ms=lo,
+        med, p25, p75, lo, spread = (float(row[k]) for k in _EAGER[:5])
+        eager = Timing(median_ms=med, p25_ms=p25, p75_ms=p75, min_ms=lo, spread=spread,
                        samples=int(row["eager_samples"]),
                        launches_per_sample=int(row["eager_calls_per_sample"]),
-                       method="wall", spread=(p75 - p25) / med if med > 0 else float("inf"))
+                       method="wall")
     return Timing(**{k: float(row[k]) for k in _TIMING_FLOATS},
                   **{k: int(row[k]) for k in _TIMING_INTS},
                   method=row["method"], note=row.get("timing_note", ""), eager=eager)
