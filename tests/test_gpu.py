@@ -55,7 +55,8 @@ def explored():
     def get(name):
         if name not in cache:
             p = ConvProblem.create(**CASES[name])
-            cache[name] = cudnn_explorer.explore(p, budget_ms=10)
+            cache[name] = cudnn_explorer.explore(p, budget_ms=10, pytorch=False,
+                                                     engines=False)
         return cache[name]
 
     return get
@@ -86,7 +87,8 @@ def test_algorithms_and_statuses(explored, case):
 
 @pytest.mark.parametrize("case", ["2d", "3d-grouped-nhwc-fp16", "depthwise", "1d"])
 def test_find_workspace_equals_independent_query(explored, case):
-    from cudnn_explorer import _native, gpu
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import native as _native, pipeline as gpu
 
     exp = explored(case)
     for d in exp.directions:
@@ -104,7 +106,7 @@ def test_find_workspace_equals_independent_query(explored, case):
 def test_every_successful_algorithm_matches_torch(explored, case):
     import torch
 
-    from cudnn_explorer import gpu
+    from cudnn_explorer.measure import pipeline as gpu
 
     exp = explored(case)
     p = exp.problem
@@ -136,7 +138,7 @@ def test_reference_agrees_with_functional_conv():
     import torch
     import torch.nn.functional as F
 
-    from cudnn_explorer import gpu
+    from cudnn_explorer.measure import pipeline as gpu
 
     p = ConvProblem.create("2,8,9,9", out_channels=4, stride=2)
     t = gpu.make_tensors(p, "fwd")
@@ -149,7 +151,8 @@ def test_workspace_cap_is_respected_and_explained():
     import cudnn_explorer
 
     p = ConvProblem.create("8,32,28,28", out_channels=64)
-    exp = cudnn_explorer.explore(p, ["fwd"], max_workspace_mib=0)
+    exp = cudnn_explorer.explore(p, directions=["fwd"], max_workspace_mib=0, pytorch=False,
+                                 engines=False)
     d = exp.direction("fwd")
     assert d.workspace_given_bytes == 0 and d.workspace_cap_bytes == 0
     assert all(r.workspace_bytes == 0 for r in d.find if r.ok)
@@ -159,7 +162,7 @@ def test_workspace_cap_is_respected_and_explained():
 
 
 def test_cudnn_refusal_is_an_exception_with_status():
-    from cudnn_explorer import gpu
+    from cudnn_explorer.measure import pipeline as gpu
     from cudnn_explorer.core.errors import CudnnError
 
     p = ConvProblem.create("2,8,9,9", out_channels=4, kernel=1)
@@ -211,12 +214,14 @@ def test_cli_bad_device_is_one_line():
 
 # ----------------------------------------------------------------------------- timing
 def _timed(shape, **kw):
-    from cudnn_explorer import _native, analysis, gpu
+    from cudnn_explorer.core import analysis
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import native as _native, pipeline as gpu
 
     p = ConvProblem.create(shape, out_channels=64, **kw)
     t = gpu.make_tensors(p, "fwd")
     np_ = gpu.native_problem(p, t)
-    res = _native.time_algorithm("fwd", np_, 1, p.math_type, 50.0)  # IMPLICIT_PRECOMP_GEMM
+    res = _native.time_algorithm("fwd", np_, 1, p.math_type, TimingSpec(budget_ms=50.0))  # IMPLICIT_PRECOMP_GEMM
     return res, analysis.timing_stats(res.per_launch_ms)
 
 
@@ -235,11 +240,13 @@ def test_timing_samples_and_method():
 
 
 def test_flush_l2_times_one_launch_per_sample():
-    from cudnn_explorer import _native, gpu
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import native as _native, pipeline as gpu
 
     p = ConvProblem.create("8,64,56,56", out_channels=64)
     t = gpu.make_tensors(p, "fwd")
-    res = _native.time_algorithm("fwd", gpu.native_problem(p, t), 1, p.math_type, 20.0, True)
+    res = _native.time_algorithm("fwd", gpu.native_problem(p, t), 1, p.math_type,
+                                 TimingSpec(budget_ms=20.0, flush_l2=True))
     assert res.method == "eager+flush" and res.launches_per_sample == 1
     assert len(res.per_launch_ms) >= 5
 
@@ -248,7 +255,7 @@ def test_explore_retimes_and_checks_every_successful_row():
     import cudnn_explorer
 
     p = ConvProblem.create("8,32,28,28", out_channels=64)
-    exp = cudnn_explorer.explore(p, budget_ms=20)
+    exp = cudnn_explorer.explore(p, budget_ms=20, pytorch=False, engines=False)
     for d in exp.directions:
         assert d.flops > 0 and d.min_bytes > 0 and d.find_wall_ms > 0
         for r in d.find:
@@ -267,14 +274,18 @@ def test_time_callable_matches_extension_for_the_same_kernels():
     GPU-bound medians of the same kernels, so they must agree within 15%."""
 
 
-    from cudnn_explorer import _native, analysis, gpu, timing
+    from cudnn_explorer.core import analysis
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import native as _native, pipeline as gpu, timing
 
     p = ConvProblem.create("32,64,56,56", out_channels=64)
     t = gpu.make_tensors(p, "fwd")
     np_ = gpu.native_problem(p, t)
     ours = analysis.timing_stats(
-        _native.time_algorithm("fwd", np_, 1, "DEFAULT_MATH", 50.0).per_launch_ms)
+        _native.time_algorithm("fwd", np_, 1, "DEFAULT_MATH", TimingSpec(budget_ms=50.0)).per_launch_ms)
     again = timing.time_callable(lambda: _native.run_algorithm("fwd", np_, 1, "DEFAULT_MATH"),
-                                 budget_ms=50.0)
-    assert again["method"] == "graph"
-    assert abs(again["median_ms"] / ours["median_ms"] - 1) < 0.15, (ours, again)
+                                 TimingSpec(budget_ms=50.0))
+    assert again.method == "graph"
+    assert abs(again.median_ms / ours["median_ms"] - 1) < 0.15, (ours, again)
+    # the eager wall time per call includes the host's cost: never below the GPU time
+    assert again.eager is not None and again.eager.median_ms >= 0.9 * again.median_ms

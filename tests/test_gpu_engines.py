@@ -22,8 +22,8 @@ def explored(request):
 
     p = ConvProblem.create(dtype="float16", layout="nhwc", **PROBLEMS[request.param])
     return cudnn_explorer.explore(
-        p, budget_ms=10, pytorch=True, engines=True, engine_max_per_engine=4,
-        engine_time_budget_s=40, child_timeout_s=60, engine_config_timeout_s=30,
+        p, budget_ms=10, pytorch=True, engines=True, engine_configs=4,
+        engine_budget_s=40, child_timeout_s=60, engine_config_timeout_s=30,
         progress=lambda m: print(f"[engines] {m}", file=sys.stderr, flush=True))
 
 
@@ -67,17 +67,18 @@ def test_every_legacy_algorithm_maps_to_an_engine_config(explored):
 
 
 def test_invalid_configs_are_reported_not_raised():
-    from cudnn_explorer import _native, gpu
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import native as _native, pipeline as gpu
 
     p = ConvProblem.create("2,8,8,8", out_channels=8, dtype="float16", layout="nhwc")
     t = gpu.make_tensors(p, "fwd")
     search = _native.engine_search("fwd", gpu.native_problem(p, t))
-    opt = _native.timing_options(1.0)
+    opt = _native.timing_options(TimingSpec(budget_ms=1.0))
     n = search.engine_count()
     for engine, knobs in [(n + 5, []), (-1, []), (0, [(2, 987654)]), (0, [(45, 1)])]:
         r = search.run(engine, knobs, True, opt)
         assert r.status == "config rejected" and r.message, (engine, knobs, r.status)
-        with pytest.raises(ValueError, match="takes a config that build"):
+        with pytest.raises(_native.load().NativeError, match="takes a config that build"):
             search.measure(r, True, opt)
     info = search.engine_info(n + 5)
     assert info.status != "OK" and info.knobs == []
@@ -96,10 +97,12 @@ def test_cli_default_output_ends_with_the_engine_summary(tmp_path):
     assert r.returncode == 0 and r.stdout.count("== ") == 4
     assert "engine configs (" not in r.stdout
     summary = r.stdout.split("== summary")[1]
-    for d, op in (("fwd", "ConvFwd_"), ("bwd-data", "ConvBwdData_"),
-                  ("bwd-filter", "ConvBwdFilter_")):
-        row = next(ln for ln in summary.splitlines() if ln.startswith(d + " "))
-        assert op in row, row  # the best engine config (and PyTorch's pick) of that direction
+    lines = summary.splitlines()
+    for d in ("fwd", "bwd-data", "bwd-filter"):
+        i = next(i for i, ln in enumerate(lines) if ln.startswith(d + " "))
+        block = lines[i:i + 3]  # best legacy algorithm, best engine config, PyTorch's pick
+        assert any("best engine config" in ln and " eng" in ln for ln in block), block
+        assert all(len(ln) <= 120 for ln in lines)
     assert all(x["engines"]["configs"] for x in json.loads(out.read_text())["directions"])
     r = run_cli("--load", str(out), "--engines")
     assert r.returncode == 0 and r.stdout.count("engine configs (") == 3
