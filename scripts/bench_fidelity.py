@@ -20,10 +20,13 @@ os.environ["TORCH_CUDNN_V8_API_DISABLED"] = "1"  # before torch is imported
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from cudnn_explorer import ConvProblem, gpu, kernels, timing  # noqa: E402
-from cudnn_explorer import _native  # noqa: E402
-from cudnn_explorer.analysis import timing_stats  # noqa: E402
-from cudnn_explorer.child import torch_call  # noqa: E402
+from cudnn_explorer import ConvProblem  # noqa: E402
+from cudnn_explorer.core.analysis import timing_stats  # noqa: E402
+from cudnn_explorer.core.options import TimingSpec  # noqa: E402
+from cudnn_explorer.measure import kernels, timing  # noqa: E402
+from cudnn_explorer.measure import native as _native  # noqa: E402
+from cudnn_explorer.measure import pipeline as gpu  # noqa: E402
+from cudnn_explorer.measure.child import torch_call  # noqa: E402
 
 # (name, shape, out_channels, kernel, stride, dtype, tf32, layout)
 LAYERS = [
@@ -60,7 +63,8 @@ def main():
         t = gpu.make_tensors(p, d, poison=False)  # PyTorch reads all three tensors
         call = torch_call(p, d, t)
         theirs = kernels.kernel_names(call)
-        exp = gpu.explore(p, [d], retime=False, check=False)
+        exp = gpu.explore(p, directions=[d], retime=False, check=False, pytorch=False,
+                          engines=False)
         match = None
         np_ = gpu.native_problem(p, t)
         for r in exp.directions[0].find:
@@ -81,9 +85,10 @@ def main():
         # Side by side, interleaved: ours, theirs, ours, theirs.
         mine, pt = [], []
         for _ in range(2):
-            tm = _native.time_algorithm(d, np_, match.algo, match.math_type, a.budget_ms / 2)
+            tm = _native.time_algorithm(d, np_, match.algo, match.math_type,
+                                        TimingSpec(budget_ms=a.budget_ms / 2))
             mine.append(timing_stats(tm.per_launch_ms)["median_ms"])
-            pt.append(timing.time_callable(call, budget_ms=a.budget_ms / 2)["median_ms"])
+            pt.append(timing.time_callable(call, TimingSpec(budget_ms=a.budget_ms / 2)).median_ms)
         ours_ms, torch_ms = sorted(mine)[0], sorted(pt)[0]
         ratio = ours_ms / torch_ms
         row.update(match=f"{match.algo_name} ({match.math_type})", ours_ms=ours_ms,

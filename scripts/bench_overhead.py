@@ -24,14 +24,14 @@ def main():
     a = ap.parse_args()
     # CUDA and cuDNN initialisation (context, handle, library loading) outside the timing.
     warm = ConvProblem.create("1,3,8,8", out_channels=4)
-    explore(warm, retime=True, budget_ms=1, check=True)
+    explore(warm, retime=True, budget_ms=1, check=True, pytorch=False, engines=False)
     torch.cuda.synchronize()
     p = ConvProblem.create("32,3,224,224", kernel=3)
     for label, kw in (("Find only (--no-retime --no-check)", dict(retime=False, check=False)),
                       ("full (re-timing + check)", dict(retime=True, check=True,
                                                         budget_ms=a.budget_ms))):
         t0 = time.perf_counter()
-        exp = explore(p, **kw)
+        exp = explore(p, pytorch=False, engines=False, **kw)
         torch.cuda.synchronize()
         wall = (time.perf_counter() - t0) * 1e3
         find = sum(d.find_wall_ms for d in exp.directions)

@@ -26,7 +26,7 @@ def main():
     total = agree = 0
     for spec in PROBLEMS:
         p = ConvProblem.create(**spec)
-        runs = [explore(p, budget_ms=a.budget_ms, check=False) for _ in range(2)]
+        runs = [explore(p, budget_ms=a.budget_ms, check=False, pytorch=False, engines=False) for _ in range(2)]
         for d1, d2 in zip(runs[0].directions, runs[1].directions):
             t1 = {r.key: r.timing.median_ms for r in d1.find if r.timing}
             t2 = {r.key: r.timing.median_ms for r in d2.find if r.timing}

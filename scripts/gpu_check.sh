@@ -26,10 +26,9 @@ fi
 } > "$LOG/machine.txt" 2>&1
 cat "$LOG/machine.txt"
 
-# Note [compiler on the GPU machine]: there CXX points at /opt/gcc/bin/g++, a wrapper whose
-# link put a private copy of libstdc++'s iostreams into _C.so; the first std::ostream use
-# then crashed (SIGSEGV in Problem's constructor). The system g++ of the same version
-# links libstdc++ dynamically and works. Override with CE_CXX.
+# Note [compiler]: a g++ wrapper that links a private copy of libstdc++'s iostreams into
+# _C.so makes the first std::ostream use crash (SIGSEGV in Problem's constructor); the
+# system g++ links libstdc++ dynamically and works, so it is preferred. Override: CE_CXX.
 if [ -n "${CE_CXX:-}" ]; then export CXX="$CE_CXX";
 elif [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
 echo "== build (CXX=${CXX:-default})"
@@ -59,16 +58,17 @@ part_main() {
     # every engine config of the default problem, from the saved file
     "$PY" -m cudnn_explorer --load "$LOG/default.json" --engines > "$LOG/default_engines.txt"
     echo
-    # The next two are the README's other examples; their engine configs are left out
-    # here to keep the check within one call (the depthwise part explores a second problem).
+    # A 3-D grouped problem, engine configs left out to keep the check within one call
+    # (the depthwise part explores a second problem's engine configs).
     echo '$ python -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc --dtype float16 --no-engines'
     "$PY" -m cudnn_explorer --shape 8,32,8,28,28 --out-channels 64 --groups 4 --layout nhwc \
       --dtype float16 --quiet --no-engines
     echo "exit: $?"
     echo
-    echo '$ python -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --kernel 3 --dtype float16 --layout nhwc --no-engines'
-    "$PY" -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --kernel 3 --dtype float16 \
-      --layout nhwc --quiet --no-engines
+    # kernels under 20 us: the eager column beside the graph median
+    echo '$ python -m cudnn_explorer --shape 8,32,14,14 --out-channels 32 --dtype float16 --layout nhwc --direction fwd --engine-configs 2 --engine-budget-s 20'
+    "$PY" -m cudnn_explorer --shape 8,32,14,14 --out-channels 32 --dtype float16 --layout nhwc \
+      --direction fwd --engine-configs 2 --engine-budget-s 20 --quiet --json "$LOG/small.json"
     echo "exit: $?"
     for extra in "${GPU_CHECK_EXTRA[@]:-}"; do
       [ -n "$extra" ] || continue
@@ -81,7 +81,7 @@ part_main() {
 }
 
 part_depthwise() {
-  # Issue 5's second problem: every engine config of a depthwise float16 channels_last
+  # A second problem: every engine config of a depthwise float16 channels_last
   # convolution, listed (--engines), progress with timestamps in the same file.
   local args="--shape 32,64,56,56 --out-channels 64 --groups 64 --dtype float16 --layout nhwc"
   echo "\$ python -m cudnn_explorer $args --engines ${ENGINE_CLI_ARGS:-}" > "$LOG/eng_depthwise.txt"

@@ -12,4 +12,4 @@ fi
 # Build against the torch just installed (no build isolation: the extension must match it).
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e . \
   || { echo "cudnn_explorer: building the extension failed (see above)" >&2; exit 1; }
-.venv/bin/python -c "import cudnn_explorer._native as n; n.load(); print('cudnn_explorer: extension built:', n.build_info())"
+.venv/bin/python -c "import cudnn_explorer.measure.native as n; n.load(); print('cudnn_explorer: extension built:', n.build_info())"
