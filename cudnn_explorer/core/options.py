@@ -19,8 +19,13 @@ from .problem import DIRECTIONS
 __all__ = ["ExploreOptions", "TimingSpec"]
 
 
-def _flag(name: str, flag: str, what: str):
-    return field(metadata={"flag": flag, "what": what})
+def _option(default, flag: str, what: str, kind: str, lo: float = 0, strict: bool = False,
+            optional: bool = False):
+    """A field with its default, its command-line flag, what is valid, and how a value is
+    read: ``kind`` "int", "float", "bool" or "directions"; numbers must be finite and
+    >= ``lo`` (> with ``strict``); ``optional``: None is a valid value."""
+    return field(default=default, metadata=dict(flag=flag, what=what, kind=kind, lo=lo,
+                                                strict=strict, optional=optional))
 
 
 @dataclass(frozen=True)
@@ -51,96 +56,50 @@ class TimingSpec:
 class ExploreOptions:
     """Everything that steers :func:`cudnn_explorer.explore`, validated once."""
 
-    directions: Tuple[str, ...] = _flag("directions", "--direction",
-                                        "fwd, bwd-data, bwd-filter or all")
-    device: int = _flag("device", "--device", "a CUDA device index >= 0")
-    seed: int = _flag("seed", "--seed", "an integer >= 0")
-    max_workspace_mib: Optional[float] = _flag("max_workspace_mib", "--max-workspace",
-                                               "a finite number of MiB >= 0")
-    retime: bool = _flag("retime", "--no-retime", "True or False")
-    budget_ms: float = _flag("budget_ms", "--budget-ms", "a finite number of ms >= 0")
-    flush_l2: bool = _flag("flush_l2", "--flush-l2", "True or False")
-    graph: bool = _flag("graph", "--no-graph", "True or False")
-    check: bool = _flag("check", "--no-check", "True or False")
-    pytorch: bool = _flag("pytorch", "--no-pytorch", "True or False")
-    benchmark_limit: Optional[int] = _flag("benchmark_limit", "--benchmark-limit",
-                                           "an integer >= 0 (0 = every candidate)")
-    child_timeout_s: float = _flag("child_timeout_s", "--child-timeout",
-                                   "a finite number of seconds > 0")
-    engines: bool = _flag("engines", "--no-engines", "True or False")
-    engine_configs: int = _flag("engine_configs", "--engine-configs", "an integer >= 1")
-    engine_budget_s: Optional[float] = _flag("engine_budget_s", "--engine-budget-s",
-                                             "a finite number of seconds > 0")
-    engine_config_timeout_s: float = _flag("engine_config_timeout_s", "--engine-config-timeout",
-                                           "a finite number of seconds > 0")
-
-    DEFAULTS = dict(directions=DIRECTIONS, device=0, seed=0, max_workspace_mib=None,
-                    retime=True, budget_ms=100.0, flush_l2=False, graph=True, check=True,
-                    pytorch=True, benchmark_limit=None, child_timeout_s=300.0, engines=True,
-                    engine_configs=8, engine_budget_s=120.0, engine_config_timeout_s=60.0)
+    directions: Tuple[str, ...] = _option(DIRECTIONS, "--direction",
+                                          "fwd, bwd-data, bwd-filter or all", "directions")
+    device: int = _option(0, "--device", "a CUDA device index >= 0", "int")
+    seed: int = _option(0, "--seed", "an integer >= 0", "int")
+    max_workspace_mib: Optional[float] = _option(None, "--max-workspace",
+                                                 "a finite number of MiB >= 0", "float",
+                                                 optional=True)
+    retime: bool = _option(True, "--no-retime", "True or False", "bool")
+    budget_ms: float = _option(100.0, "--budget-ms", "a finite number of ms >= 0", "float")
+    flush_l2: bool = _option(False, "--flush-l2", "True or False", "bool")
+    graph: bool = _option(True, "--no-graph", "True or False", "bool")
+    check: bool = _option(True, "--no-check", "True or False", "bool")
+    pytorch: bool = _option(True, "--no-pytorch", "True or False", "bool")
+    benchmark_limit: Optional[int] = _option(None, "--benchmark-limit",
+                                             "an integer >= 0 (0 = every candidate)", "int",
+                                             optional=True)
+    child_timeout_s: float = _option(300.0, "--child-timeout",
+                                     "a finite number of seconds > 0", "float", strict=True)
+    engines: bool = _option(True, "--no-engines", "True or False", "bool")
+    engine_configs: int = _option(8, "--engine-configs", "an integer >= 1", "int", lo=1)
+    engine_budget_s: Optional[float] = _option(120.0, "--engine-budget-s",
+                                               "a finite number of seconds > 0", "float",
+                                               strict=True, optional=True)
+    engine_config_timeout_s: float = _option(60.0, "--engine-config-timeout",
+                                             "a finite number of seconds > 0", "float",
+                                             strict=True)
 
     @classmethod
     def create(cls, source: str = "api", **kw) -> "ExploreOptions":
         """Options from keyword values (numbers, or the CLI's strings), defaults for the
-        rest; raises UserError naming the parameter (``source="api"``) or the flag
-        (``source="cli"``) and what is valid."""
-        names = {f.name: f for f in fields(cls)}
+        rest (None also means the default, except where None is itself valid); raises
+        UserError naming the parameter (``source="api"``) or the flag (``source="cli"``)
+        and what is valid."""
+        names = [f.name for f in fields(cls)]
         unknown = sorted(set(kw) - set(names))
         if unknown:
             raise UserError(f"unknown option {unknown[0]!r}; valid: {', '.join(names)}")
-        values = {**cls.DEFAULTS, **{k: v for k, v in kw.items() if v is not None or k in (
-            "max_workspace_mib", "benchmark_limit", "engine_budget_s")}}
-
-        def bad(name: str, value) -> UserError:
-            f = names[name]
-            if source == "cli":  # the flag and the text as typed
-                return UserError(f"{f.metadata['flag']} {value}: valid: {f.metadata['what']}")
-            return UserError(f"{name} {value!r}: valid: {f.metadata['what']}")
-
-        def number(name, integer=False, lo=0.0, strict=False, optional=False):
-            v = values[name]
-            if v is None and optional:
-                return None
-            if isinstance(v, bool):
-                raise bad(name, v)
-            if integer and isinstance(v, float) and v.is_integer():
-                v = int(v)
-            try:
-                x = int(str(v).strip()) if integer else float(v)
-            except (TypeError, ValueError):
-                raise bad(name, v) from None
-            if not math.isfinite(x) or x < lo or (strict and x <= lo):
-                raise bad(name, v)
-            return x
-
-        def flag(name):
-            v = values[name]
-            if not isinstance(v, bool):
-                raise bad(name, v)
-            return v
-
-        dirs = values["directions"]
-        if isinstance(dirs, str):
-            dirs = DIRECTIONS if dirs.strip().lower() == "all" else tuple(
-                s.strip().lower() for s in dirs.split(","))
-        try:
-            dirs = tuple(dirs)
-        except TypeError:
-            raise bad("directions", values["directions"]) from None
-        if not dirs or any(d not in DIRECTIONS for d in dirs) or len(set(dirs)) != len(dirs):
-            raise bad("directions", values["directions"])
-        return cls(
-            directions=dirs, device=number("device", integer=True),
-            seed=number("seed", integer=True),
-            max_workspace_mib=number("max_workspace_mib", optional=True),
-            retime=flag("retime"), budget_ms=number("budget_ms"), flush_l2=flag("flush_l2"),
-            graph=flag("graph"), check=flag("check"), pytorch=flag("pytorch"),
-            benchmark_limit=number("benchmark_limit", integer=True, optional=True),
-            child_timeout_s=number("child_timeout_s", strict=True),
-            engines=flag("engines"),
-            engine_configs=number("engine_configs", integer=True, lo=1),
-            engine_budget_s=number("engine_budget_s", strict=True, optional=True),
-            engine_config_timeout_s=number("engine_config_timeout_s", strict=True))
+        values = {}
+        for f in fields(cls):
+            v = kw.get(f.name)
+            if v is None and not (f.name in kw and f.metadata["optional"]):
+                v = f.default
+            values[f.name] = _parse(f, v, source)
+        return cls(**values)
 
     @property
     def timing(self) -> TimingSpec:
@@ -161,3 +120,44 @@ class ExploreOptions:
         """Options as a saved exploration recorded them (unknown keys ignored)."""
         names = {f.name for f in fields(cls)}
         return cls.create(**{k: v for k, v in d.items() if k in names})
+
+
+def _parse(f, v, source: str):
+    """One option's value as ``f.metadata`` says, or UserError naming the parameter or the
+    flag and what is valid."""
+    m = f.metadata
+
+    def bad() -> UserError:
+        if source == "cli":  # the flag and the text as typed
+            return UserError(f"{m['flag']} {v}: valid: {m['what']}")
+        return UserError(f"{f.name} {v!r}: valid: {m['what']}")
+
+    kind = m["kind"]
+    if v is None and m["optional"]:
+        return None
+    if kind == "bool":
+        if not isinstance(v, bool):
+            raise bad()
+        return v
+    if kind == "directions":
+        dirs = v
+        if isinstance(v, str):
+            dirs = DIRECTIONS if v.strip().lower() == "all" else tuple(
+                s.strip().lower() for s in v.split(","))
+        try:
+            dirs = tuple(dirs)
+        except TypeError:
+            raise bad() from None
+        if not dirs or any(d not in DIRECTIONS for d in dirs) or len(set(dirs)) != len(dirs):
+            raise bad()
+        return dirs
+    if isinstance(v, bool):
+        raise bad()
+    num = int(v) if kind == "int" and isinstance(v, float) and v.is_integer() else v
+    try:
+        x = int(str(num).strip()) if kind == "int" else float(num)
+    except (TypeError, ValueError):
+        raise bad() from None
+    if not math.isfinite(x) or x < m["lo"] or (m["strict"] and x <= m["lo"]):
+        raise bad()
+    return x
