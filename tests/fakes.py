@@ -97,11 +97,9 @@ def retimed_exploration():
 def fake_timing(spec, median):
     """What the native timer returns under TimingSpec ``spec``: its method, and the eager
     wall-clock samples when asked for (as csrc/timing.cpp does)."""
-    from cudnn_explorer.measure.tensors import timing_from_samples
-
     method = spec.method
     eager = [median * 1.3] * 5 if spec.eager_budget_ms > 0 else []
-    return timing_from_samples([median] * 5, 1 if spec.flush_l2 else 10, method, 12, "",
+    return Timing.from_samples([median] * 5, 1 if spec.flush_l2 else 10, method, 12, "",
                                eager, 10 if eager else 0)
 
 

@@ -87,7 +87,6 @@ def test_algorithms_and_statuses(explored, case):
 
 @pytest.mark.parametrize("case", ["2d", "3d-grouped-nhwc-fp16", "depthwise", "1d"])
 def test_find_workspace_equals_independent_query(explored, case):
-    from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure import native as _native, pipeline as gpu
 
     exp = explored(case)
@@ -221,7 +220,8 @@ def _timed(shape, **kw):
     p = ConvProblem.create(shape, out_channels=64, **kw)
     t = gpu.make_tensors(p, "fwd")
     np_ = gpu.native_problem(p, t)
-    res = _native.time_algorithm("fwd", np_, 1, p.math_type, TimingSpec(budget_ms=50.0))  # IMPLICIT_PRECOMP_GEMM
+    # algorithm 1: IMPLICIT_PRECOMP_GEMM
+    res = _native.time_algorithm("fwd", np_, 1, p.math_type, TimingSpec(budget_ms=50.0))
     return res, analysis.timing_stats(res.per_launch_ms)
 
 
@@ -282,7 +282,8 @@ def test_time_callable_matches_extension_for_the_same_kernels():
     t = gpu.make_tensors(p, "fwd")
     np_ = gpu.native_problem(p, t)
     ours = analysis.timing_stats(
-        _native.time_algorithm("fwd", np_, 1, "DEFAULT_MATH", TimingSpec(budget_ms=50.0)).per_launch_ms)
+        _native.time_algorithm("fwd", np_, 1, "DEFAULT_MATH",
+                               TimingSpec(budget_ms=50.0)).per_launch_ms)
     again = timing.time_callable(lambda: _native.run_algorithm("fwd", np_, 1, "DEFAULT_MATH"),
                                  TimingSpec(budget_ms=50.0))
     assert again.method == "graph"

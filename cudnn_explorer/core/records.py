@@ -128,10 +128,13 @@ class Timing(_Record):
 
     @classmethod
     def from_samples(cls, per_launch_ms, launches_per_sample: int, method: str,
-                     warmup_launches: int = 0, note: str = "",
-                     eager: Optional["Timing"] = None) -> "Timing":
-        """Statistics (analysis.timing_stats) of per-launch samples in ms."""
+                     warmup_launches: int = 0, note: str = "", eager_ms=(),
+                     eager_calls: int = 0) -> "Timing":
+        """Statistics (analysis.timing_stats) of per-launch samples in ms, with those of
+        the eager wall-clock loop's samples (``eager_ms``, per call, ``eager_calls``
+        calls each) as ``eager`` when there are any."""
         st = timing_stats(per_launch_ms)
+        eager = cls.from_samples(eager_ms, eager_calls, "wall") if len(eager_ms) else None
         return cls(median_ms=st["median_ms"], p25_ms=st["p25_ms"], p75_ms=st["p75_ms"],
                    min_ms=st["min_ms"], samples=st["samples"],
                    launches_per_sample=launches_per_sample, method=method,
@@ -263,11 +266,6 @@ class PyTorchPick(_Checked, _Record):
     def time(self) -> Optional[float]:
         """Steady-state median per call in ms (None: not re-timed)."""
         return self.steady.median_ms if self.steady is not None else None
-
-    @property
-    def choice(self) -> str:
-        """What ran: the engine config's tag or the legacy algorithm."""
-        return self.engine_tag or self.legacy_algo or "?"
 
     def largest_candidate(self) -> Optional[dict]:
         return max(self.candidates, key=lambda c: c.get("workspace_bytes", 0), default=None)

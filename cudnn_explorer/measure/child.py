@@ -97,10 +97,9 @@ def run(spec: dict) -> dict:
         checked = None
         if check:  # the same reference and bound as our rows (PyTorch's math rule)
             ref = tensors.reference(problem, d, t)
-            math_type = ("FMA_MATH" if problem.dtype == "float32" and not problem.tf32
-                         else "DEFAULT_MATH")
-            c = tensors.check_output(problem, _as_cudnn(problem, result), ref, math_type)
-            checked = c._asdict()
+            out = next(o for o in result if o is not None) if isinstance(
+                result, (tuple, list)) else result  # the gradient output_mask asked for
+            checked = tensors.check_result(problem, out, ref, problem.math_type)._asdict()
             del ref
         del result
         names = kernels.kernel_names(fn)
@@ -118,14 +117,6 @@ def run(spec: dict) -> dict:
             "steady_peak_alloc_bytes": steady_peak, "kernels": list(names),
             "check": checked, "log_span": [start, end]})
     return out
-
-
-def _as_cudnn(problem, out):
-    """PyTorch's output of one direction in cuDNN's view (check_output squeezes 1-D back):
-    the forward result, or the one gradient the output_mask asked for."""
-    if isinstance(out, (tuple, list)):
-        out = next(o for o in out if o is not None)
-    return out.unsqueeze(2) if problem.spatial_dims == 1 else out
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable, List, NamedTuple, Optional, Sequence
 
 from ..core import logs
@@ -72,7 +72,7 @@ def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
             json.dump({"problem": problem.to_dict(), "directions": list(options.directions),
                        "mode": spec.mode, "benchmark_limit": spec.benchmark_limit,
                        "device": options.device, "seed": options.seed,
-                       "timing": options.timing.__dict__, "check": options.check,
+                       "timing": asdict(options.timing), "check": options.check,
                        "log_file": None if spec.legacy else log}, f)
         env = child_env(drop=_LOG_VARS)
         if spec.legacy:

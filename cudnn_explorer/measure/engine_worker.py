@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..core.errors import ChildError
@@ -57,7 +58,7 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
                 "legacy_rows": [r.to_dict() for r in legacy_rows],
                 "preferred_tags": list(preferred_tags),
                 "max_per_engine": options.engine_configs, "time_budget_s": left,
-                "timing": options.timing.__dict__, "check": options.check, "prior": prior}
+                "timing": asdict(options.timing), "check": options.check, "prior": prior}
         space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
                                     worker_module)
         if space is not None:

@@ -14,15 +14,17 @@ from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
 from . import native
 from .kernels import kernel_names
-from .tensors import OUTPUT_OF, check_output, timing_from_native
+from .tensors import OUTPUT_OF, check_output
+from .timing import timing_from_native
 
 __all__ = ["explore_engines"]
 
 
-def _run_config(search, spec: TimingSpec, check: bool, problem, direction: str, tensors,
-                ref, engine: int, knobs: Knobs, heuristic_ranks: Dict[str, int],
-                kernels: bool, stage: Callable[[str], None] = lambda s: None) -> EngineConfig:
-    """Build, time (when ``spec.retime``) and check one config, and return its record.
+def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
+                engine: int, knobs: Knobs, heuristic_ranks: Dict[str, int], kernels: bool,
+                stage: Callable[[str], None] = lambda s: None) -> EngineConfig:
+    """Build, time (when ``spec.retime``) and check (against ``ref``, when given) one
+    config, and return its record.
     ``stage`` hears "running" between building the plan and running it (a watchdog
     tells which hung)."""
     out_name = OUTPUT_OF[direction]
@@ -38,9 +40,7 @@ def _run_config(search, spec: TimingSpec, check: bool, problem, direction: str, 
     checked = None
     if res.status == "OK" and ref is not None:
         # TENSOR_CORE configs on float32 use TF32: hold them to the TF32 bound.
-        math_type = ("FMA_MATH" if problem.dtype == "float32"
-                     and "TENSOR_CORE" not in res.numeric_notes and not problem.tf32
-                     else "DEFAULT_MATH")
+        math_type = "DEFAULT_MATH" if "TENSOR_CORE" in res.numeric_notes else problem.math_type
         checked = check_output(problem, tensors[out_name], ref, math_type)
     names = None
     if res.status == "OK" and kernels:
@@ -152,8 +152,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         tag = config_tag(direction, e, ch)
         say(f"{direction}: engine {e}/{count - 1} {tag} ({time.perf_counter() - t0:.1f} s)")
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
-        cfg = _run_config(search, timing, ref is not None, problem, direction, tensors, ref,
-                          e, ch, ranks(e, ch), kernels, stage=lambda st: emit({"stage": st}))
+        cfg = _run_config(search, timing, problem, direction, tensors, ref, e, ch, ranks(e, ch),
+                          kernels, stage=lambda st: emit({"stage": st}))
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only
             entry["rejected"] += 1

@@ -17,8 +17,8 @@ from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note
 from . import native
 from .kernels import kernel_names
-from .tensors import (OUTPUT_OF, Check, check_output, make_tensors, native_problem,
-                      reference, timing_from_native)
+from .tensors import OUTPUT_OF, Check, check_output, make_tensors, native_problem, reference
+from .timing import timing_from_native
 
 __all__ = ["LegacyLab", "LegacyRows", "measure_legacy"]
 

@@ -110,6 +110,8 @@ def call(what: str, fn, *args):
 
     try:
         return fn(*args)
+    except ExplorerError:
+        raise  # already the project's error (a gated call inside ``fn``)
     except (C.NativeError, torch.OutOfMemoryError, ValueError, RuntimeError) as e:
         raise translate(e, what) from None
 

@@ -59,11 +59,12 @@ class GpuBench:
         return torch.cuda.device(self.device)
 
 
-def measurement_of(options: ExploreOptions, env: Environment, dtype: str,
-                   math_type: str) -> Measurement:
-    """How an exploration with ``options`` measures on ``env``: the options themselves,
-    the timing method every row asks for, the reference and the peak table's source."""
-    peak = analysis.peak_for(env.gpu_name, dtype, math_type)
+def measurement_of(options: ExploreOptions, env: Environment,
+                   problem: ConvProblem) -> Measurement:
+    """How an exploration of ``problem`` with ``options`` measures on ``env``: the
+    options themselves, the timing method every row asks for, the reference and the peak
+    table's source."""
+    peak = analysis.peak_for(env.gpu_name, problem.dtype, problem.math_type)
     return Measurement(
         retimed=options.retime, budget_ms=options.budget_ms if options.retime else None,
         flush_l2=options.flush_l2, graph=options.graph,
@@ -114,8 +115,8 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
             picks = [pick_of(run, d, leg.ok) for run in runs]
             space = None
             if options.engines:
-                preferred = [t for p in picks for t in
-                             ([p.engine_tag] if p.engine_tag else []) + [t for t, _ in p.timed]]
+                preferred = [t for p in picks for t in (p.engine_tag, *(t for t, _ in p.timed))
+                             if t]
                 space = bench.engines(problem, d, options, leg.ok, preferred, say)
             results.append(DirectionResult(
                 direction=d, math_type=leg.math_type, find=leg.find,
@@ -130,8 +131,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
                        tool_version=__version__,
                        created=datetime.datetime.now(datetime.timezone.utc).isoformat(
                            timespec="seconds"),
-                       measurement=measurement_of(options, env, problem.dtype,
-                                                  problem.math_type))
+                       measurement=measurement_of(options, env, problem))
 
 
 def environment(device: int = 0) -> Environment:

@@ -8,12 +8,10 @@ from typing import Dict, NamedTuple, Optional
 from ..core import analysis
 from ..core.errors import ResourceError
 from ..core.problem import ConvProblem
-from ..core.records import Timing
 from . import native
 
 __all__ = ["OUTPUT_OF", "REFERENCE", "make_tensors", "native_problem", "reference",
-           "problem_view", "max_error", "Check", "check_output", "timing_from_native",
-           "timing_from_samples"]
+           "problem_view", "max_error", "Check", "check_output", "check_result"]
 
 REFERENCE = ("float64 on the same GPU from the same inputs, computed by PyTorch with cuDNN "
              "disabled")
@@ -77,24 +75,6 @@ def native_problem(problem: ConvProblem, tensors: Dict):
                           problem.groups, problem.math_type)
 
 
-def timing_from_samples(per_launch_ms, launches_per_sample: int, method: str,
-                        warmup_launches: int = 0, note: str = "", eager_ms=(),
-                        eager_calls: int = 0) -> Timing:
-    """A Timing record of per-launch samples, with the eager wall-clock loop's samples
-    (``eager_ms``, per call) as its ``eager`` part when there are any."""
-    eager = (Timing.from_samples(list(eager_ms), eager_calls, "wall")
-             if len(eager_ms) else None)
-    return Timing.from_samples(list(per_launch_ms), launches_per_sample, method,
-                               warmup_launches, note, eager)
-
-
-def timing_from_native(t) -> Timing:
-    """Timing record of a native TimingResult."""
-    return timing_from_samples(t.per_launch_ms, t.launches_per_sample, t.method,
-                               t.warmup_launches, t.note, t.eager_per_call_ms,
-                               t.eager_calls_per_sample)
-
-
 def problem_view(problem: ConvProblem, t):
     """A tensor as cuDNN sees it (1-D problems as N,C,1,L) back in the problem's shape."""
     return t.squeeze(2) if problem.spatial_dims == 1 else t
@@ -108,12 +88,17 @@ class Check(NamedTuple):
     output_finite: bool
 
 
-def check_output(problem: ConvProblem, out, ref, math_type: str) -> Check:
-    """``out`` (in cuDNN's view) against ``ref``: max error relative to max |ref|, held to
-    analysis.tolerance for the dtype and math type; NaN/Inf make it not finite."""
-    err = max_error(problem_view(problem, out), ref)
+def check_result(problem: ConvProblem, out, ref, math_type: str) -> Check:
+    """``out`` (in the problem's shape) against ``ref``: max error relative to max |ref|,
+    held to analysis.tolerance for the dtype and math type; NaN/Inf make it not finite."""
+    err = max_error(out, ref)
     finite = math.isfinite(err)
     return Check(err if finite else None, analysis.tolerance(problem.dtype, math_type), finite)
+
+
+def check_output(problem: ConvProblem, out, ref, math_type: str) -> Check:
+    """check_result of ``out`` as cuDNN sees it (1-D problems as N,C,1,L)."""
+    return check_result(problem, problem_view(problem, out), ref, math_type)
 
 
 def max_error(out, ref) -> float:

@@ -8,6 +8,8 @@ so that PyTorch's own calls sit beside our re-timed rows under the same options:
   it, outside the events: method "eager+flush";
 - then, unless ``flush_l2``, the host wall time per call of an eager loop (Note [eager
   wall time] in csrc/timing.cpp): the Timing's ``eager`` part.
+
+:func:`timing_from_native` turns the extension's own TimingResult into the same record.
 """
 from __future__ import annotations
 
@@ -17,9 +19,8 @@ from typing import Callable
 
 from ..core.options import TimingSpec
 from ..core.records import Timing
-from .tensors import timing_from_samples
 
-__all__ = ["time_callable"]
+__all__ = ["time_callable", "timing_from_native"]
 
 MIN_SAMPLES, MAX_SAMPLES, SAMPLE_TARGET_MS = 5, 2000, 1.0
 
@@ -61,7 +62,7 @@ def time_callable(fn: Callable[[], object], spec: TimingSpec) -> Timing:
         for _ in sampling(spec.budget_ms):
             scratch.zero_()
             samples.append(eager(1))
-        return timing_from_samples(samples, 1, "eager+flush", warmup)
+        return Timing.from_samples(samples, 1, "eager+flush", warmup)
     k = int(min(max(math.ceil(SAMPLE_TARGET_MS / est), 1), 1000))
     method, note, g = "eager", "", None
     if spec.graph:
@@ -101,4 +102,11 @@ def time_callable(fn: Callable[[], object], spec: TimingSpec) -> Timing:
                 fn()
             torch.cuda.synchronize()
             wall.append((time.perf_counter() - t0) * 1e3 / k)
-    return timing_from_samples(samples, k, method, warmup, note, wall, k)
+    return Timing.from_samples(samples, k, method, warmup, note, wall, k)
+
+
+def timing_from_native(t) -> Timing:
+    """Timing record of a native TimingResult (csrc/timing.h)."""
+    return Timing.from_samples(t.per_launch_ms, t.launches_per_sample, t.method,
+                               t.warmup_launches, t.note, t.eager_per_call_ms,
+                               t.eager_calls_per_sample)

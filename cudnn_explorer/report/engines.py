@@ -6,7 +6,7 @@ from typing import List, Optional, Tuple
 
 
 from ..core.records import MIB, DirectionResult, Exploration
-from .format import (fmt_mib, fmt_ms, short_algo, short_choice, short_tag, table,
+from .format import (eager_ms, fmt_mib, fmt_ms, short_algo, short_choice, short_tag, table,
                      timing_cells)
 
 __all__ = ["summary_lines", "summary_table", "engines_table", "TIE"]
@@ -87,10 +87,9 @@ def engines_table(d: DirectionResult) -> str:
     rows = []
     ranked = {id(c): i for i, c in enumerate(sp.ranked(), 1)}
     for c in sorted(sp.configs, key=lambda c: (c.time is None, c.time or 0, c.engine)):
-        eager = c.timing.eager if c.timing is not None else None
         rows.append([
             str(ranked.get(id(c), "-")), c.tag, c.status, *timing_cells(c.timing),
-            fmt_ms(eager.median_ms if eager else None),
+            fmt_ms(eager_ms(c.timing)),
             "-" if c.max_error is None else f"{c.max_error:.1e}",
             fmt_mib(c.workspace_bytes), "-" if c.build_ms is None else f"{c.build_ms:.1f}",
             ",".join(c.numeric_notes) or "-", ",".join(c.behavior_notes) or "-",
@@ -115,18 +114,16 @@ def _entries(d: DirectionResult) -> List[Tuple[str, str, Optional[float], Option
     if legacy is not None:
         t = legacy.timing
         out.append(("best legacy algorithm", short_algo(legacy.algo_name, legacy.math_type),
-                    t.median_ms if t else None, t.eager.median_ms if t and t.eager else None))
+                    t.median_ms if t else None, eager_ms(t)))
     best = d.engines.best(allowed_only=True) if d.engines is not None else None
     if best is not None:
-        t = best.timing
         cut = " (budget cut)" if d.engines.budget_exhausted else ""
         out.append(("best engine config" + cut, short_tag(best.tag), best.time,
-                    t.eager.median_ms if t and t.eager else None))
+                    eager_ms(best.timing)))
     bench = d.pytorch_pick("benchmark", api=None)
     if bench is not None:
-        t = bench.steady
         out.append(("PyTorch's benchmark pick", short_choice(bench), bench.time,
-                    t.eager.median_ms if t and t.eager else None))
+                    eager_ms(bench.steady)))
     return out
 
 

@@ -9,8 +9,9 @@ import tabulate as _tabulate
 from ..core.records import MIB, Environment
 
 __all__ = ["fmt_ms", "fmt_mib", "fmt_err", "fmt_version", "fmt_cuda", "describe_environment",
-           "short_status", "short_math", "short_tag", "short_algo", "short_choice", "timing_cells", "DIRECTION_TITLES",
-           "FIND_CALLS", "MATH_ORDER", "TAG_WIDTH", "WIDTH", "wrap", "table"]
+           "short_status", "short_math", "short_tag", "short_algo", "short_choice", "eager_ms",
+           "timing_cells", "DIRECTION_TITLES", "FIND_CALLS", "MATH_ORDER", "TAG_WIDTH", "WIDTH",
+           "wrap", "table"]
 
 WIDTH = 120  # every default table and line fits a terminal this wide
 
@@ -61,6 +62,11 @@ def short_choice(pick) -> str:
         name, math = pick.legacy_algo[:-1].split(" (", 1)
         return short_algo(name, math)
     return pick.legacy_algo or "?"
+
+
+def eager_ms(t) -> Optional[float]:
+    """The eager wall time per call of a Timing (None: no Timing, or not measured)."""
+    return t.eager.median_ms if t is not None and t.eager is not None else None
 
 
 def fmt_ms(v: Optional[float]) -> str:

@@ -6,8 +6,8 @@ from typing import List, Optional
 
 
 from ..core.records import MIB, AlgoResult, DirectionResult
-from .format import (fmt_err, fmt_mib, fmt_ms, short_algo, short_choice, short_math, short_tag,
-                     table, wrap)
+from .format import (eager_ms, fmt_err, fmt_mib, fmt_ms, short_algo, short_choice,
+                     short_math, short_tag, table, wrap)
 
 __all__ = ["render_pytorch", "pareto_frontier", "verdicts"]
 
@@ -121,33 +121,33 @@ def render_pytorch(d: DirectionResult) -> str:
     def gap(t: Optional[float]) -> str:
         return "-" if t is None or not fastest else f"+{100 * (t / fastest - 1):.1f}%"
 
-    def eager(t) -> str:
-        return fmt_ms(t.eager.median_ms) if t is not None and t.eager is not None else "-"
-
     rows = []
     for p in d.pytorch:
         if not p.ok:
             rows.append([_label(p.label), "(failed, see below)"] + ["-"] * 7)
             continue
-        rows.append([_label(p.label), short_choice(p), fmt_ms(p.time), eager(p.steady),
+        rows.append([_label(p.label), short_choice(p), fmt_ms(p.time),
+                     fmt_ms(eager_ms(p.steady)),
                      gap(p.time), fmt_mib(p.plan_workspace_bytes),
                      {None: "?", True: "yes", False: "no"}[p.deterministic],
                      "-" if p.first_call_ms is None else f"{p.first_call_ms:.1f}",
                      fmt_mib(p.first_peak_alloc_bytes)])
     if best is not None and best.timing is not None:
         rows.append(["best legacy (ours)", short_algo(best.algo_name, best.math_type),
-                     fmt_ms(best.timing.median_ms), eager(best.timing),
+                     fmt_ms(best.timing.median_ms), fmt_ms(eager_ms(best.timing)),
                      gap(best.timing.median_ms), fmt_mib(best.workspace_bytes),
                      "yes" if best.deterministic else "no", "-", "-"])
     det = [r for r in d.ranked() if d.rankable(r) and r.deterministic and r.timing]
     if det and det[0] is not best:
         r = det[0]
         rows.append(["best det. legacy (ours)", short_algo(r.algo_name, r.math_type),
-                     fmt_ms(r.timing.median_ms), eager(r.timing), gap(r.timing.median_ms),
+                     fmt_ms(r.timing.median_ms), fmt_ms(eager_ms(r.timing)),
+                     gap(r.timing.median_ms),
                      fmt_mib(r.workspace_bytes), "yes", "-", "-"])
     if engine is not None:
         rows.append(["best engine (ours)", short_tag(engine.tag), fmt_ms(engine.time),
-                     eager(engine.timing), gap(engine.time), fmt_mib(engine.workspace_bytes),
+                     fmt_ms(eager_ms(engine.timing)), gap(engine.time),
+                     fmt_mib(engine.workspace_bytes),
                      "no" if "NONDETERMINISTIC" in engine.numeric_notes else "yes", "-", "-"])
     lines = wrap("   PyTorch's own choice, each mode in a fresh process, timed like our rows (ms "
                  "per call); 1st ms: its first call (benchmark search included), peak MiB: "
