@@ -14,7 +14,7 @@ namespace cudnn_explorer {
 // reported it: a cuDNN status (kind "cudnn", status e.g. "CUDNN_STATUS_NOT_SUPPORTED"),
 // a CUDA error (kind "cuda", status e.g. "cudaErrorMemoryAllocation"), a cudnn-frontend
 // error_t (kind "frontend", status its error code's name) or a bad argument (kind
-// "argument", status "INVALID_ARGUMENT"). ``call`` names the failing call or check.
+// "argument", status "INVALID_ARGUMENT", or "NOT_BUILT" for a part left out of the build). ``call`` names the failing call or check.
 // bindings.cpp turns it into cudnn_explorer._C.NativeError with the attributes kind,
 // status and call; measure/native.py maps that to the project's error classes.
 struct NativeError : public std::runtime_error {
@@ -73,15 +73,6 @@ std::string cat(const Args&... args) {
   do {                                                                                 \
     if (!(cond)) {                                                                     \
       ::cudnn_explorer::throw_native("argument", "INVALID_ARGUMENT", #cond,            \
-                                     ::cudnn_explorer::cat(__VA_ARGS__));               \
-    }                                                                                  \
-  } while (0)
-
-// Any other failed internal check (an invariant of ours or of the library).
-#define CE_CHECK(cond, ...)                                                            \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      ::cudnn_explorer::throw_native("internal", "CHECK_FAILED", #cond,                \
                                      ::cudnn_explorer::cat(__VA_ARGS__));               \
     }                                                                                  \
   } while (0)

@@ -238,7 +238,7 @@ EngineInfo EngineSearch::engine_info(int64_t engine) {
 
 std::vector<std::string> EngineSearch::heuristics(const std::string& mode) {
   CE_CHECK_ARG(mode == "A" || mode == "B" || mode == "FALLBACK",
-                    "heuristic mode must be A, B or FALLBACK, not ", mode);
+               "heuristic mode must be A, B or FALLBACK, not ", mode);
   const fe::HeurMode_t m = mode == "A"   ? fe::HeurMode_t::A
                            : mode == "B" ? fe::HeurMode_t::B
                                          : fe::HeurMode_t::FALLBACK;
@@ -306,9 +306,9 @@ ConfigResult EngineSearch::measure(ConfigResult r, bool time, const TimingOption
   Impl& I = *impl_;
   c10::cuda::CUDAGuard guard(I.p.x().device());
   CE_CHECK_ARG(r.status == "built" && r.plan_index >= 0 &&
-                        r.plan_index < I.graph->get_execution_plan_count(),
-                    "measure() takes a config that build() built, not one with status '",
-                    r.status, "'");
+                   r.plan_index < I.graph->get_execution_plan_count(),
+               "measure() takes a config that build() built, not one with status '",
+               r.status, "'");
   const int64_t idx = r.plan_index;
   int64_t ws_bytes = 0;
   c10::DataPtr ws;

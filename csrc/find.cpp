@@ -114,7 +114,7 @@ struct WorkspaceFn {
   WorkspaceQuery operator()() const {
     c10::cuda::CUDAGuard guard(p.x().device());
     CE_CHECK_ARG(algo >= 0 && algo < Ops<D>::kCount, "algorithm ", algo, " out of range for ",
-                      direction_name(D), " (0..", Ops<D>::kCount - 1, ")");
+                 direction_name(D), " (0..", Ops<D>::kCount - 1, ")");
     return query_workspace<D>(current_handle(), p, algo, m);
   }
 };
@@ -128,7 +128,7 @@ struct RunFn {
     using O = Ops<D>;
     c10::cuda::CUDAGuard guard(p.x().device());
     CE_CHECK_ARG(algo >= 0 && algo < O::kCount, "algorithm ", algo, " out of range for ",
-                      direction_name(D), " (0..", O::kCount - 1, ")");
+                 direction_name(D), " (0..", O::kCount - 1, ")");
     cudnnHandle_t h = current_handle();
     MathTypeScope scope(p);
     p.set_math_type(m);

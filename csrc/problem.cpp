@@ -18,7 +18,7 @@ cudnnDataType_t data_type_of(const at::Tensor& t) {
     case at::kBFloat16: return CUDNN_DATA_BFLOAT16;
     default:
       CE_CHECK_ARG(false, "unsupported dtype ", t.scalar_type(),
-                        "; valid: float32, float16, bfloat16, float64");
+                   "; valid: float32, float16, bfloat16, float64");
   }
 }
 
@@ -84,25 +84,25 @@ Problem::Problem(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y,
   for (const at::Tensor* t : {&x, &w, &y}) {
     CE_CHECK_ARG(t->defined() && t->is_cuda(), "x, w and y must be CUDA tensors");
     CE_CHECK_ARG(t->device() == x.device(), "x, w and y must be on one device (x is on ",
-                      x.device(), ", another on ", t->device(), ")");
+                 x.device(), ", another on ", t->device(), ")");
     CE_CHECK_ARG(t->scalar_type() == x.scalar_type(), "x, w and y must share one dtype (x is ",
-                      x.scalar_type(), ", another is ", t->scalar_type(), ")");
+                 x.scalar_type(), ", another is ", t->scalar_type(), ")");
     CE_CHECK_ARG(t->dim() == 4 || t->dim() == 5,
-                      "tensors must be 4-D or 5-D (1-D problems are viewed as 2-D), got ",
-                      t->dim(), "-D");
+                 "tensors must be 4-D or 5-D (1-D problems are viewed as 2-D), got ",
+                 t->dim(), "-D");
     CE_CHECK_ARG(t->dim() == x.dim(), "x, w and y must have the same number of dims");
   }
   const int nsp = static_cast<int>(x.dim()) - 2;
   CE_CHECK_ARG(static_cast<int>(padding.size()) == nsp &&
-                        static_cast<int>(stride.size()) == nsp &&
-                        static_cast<int>(dilation.size()) == nsp,
-                    "padding, stride and dilation need ", nsp, " values each");
+                   static_cast<int>(stride.size()) == nsp &&
+                   static_cast<int>(dilation.size()) == nsp,
+               "padding, stride and dilation need ", nsp, " values each");
   CE_CHECK_ARG(groups >= 1, "groups must be >= 1, got ", groups);
   const bool cl = is_channels_last(x);
   for (const at::Tensor* t : {&x, &w, &y}) {
     CE_CHECK_ARG(cl ? is_channels_last(*t) : t->is_contiguous(),
-                      "x, w and y must all be contiguous in one layout (",
-                      cl ? "channels_last" : "contiguous NCHW", ")");
+                 "x, w and y must all be contiguous in one layout (",
+                 cl ? "channels_last" : "contiguous NCHW", ")");
   }
   data_type_ = data_type_of(x);
 
@@ -143,8 +143,8 @@ Problem::Problem(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y,
                  description_);
   std::vector<int64_t> expect64(expect.begin(), expect.end());
   CE_CHECK_ARG(at::IntArrayRef(expect64) == y.sizes(), "output tensor has shape ",
-                    join(y.sizes()), " but cuDNN computes ", join(at::IntArrayRef(expect64)),
-                    " for ", description_);
+               join(y.sizes()), " but cuDNN computes ", join(at::IntArrayRef(expect64)),
+               " for ", description_);
 }
 
 void Problem::set_math_type(cudnnMathType_t m) {

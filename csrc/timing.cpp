@@ -210,10 +210,10 @@ struct TimeFn {
   TimingResult operator()() const {
     using O = Ops<D>;
     CE_CHECK_ARG(algo >= 0 && algo < O::kCount, "algorithm ", algo, " out of range for ",
-                      direction_name(D), " (0..", O::kCount - 1, ")");
+                 direction_name(D), " (0..", O::kCount - 1, ")");
     CE_CHECK_ARG(opt.budget_ms >= 0 && opt.min_samples >= 1 &&
-                          opt.max_samples >= opt.min_samples,
-                      "invalid timing options");
+                     opt.max_samples >= opt.min_samples,
+                 "invalid timing options");
     c10::cuda::CUDAGuard guard(p.x().device());
     cudnnHandle_t h = current_handle();
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
