@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # On a GPU machine (e.g. the H200): build the extension against the machine's torch, run
 # the whole test suite (GPU tests included) and the main commands. Logs go to $OUT when
-# set (else /tmp/cudnn_explorer_check). Exit status: that of the test suite.
+# set (else /tmp/cudnn_explorer_check). Exit status: 0 when every part passed, else that
+# of the last part that failed.
 # GPU_CHECK_PARTS="tests main depthwise engine-tests" (default) picks the parts; on a machine
 # with several GPUs they run side by side, part i on GPU i mod N (each part's steps in
-# order on its own GPU), so that the whole check fits one time-limited call;
-# GPU_CHECK_GPUS=N uses at most N GPUs. GPU_CHECK_BENCH=1 adds the benchmarks under scripts/
-# (after the parts, alone on GPU 0).
+# order on its own GPU); GPU_CHECK_GPUS=N uses at most N GPUs. GPU_CHECK_BENCH=1 adds the
+# benchmarks under scripts/ (after the parts, alone on GPU 0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${OUT:-/tmp/cudnn_explorer_check}
