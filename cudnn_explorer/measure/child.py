@@ -97,9 +97,9 @@ def run(spec: dict) -> dict:
         checked = None
         if check:  # the same reference and bound as our rows (PyTorch's math rule)
             ref = tensors.reference(problem, d, t)
-            out = next(o for o in result if o is not None) if isinstance(
+            got = next(o for o in result if o is not None) if isinstance(
                 result, (tuple, list)) else result  # the gradient output_mask asked for
-            checked = tensors.check_result(problem, out, ref, problem.math_type)._asdict()
+            checked = tensors.check_result(problem, got, ref, problem.math_type)._asdict()
             del ref
         del result
         names = kernels.kernel_names(fn)
