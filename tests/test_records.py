@@ -57,7 +57,7 @@ def test_json_ignores_unknown_keys_for_forward_compatibility():
 
 @pytest.mark.parametrize("mutate,match", [
     (lambda d: d.update(schema="other"), "not a cudnn_explorer result"),
-    (lambda d: d.update(schema_version=SCHEMA_VERSION + 1), "newer than this"),
+    (lambda d: d.update(schema_version=SCHEMA_VERSION + 1), "upgrade cudnn_explorer"),
 ])
 def test_json_rejects_foreign_or_newer(mutate, match):
     d = json.loads(exploration().to_json())

@@ -10,22 +10,27 @@ CLI.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional, Tuple
 
 from .errors import UserError
-from .problem import DIRECTIONS
+from .problem import DIRECTIONS, clip
 
 __all__ = ["ExploreOptions", "TimingSpec"]
 
 
+INT32_MAX = 2**31 - 1
+DAY_S = 86400.0
+
+
 def _option(default, flag: str, what: str, kind: str, lo: float = 0, strict: bool = False,
-            optional: bool = False):
+            optional: bool = False, hi: float = INT32_MAX):
     """A field with its default, its command-line flag, what is valid, and how a value is
-    read: ``kind`` "int", "float", "bool" or "directions"; numbers must be finite and
-    >= ``lo`` (> with ``strict``); ``optional``: None is a valid value."""
+    read: ``kind`` "int", "float", "bool" or "directions"; numbers must be finite, >= ``lo``
+    (> with ``strict``) and <= ``hi``; ``optional``: None is a valid value."""
     return field(default=default, metadata=dict(flag=flag, what=what, kind=kind, lo=lo,
-                                                strict=strict, optional=optional))
+                                                strict=strict, optional=optional, hi=hi))
 
 
 @dataclass(frozen=True)
@@ -58,13 +63,14 @@ class ExploreOptions:
 
     directions: Tuple[str, ...] = _option(DIRECTIONS, "--direction",
                                           "fwd, bwd-data, bwd-filter or all", "directions")
-    device: int = _option(0, "--device", "a CUDA device index >= 0", "int")
-    seed: int = _option(0, "--seed", "an integer >= 0", "int")
+    device: int = _option(0, "--device", "a CUDA device index >= 0", "int", hi=1023)
+    seed: int = _option(0, "--seed", "an integer from 0 to 2**64-1", "int", hi=2**64 - 1)
     max_workspace_mib: Optional[float] = _option(None, "--max-workspace",
-                                                 "a finite number of MiB >= 0", "float",
-                                                 optional=True)
+                                                 "a number of MiB from 0 to 2**30", "float",
+                                                 optional=True, hi=2**30)
     retime: bool = _option(True, "--no-retime", "True or False", "bool")
-    budget_ms: float = _option(100.0, "--budget-ms", "a finite number of ms >= 0", "float")
+    budget_ms: float = _option(100.0, "--budget-ms", "a number of ms from 0 to 600000",
+                               "float", hi=600000.0)
     flush_l2: bool = _option(False, "--flush-l2", "True or False", "bool")
     graph: bool = _option(True, "--no-graph", "True or False", "bool")
     check: bool = _option(True, "--no-check", "True or False", "bool")
@@ -73,15 +79,17 @@ class ExploreOptions:
                                              "an integer >= 0 (0 = every candidate)", "int",
                                              optional=True)
     child_timeout_s: float = _option(300.0, "--child-timeout",
-                                     "a finite number of seconds > 0", "float", strict=True)
+                                     "a number of seconds > 0, at most 86400", "float",
+                                     strict=True, hi=DAY_S)
     engines: bool = _option(True, "--no-engines", "True or False", "bool")
-    engine_configs: int = _option(8, "--engine-configs", "an integer >= 1", "int", lo=1)
+    engine_configs: int = _option(8, "--engine-configs", "an integer from 1 to 10000", "int",
+                                  lo=1, hi=10000)
     engine_budget_s: Optional[float] = _option(120.0, "--engine-budget-s",
-                                               "a finite number of seconds > 0", "float",
-                                               strict=True, optional=True)
+                                               "a number of seconds > 0, at most 86400",
+                                               "float", strict=True, optional=True, hi=DAY_S)
     engine_config_timeout_s: float = _option(60.0, "--engine-config-timeout",
-                                             "a finite number of seconds > 0", "float",
-                                             strict=True)
+                                             "a number of seconds > 0, at most 86400",
+                                             "float", strict=True, hi=DAY_S)
 
     @classmethod
     def create(cls, source: str = "api", **kw) -> "ExploreOptions":
@@ -129,8 +137,8 @@ def _parse(f, v, source: str):
 
     def bad() -> UserError:
         if source == "cli":  # the flag and the text as typed
-            return UserError(f"{m['flag']} {v}: valid: {m['what']}")
-        return UserError(f"{f.name} {v!r}: valid: {m['what']}")
+            return UserError(f"{m['flag']} {clip(str(v))}: valid: {m['what']}")
+        return UserError(f"{f.name} {clip(repr(v))}: valid: {m['what']}")
 
     kind = m["kind"]
     if v is None and m["optional"]:
@@ -148,16 +156,22 @@ def _parse(f, v, source: str):
             dirs = tuple(dirs)
         except TypeError:
             raise bad() from None
-        if not dirs or any(d not in DIRECTIONS for d in dirs) or len(set(dirs)) != len(dirs):
+        if not dirs or any(not isinstance(d, str) or d not in DIRECTIONS for d in dirs):
             raise bad()
+        if len(set(dirs)) != len(dirs):
+            twice = next(d for d in dirs if dirs.count(d) > 1)
+            raise UserError(f"{m['flag'] if source == 'cli' else f.name} {v}: {twice} is "
+                            f"listed twice; valid: {m['what']}")
         return dirs
     if isinstance(v, bool):
         raise bad()
     num = int(v) if kind == "int" and isinstance(v, float) and v.is_integer() else v
+    if isinstance(num, str) and kind == "int" and not re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", num):
+        raise bad()
     try:
         x = int(str(num).strip()) if kind == "int" else float(num)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise bad() from None
-    if not math.isfinite(x) or x < m["lo"] or (m["strict"] and x <= m["lo"]):
+    if not math.isfinite(x) or x < m["lo"] or (m["strict"] and x <= m["lo"]) or x > m["hi"]:
         raise bad()
     return x

@@ -5,6 +5,7 @@ Pure Python (no torch import): every rule here is testable without a GPU.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import asdict, dataclass
 from typing import Optional, Tuple
 
@@ -18,6 +19,7 @@ __all__ = [
     "parse_int_list",
     "parse_dtype",
     "conv_output_size",
+    "clip",
 ]
 
 DIRECTIONS = ("fwd", "bwd-data", "bwd-filter")
@@ -33,6 +35,11 @@ _SPATIAL_NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 _SHAPE_FORMS = "N,C,L (1-D), N,C,H,W (2-D) or N,C,D,H,W (3-D)"
 
 
+def clip(text: str, most: int = 40) -> str:
+    """``text`` cut to ``most`` characters for an error message."""
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
 def parse_int_list(text: str, option: str) -> Tuple[int, ...]:
     """Parse "3" or "3,3" (also "3x3") into a tuple of ints; UserError otherwise."""
     if isinstance(text, int):
@@ -40,14 +47,18 @@ def parse_int_list(text: str, option: str) -> Tuple[int, ...]:
     raw = str(text).strip()
     parts = [p.strip() for p in raw.replace("x", ",").split(",")] if raw else []
     if not parts or any(p == "" for p in parts):
-        raise UserError(f"{option} '{text}': expected comma-separated integers, e.g. 3 or 3,3")
+        raise UserError(f"{option} '{clip(str(text))}': expected comma-separated integers, "
+                        f"e.g. 3 or 3,3")
     out = []
     for p in parts:
         try:
+            if not p.lstrip("+-").isdigit() or not p.isascii() or len(p) > 30:
+                raise ValueError(p)
             out.append(int(p))
         except ValueError:
             raise UserError(
-                f"{option} '{text}': '{p}' is not an integer; expected comma-separated integers"
+                f"{option} '{clip(str(text))}': '{clip(p)}' is not an integer; expected "
+                f"comma-separated integers"
             ) from None
     return tuple(out)
 
@@ -65,8 +76,50 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
+INT32_MAX = 2**31 - 1  # cuDNN's tensor descriptors hold sizes and strides as int32
+
+
 def _divisors(n: int):
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n, ascending (O(sqrt n))."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def _listed(values, most: int = 12) -> str:
+    values = list(values)
+    if len(values) <= most:
+        return ", ".join(map(str, values))
+    return ", ".join(map(str, values[:most - 1])) + f", ... ({len(values)} in all)"
+
+
+def _ints(v, option: str) -> Tuple[int, ...]:
+    """Integers from text ("3,3"), one int, or a sequence of ints (the API); UserError
+    for anything else (floats, bools, strings inside a sequence)."""
+    if isinstance(v, str):
+        return parse_int_list(v, option)
+    items = (v,) if isinstance(v, int) else v
+    try:
+        out = tuple(_index(x) for x in items)
+    except TypeError:
+        raise UserError(f"{option} {v!r}: expected integers, e.g. 3 or (3, 3)") from None
+    if not out:
+        raise UserError(f"{option} {v!r}: expected at least one integer")
+    return out
+
+
+def _index(x) -> int:
+    """An int (numpy integers too), never a bool; TypeError otherwise."""
+    if isinstance(x, bool):
+        raise TypeError(x)
+    return operator.index(x)
+
+
+def _scalar(v, option: str) -> int:
+    """One integer option (text or int): UserError when it is a list."""
+    vals = _ints(v, option)
+    if len(vals) != 1:
+        raise UserError(f"{option} '{v}': expected one integer, got {len(vals)} values")
+    return vals[0]
 
 
 def _expand(values: Tuple[int, ...], nsp: int, option: str) -> Tuple[int, ...]:
@@ -117,7 +170,7 @@ class ConvProblem:
     ) -> "ConvProblem":
         """Validate user input (strings or ints) and return a problem, or raise UserError
         naming the bad value and what is valid. ``padding=None`` means kernel//2 per dim."""
-        shape_t = parse_int_list(shape, "--shape") if isinstance(shape, str) else tuple(shape)
+        shape_t = _ints(shape, "--shape")
         if len(shape_t) not in (3, 4, 5):
             raise UserError(
                 f"--shape {','.join(map(str, shape_t))}: {len(shape_t)} values; "
@@ -128,47 +181,44 @@ class ConvProblem:
         for name, v in zip(names, shape_t):
             if v < 1:
                 raise UserError(f"--shape: {name} must be >= 1, got {v}")
+            if v > INT32_MAX:
+                raise UserError(f"--shape: {name} {v} is larger than cuDNN's limit "
+                                f"{INT32_MAX} (sizes are 32-bit)")
 
-        def ints(v, option):
-            return parse_int_list(v, option) if isinstance(v, str) else tuple(
-                (v,) if isinstance(v, int) else v)
-
-        kernel_t = _expand(ints(kernel, "--kernel"), nsp, "--kernel")
-        stride_t = _expand(ints(stride, "--stride"), nsp, "--stride")
-        dil_t = _expand(ints(dilation, "--dilation"), nsp, "--dilation")
+        kernel_t = _expand(_ints(kernel, "--kernel"), nsp, "--kernel")
+        stride_t = _expand(_ints(stride, "--stride"), nsp, "--stride")
+        dil_t = _expand(_ints(dilation, "--dilation"), nsp, "--dilation")
         if padding is None:
             pad_t = tuple(k // 2 for k in kernel_t)
         else:
-            pad_t = _expand(ints(padding, "--padding"), nsp, "--padding")
+            pad_t = _expand(_ints(padding, "--padding"), nsp, "--padding")
+        out_channels = _scalar(out_channels, "--out-channels")
+        groups = _scalar(groups, "--groups")
         for option, vals, lo in (("--kernel", kernel_t, 1), ("--stride", stride_t, 1),
-                                 ("--dilation", dil_t, 1), ("--padding", pad_t, 0)):
+                                 ("--dilation", dil_t, 1), ("--padding", pad_t, 0),
+                                 ("--out-channels", (out_channels,), 1),
+                                 ("--groups", (groups,), 1)):
             for v in vals:
                 if v < lo:
                     raise UserError(f"{option} {v}: must be >= {lo}")
-        if isinstance(out_channels, str):
-            (out_channels,) = _expand(parse_int_list(out_channels, "--out-channels"), 1,
-                                      "--out-channels")
-        if out_channels < 1:
-            raise UserError(f"--out-channels {out_channels}: must be >= 1")
-        if isinstance(groups, str):
-            (groups,) = _expand(parse_int_list(groups, "--groups"), 1, "--groups")
-        if groups < 1:
-            raise UserError(f"--groups {groups}: must be >= 1")
+                if v > INT32_MAX:
+                    raise UserError(f"{option} {v}: larger than cuDNN's limit {INT32_MAX} "
+                                    f"(sizes are 32-bit)")
         c = shape_t[1]
         if c % groups or out_channels % groups:
-            common = [d for d in _divisors(math.gcd(c, out_channels))]
             raise UserError(
                 f"--groups {groups}: must divide input channels C={c} and --out-channels "
-                f"{out_channels}; valid: {', '.join(map(str, common))}"
+                f"{out_channels}; valid: {_listed(_divisors(math.gcd(c, out_channels)))}"
             )
         for i in range(nsp):
             size, k, s, p, d = shape_t[2 + i], kernel_t[i], stride_t[i], pad_t[i], dil_t[i]
             if conv_output_size(size, k, s, p, d) < 1:
                 extent = d * (k - 1) + 1
+                what = f"--kernel {k} with --dilation {d}" if d > 1 else f"--kernel {k}"
                 raise UserError(
-                    f"--kernel {k} in {names[2 + i]}: dilated extent {extent} is larger than "
-                    f"the padded input {size + 2 * p} ({size} + 2x{p} padding); use a smaller "
-                    f"kernel or dilation, or more padding"
+                    f"{what} in {names[2 + i]}: extent {extent} is larger than the padded "
+                    f"input {size + 2 * p} ({size} + 2x{p} padding); use a smaller kernel "
+                    f"or dilation, or more padding"
                 )
         dtype_c = parse_dtype(dtype)
         layout_c = str(layout).strip().lower()
@@ -181,6 +231,17 @@ class ConvProblem:
                 "--layout nhwc: needs a 2-D or 3-D problem (PyTorch has no channels_last "
                 "format for 1-D tensors)"
             )
+        problem = cls(shape_t, int(out_channels), kernel_t, stride_t, pad_t, dil_t,
+                      int(groups), dtype_c, layout_c, None)
+        for what, shape in (("input", problem.input_shape), ("weight", problem.weight_shape),
+                            ("output", problem.output_shape)):
+            if math.prod(shape) > INT32_MAX:
+                raise UserError(
+                    f"the {what} {'x'.join(map(str, shape))} has {math.prod(shape):,} "
+                    f"elements; cuDNN's tensor descriptors take at most {INT32_MAX:,} "
+                    f"(32-bit strides): use a smaller --shape, --out-channels or --kernel")
+        if tf32 is not None and not isinstance(tf32, bool):
+            raise UserError(f"--tf32 {tf32!r}: valid: on, off (True, False or None)")
         if tf32 is not None and dtype_c != "float32":
             raise UserError(f"--tf32: applies to float32 only, not {dtype_c}")
         if dtype_c == "float32" and tf32 is None:
@@ -271,8 +332,33 @@ class ConvProblem:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ConvProblem":
-        return cls(
-            tuple(d["input_shape"]), int(d["out_channels"]), tuple(d["kernel"]),
-            tuple(d["stride"]), tuple(d["padding"]), tuple(d["dilation"]), int(d["groups"]),
-            d["dtype"], d["layout"], d.get("tf32"),
-        )
+        """A problem as to_dict wrote it, validated as :meth:`create` validates user input;
+        UserError names the field."""
+        if not isinstance(d, dict):
+            raise UserError("problem: missing, or not an object")
+
+        def ints(key, scalar=False):
+            v = d.get(key)
+            ok = (lambda x: isinstance(x, int) and not isinstance(x, bool))
+            if scalar and ok(v):
+                return v
+            if not scalar and isinstance(v, list) and v and all(ok(x) for x in v):
+                return tuple(v)
+            want = "an integer" if scalar else "a non-empty list of integers"
+            raise UserError(f"problem.{key}: {str(v)[:40]} is not {want}")
+
+        for key in ("dtype", "layout"):
+            if not isinstance(d.get(key), str):
+                raise UserError(f"problem.{key}: {str(d.get(key))[:40]} is not a string")
+        if d.get("tf32") is not None and not isinstance(d["tf32"], bool):
+            raise UserError(f"problem.tf32: {str(d['tf32'])[:40]} is not true, false or null")
+        try:
+            return cls.create(ints("input_shape"), out_channels=ints("out_channels", True),
+                              kernel=ints("kernel"), stride=ints("stride"),
+                              padding=ints("padding"), dilation=ints("dilation"),
+                              groups=ints("groups", True), dtype=d["dtype"],
+                              layout=d["layout"], tf32=d.get("tf32"))
+        except UserError as e:
+            if str(e).startswith("problem."):
+                raise
+            raise UserError(f"problem: {e}") from None

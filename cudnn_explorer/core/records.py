@@ -11,12 +11,14 @@ configs, whole models) without breaking saved files.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+import math
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Dict, List, Optional
 
 from .analysis import FIND_DISAGREE, NOISY_SPREAD, timing_stats
 from .errors import UserError
-from .problem import ConvProblem
+from .problem import DIRECTIONS, ConvProblem
 
 __all__ = [
     "SCHEMA_NAME",
@@ -43,27 +45,85 @@ MIB = 1024 * 1024
 SUCCESS = "CUDNN_STATUS_SUCCESS"
 
 
-def _known(cls, d: dict) -> dict:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in d.items() if k in names}
+def _what(hint) -> str:
+    """What a value of type ``hint`` must be, in words."""
+    if hint is bool:
+        return "true or false"
+    if hint is int:
+        return "an integer >= 0"
+    if hint is float:
+        return "a finite number >= 0"
+    if hint is str:
+        return "a string"
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return f"{_what(inner[0])} or null"
+    if hint is list or origin is list:
+        return "a list"
+    return "an object"
 
 
-def _each(convert):
-    return lambda items: [convert(x) for x in items]
+def _convert(value, hint, path: str):
+    """``value`` read from JSON as the annotated type ``hint``, or UserError naming
+    ``path``. Every number a result holds is a count, a size, a time or an error bound:
+    finite and >= 0. Records nest by their annotations (List[AlgoResult], Optional[Timing])."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(value, inner, path)
+    if isinstance(hint, type) and issubclass(hint, _Record):
+        if not isinstance(value, dict):
+            raise UserError(f"{path}: expected an object, got {_shown(value)}")
+        return hint.from_dict(value, path)
+    ok = {bool: lambda v: isinstance(v, bool),
+          int: lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+          and math.isfinite(v) and v >= 0,
+          str: lambda v: isinstance(v, str),
+          object: lambda v: True}.get(hint)
+    if ok is not None:
+        if not ok(value):
+            raise UserError(f"{path}: {_shown(value)} is not {_what(hint)}")
+        return float(value) if hint is float else value
+    if hint is list or origin is list:
+        if not isinstance(value, list):
+            raise UserError(f"{path}: expected a list, got {_shown(value)}")
+        (item,) = typing.get_args(hint) or (object,)
+        return [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+    if hint is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{path}: expected an object, got {_shown(value)}")
+        _, item = typing.get_args(hint) or (str, object)
+        return {k: _convert(v, item, f"{path}.{k}") for k, v in value.items()}
+    raise TypeError(f"records: no reading rule for {hint!r}")  # a record type we wrote
+
+
+def _shown(value) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) \
+        else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class _Record:
-    """``from_dict`` for every record: known keys only (newer files may carry more), and
-    the keys named in ``_NESTED`` converted to their own record types."""
-
-    _NESTED: dict = {}
+    """``from_dict`` for every record: known keys only (newer files may carry more), each
+    value checked against its field's annotation and converted (nested records
+    included), so a malformed file fails on load with the path of the bad field."""
 
     @classmethod
-    def from_dict(cls, d: dict):
-        kw = _known(cls, d)
-        for key, convert in cls._NESTED.items():
-            if kw.get(key) is not None:
-                kw[key] = convert(kw[key])
+    def from_dict(cls, d: dict, path: str = ""):
+        path = path or cls.__name__
+        if not isinstance(d, dict):
+            raise UserError(f"{path}: expected an object, got {_shown(d)}")
+        hints = typing.get_type_hints(cls)
+        kw = {}
+        for f in fields(cls):
+            if f.name in d:
+                kw[f.name] = _convert(d[f.name], hints[f.name], f"{path}.{f.name}")
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise UserError(f"{path}.{f.name}: missing")
         return cls(**kw)
 
     def to_dict(self) -> dict:
@@ -142,7 +202,6 @@ class Timing(_Record):
                    eager=eager)
 
 
-Timing._NESTED = {"eager": Timing.from_dict}
 
 
 @dataclass
@@ -173,7 +232,6 @@ class EngineConfig(_Checked, _Record):
     kernels: Optional[List[str]] = None
     heuristic_ranks: Dict[str, int] = field(default_factory=dict)
     allowed: bool = True
-    _NESTED = {"timing": Timing.from_dict}
 
     @property
     def ok(self) -> bool:
@@ -205,7 +263,6 @@ class EngineSpace(_Record):
     budget_exhausted: bool = False
     wall_s: Optional[float] = None  # wall time of the whole exploration, worker restarts included
     legacy_map: Dict[str, List[str]] = field(default_factory=dict)  # "ALGO (MATH)" -> tags
-    _NESTED = {"configs": _each(EngineConfig.from_dict)}
 
     def ranked(self) -> List[EngineConfig]:
         return sorted(filter(rankable, self.configs), key=lambda c: c.time)
@@ -255,7 +312,6 @@ class PyTorchPick(_Checked, _Record):
     max_error: Optional[float] = None
     tolerance: Optional[float] = None
     output_finite: Optional[bool] = None
-    _NESTED = {"steady": Timing.from_dict}
 
     @property
     def ok(self) -> bool:
@@ -297,7 +353,6 @@ class AlgoResult(_Checked, _Record):
     peak_tflops: Optional[float] = None  # arithmetic ceiling for this dtype and math type
     peak_unit: str = ""
     kernels: Optional[List[str]] = None  # GPU kernels one launch runs (torch.profiler)
-    _NESTED = {"timing": Timing.from_dict}
 
     @property
     def ok(self) -> bool:
@@ -416,14 +471,17 @@ class DirectionResult(_Record):
                 return w.bytes
         return None
 
-    _NESTED = {"find": _each(AlgoResult.from_dict), "heuristics": _each(AlgoResult.from_dict),
-               "workspace": _each(WorkspaceEntry.from_dict),
-               "pytorch": _each(PyTorchPick.from_dict), "engines": EngineSpace.from_dict}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DirectionResult":
+    def from_dict(cls, d: dict, path: str = "") -> "DirectionResult":
         # find, heuristics and workspace are required fields: absent lists load as empty.
-        return super().from_dict({"find": [], "heuristics": [], "workspace": [], **d})
+        path = path or cls.__name__
+        if not isinstance(d, dict):
+            raise UserError(f"{path}: expected an object, got {_shown(d)}")
+        if d.get("direction") not in DIRECTIONS:
+            raise UserError(f"{path}.direction: {_shown(d.get('direction'))} is not one of "
+                            f"{', '.join(DIRECTIONS)}")
+        return super().from_dict({"find": [], "heuristics": [], "workspace": [], **d}, path)
 
 
 @dataclass
@@ -501,32 +559,53 @@ class Exploration:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Exploration":
+        """A saved exploration, every field checked: UserError names the first bad one
+        (its path, e.g. ``directions[0].find[2].timing.median_ms``) and what is valid."""
         if d.get("schema") != SCHEMA_NAME:
-            raise UserError(f"not a cudnn_explorer result: schema is {d.get('schema')!r}, "
+            raise UserError(f"not a cudnn_explorer result: schema is {_shown(d.get('schema'))}, "
                             f"expected {SCHEMA_NAME!r}")
         version = d.get("schema_version")
-        if not isinstance(version, int) or version > SCHEMA_VERSION:
+        if not isinstance(version, int) or isinstance(version, bool) or not \
+                1 <= version <= SCHEMA_VERSION:
             raise UserError(
-                f"schema_version {version!r} is newer than this cudnn_explorer reads "
-                f"(<= {SCHEMA_VERSION}); upgrade cudnn_explorer"
-            )
+                f"schema_version {_shown(version)}: this cudnn_explorer reads versions 1 to "
+                f"{SCHEMA_VERSION}" + ("; upgrade cudnn_explorer" if isinstance(version, int)
+                                       and version > SCHEMA_VERSION else ""))
+        directions = d.get("directions")
+        if not isinstance(directions, list) or not directions:
+            raise UserError(f"directions: {_shown(directions)} is not a non-empty list")
+        loaded = [DirectionResult.from_dict(x, f"directions[{i}]")
+                  for i, x in enumerate(directions)]
+        names = [x.direction for x in loaded]
+        if len(set(names)) != len(names):
+            raise UserError(f"directions: {', '.join(names)} lists a direction twice")
+        for key in ("tool_version", "created"):
+            _convert(d.get(key, ""), str, key)
         return cls(
-            problem=ConvProblem.from_dict(d["problem"]),
-            environment=Environment.from_dict(d.get("environment", {})),
-            directions=[DirectionResult.from_dict(x) for x in d.get("directions", [])],
+            problem=ConvProblem.from_dict(d.get("problem")),
+            environment=Environment.from_dict(d.get("environment") or {}, "environment"),
+            directions=loaded,
             tool_version=d.get("tool_version", ""),
             created=d.get("created", ""),
             schema=d["schema"],
             schema_version=version,
-            measurement=Measurement.from_dict(d.get("measurement") or {}),
+            measurement=Measurement.from_dict(d.get("measurement") or {}, "measurement"),
         )
 
     @classmethod
-    def from_json(cls, text: str) -> "Exploration":
+    def from_json(cls, text) -> "Exploration":
+        """From the text (or bytes) of a saved --json file; UserError when it is not one."""
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(f"not a text file: byte {e.start} is not UTF-8") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise UserError(f"not valid JSON: {e}") from None
+        except RecursionError:
+            raise UserError("not a cudnn_explorer result: nested too deeply") from None
         if not isinstance(data, dict):
             raise UserError("not a cudnn_explorer result: top level is not an object")
         return cls.from_dict(data)
