@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from typing import List, Optional
 
-from .core.errors import ExplorerError, UserError
+from .core.errors import ExplorerError, MissingDependencyError, UserError
 from .core.options import ExploreOptions
 from .core.problem import ConvProblem
 
@@ -26,9 +27,65 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(message)
 
 
+# What a flag would be ignored with: (flags given, the flags they make pointless).
+PROBLEM_FLAGS = ("--shape", "--out-channels", "--kernel", "--stride", "--padding", "--dilation",
+                 "--groups", "--dtype", "--tf32", "--layout")
+RUN_FLAGS = ("--direction", "--device", "--max-workspace", "--seed", "--budget-ms",
+             "--flush-l2", "--no-retime", "--no-graph", "--no-check", "--quiet", "--verbose",
+             "--no-pytorch", "--benchmark-limit", "--child-timeout", "--no-engines",
+             "--engine-configs", "--engine-config-timeout", "--engine-budget-s")
+CONFLICTS = [
+    ("--load", PROBLEM_FLAGS + RUN_FLAGS + ("--info",), "--load renders a saved file"),
+    ("--info", PROBLEM_FLAGS + tuple(f for f in RUN_FLAGS if f != "--device")
+     + ("--json", "--csv", "--engines"), "--info only prints versions and GPUs"),
+    ("--quiet", ("--verbose",), "--quiet turns progress off"),
+    ("--no-pytorch", ("--benchmark-limit", "--child-timeout"),
+     "--no-pytorch runs none of PyTorch's modes"),
+    ("--no-engines", ("--engine-configs", "--engine-config-timeout", "--engine-budget-s"),
+     "--no-engines explores no engine configs"),
+    ("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph"), "--no-retime times nothing"),
+]
+
+
+def given_flags(parser: argparse.ArgumentParser, argv: List[str]) -> List[str]:
+    """The long flags on the command line, as the parser names them (``--x=v`` too)."""
+    known = parser._option_string_actions  # argparse's own table of flags
+    return [t.split("=", 1)[0] for t in argv
+            if t.startswith("--") and t.split("=", 1)[0] in known]
+
+
+def check_conflicts(flags: List[str]) -> None:
+    """UserError naming a flag that another given flag would make the run ignore."""
+    for flag, ignored, why in CONFLICTS:
+        if flag in flags:
+            bad = next((f for f in flags if f in ignored), None)
+            if bad:
+                raise UserError(f"{bad} would be ignored: {why}; drop {bad} or {flag}")
+
+
+def join_negative_values(parser: argparse.ArgumentParser, argv: List[str]) -> List[str]:
+    """``--shape -1,3,8,8`` as ``--shape=-1,3,8,8``: argparse takes a value that starts
+    with '-' for a flag and reports the wrong thing ("expected one argument"); joined,
+    the value reaches validation, which names what is wrong with it."""
+    known = parser._option_string_actions
+    out, i = [], 0
+    while i < len(argv):
+        t = argv[i]
+        action = known.get(t)
+        if (action is not None and action.nargs is None and i + 1 < len(argv)
+                and argv[i + 1].startswith("-") and argv[i + 1] not in known
+                and not argv[i + 1].startswith("--")):
+            out.append(f"{t}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(t)
+        i += 1
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
-        prog="python -m cudnn_explorer",
+        prog="python -m cudnn_explorer", allow_abbrev=False,
         description="List every cuDNN convolution algorithm for a problem, with cuDNN's "
                     "own time (ms), workspace (MiB), math type and determinism.")
     g = p.add_argument_group("problem")
@@ -100,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--info", action="store_true",
                    help="print build-time and running torch/CUDA/cuDNN versions and GPUs")
     o.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    o.add_argument("--version", action="store_true", help="print the version and exit")
     return p
 
 
@@ -137,46 +195,112 @@ def options_from_args(a, engines: bool) -> ExploreOptions:
 
 def problem_from_args(a) -> ConvProblem:
     if a.shape is None:
-        raise UserError("--shape is required, e.g. --shape 32,3,224,224 (or use --info / --load)")
+        raise UserError("--shape is required, e.g. --shape 32,3,224,224 (or use --info / --load); "
+                        "--help lists every option")
     return ConvProblem.create(a.shape, out_channels=a.out_channels, kernel=a.kernel,
                               stride=a.stride, padding=a.padding, dilation=a.dilation,
                               groups=a.groups, dtype=a.dtype, layout=a.layout, tf32=_tf32(a.tf32))
 
 
-def _write(text: str, path: Optional[str]) -> None:
+def check_output_path(path: Optional[str], flag: str) -> None:
+    """UserError, before anything is measured, when ``path`` cannot be written."""
+    if path in (None, "-"):
+        return
+    where = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UserError(f"{flag} '{path}': is a directory")
+    if not os.path.isdir(where):
+        raise UserError(f"{flag} '{path}': directory '{where}' does not exist")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise UserError(f"{flag} '{path}': not a regular file")
+    try:  # the very way write_output writes: a temporary file beside it
+        fd, tmp = tempfile.mkstemp(prefix=".cudnn_explorer.", dir=where)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise UserError(f"{flag} '{path}': cannot write there: {e.strerror}") from None
+
+
+def write_output(text: str, path: Optional[str], flag: str) -> None:
+    """``text`` to stdout ("-" or None) or to ``path`` atomically: a temporary file in the
+    same directory, then a rename, so a reader never sees half a file."""
     if path in (None, "-"):
         sys.stdout.write(text)
         return
+    where = os.path.dirname(os.path.abspath(path))
     try:
-        with open(path, "w") as f:
-            f.write(text)
+        fd, tmp = tempfile.mkstemp(prefix=".cudnn_explorer.", dir=where)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
     except OSError as e:
-        raise UserError(f"cannot write '{path}': {e.strerror}") from None
+        raise UserError(f"{flag} '{path}': cannot write: {e.strerror}") from None
     print(f"wrote {path}", file=sys.stderr)
 
 
-def _run(argv: Optional[List[str]]) -> int:
-    a = build_parser().parse_args(argv)
+def _measure_layer():
+    """The measuring layer (imports torch lazily): exit 3 with the fix when torch or
+    numpy is missing."""
+    try:
+        from .measure import pipeline
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"{e.name or 'a dependency'} is not installed: run scripts/setup.sh, or pip "
+            f"install torch numpy tabulate in this environment") from None
+    return pipeline
+
+
+def load_file(path: str):
+    """The Exploration saved at ``path``; UserError naming the file and the bad field."""
     from .core.records import Exploration
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise UserError(f"--load '{path}': {e.strerror}") from None
+    try:
+        return Exploration.from_json(data)
+    except UserError as e:
+        raise UserError(f"--load '{path}': {e}") from None
+
+
+def _run(argv: Optional[List[str]]) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        sys.stderr.write(parser.format_usage())
+        raise UserError("nothing to do: give --shape (e.g. --shape 32,3,224,224 --kernel 3), "
+                        "--load FILE or --info; --help lists every option")
+    argv = join_negative_values(parser, argv)
+    a = parser.parse_args(argv)
+    if a.version:
+        from .core.version import __version__
+
+        print(f"cudnn_explorer {__version__}")
+        return 0
+    check_conflicts(given_flags(parser, argv))
+    if a.json == "-" and a.csv == "-":
+        raise UserError("--json - and --csv - both write to stdout, which would parse as "
+                        "neither; write one of them to a file")
+    check_output_path(a.json, "--json")
+    check_output_path(a.csv, "--csv")
     from .report import export, tables
 
     if a.info:
-        from .measure import pipeline  # imports torch lazily; extension errors are one line
-
+        pipeline = _measure_layer()
         print(tables.render_info(pipeline.info(_int(a.device, "--device"))))
         return 0
     if a.load:
-        try:
-            with open(a.load) as f:
-                text = f.read()
-        except OSError as e:
-            raise UserError(f"--load '{a.load}': {e.strerror}") from None
-        exp = Exploration.from_json(text)
+        exp = load_file(a.load)
     else:
         problem = problem_from_args(a)
         options = options_from_args(a, engines=not a.no_engines)
-        from .measure import pipeline  # imports torch lazily; extension errors are one line
-
+        pipeline = _measure_layer()
         if options.engines and not a.engines and not _frontend_built(options.device):
             options = options_from_args(a, engines=False)  # --engines says what is missing
             print("cudnn_explorer: note: engine configs skipped: this build of the extension "
@@ -200,15 +324,21 @@ def _run(argv: Optional[List[str]]) -> int:
             if progress and not a.verbose:
                 sys.stderr.write("\r\033[K")
 
-    wrote_stdout = False
-    if a.json is not None:
-        _write(exp.to_json() + "\n", a.json)
-        wrote_stdout = a.json == "-"
-    if a.csv is not None:
-        _write(export.rows_to_csv(exp), a.csv)
-        wrote_stdout = wrote_stdout or a.csv == "-"
-    if not wrote_stdout:
-        sys.stdout.write(tables.render_exploration(exp, show_engines=a.engines))
+    try:
+        # The table first whenever stdout is free, so a failed write loses nothing shown.
+        if "-" not in (a.json, a.csv):
+            sys.stdout.write(tables.render_exploration(exp, show_engines=a.engines))
+        if a.json is not None:
+            write_output(exp.to_json() + "\n", a.json, "--json")
+        if a.csv is not None:
+            write_output(export.rows_to_csv(exp), a.csv, "--csv")
+    except (ArithmeticError, LookupError, TypeError, ValueError) as e:
+        if not a.load or isinstance(e, ExplorerError) or a.debug:
+            raise
+        # Each field was checked on load; a combination of them can still be one that no
+        # run writes. The file is at fault, not the machine: exit 2, naming it.
+        raise UserError(f"--load '{a.load}': fields that do not fit together "
+                        f"({type(e).__name__}: {str(e)[:80]})") from None
     failed = [d.direction for d in exp.directions if d.best() is None]
     if failed and not a.load:
         print(f"cudnn_explorer: error: cuDNN ran no algorithm for {', '.join(failed)} of "

@@ -130,6 +130,10 @@ class ExploreOptions:
         return cls.create(**{k: v for k, v in d.items() if k in names})
 
 
+_INT = r"\s*[+-]?[0-9]{1,30}\s*"
+_FLOAT = r"\s*[+-]?([0-9]{1,30}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?\s*"
+
+
 def _parse(f, v, source: str):
     """One option's value as ``f.metadata`` says, or UserError naming the parameter or the
     flag and what is valid."""
@@ -166,8 +170,8 @@ def _parse(f, v, source: str):
     if isinstance(v, bool):
         raise bad()
     num = int(v) if kind == "int" and isinstance(v, float) and v.is_integer() else v
-    if isinstance(num, str) and kind == "int" and not re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", num):
-        raise bad()
+    if isinstance(num, str) and not re.fullmatch(_INT if kind == "int" else _FLOAT, num):
+        raise bad()  # ASCII only: Python's int() and float() also read other scripts' digits
     try:
         x = int(str(num).strip()) if kind == "int" else float(num)
     except (TypeError, ValueError, OverflowError):

@@ -353,7 +353,7 @@ class ConvProblem:
         if d.get("tf32") is not None and not isinstance(d["tf32"], bool):
             raise UserError(f"problem.tf32: {str(d['tf32'])[:40]} is not true, false or null")
         try:
-            return cls.create(ints("input_shape"), out_channels=ints("out_channels", True),
+            problem = cls.create(ints("input_shape"), out_channels=ints("out_channels", True),
                               kernel=ints("kernel"), stride=ints("stride"),
                               padding=ints("padding"), dilation=ints("dilation"),
                               groups=ints("groups", True), dtype=d["dtype"],
@@ -362,3 +362,9 @@ class ConvProblem:
             if str(e).startswith("problem."):
                 raise
             raise UserError(f"problem: {e}") from None
+        derived = problem.to_dict()  # saved derived fields must be the problem's own
+        for key in ("weight_shape", "output_shape", "math_type"):
+            if key in d and d[key] != derived[key]:
+                raise UserError(f"problem.{key}: {str(d[key])[:40]} does not match the "
+                                f"problem ({derived[key]})")
+        return problem

@@ -14,7 +14,7 @@ import json
 import math
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .analysis import FIND_DISAGREE, NOISY_SPREAD, timing_stats
 from .errors import UserError
@@ -51,6 +51,8 @@ def _what(hint) -> str:
         return "true or false"
     if hint is int:
         return "an integer >= 0"
+    if hint is Signed:
+        return "an integer"
     if hint is float:
         return "a finite number >= 0"
     if hint is str:
@@ -59,8 +61,10 @@ def _what(hint) -> str:
     if origin is typing.Union:
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
         return f"{_what(inner[0])} or null"
-    if hint is list or origin is list:
+    if hint is list or origin in (list, tuple):
         return "a list"
+    if hint is object:
+        return "plain JSON with finite numbers"
     return "an object"
 
 
@@ -79,15 +83,22 @@ def _convert(value, hint, path: str):
             raise UserError(f"{path}: expected an object, got {_shown(value)}")
         return hint.from_dict(value, path)
     ok = {bool: lambda v: isinstance(v, bool),
-          int: lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+          int: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX,
+          Signed: lambda v: isinstance(v, int) and not isinstance(v, bool)
+          and -INT64_MAX <= v <= INT64_MAX,
           float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-          and math.isfinite(v) and v >= 0,
+          and 0 <= v <= FLOAT_MAX,
           str: lambda v: isinstance(v, str),
-          object: lambda v: True}.get(hint)
+          object: _plain}.get(hint)
     if ok is not None:
         if not ok(value):
             raise UserError(f"{path}: {_shown(value)} is not {_what(hint)}")
         return float(value) if hint is float else value
+    if origin is tuple:
+        items = typing.get_args(hint)
+        if not isinstance(value, list) or len(value) != len(items):
+            raise UserError(f"{path}: expected a list of {len(items)}, got {_shown(value)}")
+        return [_convert(v, h, f"{path}[{i}]") for i, (v, h) in enumerate(zip(value, items))]
     if hint is list or origin is list:
         if not isinstance(value, list):
             raise UserError(f"{path}: expected a list, got {_shown(value)}")
@@ -99,6 +110,25 @@ def _convert(value, hint, path: str):
         _, item = typing.get_args(hint) or (str, object)
         return {k: _convert(v, item, f"{path}.{k}") for k, v in value.items()}
     raise TypeError(f"records: no reading rule for {hint!r}")  # a record type we wrote
+
+
+INT64_MAX = 2**63 - 1
+FLOAT_MAX = 1e300
+Signed = typing.NewType("Signed", int)  # an int64 that may be negative (a knob's value)
+
+
+def _plain(v) -> bool:
+    """Free-form JSON (knob lists, engine summaries, options): any structure, but every
+    number finite and within int64."""
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _plain(x) for k, x in v.items())
+    if isinstance(v, list):
+        return all(_plain(x) for x in v)
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return -INT64_MAX <= v <= INT64_MAX
+    return v is None or isinstance(v, (str, bool))
 
 
 def _shown(value) -> str:
@@ -218,7 +248,7 @@ class EngineConfig(_Checked, _Record):
 
     tag: str
     engine: int
-    knobs: List[list] = field(default_factory=list)  # [knob type id, value]
+    knobs: List[Tuple[int, Signed]] = field(default_factory=list)  # [knob type id, value]
     status: str = ""
     message: str = ""
     numeric_notes: List[str] = field(default_factory=list)
@@ -305,7 +335,7 @@ class PyTorchPick(_Checked, _Record):
     heuristic_candidates: int = 0
     fallback_candidates: int = 0
     candidates: List[dict] = field(default_factory=list)  # tag, notes, workspace, source
-    timed: List[list] = field(default_factory=list)       # [tag, ms] per timed plan
+    timed: List[Tuple[str, float]] = field(default_factory=list)  # [tag, ms] per timed plan
     legacy_algo: Optional[str] = None
     deterministic: Optional[bool] = None
     same_kernels_as: List[str] = field(default_factory=list)

@@ -68,7 +68,7 @@ def summary_lines(d: DirectionResult) -> List[str]:
             if best.tag in timed:
                 out.append("PyTorch's timed candidates contained the best config")
             else:
-                cand = {c["tag"] for c in bench.candidates}
+                cand = {c.get("tag") for c in bench.candidates}
                 why = "a candidate cut by benchmark_limit" if best.tag in cand else \
                     "not among its heuristic + fallback candidates"
                 gap = "" if bench.time is None else \
