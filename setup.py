@@ -32,8 +32,15 @@ def _guess_cuda_home():
 
 _guess_cuda_home()
 
-import torch  # noqa: E402
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension  # noqa: E402
+try:
+    import torch  # noqa: E402
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension  # noqa: E402
+except ImportError:
+    raise SystemExit(
+        "cudnn_explorer: torch is not importable here. The extension is compiled against "
+        "the torch of your environment: install torch first, then build without build "
+        "isolation:  pip install --no-build-isolation .  (a plain `pip install .` builds in "
+        "an isolated environment that has no torch)") from None
 
 
 def _nvidia_dir(sub):
@@ -141,13 +148,24 @@ ext = CUDAExtension(
     extra_link_args=link_args,
 )
 
+def version():
+    """__version__ from cudnn_explorer/core/version.py, read without importing the package."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "cudnn_explorer", "core", "version.py")) as f:
+        for line in f:
+            if line.startswith("__version__"):
+                return line.split("=", 1)[1].strip().strip("\"'")
+    raise SystemExit("cudnn_explorer: no __version__ in cudnn_explorer/core/version.py")
+
+
 setup(
     name="cudnn_explorer",
-    version="0.1.0",
+    version=version(),
     description="See every cuDNN convolution algorithm, what PyTorch picks, and what it costs",
     packages=find_packages(include=["cudnn_explorer", "cudnn_explorer.*"]),
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "tabulate"],
+    entry_points={"console_scripts": ["cudnn-explorer = cudnn_explorer.cli:console"]},
 )

@@ -379,3 +379,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"cudnn_explorer: internal error: {type(e).__name__}: {first} "
               f"(rerun with --debug for the traceback)", file=sys.stderr)
         return 1
+
+
+def console() -> None:
+    """The ``cudnn-explorer`` console script."""
+    sys.exit(main())
