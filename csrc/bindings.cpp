@@ -41,7 +41,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("time_ms", &ce::AlgoPerf::time_ms)
       .def_readonly("memory_bytes", &ce::AlgoPerf::memory_bytes)
       .def_readonly("deterministic", &ce::AlgoPerf::deterministic)
-      .def_readonly("math_type", &ce::AlgoPerf::math_type);
+      .def_readonly("math_type", &ce::AlgoPerf::math_type)
+      .def_readonly("found_under", &ce::AlgoPerf::found_under);
 
   py::class_<ce::WorkspaceQuery>(m, "WorkspaceQuery")
       .def_readonly("algo", &ce::WorkspaceQuery::algo)
@@ -54,21 +55,26 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<ce::FindReport>(m, "FindReport")
       .def_readonly("direction", &ce::FindReport::direction)
       .def_readonly("math_type", &ce::FindReport::math_type)
+      .def_readonly("searched", &ce::FindReport::searched)
       .def_readonly("find", &ce::FindReport::find)
       .def_readonly("heuristics", &ce::FindReport::heuristics)
       .def_readonly("workspace", &ce::FindReport::workspace)
       .def_readonly("workspace_needed", &ce::FindReport::workspace_needed)
       .def_readonly("workspace_given", &ce::FindReport::workspace_given)
+      .def_readonly("workspace_free", &ce::FindReport::workspace_free)
       .def_readonly("requested", &ce::FindReport::requested)
       .def_readonly("returned", &ce::FindReport::returned)
       .def_readonly("find_wall_ms", &ce::FindReport::find_wall_ms)
+      .def_readonly("find_wall_ms_all", &ce::FindReport::find_wall_ms_all)
       .def_readonly("problem", &ce::FindReport::problem);
 
   m.def("find_algorithms",
-        [](const std::string& d, ce::Problem& p, int64_t cap) {
-          return ce::find_algorithms(ce::direction_from_name(d), p, cap);
+        [](const std::string& d, ce::Problem& p, int64_t cap,
+           const std::vector<std::string>& math_types) {
+          return ce::find_algorithms(ce::direction_from_name(d), p, cap, math_types);
         },
-        py::arg("direction"), py::arg("problem"), py::arg("max_workspace_bytes"));
+        py::arg("direction"), py::arg("problem"), py::arg("max_workspace_bytes"),
+        py::arg("math_types"));
   m.def("workspace_size",
         [](const std::string& d, ce::Problem& p, int algo, const std::string& math) {
           return ce::workspace_size(ce::direction_from_name(d), p, algo, math);

@@ -47,9 +47,37 @@ WorkspaceQuery query_workspace(cudnnHandle_t h, Problem& p, int algo, cudnnMathT
   return q;
 }
 
+// Note [Find workspace that fits]: like PyTorch's Conv_v7 (getMaxWorkspaceSize), Find is
+// given the largest workspace that both the algorithms need and the GPU can give now: the
+// caching allocator's largest free block, or the device's free memory when that is larger
+// (CUDACachingAllocator::cacheInfo). Should even that allocation fail (fragmentation, a
+// neighbour's allocation), the size is halved until it succeeds, down to none. Algorithms
+// that need more come back with an error status; the Python side marks each with what it
+// needs and what was free, and re-times every other one.
+c10::DataPtr workspace_that_fits(const Problem& p, FindReport& rep) {
+  auto* alloc = c10::cuda::CUDACachingAllocator::get();
+  size_t largest = 0;  // 0 asks cacheInfo to start from cudaMemGetInfo's free memory
+  c10::cuda::CUDACachingAllocator::cacheInfo(p.x().device().index(), &largest);
+  if (static_cast<int64_t>(largest) < rep.workspace_given) {
+    rep.workspace_free = static_cast<int64_t>(largest);
+    rep.workspace_given = rep.workspace_free;
+  }
+  while (true) {
+    try {
+      return alloc->allocate(static_cast<size_t>(rep.workspace_given));
+    } catch (const c10::OutOfMemoryError&) {
+      if (rep.workspace_given == 0) throw;  // not even an empty workspace: truly out
+      (void)cudaGetLastError();             // clear the sticky allocation error
+      rep.workspace_free = rep.workspace_given / 2;
+      rep.workspace_given = rep.workspace_free;
+    }
+  }
+}
+
 struct FindFn {
   Problem& p;
   int64_t cap;
+  const std::vector<cudnnMathType_t>& maths;
   template <Direction D>
   FindReport operator()() const {
     using O = Ops<D>;
@@ -57,7 +85,7 @@ struct FindFn {
     cudnnHandle_t h = current_handle();
     FindReport rep;
     rep.direction = direction_name(D);
-    rep.math_type = math_type_name(p.math_type());
+    rep.math_type = math_type_name(maths.front());
     rep.problem = p.describe();
 
     // Note [FindEx workspace]: cudnnFind*Ex tries every algorithm under several math
@@ -81,25 +109,37 @@ struct FindFn {
     rep.requested = std::max(max_count, O::kCount) * 4;
     std::vector<typename O::Perf> perf(rep.requested);
 
+    MathTypeScope scope(p);
+    p.set_math_type(maths.front());
     int returned = 0;
     CE_CUDNN_CHECK(O::heuristics(h, p, rep.requested, &returned, perf.data()), p.describe());
     for (int i = 0; i < returned; ++i) rep.heuristics.push_back(to_row(D, perf[i], false));
 
     // Workspace from PyTorch's caching allocator, like the tensors (freed on scope exit).
-    c10::DataPtr ws = c10::cuda::CUDACachingAllocator::get()->allocate(
-        static_cast<size_t>(rep.workspace_given));
-    returned = 0;
-    // Host wall time of the Find call alone, synchronised on both sides.
-    CE_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream()));
-    const auto t0 = std::chrono::steady_clock::now();
-    CE_CUDNN_CHECK(O::find(h, p, rep.requested, &returned, perf.data(), ws.get(),
-                           static_cast<size_t>(rep.workspace_given)),
-                   p.describe());
-    CE_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream()));
-    rep.find_wall_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    rep.returned = returned;
-    for (int i = 0; i < returned; ++i) rep.find.push_back(to_row(D, perf[i], true));
+    c10::DataPtr ws = workspace_that_fits(p, rep);
+    for (cudnnMathType_t m : maths) {
+      p.set_math_type(m);
+      rep.searched.push_back(math_type_name(m));
+      returned = 0;
+      // Host wall time of the Find call alone, synchronised on both sides.
+      CE_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream()));
+      const auto t0 = std::chrono::steady_clock::now();
+      CE_CUDNN_CHECK(O::find(h, p, rep.requested, &returned, perf.data(), ws.get(),
+                             static_cast<size_t>(rep.workspace_given)),
+                     p.describe() + " (Find under " + math_type_name(m) + ")");
+      CE_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream()));
+      const double wall =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+              .count();
+      if (rep.searched.size() == 1) rep.find_wall_ms = wall;
+      rep.find_wall_ms_all += wall;
+      rep.returned += returned;
+      for (int i = 0; i < returned; ++i) {
+        AlgoPerf row = to_row(D, perf[i], true);
+        row.found_under = math_type_name(m);
+        rep.find.push_back(std::move(row));
+      }
+    }
     // Find ran asynchronously on the current stream; the workspace's memory goes back
     // to the caching allocator, which is stream-ordered, so no sync is needed for reuse.
     return rep;
@@ -165,8 +205,12 @@ std::string algo_name(Direction d, int algo) {
   return (algo >= 0 && algo < n) ? names[algo] : "ALGO_" + std::to_string(algo);
 }
 
-FindReport find_algorithms(Direction d, Problem& p, int64_t max_workspace_bytes) {
-  return dispatch(d, FindFn{p, max_workspace_bytes});
+FindReport find_algorithms(Direction d, Problem& p, int64_t max_workspace_bytes,
+                           const std::vector<std::string>& math_types) {
+  CE_CHECK_ARG(!math_types.empty(), "find_algorithms needs at least one math type");
+  std::vector<cudnnMathType_t> maths;
+  for (const auto& m : math_types) maths.push_back(math_type_from_name(m));
+  return dispatch(d, FindFn{p, max_workspace_bytes, maths});
 }
 
 WorkspaceQuery workspace_size(Direction d, Problem& p, int algo, const std::string& math_type) {

@@ -339,8 +339,18 @@ def _run(argv: Optional[List[str]]) -> int:
         # run writes. The file is at fault, not the machine: exit 2, naming it.
         raise UserError(f"--load '{a.load}': fields that do not fit together "
                         f"({type(e).__name__}: {str(e)[:80]})") from None
+    if a.load:
+        return 0
+    unfinished = [d for d in exp.directions if d.error]
+    if unfinished:  # what finished was shown and saved above
+        kept = [d.direction for d in exp.directions if d.find]
+        print(f"cudnn_explorer: error: {unfinished[0].direction}: {unfinished[0].error}"
+              + (f" (and {len(unfinished) - 1} more direction(s))" if len(unfinished) > 1
+                 else "")
+              + (f"; results kept for {', '.join(kept)}" if kept else ""), file=sys.stderr)
+        return 3
     failed = [d.direction for d in exp.directions if d.best() is None]
-    if failed and not a.load:
+    if failed:
         print(f"cudnn_explorer: error: cuDNN ran no algorithm for {', '.join(failed)} of "
               f"{exp.problem.describe()}", file=sys.stderr)
         return 2
@@ -376,6 +386,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if debug:
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        if "out of memory" in first.lower():  # torch's OutOfMemoryError, a CUDA error
+            print(f"cudnn_explorer: error: out of GPU memory: {first}", file=sys.stderr)
+            return 3
         print(f"cudnn_explorer: internal error: {type(e).__name__}: {first} "
               f"(rerun with --debug for the traceback)", file=sys.stderr)
         return 1

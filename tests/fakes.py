@@ -24,6 +24,8 @@ _FWD_FIND = [  # (algo, name, math, status, Find ms, workspace)
      900 * MIB),
     (6, "WINOGRAD", "DEFAULT_MATH", NS_, None, 0),
 ]
+# A row only Find under TENSOR_OP_MATH returns: faster than any of PyTorch's candidates.
+_MORE_UNDER_TENSOR_OP = [(7, "WINOGRAD_NONFUSED", "TENSOR_OP_MATH", OK, 0.19, 2 * MIB)]
 _NAMES = ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
           "WINOGRAD", "WINOGRAD_NONFUSED"]
 _SIZES = {0: 0, 1: 3 * MIB // 2, 2: 40 * MIB, 5: 900 * MIB}
@@ -111,9 +113,14 @@ class FakeLab:
 
     def find(self, cap):
         given = 900 * MIB if cap is None else min(cap, 900 * MIB)
+        # Find under PyTorch's math type, then under TENSOR_OP_MATH: the second call
+        # returns the first's rows again and one more (as cuDNN does for bfloat16).
         rows = [NS(algo=i, algo_name=n, math_type=m, status=st,
                    status_code=0 if st == OK else 3000, time_ms=-1 if t is None else t,
-                   memory_bytes=ws, deterministic=True) for i, n, m, st, t, ws in _FWD_FIND]
+                   memory_bytes=ws, deterministic=True, found_under=under)
+                for under, found in (("DEFAULT_MATH", _FWD_FIND),
+                                     ("TENSOR_OP_MATH", _FWD_FIND + _MORE_UNDER_TENSOR_OP))
+                for i, n, m, st, t, ws in found]
         if cap is not None:  # a row that needs more than the cap does not run
             rows = [r if r.memory_bytes <= given else NS(**{**vars(r), "status": NS_,
                                                            "status_code": 3000, "time_ms": -1})
@@ -121,14 +128,15 @@ class FakeLab:
         ws = [NS(algo=w.algo, algo_name=w.algo_name, math_type=w.math_type, status=w.status,
                  bytes=-1 if w.bytes is None else w.bytes) for w in workspace_entries()]
         return NS(math_type="DEFAULT_MATH", find=rows, heuristics=rows[:2], workspace=ws,
-                  workspace_needed=900 * MIB, workspace_given=given, requested=32, returned=5,
-                  find_wall_ms=12.5)
+                  workspace_needed=900 * MIB, workspace_given=given, requested=32,
+                  returned=len(rows), find_wall_ms=12.5, find_wall_ms_all=30.0,
+                  searched=["DEFAULT_MATH", "TENSOR_OP_MATH"], workspace_free=-1)
 
     def measure(self, algo, math_type, spec, check):
         from cudnn_explorer.measure.tensors import Check
 
         self.calls.append(("measure", self.direction, algo, spec))
-        median = {1: 0.21, 0: 0.5, 2: 0.3}[algo]
+        median = {1: 0.21, 0: 0.5, 2: 0.3, 7: 0.18}[algo]
         return (None if spec is None else fake_timing(spec, median),
                 Check(1e-3, 1e-2, True) if check else None)
 

@@ -134,3 +134,51 @@ def test_options_defaults_round_trip_and_timing():
     assert ExploreOptions.create(budget_ms=40).timing.eager_budget_ms == 10
     with pytest.raises(UserError, match="unknown option 'budget'"):
         ExploreOptions.create(budget=3)
+
+
+class LowMemoryBench(FakeBench):
+    """bwd-data's tensors do not fit; fwd's engine configs run out of memory."""
+
+    def lab(self, problem, direction, options):
+        from cudnn_explorer.core.errors import ResourceError
+
+        if direction == "bwd-data":
+            raise ResourceError("out of GPU memory for the bwd-data tensors: needs about "
+                                "300 MiB, 256 MiB free on GPU 0")
+        return super().lab(problem, direction, options)
+
+    def engines(self, *args, **kw):
+        from cudnn_explorer.core.errors import ResourceError
+
+        raise ResourceError("out of GPU memory building a plan")
+
+
+def test_out_of_memory_keeps_what_finished(tmp_path, monkeypatch):
+    from cudnn_explorer.measure.pipeline import explore
+
+    opts = ExploreOptions.create(directions="fwd,bwd-data", budget_ms=5, child_timeout_s=30,
+                                 engine_budget_s=30)
+    exp = explore(P, opts, bench=LowMemoryBench(tmp_path, monkeypatch))
+    fwd, bwd = exp.directions
+    assert fwd.best() is not None and fwd.engines is None
+    assert fwd.error == "engine configs: out of GPU memory building a plan"
+    assert bwd.find == [] and "256 MiB free" in bwd.error
+    text = render_exploration(Exploration.from_json(exp.to_json()))
+    assert "not explored: out of GPU memory for the bwd-data tensors" in text
+    assert "not finished: engine configs: out of GPU memory" in text
+
+
+def test_find_under_every_math_type_marks_pytorchs_rows(tmp_path, monkeypatch):
+    exp, _ = run(tmp_path, monkeypatch, engines=False)
+    d = exp.direction("fwd")
+    assert d.searched_math_types == ["DEFAULT_MATH", "TENSOR_OP_MATH"]
+    keys = [r.key for r in d.find]
+    assert len(keys) == len(set(keys))  # one row per (algorithm, math type)
+    extra = [r for r in d.find if r.pytorch_candidate is False]
+    assert [r.algo_name for r in extra] == ["WINOGRAD_NONFUSED"]
+    assert extra[0].found_under == "TENSOR_OP_MATH"
+    assert d.best().algo_name == "WINOGRAD_NONFUSED"
+    assert d.best(pytorch_only=True).algo_name == "IMPLICIT_PRECOMP_GEMM"
+    text = render_exploration(exp)
+    assert "best among PyTorch's legacy candidates (DEFAULT_MATH): IMPLICIT_PRECOMP_GEMM" in text
+    assert "extra Find" in text

@@ -284,6 +284,21 @@ class ConvProblem:
         return "DEFAULT_MATH"
 
     @property
+    def find_math_types(self) -> Tuple[str, ...]:
+        """The math types cudnnFind runs under, PyTorch's first: every one this dtype
+        permits, so that each (algorithm, math type) cuDNN offers is listed. float32 with
+        TF32 off permits FMA_MATH only; float32 never gets ALLOW_CONVERSION (a silent cast
+        to float16 that nobody asked for)."""
+        if self.dtype == "float32":
+            others = ("DEFAULT_MATH", "TENSOR_OP_MATH", "FMA_MATH") if self.tf32 else ()
+        elif self.dtype == "float64":
+            others = ("DEFAULT_MATH", "FMA_MATH", "TENSOR_OP_MATH")
+        else:
+            others = ("DEFAULT_MATH", "TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION",
+                      "FMA_MATH")
+        return (self.math_type,) + tuple(m for m in others if m != self.math_type)
+
+    @property
     def math_label(self) -> str:
         """Human label of the arithmetic, e.g. 'float32, TF32 allowed (DEFAULT_MATH)'."""
         if self.dtype == "float32":

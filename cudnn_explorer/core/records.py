@@ -1,8 +1,8 @@
 """Result records and their JSON schema. Pure Python (no torch import).
 
-Schema ``cudnn_explorer.exploration``, version 5 (see docs/schema.md); versions 1 (Find
-only), 2 (no PyTorch comparison), 3 (no engine configs) and 4 (no options, no eager
-times) still load. Records are built once, by the measuring layer, and not changed
+Schema ``cudnn_explorer.exploration``, version 6 (see docs/usage.md); versions 1 (Find
+only), 2 (no PyTorch comparison), 3 (no engine configs), 4 (no options, no eager times)
+and 5 (Find under the descriptor's math type only) still load. Records are built once, by the measuring layer, and not changed
 afterwards.
 Readers ignore keys they do not know and fill absent optional keys with None, so
 later versions can add fields (re-timed measurements, PyTorch's choice, engine
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "cudnn_explorer.exploration"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MIB = 1024 * 1024
 SUCCESS = "CUDNN_STATUS_SUCCESS"
 
@@ -174,12 +174,17 @@ class _Checked:
         return self.max_error <= self.tolerance  # NaN compares False: never correct
 
 
-def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool) -> str:
+def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool,
+                  free_bytes: Optional[int] = None) -> str:
     """Why a Find row that did not run could not: it needs more workspace than Find was
-    given ("" when that is not the reason)."""
+    given, because of --max-workspace or because the GPU had no more free (``free_bytes``:
+    the largest block it could give); "" when that is not the reason."""
     if need_bytes is None or need_bytes <= given_bytes:
         return ""
-    why = " (--max-workspace)" if capped else ""
+    if free_bytes is not None and free_bytes <= given_bytes:
+        why = f" (out of GPU memory: {free_bytes / MIB:.2f} MiB free)"
+    else:
+        why = " (--max-workspace)" if capped else ""
     return f"needs {need_bytes / MIB:.2f} MiB workspace > {given_bytes / MIB:.2f} MiB given{why}"
 
 
@@ -383,6 +388,9 @@ class AlgoResult(_Checked, _Record):
     peak_tflops: Optional[float] = None  # arithmetic ceiling for this dtype and math type
     peak_unit: str = ""
     kernels: Optional[List[str]] = None  # GPU kernels one launch runs (torch.profiler)
+    found_under: str = ""                # the descriptor math type of the Find call
+    pytorch_candidate: Optional[bool] = None  # among the rows PyTorch's legacy path picks
+    # from (its Find call, under its math type); None: files older than schema 6
 
     @property
     def ok(self) -> bool:
@@ -440,6 +448,10 @@ class DirectionResult(_Record):
     min_bytes: Optional[int] = None       # see analysis.min_bytes
     pytorch: List[PyTorchPick] = field(default_factory=list)  # PyTorch's own choices
     engines: Optional[EngineSpace] = None  # cuDNN 9 engine configs, when explored
+    searched_math_types: List[str] = field(default_factory=list)  # Find's calls, in order
+    find_wall_ms_all: Optional[float] = None  # every Find call together
+    workspace_free_bytes: Optional[int] = None  # set when the GPU had less free than needed
+    error: str = ""  # why this direction has no rows (e.g. out of GPU memory)
 
     def rankable(self, r: AlgoResult) -> bool:
         return rankable(r)
@@ -468,10 +480,11 @@ class DirectionResult(_Record):
                      and p.api == "engine" and p.benchmark_limit == 0 and p is not first),
                     None)
 
-    def best(self) -> Optional[AlgoResult]:
-        """The fastest successful row that is not WRONG, or None."""
-        ranked = self.ranked()
-        return ranked[0] if ranked and self.rankable(ranked[0]) else None
+    def best(self, pytorch_only: bool = False) -> Optional[AlgoResult]:
+        """The fastest successful row that is not WRONG, or None; with ``pytorch_only``,
+        among the rows PyTorch's legacy path chooses from (its math type's Find call)."""
+        return next((r for r in self.ranked() if self.rankable(r) and (
+            not pytorch_only or r.pytorch_candidate is not False)), None)
 
     def tflops(self, r: AlgoResult) -> Optional[float]:
         if self.flops is None or r.time is None or r.time <= 0:

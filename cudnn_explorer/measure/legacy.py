@@ -17,7 +17,8 @@ from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note
 from . import native
 from .kernels import kernel_names
-from .tensors import OUTPUT_OF, Check, check_output, make_tensors, native_problem, reference
+from .tensors import (OUTPUT_OF, Check, check_output, make_tensors, native_problem, reference,
+                      tensor_bytes)
 from .timing import timing_from_native
 
 __all__ = ["LegacyLab", "LegacyRows", "measure_legacy"]
@@ -31,15 +32,24 @@ class LegacyLab:
         self.problem, self.direction = problem, direction
         self.tensors = make_tensors(problem, direction, options.device, options.seed)
         self.native = native_problem(problem, self.tensors)
-        self.ref = reference(problem, direction, self.tensors) if options.check else None
+        self.ref = None
+        if options.check:
+            try:
+                self.ref = reference(problem, direction, self.tensors)
+            except RuntimeError as e:
+                if not native.is_out_of_memory(e):
+                    raise
+                self.close()
+                raise native.out_of_memory(
+                    f"for the float64 reference of {direction} (--no-check skips it)",
+                    tensor_bytes(problem, check=True), options.device) from None
 
     def find(self, cap_bytes: Optional[int]):
-        """The native FindReport (csrc/find.h)."""
-        try:
-            return native.find_algorithms(self.direction, self.native,
-                                          -1 if cap_bytes is None else cap_bytes)
-        except ResourceError as e:
-            raise ResourceError(f"{e}; cap the workspace with --max-workspace MiB") from None
+        """The native FindReport (csrc/find.h): Find under every math type the problem's
+        dtype permits, PyTorch's first, with the workspace that fits."""
+        return native.find_algorithms(self.direction, self.native,
+                                      -1 if cap_bytes is None else cap_bytes,
+                                      self.problem.find_math_types)
 
     def measure(self, algo: int, math_type: str, timing: Optional[TimingSpec],
                 check: bool):
@@ -77,6 +87,9 @@ class LegacyRows(NamedTuple):
     find_requested: int
     find_returned: int
     find_wall_ms: float
+    searched_math_types: List[str]
+    find_wall_ms_all: float
+    workspace_free_bytes: Optional[int]
 
     @property
     def ok(self) -> List[AlgoResult]:
@@ -94,9 +107,11 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
     workspace = [WorkspaceEntry(w.algo, w.algo_name, w.math_type, w.status,
                                 None if w.bytes < 0 else int(w.bytes)) for w in rep.workspace]
     asks = {(w.algo, w.math_type): w.bytes for w in workspace}
-    n_ok = sum(1 for r in rep.find if r.status_code == 0)
+    found = unique_rows(rep.find)
+    free = None if rep.workspace_free < 0 else int(rep.workspace_free)
+    n_ok = sum(1 for r in found if r.status_code == 0)
     rows, i = [], 0
-    for r in rep.find:
+    for r in found:
         ok = r.status_code == 0
         timing: Optional[Timing] = None
         check: Optional[Check] = None
@@ -108,15 +123,18 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
             if options.retime or options.check:
                 say(f"{direction}: {'re-timing' if options.retime else 'checking'} {i}/{n_ok} "
                     f"{r.algo_name} ({r.math_type})")
-                timing, check = lab.measure(r.algo, r.math_type,
-                                            options.timing if options.retime else None,
-                                            options.check)
-            if want_kernels:
+                try:
+                    timing, check = lab.measure(r.algo, r.math_type,
+                                                options.timing if options.retime else None,
+                                                options.check)
+                except ResourceError as e:  # this row only: the others may still fit
+                    note = str(e)
+            if want_kernels and not note:
                 kernels = list(lab.kernels(r.algo, r.math_type))
         else:
             need = max(asks.get((r.algo, r.math_type)) or 0, int(r.memory_bytes) or 0)
             note = find_row_note(need, int(rep.workspace_given),
-                                 options.max_workspace_bytes is not None)
+                                 options.max_workspace_bytes is not None, free)
         rows.append(AlgoResult(
             algo=r.algo, algo_name=r.algo_name, math_type=r.math_type, status=r.status,
             status_code=r.status_code,
@@ -127,7 +145,8 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
             tolerance=check.tolerance if check else None,
             output_finite=check.output_finite if check else None,
             peak_tflops=peak.tflops if peak else None, peak_unit=peak.unit if peak else "",
-            kernels=kernels))
+            kernels=kernels, found_under=r.found_under,
+            pytorch_candidate=r.found_under == rep.math_type))
     heuristics = [AlgoResult(algo=h.algo, algo_name=h.algo_name, math_type=h.math_type,
                              status=h.status, status_code=h.status_code, time_ms=None,
                              workspace_bytes=int(h.memory_bytes),
@@ -135,4 +154,18 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
                   for h in rep.heuristics]  # cudnnGet*_v7 times nothing
     return LegacyRows(rep.math_type, rows, heuristics, workspace, int(rep.workspace_needed),
                       int(rep.workspace_given), int(rep.requested), int(rep.returned),
-                      float(rep.find_wall_ms))
+                      float(rep.find_wall_ms), list(rep.searched), float(rep.find_wall_ms_all),
+                      free)
+
+
+def unique_rows(found):
+    """Find's rows, one per (algorithm, math type): Find under one math type also returns
+    rows of others, so the calls overlap. The first call's row is kept (PyTorch's math
+    type comes first, so its rows are exactly the ones PyTorch's legacy path sees), in
+    the calls' order."""
+    seen, out = set(), []
+    for r in found:
+        if (r.algo, r.math_type) not in seen:
+            seen.add((r.algo, r.math_type))
+            out.append(r)
+    return out

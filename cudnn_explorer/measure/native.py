@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Optional
 
 from ..core.errors import (CudnnError, ExplorerError, GpuError, MissingDependencyError,
                            ResourceError, UserError)
@@ -17,7 +18,8 @@ from ..core.options import TimingSpec
 
 __all__ = ["load", "require_gpu", "build_info", "runtime_info", "Problem", "find_algorithms",
            "workspace_size", "run_algorithm", "time_algorithm", "timing_options",
-           "frontend_available", "engine_search", "translate", "call"]
+           "frontend_available", "engine_search", "translate", "call", "is_out_of_memory",
+           "free_bytes", "out_of_memory"]
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_HINT = f"pip install --no-build-isolation --no-deps -e {_REPO}"
@@ -103,6 +105,33 @@ def translate(e: BaseException, what: str) -> ExplorerError:
     return GpuError(f"the native call failed {what}: {first}")
 
 
+def is_out_of_memory(e: BaseException) -> bool:
+    """torch's OutOfMemoryError, or a CUDA error that says out of memory (an
+    AcceleratorError from a kernel launch or from creating a context or handle)."""
+    import torch
+
+    return isinstance(e, torch.OutOfMemoryError) or (
+        isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
+
+
+def free_bytes(device: int) -> Optional[int]:
+    """Free memory on ``device`` now (cudaMemGetInfo), None when it cannot be asked."""
+    import torch
+
+    try:
+        return int(torch.cuda.mem_get_info(device)[0])
+    except Exception:  # noqa: BLE001  (asking must not replace the error being reported)
+        return None
+
+
+def out_of_memory(what: str, need_bytes: int, device: int) -> ResourceError:
+    """ResourceError for ``what`` needing ``need_bytes``, with what the GPU has free."""
+    free = free_bytes(device)
+    have = "" if free is None else f", {free / 2**20:.0f} MiB free"
+    return ResourceError(f"out of GPU memory {what}: needs about {need_bytes / 2**20:.0f} MiB"
+                         f"{have} on GPU {device}")
+
+
 def call(what: str, fn, *args):
     """``fn(*args)``, with any native failure turned into the project's error (translate)."""
     C = load()
@@ -132,10 +161,11 @@ def Problem(x, w, y, padding, stride, dilation, groups: int, math_type: str):
                 list(stride), list(dilation), int(groups), math_type)
 
 
-def find_algorithms(direction: str, problem, max_workspace_bytes: int = -1):
-    """Native FindReport for one direction (see csrc/find.h)."""
+def find_algorithms(direction: str, problem, max_workspace_bytes: int, math_types):
+    """Native FindReport for one direction: Find under each of ``math_types``, the first
+    PyTorch's (see csrc/find.h)."""
     return call(f"finding {direction} algorithms", load().find_algorithms, direction, problem,
-                int(max_workspace_bytes))
+                int(max_workspace_bytes), list(math_types))
 
 
 def workspace_size(direction: str, problem, algo: int, math_type: str):

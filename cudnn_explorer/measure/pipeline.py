@@ -13,7 +13,7 @@ import socket
 from typing import Callable, Dict, List, Optional
 
 from ..core import analysis
-from ..core.errors import MissingDependencyError, UserError
+from ..core.errors import MissingDependencyError, ResourceError, UserError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.version import __version__
@@ -106,32 +106,52 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
     results = []
     with bench.scope():
         for d in options.directions:
-            lab = bench.lab(problem, d, options)
-            try:
-                leg = measure_legacy(problem, d, lab, options, env.gpu_name,
-                                     want_kernels=options.pytorch or options.engines, say=say)
-            finally:
-                lab.close()  # the engine workers get the GPU's memory
-            picks = [pick_of(run, d, leg.ok) for run in runs]
-            space = None
-            if options.engines:
-                preferred = [t for p in picks for t in (p.engine_tag, *(t for t, _ in p.timed))
-                             if t]
-                space = bench.engines(problem, d, options, leg.ok, preferred, say)
-            results.append(DirectionResult(
-                direction=d, math_type=leg.math_type, find=leg.find,
-                heuristics=leg.heuristics, workspace=leg.workspace,
-                workspace_needed_bytes=leg.workspace_needed_bytes,
-                workspace_given_bytes=leg.workspace_given_bytes,
-                workspace_cap_bytes=options.max_workspace_bytes,
-                find_requested=leg.find_requested, find_returned=leg.find_returned,
-                find_wall_ms=leg.find_wall_ms, flops=analysis.flops(problem, d),
-                min_bytes=analysis.min_bytes(problem, d), pytorch=picks, engines=space))
+            results.append(_direction(problem, d, options, bench, runs, env, say))
     return Exploration(problem=problem, environment=env, directions=results,
                        tool_version=__version__,
                        created=datetime.datetime.now(datetime.timezone.utc).isoformat(
                            timespec="seconds"),
                        measurement=measurement_of(options, env, problem))
+
+
+def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs,
+               env: Environment, say) -> DirectionResult:
+    """One direction, built once. Out of GPU memory, it keeps what finished: the legacy
+    rows without the engine configs, or no rows, with ``error`` saying what was needed
+    and what was free; the other directions go on."""
+    try:
+        lab = bench.lab(problem, d, options)
+        try:
+            leg = measure_legacy(problem, d, lab, options, env.gpu_name,
+                                 want_kernels=options.pytorch or options.engines, say=say)
+        finally:
+            lab.close()  # the engine workers get the GPU's memory
+    except ResourceError as e:
+        say(f"{d}: {e}")
+        return DirectionResult(direction=d, math_type=problem.math_type, find=[],
+                               heuristics=[], workspace=[], workspace_needed_bytes=0,
+                               workspace_given_bytes=0,
+                               workspace_cap_bytes=options.max_workspace_bytes,
+                               flops=analysis.flops(problem, d),
+                               min_bytes=analysis.min_bytes(problem, d), error=str(e))
+    picks = [pick_of(run, d, leg.ok) for run in runs]
+    space, error = None, ""
+    if options.engines:
+        preferred = [t for p in picks for t in (p.engine_tag, *(t for t, _ in p.timed)) if t]
+        try:
+            space = bench.engines(problem, d, options, leg.ok, preferred, say)
+        except ResourceError as e:
+            error = f"engine configs: {e}"
+    return DirectionResult(
+        direction=d, math_type=leg.math_type, find=leg.find, heuristics=leg.heuristics,
+        workspace=leg.workspace, workspace_needed_bytes=leg.workspace_needed_bytes,
+        workspace_given_bytes=leg.workspace_given_bytes,
+        workspace_cap_bytes=options.max_workspace_bytes, find_requested=leg.find_requested,
+        find_returned=leg.find_returned, find_wall_ms=leg.find_wall_ms,
+        flops=analysis.flops(problem, d), min_bytes=analysis.min_bytes(problem, d),
+        pytorch=picks, engines=space, searched_math_types=leg.searched_math_types,
+        find_wall_ms_all=leg.find_wall_ms_all, workspace_free_bytes=leg.workspace_free_bytes,
+        error=error)
 
 
 def environment(device: int = 0) -> Environment:

@@ -6,12 +6,12 @@ import math
 from typing import Dict, NamedTuple, Optional
 
 from ..core import analysis
-from ..core.errors import ResourceError
 from ..core.problem import ConvProblem
 from . import native
 
 __all__ = ["OUTPUT_OF", "REFERENCE", "make_tensors", "native_problem", "reference",
-           "problem_view", "max_error", "Check", "check_output", "check_result"]
+           "problem_view", "max_error", "Check", "check_output", "check_result",
+           "tensor_bytes"]
 
 REFERENCE = ("float64 on the same GPU from the same inputs, computed by PyTorch with cuDNN "
              "disabled")
@@ -62,10 +62,22 @@ def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: in
                 if name == "w":
                     v = v / math.sqrt(fan_in)
                 t[name].copy_(v)
-    except torch.OutOfMemoryError:
-        raise ResourceError(
-            f"out of GPU memory allocating the tensors of {problem.describe()}") from None
+    except RuntimeError as e:
+        if not native.is_out_of_memory(e):
+            raise
+        t.clear()
+        raise native.out_of_memory(f"for the {direction} tensors of {problem.describe()}",
+                                   tensor_bytes(problem), device) from None
     return t
+
+
+def tensor_bytes(problem: ConvProblem, check: bool = False) -> int:
+    """GPU memory one direction's tensors take (x, w and y in the problem's dtype), plus
+    the float64 reference's inputs and output with ``check``."""
+    xs, ws, ys, *_ = problem.cudnn_params()
+    n = sum(math.prod(s) for s in (xs, ws, ys))
+    size = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[problem.dtype]
+    return n * size + (n * 8 if check else 0)
 
 
 def native_problem(problem: ConvProblem, tensors: Dict):

@@ -110,10 +110,16 @@ def _entries(d: DirectionResult) -> List[Tuple[str, str, Optional[float], Option
     """(who, what, median ms, eager ms) of the best legacy algorithm, the best engine
     config PyTorch's rules allow, and PyTorch's benchmark pick at the requested limit."""
     out = []
-    legacy = d.best()
+    legacy, pt_legacy = d.best(), d.best(pytorch_only=True)
+    if pt_legacy is not None and pt_legacy is not legacy:
+        t = pt_legacy.timing
+        out.append(("best legacy, PyTorch's math",
+                    short_algo(pt_legacy.algo_name, pt_legacy.math_type),
+                    t.median_ms if t else None, eager_ms(t)))
     if legacy is not None:
         t = legacy.timing
-        out.append(("best legacy algorithm", short_algo(legacy.algo_name, legacy.math_type),
+        who = "best legacy algorithm" if pt_legacy is legacy else "best legacy, any math"
+        out.append((who, short_algo(legacy.algo_name, legacy.math_type),
                     t.median_ms if t else None, eager_ms(t)))
     best = d.engines.best(allowed_only=True) if d.engines is not None else None
     if best is not None:

@@ -31,6 +31,10 @@ def flags(r) -> str:
         out.append(f"Find {r.find_ratio:.2f}x")
     if r.timing is not None and r.timing.method != "graph":
         out.append(r.timing.method)
+    if r.pytorch_candidate is False:
+        out.append("extra Find")
+    if r.ok and r.note:
+        out.append(r.note)
     return ", ".join(out)
 
 
@@ -46,11 +50,21 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
     title = DIRECTION_TITLES.get(d.direction, d.direction)
     cap = ("" if d.workspace_cap_bytes is None
            else f", capped by --max-workspace {fmt_mib(d.workspace_cap_bytes)} MiB")
-    lines = [f"== {title} ({d.direction}): {FIND_CALLS.get(d.direction, '')}, descriptor math "
-             f"type {d.math_type}"]
+    searched = d.searched_math_types or [d.math_type]
+    others = ", ".join(short_math(m) for m in searched[1:])
+    lines = [f"== {title} ({d.direction}): {FIND_CALLS.get(d.direction, '')} under "
+             f"{d.math_type} (PyTorch's)" + (f", then {others}" if others else "")]
+    if d.error and not d.find:
+        return "\n".join(lines + wrap(f"   not explored: {d.error}"))
+    free = ("" if d.workspace_free_bytes is None else
+            f"; the GPU had only {fmt_mib(d.workspace_free_bytes)} MiB free")
     lines += wrap(f"   workspace given to Find: {fmt_mib(d.workspace_given_bytes)} MiB (largest "
                   f"any algorithm and math type asks for: {fmt_mib(d.workspace_needed_bytes)} "
-                  f"MiB{cap})")
+                  f"MiB{cap}{free})")
+    if others and any(r.pytorch_candidate is False for r in d.find):
+        lines += wrap("   rows flagged \"extra Find\" come only from Find under another "
+                      "math type: PyTorch's legacy path (its Find, under "
+                      f"{d.math_type}) never sees them")
     best = d.best()
     ran = [r for r in d.ranked() if r.ok]
     timed = any(r.timing is not None for r in ran)
@@ -94,6 +108,12 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
         lines += wrap("   did not run: " + "; ".join(
             f"{r.algo_name} ({short_math(r.math_type)}) {short_status(r.status)}"
             + (f", {r.note}" if r.note else "") for r in failed))
+    pt_best = d.best(pytorch_only=True)
+    if best is not None and pt_best is not best and best.timing is not None:
+        lines += wrap(f"   best among PyTorch's legacy candidates ({d.math_type}): "
+                      + (f"{pt_best.algo_name} ({pt_best.math_type}), median "
+                         f"{fmt_ms(pt_best.time)} ms, {pt_best.time / best.time:.2f}x the "
+                         f"fastest row" if pt_best is not None and pt_best.time else "none ran"))
     if best is None:
         lines.append("   no algorithm ran successfully for this direction")
     elif best.timing is not None:
@@ -113,6 +133,8 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
     if pt:
         lines.append(pt)
     lines += render_engines(d, show_engines)
+    if d.error:
+        lines += wrap(f"   not finished: {d.error}")
     heur = ", ".join(f"{i}. {h.algo_name} ({short_math(h.math_type)})"
                      + ("" if h.ok else f" [{short_status(h.status)}]")
                      for i, h in enumerate(d.heuristics, 1))
