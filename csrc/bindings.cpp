@@ -56,6 +56,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("direction", &ce::FindReport::direction)
       .def_readonly("math_type", &ce::FindReport::math_type)
       .def_readonly("searched", &ce::FindReport::searched)
+      .def_readonly("find_errors", &ce::FindReport::find_errors)
       .def_readonly("find", &ce::FindReport::find)
       .def_readonly("heuristics", &ce::FindReport::heuristics)
       .def_readonly("workspace", &ce::FindReport::workspace)

@@ -118,20 +118,29 @@ struct FindFn {
     // Workspace from PyTorch's caching allocator, like the tensors (freed on scope exit).
     c10::DataPtr ws = workspace_that_fits(p, rep);
     for (cudnnMathType_t m : maths) {
-      p.set_math_type(m);
+      const bool first = rep.searched.empty();
       rep.searched.push_back(math_type_name(m));
       returned = 0;
-      // Host wall time of the Find call alone, synchronised on both sides.
-      CE_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream()));
-      const auto t0 = std::chrono::steady_clock::now();
-      CE_CUDNN_CHECK(O::find(h, p, rep.requested, &returned, perf.data(), ws.get(),
-                             static_cast<size_t>(rep.workspace_given)),
-                     p.describe() + " (Find under " + math_type_name(m) + ")");
-      CE_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream()));
-      const double wall =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-              .count();
-      if (rep.searched.size() == 1) rep.find_wall_ms = wall;
+      double wall = 0.0;
+      try {
+        p.set_math_type(m);
+        // Host wall time of the Find call alone, synchronised on both sides.
+        CE_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream()));
+        const auto t0 = std::chrono::steady_clock::now();
+        CE_CUDNN_CHECK(O::find(h, p, rep.requested, &returned, perf.data(), ws.get(),
+                               static_cast<size_t>(rep.workspace_given)),
+                       p.describe() + " (Find under " + math_type_name(m) + ")");
+        CE_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream()));
+        wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count();
+      } catch (const NativeError& e) {
+        // PyTorch's own math type must work; another one cuDNN refuses as a whole is
+        // recorded, and the rows found so far stand.
+        if (first || e.kind != "cudnn") throw;
+        rep.find_errors.push_back(math_type_name(m) + ": " + e.status);
+        continue;
+      }
+      if (first) rep.find_wall_ms = wall;
       rep.find_wall_ms_all += wall;
       rep.returned += returned;
       for (int i = 0; i < returned; ++i) {

@@ -37,6 +37,7 @@ struct FindReport {
   std::string direction;
   std::string math_type;  // PyTorch's math type: the first Find call's, and the heuristics'
   std::vector<std::string> searched;  // the math types Find ran under, in order
+  std::vector<std::string> find_errors;  // "MATH_TYPE: status" of a Find call cuDNN refused
   std::vector<AlgoPerf> find;
   std::vector<AlgoPerf> heuristics;
   std::vector<WorkspaceQuery> workspace;

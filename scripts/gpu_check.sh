@@ -3,7 +3,7 @@
 # the whole test suite (GPU tests included) and the main commands. Logs go to $OUT when
 # set (else /tmp/cudnn_explorer_check). Exit status: 0 when every part passed, else that
 # of the last part that failed.
-# GPU_CHECK_PARTS="tests main depthwise engine-tests" (default) picks the parts; on a machine
+# GPU_CHECK_PARTS="tests main depthwise engine-tests fuzz" (default) picks the parts; on a machine
 # with several GPUs they run side by side, part i on GPU i mod N (each part's steps in
 # order on its own GPU); GPU_CHECK_GPUS=N uses at most N GPUs. GPU_CHECK_BENCH=1 adds the
 # benchmarks under scripts/ (after the parts, alone on GPU 0).
@@ -14,7 +14,7 @@ mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
-PARTS=${GPU_CHECK_PARTS:-tests main depthwise engine-tests}
+PARTS=${GPU_CHECK_PARTS:-tests main depthwise engine-tests fuzz}
 if ls .whl/*.whl >/dev/null 2>&1; then  # wheels carried to a machine without internet
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -70,6 +70,12 @@ part_main() {
     "$PY" -m cudnn_explorer --shape 8,32,14,14 --out-channels 32 --dtype float16 --layout nhwc \
       --direction fwd --engine-configs 2 --engine-budget-s 20 --quiet --json "$LOG/small.json"
     echo "exit: $?"
+    echo
+    # bfloat16: Find under every math type (tensor-core rows listed), a fair summary
+    echo '$ python -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --dtype bfloat16 --layout nhwc --direction fwd --engine-configs 2 --engine-budget-s 30'
+    "$PY" -m cudnn_explorer --shape 32,64,56,56 --out-channels 64 --dtype bfloat16 --layout nhwc \
+      --direction fwd --engine-configs 2 --engine-budget-s 30 --quiet --json "$LOG/bf16.json"
+    echo "exit: $?"
     for extra in "${GPU_CHECK_EXTRA[@]:-}"; do
       [ -n "$extra" ] || continue
       echo; echo "\$ python -m cudnn_explorer $extra"
@@ -89,6 +95,12 @@ part_depthwise() {
   timeout -s ABRT "${ENGINE_RUN_TIMEOUT:-500}" "$PY" -X faulthandler -m cudnn_explorer $args \
     --engines --verbose ${ENGINE_CLI_ARGS:-} --json "$LOG/eng_depthwise.json" \
     >> "$LOG/eng_depthwise.txt" 2>&1
+}
+
+part_fuzz() {
+  # Random valid and invalid problems through the API: only the project's errors, no crash.
+  timeout -s INT "${FUZZ_TIMEOUT_S:-400}" "$PY" scripts/fuzz_api.py --count "${FUZZ_COUNT:-10000}" \
+    --out "$LOG/fuzz_api.jsonl" > "$LOG/fuzz.txt" 2>&1
 }
 
 engine_tests() {  # LOGNAME [pytest args]
@@ -111,6 +123,7 @@ show_part() {  # what each part's log says, for the call's output
     main) cat "$LOG/main.txt" ;;
     depthwise) sed -n '/^== summary/,$p' "$LOG/eng_depthwise.txt"; tail -3 "$LOG/eng_depthwise.txt" ;;
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
+    fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
   esac
 }
 

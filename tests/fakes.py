@@ -130,7 +130,8 @@ class FakeLab:
         return NS(math_type="DEFAULT_MATH", find=rows, heuristics=rows[:2], workspace=ws,
                   workspace_needed=900 * MIB, workspace_given=given, requested=32,
                   returned=len(rows), find_wall_ms=12.5, find_wall_ms_all=30.0,
-                  searched=["DEFAULT_MATH", "TENSOR_OP_MATH"], workspace_free=-1)
+                  searched=["DEFAULT_MATH", "TENSOR_OP_MATH"], workspace_free=-1,
+                  find_errors=[])
 
     def measure(self, algo, math_type, spec, check):
         from cudnn_explorer.measure.tensors import Check

@@ -449,6 +449,7 @@ class DirectionResult(_Record):
     pytorch: List[PyTorchPick] = field(default_factory=list)  # PyTorch's own choices
     engines: Optional[EngineSpace] = None  # cuDNN 9 engine configs, when explored
     searched_math_types: List[str] = field(default_factory=list)  # Find's calls, in order
+    find_errors: List[str] = field(default_factory=list)  # "MATH: status" of refused calls
     find_wall_ms_all: Optional[float] = None  # every Find call together
     workspace_free_bytes: Optional[int] = None  # set when the GPU had less free than needed
     error: str = ""  # why this direction has no rows (e.g. out of GPU memory)

@@ -90,6 +90,7 @@ class LegacyRows(NamedTuple):
     searched_math_types: List[str]
     find_wall_ms_all: float
     workspace_free_bytes: Optional[int]
+    find_errors: List[str]
 
     @property
     def ok(self) -> List[AlgoResult]:
@@ -155,7 +156,7 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
     return LegacyRows(rep.math_type, rows, heuristics, workspace, int(rep.workspace_needed),
                       int(rep.workspace_given), int(rep.requested), int(rep.returned),
                       float(rep.find_wall_ms), list(rep.searched), float(rep.find_wall_ms_all),
-                      free)
+                      free, list(rep.find_errors))
 
 
 def unique_rows(found):

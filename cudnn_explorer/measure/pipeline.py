@@ -151,7 +151,7 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
         flops=analysis.flops(problem, d), min_bytes=analysis.min_bytes(problem, d),
         pytorch=picks, engines=space, searched_math_types=leg.searched_math_types,
         find_wall_ms_all=leg.find_wall_ms_all, workspace_free_bytes=leg.workspace_free_bytes,
-        error=error)
+        find_errors=leg.find_errors, error=error)
 
 
 def environment(device: int = 0) -> Environment:

@@ -61,6 +61,8 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
     lines += wrap(f"   workspace given to Find: {fmt_mib(d.workspace_given_bytes)} MiB (largest "
                   f"any algorithm and math type asks for: {fmt_mib(d.workspace_needed_bytes)} "
                   f"MiB{cap}{free})")
+    if d.find_errors:
+        lines += wrap(f"   cuDNN refused Find under {'; '.join(d.find_errors)}")
     if others and any(r.pytorch_candidate is False for r in d.find):
         lines += wrap("   rows flagged \"extra Find\" come only from Find under another "
                       "math type: PyTorch's legacy path (its Find, under "

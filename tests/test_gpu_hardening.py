@@ -1,0 +1,72 @@
+"""GPU: every math type a dtype permits is searched (bfloat16 lists its tensor-core rows),
+and low GPU memory keeps every result that finished."""
+import contextlib
+
+import pytest
+
+from conftest import run_cli
+from cudnn_explorer.core.problem import ConvProblem
+
+pytestmark = pytest.mark.gpu
+
+DEFAULT = ConvProblem.create("32,3,224,224", kernel=3)
+
+
+@contextlib.contextmanager
+def leave_free(mib: int, device: int = 0):
+    """Hold all but about ``mib`` MiB of the GPU's free memory while the block runs."""
+    import torch
+
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info(device)
+    hog = torch.empty(max(0, free - mib * 2**20), dtype=torch.uint8, device=device)
+    try:
+        yield
+    finally:
+        del hog
+        torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("dtype,layout", [("bfloat16", "nhwc"), ("float16", "nhwc"),
+                                          ("float32", "nchw")])
+def test_find_lists_every_math_type_the_dtype_permits(dtype, layout):
+    import cudnn_explorer
+
+    p = ConvProblem.create("16,64,28,28", out_channels=64, dtype=dtype, layout=layout)
+    exp = cudnn_explorer.explore(p, directions="fwd", engines=False, pytorch=False,
+                                 budget_ms=10)
+    d = exp.directions[0]
+    assert d.searched_math_types == list(p.find_math_types)
+    keys = [r.key for r in d.find]
+    assert len(keys) == len(set(keys))
+    assert all(r.pytorch_candidate == (r.found_under == p.math_type) for r in d.find)
+    if dtype != "float32":  # tensor-core rows exist, ran and were checked
+        tc = [r for r in d.find if r.ok and r.math_type == "TENSOR_OP_MATH"]
+        assert tc and all(r.correct for r in tc), [(r.algo_name, r.max_error) for r in tc]
+    best, pt = d.best(), d.best(pytorch_only=True)
+    assert best is not None and pt is not None and best.time <= pt.time
+
+
+def test_two_gib_free_keeps_every_direction():
+    import cudnn_explorer
+
+    with leave_free(2048):
+        exp = cudnn_explorer.explore(DEFAULT, engines=False, pytorch=False, budget_ms=5)
+    assert [d.direction for d in exp.directions] == ["fwd", "bwd-data", "bwd-filter"]
+    for d in exp.directions:
+        assert not d.error and d.best() is not None, (d.direction, d.error)
+        assert d.workspace_given_bytes <= 2048 * 2**20
+        for r in d.find:  # a row that did not fit says what it needed and what was free
+            if not r.ok and r.note.startswith("needs") and d.workspace_free_bytes is not None:
+                assert "MiB free" in r.note
+
+
+def test_cli_with_256_mib_free_exits_3_with_one_line():
+    with leave_free(256):
+        r = run_cli("--shape", "32,3,224,224", "--kernel", "3", "--no-engines", "--no-pytorch",
+                    "--budget-ms", "5")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode in (0, 3), r.stderr
+    if r.returncode == 3:
+        assert len(lines) == 1 and "internal error" not in r.stderr, r.stderr
+        assert "memory" in lines[0] or "GPU" in lines[0]
