@@ -142,7 +142,7 @@ struct FindFn {
       }
       if (first) rep.find_wall_ms = wall;
       rep.find_wall_ms_all += wall;
-      rep.returned += returned;
+      rep.returned = std::max(rep.returned, returned);
       for (int i = 0; i < returned; ++i) {
         AlgoPerf row = to_row(D, perf[i], true);
         row.found_under = math_type_name(m);

@@ -46,7 +46,7 @@ struct FindReport {
   int64_t workspace_free = -1;   // the largest block the GPU could give then (Note [Find
                                  // workspace that fits]); -1: not asked (enough was free)
   int requested = 0;             // rows asked of each Find call
-  int returned = 0;              // rows the Find calls returned, all together
+  int returned = 0;              // the most rows one Find call returned
   double find_wall_ms = 0.0;     // host wall time of the first (PyTorch's) Find call
   double find_wall_ms_all = 0.0; // host wall time of every Find call
   std::string problem;

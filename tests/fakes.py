@@ -129,7 +129,7 @@ class FakeLab:
                  bytes=-1 if w.bytes is None else w.bytes) for w in workspace_entries()]
         return NS(math_type="DEFAULT_MATH", find=rows, heuristics=rows[:2], workspace=ws,
                   workspace_needed=900 * MIB, workspace_given=given, requested=32,
-                  returned=len(rows), find_wall_ms=12.5, find_wall_ms_all=30.0,
+                  returned=len(_FWD_FIND) + len(_MORE_UNDER_TENSOR_OP), find_wall_ms=12.5, find_wall_ms_all=30.0,
                   searched=["DEFAULT_MATH", "TENSOR_OP_MATH"], workspace_free=-1,
                   find_errors=[])
 

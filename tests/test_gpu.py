@@ -68,7 +68,8 @@ def test_algorithms_and_statuses(explored, case):
     assert [d.direction for d in exp.directions] == list(DIRECTIONS)
     for d in exp.directions:
         assert d.find, f"{case} {d.direction}: Find returned nothing"
-        assert d.find_returned == len(d.find) < d.find_requested
+        # find_returned: the most rows one Find call returned (one call per math type)
+        assert d.find_returned <= len(d.find) and d.find_returned < d.find_requested
         for r in d.find:
             assert r.algo_name in ALGOS[d.direction]
             assert r.status.startswith("CUDNN_STATUS_") and r.math_type in MATHS

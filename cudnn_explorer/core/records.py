@@ -329,7 +329,7 @@ class PyTorchPick(_Checked, _Record):
     error: str = ""                 # why this mode has no result
     first_call_ms: Optional[float] = None
     first_peak_alloc_bytes: Optional[int] = None
-    first_reserved_growth_bytes: Optional[int] = None
+    first_reserved_growth_bytes: Optional[Signed] = None  # the reserve can also shrink
     steady: Optional[Timing] = None
     steady_peak_alloc_bytes: Optional[int] = None
     kernels: List[str] = field(default_factory=list)

@@ -63,8 +63,15 @@ class LegacyLab:
                                                          math_type, timing))
         else:
             native.run_algorithm(self.direction, self.native, algo, math_type)
-        c = check_output(self.problem, out, self.ref, math_type) \
-            if check and self.ref is not None else None
+        c = None
+        if check and self.ref is not None:
+            try:
+                c = check_output(self.problem, out, self.ref, math_type)
+            except RuntimeError as e:
+                if not native.is_out_of_memory(e):
+                    raise
+                raise native.out_of_memory("checking the output", 2 * out.numel() * 8,
+                                           out.device.index or 0) from None
         return t, c
 
     def kernels(self, algo: int, math_type: str):
