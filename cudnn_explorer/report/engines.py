@@ -110,8 +110,8 @@ def _entries(d: DirectionResult) -> List[Tuple[str, str, Optional[float], Option
     """(who, what, median ms, eager ms) of the best legacy algorithm, the best engine
     config PyTorch's rules allow, and PyTorch's benchmark pick at the requested limit."""
     out = []
-    legacy, pt_legacy = d.best(), d.best(pytorch_only=True)
-    if pt_legacy is not None and pt_legacy is not legacy:
+    legacy, pt_legacy = best_legacy(d)
+    if pt_legacy is not legacy:
         t = pt_legacy.timing
         out.append(("best legacy, PyTorch's math",
                     short_algo(pt_legacy.algo_name, pt_legacy.math_type),
@@ -131,6 +131,17 @@ def _entries(d: DirectionResult) -> List[Tuple[str, str, Optional[float], Option
         out.append(("PyTorch's benchmark pick", short_choice(bench), bench.time,
                     eager_ms(bench.steady)))
     return out
+
+
+def best_legacy(d: DirectionResult):
+    """(best legacy row, best among PyTorch's legacy candidates): the same row when the
+    overall best is not faster beyond a tie (TIE), so a difference is shown only when it
+    is one."""
+    best, pt = d.best(), d.best(pytorch_only=True)
+    if pt is None or best is None or best.time is None or pt.time is None \
+            or pt.time <= best.time * (1 + TIE):
+        return (pt or best), (pt or best)
+    return best, pt
 
 
 def vs_fastest(t: Optional[float], fastest: Optional[float], all_within: bool) -> str:

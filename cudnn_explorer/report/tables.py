@@ -110,12 +110,15 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
         lines += wrap("   did not run: " + "; ".join(
             f"{r.algo_name} ({short_math(r.math_type)}) {short_status(r.status)}"
             + (f", {r.note}" if r.note else "") for r in failed))
-    pt_best = d.best(pytorch_only=True)
-    if best is not None and pt_best is not best and best.timing is not None:
-        lines += wrap(f"   best among PyTorch's legacy candidates ({d.math_type}): "
-                      + (f"{pt_best.algo_name} ({pt_best.math_type}), median "
-                         f"{fmt_ms(pt_best.time)} ms, {pt_best.time / best.time:.2f}x the "
-                         f"fastest row" if pt_best is not None and pt_best.time else "none ran"))
+    if best is not None and best.timing is not None and d.searched_math_types[1:]:
+        pt_best = d.best(pytorch_only=True)
+        if pt_best is None:
+            lines += wrap(f"   none of PyTorch's legacy candidates ({d.math_type}) ran")
+        elif pt_best is not best:
+            lines += wrap(f"   best among PyTorch's legacy candidates ({d.math_type}): "
+                          f"{pt_best.algo_name} ({pt_best.math_type}), median "
+                          f"{fmt_ms(pt_best.time)} ms, {pt_best.time / best.time:.2f}x the "
+                          f"fastest row")
     if best is None:
         lines.append("   no algorithm ran successfully for this direction")
     elif best.timing is not None:
