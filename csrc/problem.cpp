@@ -98,12 +98,16 @@ Problem::Problem(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y,
                    static_cast<int>(dilation.size()) == nsp,
                "padding, stride and dilation need ", nsp, " values each");
   CE_CHECK_ARG(groups >= 1, "groups must be >= 1, got ", groups);
-  const bool cl = is_channels_last(x);
-  for (const at::Tensor* t : {&x, &w, &y}) {
-    CE_CHECK_ARG(cl ? is_channels_last(*t) : t->is_contiguous(),
-                 "x, w and y must all be contiguous in one layout (",
-                 cl ? "channels_last" : "contiguous NCHW", ")");
-  }
+  // Note [ambiguous layout]: a tensor with size-1 dims (C = 1, or H = W = 1) is contiguous
+  // in both formats, so x alone cannot tell the layout: an NCHW problem with C = 1 was
+  // refused as "not channels_last" (found by the API fuzz). The layout is the one all
+  // three tensors share, NCHW when they share both.
+  const bool all_nchw = x.is_contiguous() && w.is_contiguous() && y.is_contiguous();
+  const bool all_cl = is_channels_last(x) && is_channels_last(w) && is_channels_last(y);
+  CE_CHECK_ARG(all_nchw || all_cl,
+               "x, w and y must all be contiguous in one layout (contiguous NCHW or "
+               "channels_last)");
+  const bool cl = !all_nchw;
   data_type_ = data_type_of(x);
 
   std::ostringstream os;

@@ -72,18 +72,23 @@ def random_case(rng: random.Random, i: int) -> dict:
 
 def run_case(case: dict, device: int) -> dict:
     from cudnn_explorer import explore
-    from cudnn_explorer.core.errors import ExplorerError
+    from cudnn_explorer.core.errors import ExplorerError, UserError
     from cudnn_explorer.core.problem import ConvProblem
 
     t0 = time.perf_counter()
+    validated = False
     try:
         kw = dict(case["problem"])
         problem = ConvProblem.create(kw.pop("shape"), **kw)
+        validated = True
         exp = explore(problem, **{**case["options"], "device": device})
         outcome = "ok" if all(d.find for d in exp.directions) else "ok (no rows)"
     except ExplorerError as e:
         outcome = type(e).__name__
         msg = str(e)
+        if validated and case["kind"] == "valid" and isinstance(e, UserError):
+            # the problem and the options validated: the native side disagreeing is a defect
+            outcome = f"FAILURE valid problem refused ({outcome})"
     except Exception as e:  # noqa: BLE001  (the thing being looked for)
         outcome = f"FAILURE {type(e).__name__}"
         msg = str(e)
