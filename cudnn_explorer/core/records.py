@@ -82,6 +82,11 @@ def _convert(value, hint, path: str):
         if not isinstance(value, dict):
             raise UserError(f"{path}: expected an object, got {_shown(value)}")
         return hint.from_dict(value, path)
+    if hint is ConvProblem:
+        try:
+            return ConvProblem.from_dict(value)
+        except UserError as e:  # its messages start with "problem"
+            raise UserError(f"{path}{str(e)[len('problem'):]}") from None
     ok = {bool: lambda v: isinstance(v, bool),
           int: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX,
           Signed: lambda v: isinstance(v, int) and not isinstance(v, bool)

@@ -1,0 +1,174 @@
+"""Capture what cuDNN sees of a model: every convolution of one iteration, as records.
+
+The model runs one iteration (forward, and backward when training) under a
+TorchDispatchMode. The mode sits below autocast, so each ``aten.convolution`` and
+``aten.convolution_backward`` arrives with the dtypes and strides cuDNN gets.
+``torch.utils.module_tracker.ModuleTracker`` names the layer of each call, in the backward
+pass too. Backward calls follow ``output_mask``: the first layer computes no gradient of
+its input, so it has no backward-data problem. No cuDNN is needed, so this runs, and is
+tested, on the CPU.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..core.capture import Capture, ModelSpec, Uncovered, UniqueConv
+from ..core.errors import ResourceError, UserError
+from ..core.problem import DTYPES, ConvProblem
+
+__all__ = ["capture", "problem_of", "layout_of"]
+
+_DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
+                "torch.bfloat16": "bfloat16", "torch.float64": "float64"}
+
+
+def layout_of(x, w) -> str:
+    """The memory format PyTorch's cuDNN path runs (ATen cudnn_conv_suggest_memory_format):
+    channels_last when the input or the weight is laid out so (float64 never)."""
+    import torch
+
+    if x.dim() not in (4, 5) or x.dtype == torch.float64 or w.dtype == torch.float64:
+        return "nchw"
+    fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+
+    def channels_last(t):
+        return t.is_contiguous(memory_format=fmt) and not t.is_contiguous()
+
+    return "nhwc" if channels_last(x) or channels_last(w) else "nchw"
+
+
+def problem_of(x, w, stride, padding, dilation, groups: int, tf32: bool) -> ConvProblem:
+    """The ConvProblem of one convolution call: input ``x`` and weight ``w`` as cuDNN
+    gets them."""
+    dtype = _DTYPE_NAMES[str(x.dtype)]
+    return ConvProblem.create(tuple(x.shape), out_channels=int(w.shape[0]),
+                              kernel=tuple(w.shape[2:]), stride=tuple(stride),
+                              padding=tuple(padding), dilation=tuple(dilation),
+                              groups=int(groups), dtype=dtype, layout=layout_of(x, w),
+                              tf32=bool(tf32) if dtype == "float32" else None)
+
+
+class _Recorder:
+    """Collects calls in first-seen order, deduplicated on the problem."""
+
+    def __init__(self, tf32: bool):
+        self.tf32 = tf32
+        self.unique: Dict[ConvProblem, UniqueConv] = {}
+        self.uncovered: Dict[Tuple, Uncovered] = {}
+        self.calls = 0
+
+    def add(self, layer: Optional[str], direction_mask: Tuple[Tuple[str, bool], ...], x, w, stride,
+            padding, dilation, transposed: bool, groups: int) -> None:
+        n = sum(1 for _, on in direction_mask if on)
+        if n == 0:
+            return
+        self.calls += n
+        why = ""
+        if transposed:
+            why = "transposed convolution (not explored: the tool runs forward convolutions)"
+        elif str(x.dtype) not in _DTYPE_NAMES:
+            why = f"dtype {x.dtype} (cuDNN convolutions here take {', '.join(DTYPES)})"
+        elif x.dim() not in (3, 4, 5):
+            why = f"{x.dim() - 2}-D convolution (1-D, 2-D and 3-D are explored)"
+        if why:
+            key = (why, tuple(x.shape), tuple(w.shape))
+            u = self.uncovered.setdefault(key, Uncovered(
+                layer=layer or "(backward)", why=why, input_shape=list(x.shape), weight_shape=list(w.shape),
+                dtype=str(x.dtype).replace("torch.", "")))
+            u.calls += n
+            return
+        p = problem_of(x, w, stride, padding, dilation, groups, self.tf32)
+        u = self.unique.setdefault(p, UniqueConv(problem=p))
+        for d, on in direction_mask:
+            if on:
+                u.calls[d] = u.calls.get(d, 0) + 1
+        if layer is not None and layer not in u.layers:
+            u.layers.append(layer)
+
+
+def _layer(tracker, root: str) -> str:
+    """The innermost module running now, its name relative to the model ("layer1.0.conv1")."""
+    names = [p for p in tracker.parents if p != "Global"]
+    if not names:
+        return "(outside any module)"
+    inner = max(names, key=lambda n: n.count("."))
+    return inner[len(root) + 1:] if inner.startswith(root + ".") else inner
+
+
+def capture(model, inputs: List, spec: ModelSpec, device: str,
+            loss: Optional[Callable] = None) -> Capture:
+    """Run one iteration of ``model`` on ``inputs`` (tensors already on ``device``, in the
+    model's layout) as ``spec`` says (AMP, training or inference) and return every
+    convolution cuDNN would run, deduplicated. ``loss`` maps the output to a scalar for
+    the backward pass (default: the sum of every floating-point output)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.module_tracker import ModuleTracker
+
+    aten = torch.ops.aten
+    rec = _Recorder(tf32=bool(torch.backends.cudnn.allow_tf32))
+    root = type(model).__name__
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is aten.convolution.default:
+                x, w, _, stride, padding, dilation, transposed, _, groups = args
+                rec.add(_layer(tracker, root), (("fwd", True),), x, w, stride, padding,
+                        dilation, transposed, groups)
+            elif func is aten.convolution_backward.default:
+                (_, x, w, _, stride, padding, dilation, transposed, _, groups, mask) = args
+                # Note [backward layers]: during backward, ModuleTracker's parents can
+                # still hold a sibling branch (a residual's downsample was named beside
+                # the main path's conv): a backward call is named by its forward call,
+                # which runs the same problem.
+                rec.add(None, (("bwd-data", bool(mask[0])), ("bwd-filter", bool(mask[1]))),
+                        x, w, stride, padding, dilation, transposed, groups)
+            return func(*args, **kwargs)
+
+    dev_type = torch.device(device).type
+    amp = {"off": None, "fp16": torch.float16, "bf16": torch.bfloat16}[spec.amp]
+    model.train(spec.train)
+    t0 = time.perf_counter()
+    try:
+        with ModuleTracker() as tracker, Mode():
+            with torch.autocast(dev_type, dtype=amp or torch.float32, enabled=amp is not None):
+                with torch.set_grad_enabled(spec.train):
+                    out = model(*inputs)
+            if spec.train:
+                total = loss(out) if loss else _sum_outputs(out)
+                total.backward()
+    except torch.OutOfMemoryError:
+        raise ResourceError(
+            f"out of GPU memory capturing {spec.describe()}: try a smaller --batch") from None
+    seconds = time.perf_counter() - t0
+    model.zero_grad(set_to_none=True)
+    return Capture(model=spec, problems=list(rec.unique.values()),
+                   uncovered=list(rec.uncovered.values()), conv_calls=rec.calls,
+                   tf32=rec.tf32, deterministic=bool(torch.backends.cudnn.deterministic),
+                   device=device, seconds=seconds)
+
+
+def _sum_outputs(out):
+    """A scalar from any model output (a tensor, or tuples, lists and dicts of them)."""
+    import torch
+
+    parts = []
+
+    def walk(o):
+        if isinstance(o, torch.Tensor):
+            if o.is_floating_point() and o.requires_grad:
+                parts.append(o.float().sum())
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v)
+
+    walk(out)
+    if not parts:
+        raise UserError("the model's output holds no tensor that needs a gradient: "
+                        "nothing to run backward from (use --eval for inference)")
+    return torch.stack(parts).sum()

@@ -1,0 +1,94 @@
+"""The user's model and its input: a torchvision model by name, or ``pkg.module:factory``.
+
+Every failure is one UserError that names the bad value (an unknown name lists close
+ones; a factory that raises gives its message).
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import List, Tuple
+
+from ..core.capture import ModelSpec
+from ..core.errors import MissingDependencyError, UserError
+
+__all__ = ["build", "torchvision_names", "parse_input"]
+
+
+def torchvision_names() -> List[str]:
+    try:
+        import torchvision
+    except ImportError:
+        raise MissingDependencyError(
+            "torchvision is not installed: pip install torchvision (or give your own model "
+            "with --model pkg.module:factory)") from None
+    return sorted(torchvision.models.list_models())
+
+
+def parse_input(text: str) -> Tuple[int, ...]:
+    """"3x224x224" (C x H x W, or C x L, or C x D x H x W) per sample."""
+    parts = str(text).lower().replace(",", "x").split("x")
+    try:
+        shape = tuple(int(p) for p in parts if p.strip())
+    except ValueError:
+        raise UserError(f"--input '{text}': expected CxHxW, e.g. 3x224x224") from None
+    if len(shape) not in (2, 3, 4) or any(s < 1 for s in shape):
+        raise UserError(f"--input '{text}': expected C x L, C x H x W or C x D x H x W, "
+                        f"each >= 1, e.g. 3x224x224")
+    return shape
+
+
+def _factory(path: str):
+    mod, _, name = path.partition(":")
+    if not mod or not name:
+        raise UserError(f"--model '{path}': expected pkg.module:factory")
+    try:
+        module = importlib.import_module(mod)
+    except Exception as e:  # noqa: BLE001  (the user's code: any error is theirs)
+        raise UserError(f"--model '{path}': cannot import {mod}: {type(e).__name__}: {e}") \
+            from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UserError(f"--model '{path}': {mod} has no callable {name}")
+    return fn
+
+
+def build(spec: ModelSpec, device: str):
+    """(model on ``device``, [input batch]) as ``spec`` says; UserError for a bad name or
+    a factory that fails."""
+    import torch
+
+    if spec.factory:
+        fn = _factory(spec.factory)
+        try:
+            model = fn()
+        except Exception as e:  # noqa: BLE001  (the user's code: any error is theirs)
+            raise UserError(f"--model '{spec.factory}' raised {type(e).__name__}: {e}") \
+                from None
+        if not isinstance(model, torch.nn.Module):
+            raise UserError(f"--model '{spec.factory}' returned {type(model).__name__}, "
+                            f"not a torch.nn.Module")
+    else:
+        names = torchvision_names()
+        if spec.name not in names:
+            close = difflib.get_close_matches(spec.name, names, n=5, cutoff=0.5)
+            raise UserError(f"unknown model '{spec.name}'"
+                            + (f"; close names: {', '.join(close)}" if close else "")
+                            + "; any torchvision model name, or --model pkg.module:factory")
+        import torchvision
+
+        try:
+            model = torchvision.models.get_model(spec.name, weights=None)
+        except Exception as e:  # noqa: BLE001  (a model that needs arguments we do not give)
+            raise UserError(f"model '{spec.name}' cannot be built without arguments: "
+                            f"{type(e).__name__}: {e}") from None
+    fmt = torch.channels_last if len(spec.input_shape) == 3 else torch.channels_last_3d
+    model = model.to(device)
+    x = torch.randn((spec.batch, *spec.input_shape), device=device)
+    if spec.channels_last:
+        if len(spec.input_shape) not in (3, 4):
+            raise UserError("--channels-last needs a 2-D or 3-D input (C x H x W or "
+                            "C x D x H x W)")
+        model = model.to(memory_format=fmt)
+        x = x.contiguous(memory_format=fmt)
+    return model, [x]

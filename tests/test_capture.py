@@ -1,0 +1,135 @@
+"""Capture on the CPU: what cuDNN would see of a model's iteration (no cuDNN needed)."""
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from cudnn_explorer.core.capture import Capture, ModelSpec  # noqa: E402
+from cudnn_explorer.core.errors import UserError  # noqa: E402
+from cudnn_explorer.model import zoo  # noqa: E402
+from cudnn_explorer.model.capture import capture  # noqa: E402
+
+
+class Net(nn.Module):
+    """Two identical 3x3 blocks (one problem, called twice), a strided conv, a 1-D conv
+    over a reshaped map, and a transposed conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.a = nn.Conv2d(8, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 8, 3, padding=1)
+        self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False)
+        self.seq = nn.Conv1d(16, 4, 5, padding=2)
+        self.up = nn.ConvTranspose2d(16, 8, 2, stride=2)
+
+    def forward(self, x):
+        x = self.b(self.a(self.stem(x)))
+        x = self.down(x)
+        y = self.seq(x.flatten(2))
+        return y.mean() + self.up(x).mean()
+
+
+def run(spec, model=None):
+    model = model or Net()
+    x = torch.randn(spec.batch, *spec.input_shape)
+    if spec.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    return capture(model, [x], spec, "cpu")
+
+
+SPEC = dict(name="net", input_shape=[3, 16, 16], batch=2)
+
+
+def by_layer(cap):
+    return {layer: u for u in cap.problems for layer in u.layers}
+
+
+def test_every_direction_following_output_mask_deduplicated_with_call_counts():
+    cap = run(ModelSpec(**SPEC, train=True))
+    layers = by_layer(cap)
+    assert set(layers) == {"stem", "a", "b", "down", "seq"}
+    assert layers["a"] is layers["b"]  # one problem, two layers
+    assert layers["a"].calls == {"fwd": 2, "bwd-data": 2, "bwd-filter": 2}
+    assert layers["stem"].calls == {"fwd": 1, "bwd-filter": 1}  # the input needs no grad
+    assert layers["down"].problem.stride == (2, 2) and layers["down"].problem.out_channels == 16
+    seq = layers["seq"].problem
+    assert seq.spatial_dims == 1 and seq.input_shape == (2, 16, 64) and seq.kernel == (5,)
+    # the transposed convolution is listed as not covered, never dropped
+    (up,) = cap.uncovered
+    assert up.layer == "up" and "transposed" in up.why and up.calls == 3
+    assert cap.conv_calls == sum(sum(u.calls.values()) for u in cap.problems) + up.calls
+
+
+def test_inference_is_forward_only():
+    cap = run(ModelSpec(**SPEC, train=False))
+    assert all(set(u.calls) == {"fwd"} for u in cap.problems)
+    assert by_layer(cap)["a"].calls == {"fwd": 2}
+
+
+@pytest.mark.parametrize("amp,dtype", [("off", "float32"), ("bf16", "bfloat16"),
+                                       ("fp16", "float16")])
+def test_amp_gives_the_dtype_cudnn_gets(amp, dtype):
+    cap = run(ModelSpec(**SPEC, amp=amp))
+    assert {u.problem.dtype for u in cap.problems} == {dtype}
+    tf32 = {u.problem.tf32 for u in cap.problems}
+    assert tf32 == ({torch.backends.cudnn.allow_tf32} if dtype == "float32" else {None})
+
+
+def test_channels_last_strides_give_nhwc():
+    cap = run(ModelSpec(**SPEC, channels_last=True))
+    layout = {layer: u.problem.layout for layer, u in by_layer(cap).items()}
+    assert layout == {"stem": "nhwc", "a": "nhwc", "b": "nhwc", "down": "nhwc", "seq": "nchw"}
+    plain = run(ModelSpec(**SPEC))
+    assert {u.problem.layout for u in plain.problems} == {"nchw"}
+    # different layouts are different problems to PyTorch's cache
+    assert by_layer(cap)["a"].problem != by_layer(plain)["a"].problem
+
+
+def test_capture_round_trips_through_json():
+    cap = run(ModelSpec(**SPEC, amp="bf16", channels_last=True))
+    again = Capture.from_json_dict(json.loads(cap.to_json()))
+    assert again.problems == cap.problems and again.uncovered == cap.uncovered
+    assert again.model == cap.model
+
+
+def test_model_without_convolutions():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 4))
+    cap = run(ModelSpec(**SPEC), model=model)
+    assert cap.problems == [] and cap.uncovered == [] and cap.conv_calls == 0
+
+
+def test_torchvision_model_by_name_and_bad_names():
+    pytest.importorskip("torchvision")
+    spec = ModelSpec(name="resnet18", input_shape=[3, 32, 32], batch=2, amp="bf16",
+                     channels_last=True)
+    model, inputs = zoo.build(spec, "cpu")
+    cap = capture(model, inputs, spec, "cpu")
+    layers = by_layer(cap)
+    assert "conv1" in layers and "layer2.0.downsample.0" in layers
+    assert layers["layer2.0.downsample.0"].problem.kernel == (1, 1)
+    assert "bwd-data" not in layers["conv1"].calls
+    with pytest.raises(UserError, match="unknown model 'resnet5'; close names: resnet50"):
+        zoo.build(ModelSpec(name="resnet5", input_shape=[3, 8, 8]), "cpu")
+
+
+def test_factory_errors_name_the_factory(tmp_path, monkeypatch):
+    (tmp_path / "mymodels.py").write_text(
+        "import torch\n"
+        "def good():\n    return torch.nn.Conv2d(3, 4, 3)\n"
+        "def bad():\n    raise RuntimeError('no weights here')\n"
+        "def odd():\n    return 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = dict(input_shape=[3, 8, 8], batch=1)
+    model, inputs = zoo.build(ModelSpec(factory="mymodels:good", **spec), "cpu")
+    assert isinstance(model, nn.Conv2d)
+    for factory, match in (("mymodels:bad", "raised RuntimeError: no weights here"),
+                           ("mymodels:odd", "returned int, not a torch.nn.Module"),
+                           ("mymodels:none", "has no callable none"),
+                           ("nomodule:f", "cannot import nomodule"),
+                           ("justaname", "expected pkg.module:factory")):
+        with pytest.raises(UserError, match=match):
+            zoo.build(ModelSpec(factory=factory, **spec), "cpu")
