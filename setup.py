@@ -166,6 +166,7 @@ setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
-    install_requires=["torch", "numpy", "tabulate"],
+    install_requires=["torch", "numpy", "tabulate", "tqdm"],
+    extras_require={"models": ["torchvision"]},  # model names; --model factories need none
     entry_points={"console_scripts": ["cudnn-explorer = cudnn_explorer.cli:console"]},
 )

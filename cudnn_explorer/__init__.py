@@ -5,10 +5,10 @@ CUDA. GPU functions (:func:`explore`, :func:`run_algorithm`, :func:`reference`,
 :func:`environment`, :func:`info`) import them on first call and raise one clear
 error (MissingDependencyError) when something is missing.
 
-Layers: ``core/`` (pure: problem, options, records, analysis, log parsers), ``measure/``
-(the GPU: native gate, legacy Find and re-timing, engine configs, PyTorch's children,
-the pipeline), ``report/`` (tables and CSV), ``cli.py``. Each imports only the layers
-before it.
+Layers: ``core/`` (pure: problem, options, records, captures and sweeps, analysis, log
+parsers), ``measure/`` (the GPU: native gate, legacy Find and re-timing, engine configs,
+PyTorch's children, the pipeline), ``model/`` (a whole model: capture, zoo, sweep),
+``report/`` (tables and CSV), ``cli.py``. Each imports only the layers before it.
 """
 from .core.errors import (ChildError, CudnnError, ExplorerError, GpuError,
                           MissingDependencyError, ResourceError, UserError)

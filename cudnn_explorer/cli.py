@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -83,26 +84,10 @@ def join_negative_values(parser: argparse.ArgumentParser, argv: List[str]) -> Li
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="python -m cudnn_explorer", allow_abbrev=False,
-        description="List every cuDNN convolution algorithm for a problem, with cuDNN's "
-                    "own time (ms), workspace (MiB), math type and determinism.")
-    g = p.add_argument_group("problem")
-    g.add_argument("--shape", help="input N,C,L (1-D), N,C,H,W (2-D) or N,C,D,H,W (3-D)")
-    g.add_argument("--out-channels", default="64", help="output channels (default 64)")
-    g.add_argument("--kernel", default="3", help="kernel size: one int or one per spatial dim")
-    g.add_argument("--stride", default="1", help="one int or one per spatial dim (default 1)")
-    g.add_argument("--padding", default=None,
-                   help="one int or one per spatial dim (default kernel//2 per dim)")
-    g.add_argument("--dilation", default="1", help="one int or one per spatial dim")
-    g.add_argument("--groups", default="1", help="groups (= C for depthwise)")
-    g.add_argument("--dtype", default="float32", help="float32, float16, bfloat16, float64")
-    g.add_argument("--tf32", default=None,
-                   help="on|off, float32 only (default on, like torch.backends.cudnn.allow_tf32)")
-    g.add_argument("--layout", default="nchw", help="nchw | nhwc (channels_last)")
+def add_run_args(p: argparse.ArgumentParser):
+    """The run, measurement, PyTorch and engine-config options, shared by the problem
+    command and ``model`` (one ExploreOptions for both); returns the "run" group."""
     r = p.add_argument_group("run")
-    r.add_argument("--direction", default="all", help="fwd | bwd-data | bwd-filter | all")
     r.add_argument("--device", default="0", help="CUDA device index (default 0)")
     r.add_argument("--max-workspace", default=None, metavar="MiB",
                    help="cap the workspace Find may use, in MiB")
@@ -147,6 +132,29 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--engine-budget-s", default="120", metavar="S",
                    help="time budget per direction for building and timing configs "
                         "(default 120)")
+    return r
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m cudnn_explorer", allow_abbrev=False,
+        description="List every cuDNN convolution algorithm for a problem, with cuDNN's "
+                    "own time (ms), workspace (MiB), math type and determinism.")
+    g = p.add_argument_group("problem")
+    g.add_argument("--shape", help="input N,C,L (1-D), N,C,H,W (2-D) or N,C,D,H,W (3-D)")
+    g.add_argument("--out-channels", default="64", help="output channels (default 64)")
+    g.add_argument("--kernel", default="3", help="kernel size: one int or one per spatial dim")
+    g.add_argument("--stride", default="1", help="one int or one per spatial dim (default 1)")
+    g.add_argument("--padding", default=None,
+                   help="one int or one per spatial dim (default kernel//2 per dim)")
+    g.add_argument("--dilation", default="1", help="one int or one per spatial dim")
+    g.add_argument("--groups", default="1", help="groups (= C for depthwise)")
+    g.add_argument("--dtype", default="float32", help="float32, float16, bfloat16, float64")
+    g.add_argument("--tf32", default=None,
+                   help="on|off, float32 only (default on, like torch.backends.cudnn.allow_tf32)")
+    g.add_argument("--layout", default="nchw", help="nchw | nhwc (channels_last)")
+    add_run_args(p).add_argument("--direction", default="all",
+                                 help="fwd | bwd-data | bwd-filter | all")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="write JSON (schema cudnn_explorer.exploration) to PATH or stdout")
@@ -163,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _int(text: str, option: str, lo: int = 0) -> int:
     try:
+        if not re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", str(text)):
+            raise ValueError(text)
         v = int(str(text).strip())
     except ValueError:
         raise UserError(f"{option} '{text}': not an integer") from None
@@ -221,7 +231,7 @@ def check_output_path(path: Optional[str], flag: str) -> None:
         raise UserError(f"{flag} '{path}': cannot write there: {e.strerror}") from None
 
 
-def write_output(text: str, path: Optional[str], flag: str) -> None:
+def write_output(text: str, path: Optional[str], flag: str, quiet: bool = False) -> None:
     """``text`` to stdout ("-" or None) or to ``path`` atomically: a temporary file in the
     same directory, then a rename, so a reader never sees half a file."""
     if path in (None, "-"):
@@ -239,7 +249,8 @@ def write_output(text: str, path: Optional[str], flag: str) -> None:
             raise
     except OSError as e:
         raise UserError(f"{flag} '{path}': cannot write: {e.strerror}") from None
-    print(f"wrote {path}", file=sys.stderr)
+    if not quiet:
+        print(f"wrote {path}", file=sys.stderr)
 
 
 def _measure_layer():
@@ -272,6 +283,8 @@ def load_file(path: str):
 def _run(argv: Optional[List[str]]) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "model":
+        return _run_model(argv[1:])
     if not argv:
         sys.stderr.write(parser.format_usage())
         raise UserError("nothing to do: give --shape (e.g. --shape 32,3,224,224 --kernel 3), "
@@ -354,6 +367,168 @@ def _run(argv: Optional[List[str]]) -> int:
         print(f"cudnn_explorer: error: cuDNN ran no algorithm for {', '.join(failed)} of "
               f"{exp.problem.describe()}", file=sys.stderr)
         return 2
+    return 0
+
+
+MODEL_ONLY = ("--model", "--batch", "--input", "--image", "--amp", "--channels-last", "--train",
+              "--eval", "--capture-only")
+
+
+def build_model_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m cudnn_explorer model", allow_abbrev=False,
+        description="Capture every convolution of one iteration of a model (what cuDNN "
+                    "really gets, after autocast), then explore each unique problem: "
+                    "PyTorch's pick, the best legacy algorithm and the best engine config, "
+                    "in ms per iteration.")
+    m = p.add_argument_group("model")
+    m.add_argument("name", nargs="?", help="a torchvision model name, e.g. resnet50")
+    m.add_argument("--model", metavar="PKG.MODULE:FACTORY",
+                   help="your own nn.Module: a function that takes no arguments")
+    m.add_argument("--batch", default="32", help="batch size (default 32)")
+    m.add_argument("--input", default=None, metavar="CxHxW",
+                   help="one sample's shape (default 3x224x224)")
+    m.add_argument("--image", default=None, metavar="N", help="same as --input 3xNxN")
+    m.add_argument("--amp", default="off", help="off | fp16 | bf16 (torch.autocast)")
+    m.add_argument("--channels-last", action="store_true",
+                   help="model and input in channels_last")
+    t = m.add_mutually_exclusive_group()
+    t.add_argument("--train", action="store_true",
+                   help="a training step: forward and backward (the default)")
+    t.add_argument("--eval", action="store_true", help="inference: forward only, eval mode")
+    m.add_argument("--capture-only", action="store_true",
+                   help="list the unique problems and their layers; explore nothing")
+    add_run_args(p)
+    p.set_defaults(direction="all")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", default=None, metavar="PATH",
+                   help="write the sweep (or the capture) to PATH, after every problem")
+    o.add_argument("--load", metavar="PATH", help="render a saved sweep (no GPU needed)")
+    o.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    return p
+
+
+def model_spec(a):
+    from .core.capture import ModelSpec
+    from .core.problem import parse_int_list
+    from .model import zoo
+
+    if bool(a.name) == bool(a.model):
+        raise UserError("model: give a torchvision model name or --model pkg.module:factory "
+                        "(one of them)")
+    if a.input and a.image:
+        raise UserError("--image would be ignored: --input gives the whole shape; drop one")
+    if a.image:
+        (n,) = parse_int_list(a.image, "--image")
+        shape = zoo.parse_input(f"3x{n}x{n}")
+    else:
+        shape = zoo.parse_input(a.input or "3x224x224")
+    amp = str(a.amp).strip().lower()
+    if amp not in ("off", "fp16", "bf16"):
+        raise UserError(f"--amp '{a.amp}': valid: off, fp16, bf16")
+    batch = _int(a.batch, "--batch", lo=1)
+    if batch > 1 << 20:
+        raise UserError(f"--batch {batch}: valid: an integer from 1 to 1048576")
+    return ModelSpec(name=a.name or "", factory=a.model or "", input_shape=list(shape),
+                     batch=batch, amp=amp, channels_last=a.channels_last, train=not a.eval)
+
+
+def _run_model(argv: List[str]) -> int:
+    parser = build_model_parser()
+    if not argv:
+        sys.stderr.write(parser.format_usage())
+        raise UserError("model: give a model, e.g. model resnet50 --batch 32 --amp fp16")
+    argv = join_negative_values(parser, argv)
+    a = parser.parse_args(argv)
+    flags = given_flags(parser, argv)
+    if a.load:
+        bad = next((f for f in flags if f not in ("--load", "--debug")), None) or (
+            a.name and "NAME")
+        if bad:
+            raise UserError(f"{bad} would be ignored: --load renders a saved sweep; drop "
+                            f"{bad} or --load")
+        from .core.sweep import ModelSweep
+        from .report.model import render_sweep
+
+        try:
+            with open(a.load, "rb") as f:
+                sw = ModelSweep.from_json(f.read())
+        except OSError as e:
+            raise UserError(f"--load '{a.load}': {e.strerror}") from None
+        except UserError as e:
+            raise UserError(f"--load '{a.load}': {e}") from None
+        sys.stdout.write(render_sweep(sw))
+        return 0
+    check_conflicts(flags)
+    if a.capture_only:
+        bad = next((f for f in flags if f in RUN_FLAGS and f != "--device"), None)
+        if bad:
+            raise UserError(f"{bad} would be ignored: --capture-only explores nothing")
+    spec = model_spec(a)
+    options = options_from_args(a, engines=not a.no_engines)
+    check_output_path(a.json, "--json")
+    pipeline = _measure_layer()
+    from .model import capture as capture_mod
+    from .model import zoo
+    from .report.model import render_capture, render_sweep
+
+    import torch
+
+    if a.capture_only and not torch.cuda.is_available():
+        device = "cpu"
+        print("cudnn_explorer: note: no GPU: captured on the CPU, where autocast and "
+              "layouts may differ from the GPU's", file=sys.stderr)
+    else:
+        pipeline.native.require_gpu(options.device)  # no GPU: says what is missing, exit 3
+        device = f"cuda:{options.device}"
+    model, inputs = zoo.build(spec, device)
+    cap = capture_mod.capture(model, inputs, spec, device)
+    del model, inputs
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the sweep's measurements get the memory back
+    if a.capture_only or not cap.problems:
+        sys.stdout.write(render_capture(cap))
+        if a.json:
+            write_output(cap.to_json() + "\n", a.json, "--json")
+        return 0
+    from .model.sweep import sweep
+
+    bar = None
+    if not a.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(cap.problems), unit="problem", file=sys.stderr,
+                   dynamic_ncols=True, disable=None if not a.verbose else False)
+
+    def progress(done, total, msg):
+        if bar is not None:
+            bar.n = done
+            bar.set_postfix_str(msg[:60], refresh=True)
+
+    def save(sw):
+        if a.json:
+            write_output(sw.to_json() + "\n", a.json, "--json", quiet=True)
+
+    try:
+        sw = sweep(cap, options, save=save, progress=progress)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        print("cudnn_explorer: interrupted: every problem that finished is in "
+              + (f"'{a.json}'" if a.json else "no file (give --json PATH to keep them)"),
+              file=sys.stderr)
+        return 130
+    finally:
+        if bar is not None:
+            bar.close()
+    sys.stdout.write(render_sweep(sw))
+    if a.json:
+        print(f"wrote {a.json}", file=sys.stderr)
+    failed = [e for e in sw.entries if e.error]
+    if failed:
+        print(f"cudnn_explorer: error: {len(failed)} of {len(cap.problems)} problems were not "
+              f"explored; the report lists why", file=sys.stderr)
+        return 3
     return 0
 
 

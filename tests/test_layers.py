@@ -63,7 +63,7 @@ def test_no_import_circle():
     assert not circles, circles
 
 
-def test_core_is_pure_and_report_does_not_measure():
+def test_layers_import_only_the_layers_before_them():
     graph = _graph()
     for m, deps in graph.items():
         if m.startswith("cudnn_explorer.core"):
@@ -71,5 +71,12 @@ def test_core_is_pure_and_report_does_not_measure():
                                                           "cudnn_explorer.report"))
                            for d in deps), (m, deps)
         if m.startswith("cudnn_explorer.report"):
-            assert not any(d == "torch" or d.startswith("cudnn_explorer.measure")
+            assert not any(d == "torch" or d.startswith(("cudnn_explorer.measure",
+                                                          "cudnn_explorer.model"))
                            for d in deps), (m, deps)
+        if m.startswith(("cudnn_explorer.measure", "cudnn_explorer.model")):
+            # measuring and models feed the report; they never render
+            assert not any(d.startswith(("cudnn_explorer.report", "cudnn_explorer.cli"))
+                           for d in deps), (m, deps)
+        if m.startswith("cudnn_explorer.measure"):
+            assert not any(d.startswith("cudnn_explorer.model") for d in deps), (m, deps)

@@ -1,0 +1,136 @@
+"""A model sweep: the capture of a model and one Exploration per unique problem. Pure.
+
+Schema ``cudnn_explorer.sweep``, version 1: ``capture`` (schema cudnn_explorer.capture),
+``options`` (the ExploreOptions every problem was explored with, its directions aside),
+``environment``, and ``entries``: one per unique problem, in the capture's order, with
+its exploration (schema cudnn_explorer.exploration) or the error that stopped it.
+``complete`` is false for a sweep that was interrupted: the entries it has are final.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from .capture import Capture
+from .errors import UserError
+from .records import Environment, Exploration, _shown
+
+__all__ = ["SWEEP_SCHEMA", "SWEEP_VERSION", "SweepEntry", "ModelSweep"]
+
+SWEEP_SCHEMA = "cudnn_explorer.sweep"
+SWEEP_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SweepEntry:
+    """Unique problem ``index`` of the capture: its exploration, or why there is none."""
+
+    index: int
+    exploration: Optional[Exploration] = None
+    error: str = ""
+    seconds: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "error": self.error, "seconds": self.seconds,
+                "exploration": None if self.exploration is None
+                else self.exploration.to_dict()}
+
+
+@dataclass(frozen=True)
+class ModelSweep:
+    capture: Capture
+    entries: List[SweepEntry] = field(default_factory=list)
+    options: dict = field(default_factory=dict)
+    profile: str = "deep"
+    environment: Environment = field(default_factory=Environment)
+    complete: bool = False
+    tool_version: str = ""
+    created: str = ""
+    wall_s: Optional[float] = None
+
+    def entry(self, index: int) -> Optional[SweepEntry]:
+        return next((e for e in self.entries if e.index == index), None)
+
+    @property
+    def missing(self) -> List[int]:
+        """Indices of unique problems with no entry (the sweep was interrupted)."""
+        done = {e.index for e in self.entries}
+        return [i for i in range(len(self.capture.problems)) if i not in done]
+
+    def to_dict(self) -> dict:
+        return {"schema": SWEEP_SCHEMA, "schema_version": SWEEP_VERSION,
+                "tool_version": self.tool_version, "created": self.created,
+                "profile": self.profile, "complete": self.complete, "wall_s": self.wall_s,
+                "options": dict(self.options), "environment": self.environment.to_dict(),
+                "capture": self.capture.to_dict(),
+                "entries": [e.to_dict() for e in self.entries]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelSweep":
+        """A saved sweep, every part checked; UserError names the bad one."""
+        if d.get("schema") != SWEEP_SCHEMA:
+            raise UserError(f"not a cudnn_explorer sweep: schema is {_shown(d.get('schema'))}")
+        if d.get("schema_version") != SWEEP_VERSION:
+            raise UserError(f"sweep schema_version {_shown(d.get('schema_version'))}: this "
+                            f"cudnn_explorer reads version {SWEEP_VERSION}")
+        try:
+            capture = Capture.from_json_dict(d.get("capture"))
+        except UserError as e:
+            raise UserError(f"capture: {e}") from None
+        entries, seen = [], set()
+        raw = d.get("entries")
+        if not isinstance(raw, list):
+            raise UserError(f"entries: {_shown(raw)} is not a list")
+        for k, e in enumerate(raw):
+            if not isinstance(e, dict):
+                raise UserError(f"entries[{k}]: expected an object, got {_shown(e)}")
+            i = e.get("index")
+            if not isinstance(i, int) or isinstance(i, bool) or not \
+                    0 <= i < len(capture.problems) or i in seen:
+                raise UserError(f"entries[{k}].index: {_shown(i)} is not a new index of "
+                                f"the {len(capture.problems)} captured problems")
+            seen.add(i)
+            exp = None
+            if e.get("exploration") is not None:
+                if not isinstance(e["exploration"], dict):
+                    raise UserError(f"entries[{k}].exploration: expected an object")
+                try:
+                    exp = Exploration.from_dict(e["exploration"])
+                except UserError as err:
+                    raise UserError(f"entries[{k}].exploration: {err}") from None
+                if exp.problem != capture.problems[i].problem:
+                    raise UserError(f"entries[{k}].exploration: its problem is not captured "
+                                    f"problem {i}")
+            secs = e.get("seconds")
+            if secs is not None and (not isinstance(secs, (int, float)) or secs < 0):
+                raise UserError(f"entries[{k}].seconds: {_shown(secs)} is not a time")
+            if not isinstance(e.get("error", ""), str):
+                raise UserError(f"entries[{k}].error: not a string")
+            entries.append(SweepEntry(i, exp, e.get("error", ""), secs))
+        for key in ("tool_version", "created", "profile"):
+            if not isinstance(d.get(key, ""), str):
+                raise UserError(f"{key}: not a string")
+        if not isinstance(d.get("options", {}), dict):
+            raise UserError("options: not an object")
+        return cls(capture=capture, entries=entries, options=d.get("options") or {},
+                   profile=d.get("profile", "deep"),
+                   environment=Environment.from_dict(d.get("environment") or {},
+                                                     "environment"),
+                   complete=d.get("complete") is True, tool_version=d.get("tool_version", ""),
+                   created=d.get("created", ""),
+                   wall_s=d.get("wall_s") if isinstance(d.get("wall_s"), (int, float))
+                   else None)
+
+    @classmethod
+    def from_json(cls, data) -> "ModelSweep":
+        try:
+            d = json.loads(data)
+        except (ValueError, RecursionError) as e:
+            raise UserError(f"not valid JSON: {str(e)[:80]}") from None
+        if not isinstance(d, dict):
+            raise UserError("not a cudnn_explorer sweep: top level is not an object")
+        return cls.from_dict(d)

@@ -1,0 +1,71 @@
+"""Sweep a captured model: explore every unique problem in the directions the model runs.
+
+Each problem is explored with the same ExploreOptions (its directions aside) through the
+per-problem pipeline, PyTorch's own picks included. After each problem the sweep so far is
+handed to ``save`` (the CLI writes it atomically), so Ctrl-C or a kill loses only the
+problem in flight; an interrupted sweep is marked incomplete and says which are missing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import time
+from typing import Callable, Optional
+
+from ..core.capture import Capture
+from ..core.errors import ChildError, CudnnError, ExplorerError, ResourceError, UserError
+from ..core.options import ExploreOptions
+from ..core.sweep import ModelSweep, SweepEntry
+from ..core.version import __version__
+from ..measure import pipeline
+
+__all__ = ["sweep"]
+
+# Errors that stop one problem but not the sweep: cuDNN refusing it, its memory, a child.
+_PER_PROBLEM = (CudnnError, ResourceError, ChildError, UserError)
+
+
+def sweep(capture: Capture, options: ExploreOptions,
+          save: Callable[[ModelSweep], None] = lambda s: None,
+          progress: Optional[Callable[[int, int, str], None]] = None,
+          bench=None) -> ModelSweep:
+    """Explore ``capture``'s unique problems in order; ``save`` hears the sweep after each
+    one, ``progress(done, total, message)`` every step. A missing GPU or extension stops
+    the sweep (MissingDependencyError); other errors are recorded per problem."""
+    bench = bench or pipeline.GpuBench(options.device)
+    env = bench.environment()
+    created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    opts = options.to_dict()
+    opts.pop("directions", None)
+    entries = []
+    t0 = time.perf_counter()
+    total = len(capture.problems)
+
+    def snapshot(complete: bool) -> ModelSweep:
+        return ModelSweep(capture=capture, entries=list(entries), options=opts,
+                          profile="deep", environment=env, complete=complete,
+                          tool_version=__version__, created=created,
+                          wall_s=round(time.perf_counter() - t0, 3))
+
+    say = progress or (lambda done, n, msg: None)
+    try:
+        for i, u in enumerate(capture.problems):
+            one = dataclasses.replace(options, directions=tuple(u.directions))
+            start = time.perf_counter()
+            say(i, total, f"problem {i + 1}/{total}: {', '.join(u.layers[:2]) or '?'}")
+            try:
+                exp = pipeline.explore(u.problem, one, bench=bench,
+                                       progress=lambda m, i=i: say(i, total, m))
+                entry = SweepEntry(i, exp, "", round(time.perf_counter() - start, 3))
+            except _PER_PROBLEM as e:
+                entry = SweepEntry(i, None, f"{type(e).__name__}: {e}",
+                                   round(time.perf_counter() - start, 3))
+            entries.append(entry)
+            save(snapshot(complete=False))
+            say(i + 1, total, "")
+    except (KeyboardInterrupt, ExplorerError):
+        save(snapshot(complete=False))  # everything finished is kept
+        raise
+    done = snapshot(complete=True)
+    save(done)
+    return done

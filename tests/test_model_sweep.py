@@ -1,0 +1,115 @@
+"""A model sweep on the CPU: capture a small model, explore its unique problems through the
+fake bench (real child processes, the real engine driver), save after every problem, and
+render the per-iteration report, also from the saved file and after an interruption."""
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import requires_ext, run_cli  # noqa: E402
+from cudnn_explorer.core.capture import ModelSpec  # noqa: E402
+from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
+from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
+from cudnn_explorer.model.capture import capture  # noqa: E402
+from cudnn_explorer.report.model import render_capture, render_sweep  # noqa: E402
+from fakes import FakeBench  # noqa: E402
+
+pytestmark = requires_ext  # the engine driver builds native TimingOptions (no GPU needed)
+
+
+def small_capture():
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1),
+                              torch.nn.Conv2d(8, 8, 3, padding=1),
+                              torch.nn.Conv2d(8, 8, 3, padding=1))
+    spec = ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2)
+    return capture(net, [torch.randn(2, 3, 8, 8)], spec, "cpu")
+
+
+OPTS = ExploreOptions.create(budget_ms=5, child_timeout_s=30, engine_budget_s=30)
+
+
+def test_sweep_saves_after_every_problem_and_reports_per_iteration(tmp_path, monkeypatch):
+    from cudnn_explorer.model.sweep import sweep
+
+    cap = small_capture()
+    assert [sorted(u.calls.items()) for u in cap.problems] == [
+        [("bwd-filter", 1), ("fwd", 1)],
+        [("bwd-data", 2), ("bwd-filter", 2), ("fwd", 2)]]
+    saved = []
+    sw = sweep(cap, OPTS, save=lambda s: saved.append(s.to_json()),
+               bench=FakeBench(tmp_path, monkeypatch))
+    assert len(saved) == 3 and sw.complete and sw.missing == []
+    first = ModelSweep.from_json(saved[0])
+    assert [e.index for e in first.entries] == [0] and not first.complete
+    assert [d.direction for d in sw.entry(0).exploration.directions] == ["fwd", "bwd-filter"]
+    again = ModelSweep.from_json(sw.to_json())
+    text = render_sweep(again)
+    assert text == render_sweep(sw)
+    assert all(len(line) <= 120 for line in text.splitlines()), text
+    assert "== model totals (5 of 5 problem-directions" in text
+    assert "left on the table" in text and "where PyTorch leaves the most time" in text
+    # ms per iteration = median per call x calls per iteration
+    d = sw.entry(1).exploration.direction("fwd")
+    pick = d.pytorch_pick("benchmark", api=None).time
+    assert f"{pick * 2:.4f}" in text
+
+
+def test_interrupted_sweep_keeps_what_finished(tmp_path, monkeypatch):
+    from cudnn_explorer.model.sweep import sweep
+
+    saved = []
+
+    def save(s):
+        saved.append(s)
+        if len(s.entries) == 1 and not s.complete and len(saved) == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep(small_capture(), OPTS, save=save, bench=FakeBench(tmp_path, monkeypatch))
+    last = saved[-1]
+    assert [e.index for e in last.entries] == [0] and not last.complete and last.missing == [1]
+    text = render_sweep(ModelSweep.from_json(last.to_json()))
+    assert "incomplete sweep: 1 of 2 unique problems not explored (#2)" in text
+
+
+def test_cli_renders_a_saved_sweep_and_refuses_bad_ones(tmp_path, monkeypatch):
+    from cudnn_explorer.model.sweep import sweep
+
+    sw = sweep(small_capture(), OPTS, bench=FakeBench(tmp_path, monkeypatch))
+    f = tmp_path / "sweep.json"
+    f.write_text(sw.to_json())
+    r = run_cli("model", "--load", str(f))
+    assert r.returncode == 0 and "model totals" in r.stdout, r.stderr
+    d = json.loads(sw.to_json())
+    d["entries"][1]["exploration"]["problem"]["groups"] = 3
+    f.write_text(json.dumps(d))
+    r = run_cli("model", "--load", str(f))
+    assert r.returncode == 2 and "entries[1].exploration: problem: --groups 3" in r.stderr
+    r = run_cli("model", "--load", str(f), "--batch", "4")
+    assert r.returncode == 2 and "--batch would be ignored" in r.stderr
+
+
+def test_capture_report_fits_and_names_layers():
+    text = render_capture(small_capture())
+    assert "2 unique problems" in text
+    assert text.splitlines()[-1].split()[-2:] == ["1,", "2"]  # the layers of problem 2
+    assert all(len(line) <= 120 for line in text.splitlines())
+
+
+@pytest.mark.parametrize("args,match", [
+    (["model"], "give a model"),
+    (["model", "resnet18", "--model", "m:f"], "one of them"),
+    (["model", "resnet5", "--capture-only"], "close names: resnet50"),
+    (["model", "resnet18", "--amp", "fp8"], "--amp 'fp8'"),
+    (["model", "resnet18", "--batch", "0"], "--batch 0"),
+    (["model", "resnet18", "--input", "3x0x4"], "--input '3x0x4'"),
+    (["model", "resnet18", "--input", "3x8x8", "--image", "8"], "--image would be ignored"),
+    (["model", "resnet18", "--capture-only", "--budget-ms", "5"], "--budget-ms would be"),
+    (["model", "--model", "nomodule:f", "--capture-only"], "cannot import nomodule"),
+])
+def test_model_bad_input_is_one_line_exit_2(args, match):
+    r = run_cli(*args, env={"CUDA_VISIBLE_DEVICES": ""})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and match in lines[-1], r.stderr
+    assert "Traceback" not in r.stderr
