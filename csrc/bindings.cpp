@@ -168,6 +168,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("engine"), py::arg("knobs"), py::arg("time"), py::arg("options"))
       .def("execute", &ce::EngineSearch::execute, py::arg("plan_index"));
   m.def("frontend_available", &ce::frontend_available);
+  py::class_<ce::TargetPlan>(m, "TargetPlan")
+      .def_readonly("name", &ce::TargetPlan::name)
+      .def_readonly("numeric_notes", &ce::TargetPlan::numeric_notes)
+      .def_readonly("behavior_notes", &ce::TargetPlan::behavior_notes);
+  m.def("deviceless_heuristics",
+        [](const std::string& direction, const std::string& dtype,
+           const std::vector<int64_t>& x_dims, const std::vector<int64_t>& x_strides,
+           const std::vector<int64_t>& w_dims, const std::vector<int64_t>& w_strides,
+           const std::vector<int64_t>& y_dims, const std::vector<int64_t>& y_strides,
+           const std::vector<int64_t>& padding, const std::vector<int64_t>& stride,
+           const std::vector<int64_t>& dilation, const std::string& device_json,
+           const std::string& mode) {
+          ce::TargetProblem tp{direction, dtype, x_dims, x_strides, w_dims, w_strides,
+                               y_dims, y_strides, padding, stride, dilation};
+          return ce::deviceless_heuristics(tp, device_json, mode);
+        });
+  m.def("device_properties_json", &ce::device_properties_json, py::arg("device"));
   m.def("algo_name",
         [](const std::string& d, int algo) {
           return ce::algo_name(ce::direction_from_name(d), algo);

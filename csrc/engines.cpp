@@ -208,6 +208,97 @@ struct EngineSearch::Impl {
   }
 };
 
+namespace {
+
+fe::HeurMode_t heur_mode(const std::string& mode) {
+  CE_CHECK_ARG(mode == "A" || mode == "B" || mode == "FALLBACK",
+               "heuristic mode must be A, B or FALLBACK, not ", mode);
+  return mode == "A" ? fe::HeurMode_t::A
+         : mode == "B" ? fe::HeurMode_t::B
+                       : fe::HeurMode_t::FALLBACK;
+}
+
+fe::DataType_t fe_type_named(const std::string& dtype) {
+  if (dtype == "float16") return fe::DataType_t::HALF;
+  if (dtype == "bfloat16") return fe::DataType_t::BFLOAT16;
+  if (dtype == "float64") return fe::DataType_t::DOUBLE;
+  CE_CHECK_ARG(dtype == "float32", "unknown dtype '", dtype,
+               "'; valid: float32, float16, bfloat16, float64");
+  return fe::DataType_t::FLOAT;
+}
+
+}  // namespace
+
+std::vector<TargetPlan> deviceless_heuristics(const TargetProblem& tp,
+                                              const std::string& device_json,
+                                              const std::string& mode) {
+  const std::string ctx = tp.direction + " for a device profile";
+  const fe::HeurMode_t m = heur_mode(mode);
+  auto props = std::make_shared<fe::DeviceProperties>();
+  const std::vector<uint8_t> buf(device_json.begin(), device_json.end());
+  fe_check(props->deserialize(buf), "reading the device profile");
+  Graph g;
+  const fe::DataType_t io = fe_type_named(tp.dtype);
+  const fe::DataType_t acc = io == fe::DataType_t::DOUBLE ? io : fe::DataType_t::FLOAT;
+  g.set_io_data_type(io).set_intermediate_data_type(acc).set_compute_data_type(acc);
+  auto attrs = [](const char* name, const std::vector<int64_t>& dims,
+                  const std::vector<int64_t>& strides, int64_t uid) {
+    return fe::graph::Tensor_attributes().set_name(name).set_dim(dims).set_stride(strides)
+        .set_uid(uid);
+  };
+  const Direction d = direction_from_name(tp.direction);
+  if (d == Direction::Forward) {
+    auto X = g.tensor(attrs("x", tp.x_dims, tp.x_strides, kX));
+    auto W = g.tensor(attrs("w", tp.w_dims, tp.w_strides, kW));
+    auto Y = g.conv_fprop(X, W, fe::graph::Conv_fprop_attributes().set_padding(tp.padding)
+                                    .set_stride(tp.stride).set_dilation(tp.dilation));
+    Y->set_output(true).set_dim(tp.y_dims).set_stride(tp.y_strides).set_uid(kY);
+  } else if (d == Direction::BackwardData) {
+    auto DY = g.tensor(attrs("dy", tp.y_dims, tp.y_strides, kY));
+    auto W = g.tensor(attrs("w", tp.w_dims, tp.w_strides, kW));
+    auto DX = g.conv_dgrad(DY, W, fe::graph::Conv_dgrad_attributes().set_padding(tp.padding)
+                                      .set_stride(tp.stride).set_dilation(tp.dilation));
+    DX->set_output(true).set_dim(tp.x_dims).set_stride(tp.x_strides).set_uid(kX);
+  } else {
+    auto DY = g.tensor(attrs("dy", tp.y_dims, tp.y_strides, kY));
+    auto X = g.tensor(attrs("x", tp.x_dims, tp.x_strides, kX));
+    auto DW = g.conv_wgrad(DY, X, fe::graph::Conv_wgrad_attributes().set_padding(tp.padding)
+                                      .set_stride(tp.stride).set_dilation(tp.dilation));
+    DW->set_output(true).set_dim(tp.w_dims).set_stride(tp.w_strides).set_uid(kW);
+  }
+  g.set_device_properties(props);
+  fe_check(g.validate(), "cudnn-frontend validating the graph of " + ctx);
+  fe_check(g.build_operation_graph(), "building the operation graph of " + ctx);
+  std::vector<TargetPlan> out;
+  if (!g.create_execution_plans({m}).is_good()) return out;  // the mode lists nothing
+  for (int64_t i = 0; i < g.get_execution_plan_count(); ++i) {
+    TargetPlan plan;
+    if (!g.get_plan_name_at_index(i, plan.name).is_good()) continue;
+    for (auto n : g.numeric_notes_at(i)) {
+      if (n != fe::NumericalNote_t::NOT_SET) plan.numeric_notes.push_back(fe_name(n));
+    }
+    std::vector<fe::BehaviorNote_t> behavior;
+    if (g.get_behavior_notes_for_plan_at_index(i, behavior).is_good()) {
+      for (auto n : behavior) {
+        if (n != fe::BehaviorNote_t::NOT_SET) plan.behavior_notes.push_back(fe_name(n));
+      }
+    }
+    out.push_back(std::move(plan));
+  }
+  return out;
+}
+
+std::string device_properties_json(int device) {
+  fe::DeviceProperties props;
+  props.set_device_id(device);
+  fe_check(props.build(), cat("describing CUDA device ", device));
+  std::vector<uint8_t> buf;
+  fe_check(props.serialize(buf), cat("serializing the properties of CUDA device ", device));
+  std::string text(buf.begin(), buf.end());
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  return text;
+}
+
 EngineSearch::EngineSearch(Direction d, Problem& p) : impl_(new Impl{d, p, nullptr, {}, {}, {}}) {
   c10::cuda::CUDAGuard guard(p.x().device());
   impl_->h = current_handle();
@@ -386,6 +477,15 @@ ConfigResult EngineSearch::measure(ConfigResult r, bool, const TimingOptions&) {
 ConfigResult EngineSearch::run(int64_t, const Knobs&, bool, const TimingOptions&) { return {}; }
 void EngineSearch::execute(int64_t) {}
 bool frontend_available() { return false; }
+std::vector<TargetPlan> deviceless_heuristics(const TargetProblem&, const std::string&,
+                                              const std::string&) {
+  throw_native("frontend", "NOT_BUILT", "deviceless_heuristics",
+               "this build of the extension has no cudnn-frontend");
+}
+std::string device_properties_json(int) {
+  throw_native("frontend", "NOT_BUILT", "device_properties_json",
+               "this build of the extension has no cudnn-frontend");
+}
 
 #endif
 

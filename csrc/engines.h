@@ -74,4 +74,30 @@ class EngineSearch {
 
 bool frontend_available();  // false when built without cudnn-frontend's headers
 
+// Note [deviceless heuristics]: cuDNN (>= 9.8) ranks engine configs for a device described
+// by a serialized device-properties descriptor (cudnn-frontend DeviceProperties), with no
+// GPU, driver or handle: only building a plan needs the device. One direction of a
+// convolution given by its tensors' dims and strides.
+struct TargetProblem {
+  std::string direction;  // fwd | bwd-data | bwd-filter
+  std::string dtype;      // float32 | float16 | bfloat16 | float64
+  std::vector<int64_t> x_dims, x_strides, w_dims, w_strides, y_dims, y_strides;
+  std::vector<int64_t> padding, stride, dilation;
+};
+
+struct TargetPlan {
+  std::string name;  // cudnn-frontend's plan name, e.g. "eng70_k2=4_k18=0"
+  std::vector<std::string> numeric_notes;
+  std::vector<std::string> behavior_notes;
+};
+
+// The configs heuristic mode ``mode`` (A, B or FALLBACK) lists for the device whose
+// serialized properties are ``device_json``, in its order.
+std::vector<TargetPlan> deviceless_heuristics(const TargetProblem& problem,
+                                              const std::string& device_json,
+                                              const std::string& mode);
+
+// The serialized device-properties descriptor of CUDA device ``device`` (needs the GPU).
+std::string device_properties_json(int device);
+
 }  // namespace cudnn_explorer

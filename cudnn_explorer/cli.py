@@ -45,6 +45,12 @@ CONFLICTS = [
     ("--no-engines", ("--engine-configs", "--engine-config-timeout", "--engine-budget-s"),
      "--no-engines explores no engine configs"),
     ("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph"), "--no-retime times nothing"),
+    ("--target", tuple(f for f in RUN_FLAGS if f not in ("--direction", "--benchmark-limit"))
+     + ("--csv", "--load", "--info", "--engines", "--dump-device-profile"),
+     "--target ranks heuristics for other GPUs and measures nothing"),
+    ("--dump-device-profile", PROBLEM_FLAGS + tuple(f for f in RUN_FLAGS if f != "--device")
+     + ("--json", "--csv", "--load", "--info", "--engines"),
+     "--dump-device-profile only writes this GPU's profile"),
 ]
 
 
@@ -162,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write CSV, one row per algorithm, to PATH or stdout")
     o.add_argument("--load", metavar="PATH",
                    help="render a saved --json file instead of running (no GPU needed)")
+    o.add_argument("--target", metavar="GPUS",
+                   help="no measurement: cuDNN's heuristic ranking for other GPUs from their "
+                        "device profiles (e.g. a100,l4,v100,b200, or a profile file; "
+                        "'list' lists them); needs no GPU")
+    o.add_argument("--dump-device-profile", metavar="PATH",
+                   help="write this GPU's cuDNN device profile (JSON) to PATH, for --target")
     o.add_argument("--info", action="store_true",
                    help="print build-time and running torch/CUDA/cuDNN versions and GPUs")
     o.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
@@ -308,6 +320,16 @@ def _run(argv: Optional[List[str]]) -> int:
         pipeline = _measure_layer()
         print(tables.render_info(pipeline.info(_int(a.device, "--device"))))
         return 0
+    if a.dump_device_profile:
+        check_output_path(a.dump_device_profile, "--dump-device-profile")
+        _measure_layer()
+        from .measure.targets import dump_profile
+
+        text = dump_profile(_int(a.device, "--device"))
+        write_output(text.rstrip("\n") + "\n", a.dump_device_profile, "--dump-device-profile")
+        return 0
+    if a.target:
+        return _run_targets(a)
     if a.load:
         exp = load_file(a.load)
     else:
@@ -367,6 +389,48 @@ def _run(argv: Optional[List[str]]) -> int:
         print(f"cudnn_explorer: error: cuDNN ran no algorithm for {', '.join(failed)} of "
               f"{exp.problem.describe()}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _run_targets(a) -> int:
+    """--target: cuDNN's heuristic rankings for other GPUs (no GPU, nothing measured)."""
+    import json
+
+    from .core.targets import resolve_targets, shipped_profiles
+    from .report.format import table
+    from .report.targets import render_targets
+
+    if a.target.strip().lower() == "list":
+        rows = [[k, e["gpu"], e["compute_capability"],
+                 "synthesized" if e.get("synthesized") else "dumped from the device"]
+                for k, e in sorted(shipped_profiles().items())]
+        print(table(rows, headers=["target", "GPU", "cc", "profile"]))
+        return 0
+    problem = problem_from_args(a)
+    options = options_from_args(a, engines=False)
+    profiles = resolve_targets(a.target)
+    pipeline = _measure_layer()
+    from .measure.targets import rank_targets
+
+    say = (lambda m: print(f"cudnn_explorer: {m}", file=sys.stderr)) if a.verbose else \
+        (lambda m: None)
+    rankings = rank_targets(problem, options.directions, profiles, say=say)
+    version = pipeline.native.runtime_info().get("cudnn", "")
+    cudnn = f"{int(version) // 10000}.{int(version) // 100 % 100}.{int(version) % 100}" \
+        if str(version).isdigit() else "?"
+    if a.json != "-":
+        sys.stdout.write(render_targets(problem, rankings, cudnn, options.benchmark_limit))
+    if a.json is not None:
+        doc = {"schema": "cudnn_explorer.targets", "schema_version": 1, "cudnn": version,
+               "kind": "heuristic, not measured", "problem": problem.to_dict(),
+               "benchmark_limit": options.benchmark_limit,
+               "rankings": [r.to_dict() for r in rankings]}
+        write_output(json.dumps(doc, indent=1) + "\n", a.json, "--json")
+    failed = [r for r in rankings if not r.ok]
+    if failed and len(failed) == len(rankings):
+        print(f"cudnn_explorer: error: no target answered: {failed[0].status}",
+              file=sys.stderr)
+        return 3
     return 0
 
 

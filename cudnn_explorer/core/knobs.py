@@ -80,8 +80,11 @@ def config_tag(direction: str, engine: int, knobs: Knobs) -> str:
 
 def allowed_by_pytorch(numeric_notes: Sequence[str], dtype: str, tf32: Optional[bool],
                        deterministic: bool = False) -> bool:
-    """PyTorch's Conv_v8 filters: float32 with TF32 off excludes TENSOR_CORE configs;
+    """PyTorch's Conv_v8 filters (filterEngineConfigs): configs that down-convert their
+    inputs are never used; float32 with TF32 off excludes TENSOR_CORE configs;
     deterministic mode excludes NONDETERMINISTIC ones."""
+    if "DOWN_CONVERT_INPUTS" in numeric_notes:
+        return False
     if dtype == "float32" and tf32 is False and "TENSOR_CORE" in numeric_notes:
         return False
     if deterministic and "NONDETERMINISTIC" in numeric_notes:

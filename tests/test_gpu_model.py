@@ -1,0 +1,29 @@
+"""GPU: a small model end to end: capture on the GPU, sweep every unique problem, report."""
+import pytest
+
+from conftest import run_cli
+
+pytestmark = pytest.mark.gpu
+
+FACTORY = '''
+import torch
+
+def tiny():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Conv2d(16, 16, 3, padding=1),
+                               torch.nn.Conv2d(16, 16, 3, padding=1))
+'''
+
+
+def test_small_model_end_to_end(tmp_path):
+    (tmp_path / "tinynets.py").write_text(FACTORY)
+    out = tmp_path / "sweep.json"
+    r = run_cli("model", "--model", "tinynets:tiny", "--batch", "4", "--input", "3x16x16",
+                "--amp", "fp16", "--channels-last", "--budget-ms", "5", "--engine-configs",
+                "1", "--engine-budget-s", "10", "--quiet", "--json", str(out),
+                env={"PYTHONPATH": str(tmp_path)}, timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert "2 unique problems" in r.stdout and "model totals (5 of 5" in r.stdout
+    assert "float16 nhwc" in r.stdout
+    r = run_cli("model", "--load", str(out))
+    assert r.returncode == 0 and "left on the table" in r.stdout, r.stderr
