@@ -162,7 +162,11 @@ setup(
     name="cudnn_explorer",
     version=version(),
     description="See every cuDNN convolution algorithm, what PyTorch picks, and what it costs",
-    packages=find_packages(include=["cudnn_explorer", "cudnn_explorer.*"]),
+    packages=find_packages(include=["cudnn_explorer", "cudnn_explorer.*"])
+    + ["cudnn_explorer.devices"],
+    # the shipped device profiles (data/devices) install as cudnn_explorer/devices
+    package_dir={"cudnn_explorer.devices": "data/devices"},
+    package_data={"cudnn_explorer.devices": ["*.json"]},
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",

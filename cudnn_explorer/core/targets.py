@@ -37,8 +37,14 @@ _MUST_BE_POSITIVE = ("multiProcessorCount", "warpSize", "maxThreadsPerBlock",
                      "maxThreadsPerSM", "smClockRateKHz", "l2CacheSize", "deviceVer",
                      "maxSharedMemoryPerBlockOptin", "regsPerBlock")
 
-_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "data", "devices")
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _data_dir() -> str:
+    """data/devices of a checkout (or an editable install); cudnn_explorer/devices, where
+    setup.py installs the same files, otherwise."""
+    checkout = os.path.join(os.path.dirname(_PKG), "data", "devices")
+    return checkout if os.path.isdir(checkout) else os.path.join(_PKG, "devices")
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ class DeviceProfile:
 
 
 def _index() -> Dict[str, dict]:
-    path = os.path.join(_DATA, "index.json")
+    path = os.path.join(_data_dir(), "index.json")
     with open(path) as f:
         return json.load(f)
 
@@ -104,7 +110,7 @@ def load_profile(name: str) -> DeviceProfile:
     key = name.strip().lower()
     if key in index:
         entry = index[key]
-        with open(os.path.join(_DATA, entry["file"])) as f:
+        with open(os.path.join(_data_dir(), entry["file"])) as f:
             return DeviceProfile.parse(f.read(), key, bool(entry.get("synthesized")),
                                        entry.get("source", ""))
     if os.path.sep in name or name.endswith(".json"):
