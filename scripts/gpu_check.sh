@@ -3,7 +3,7 @@
 # the whole test suite (GPU tests included) and the main commands. Logs go to $OUT when
 # set (else /tmp/cudnn_explorer_check). Exit status: 0 when every part passed, else that
 # of the last part that failed.
-# GPU_CHECK_PARTS="tests main depthwise engine-tests fuzz" (default) picks the parts; on a machine
+# GPU_CHECK_PARTS="tests main depthwise engine-tests fuzz targets" (default) picks the parts; on a machine
 # with several GPUs they run side by side, part i on GPU i mod N (each part's steps in
 # order on its own GPU); GPU_CHECK_GPUS=N uses at most N GPUs. GPU_CHECK_BENCH=1 adds the
 # benchmarks under scripts/ (after the parts, alone on GPU 0).
@@ -14,7 +14,7 @@ mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
-PARTS=${GPU_CHECK_PARTS:-tests main depthwise engine-tests fuzz}
+PARTS=${GPU_CHECK_PARTS:-tests main depthwise engine-tests fuzz targets}
 if ls .whl/*.whl >/dev/null 2>&1; then  # wheels carried to a machine without internet
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -97,6 +97,12 @@ part_depthwise() {
     >> "$LOG/eng_depthwise.txt" 2>&1
 }
 
+part_targets() {
+  # Deviceless heuristics from this GPU's dumped profile vs the device's own ranking.
+  "$PY" -m cudnn_explorer --dump-device-profile "$LOG/device_profile.json" > "$LOG/targets.txt" 2>&1
+  "$PY" scripts/check_targets.py --json "$LOG/targets.json" >> "$LOG/targets.txt" 2>&1
+}
+
 part_fuzz() {
   # Random valid and invalid problems through the API: only the project's errors, no crash.
   timeout -s INT "${FUZZ_TIMEOUT_S:-400}" "$PY" scripts/fuzz_api.py --count "${FUZZ_COUNT:-10000}" \
@@ -124,6 +130,7 @@ show_part() {  # what each part's log says, for the call's output
     depthwise) sed -n '/^== summary/,$p' "$LOG/eng_depthwise.txt"; tail -3 "$LOG/eng_depthwise.txt" ;;
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
+    targets) tail -4 "$LOG/targets.txt" ;;
   esac
 }
 
