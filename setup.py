@@ -171,6 +171,7 @@ setup(
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "tabulate", "tqdm"],
-    extras_require={"models": ["torchvision"]},  # model names; --model factories need none
+    # model names (--model factories need none); heatmaps (--plot)
+    extras_require={"models": ["torchvision"], "plots": ["matplotlib"]},
     entry_points={"console_scripts": ["cudnn-explorer = cudnn_explorer.cli:console"]},
 )

@@ -462,6 +462,10 @@ def build_model_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval", action="store_true", help="inference: forward only, eval mode")
     m.add_argument("--capture-only", action="store_true",
                    help="list the unique problems and their layers; explore nothing")
+    m.add_argument("--target", metavar="GPUS",
+                   help="no measurement: PyTorch's heuristic pick for every unique problem on "
+                        "other GPUs, from cuDNN's deviceless heuristics (e.g. h200,a100,l4)")
+    m.add_argument("--plot", metavar="PNG", help="with --target: a heatmap of the picks")
     add_run_args(p)
     p.set_defaults(direction="all")
     o = p.add_argument_group("output")
@@ -497,6 +501,34 @@ def model_spec(a):
                      batch=batch, amp=amp, channels_last=a.channels_last, train=not a.eval)
 
 
+def _model_targets(a, cap, profiles, pipeline) -> int:
+    """model --target: every unique problem ranked for every target (heuristics only)."""
+    import json
+
+    from .measure.targets import rank_many
+    from .report.model import render_capture
+    from .report.targets import plot_target_matrix, render_target_matrix
+
+    say = (lambda m: print(f"cudnn_explorer: {m}", file=sys.stderr)) if a.verbose else \
+        (lambda m: None)
+    rankings = rank_many([(u.problem, u.directions) for u in cap.problems], profiles, say=say)
+    version = pipeline.native.runtime_info().get("cudnn", "")
+    cudnn = f"{int(version) // 10000}.{int(version) // 100 % 100}.{int(version) % 100}" \
+        if str(version).isdigit() else "?"
+    sys.stdout.write(render_capture(cap) + "\n" + render_target_matrix(cap, rankings, cudnn))
+    if a.plot:
+        plot_target_matrix(cap, rankings, a.plot, f"{cap.model.describe()}: PyTorch's "
+                           f"heuristic pick per target (cuDNN {cudnn}, not measured)")
+        print(f"wrote {a.plot}", file=sys.stderr)
+    if a.json:
+        doc = {"schema": "cudnn_explorer.model_targets", "schema_version": 1,
+               "kind": "heuristic, not measured", "cudnn": version,
+               "capture": cap.to_dict(),
+               "rankings": [[r.to_dict() for r in rs] for rs in rankings]}
+        write_output(json.dumps(doc, indent=1) + "\n", a.json, "--json")
+    return 0
+
+
 def _run_model(argv: List[str]) -> int:
     parser = build_model_parser()
     if not argv:
@@ -524,10 +556,21 @@ def _run_model(argv: List[str]) -> int:
         sys.stdout.write(render_sweep(sw))
         return 0
     check_conflicts(flags)
-    if a.capture_only:
-        bad = next((f for f in flags if f in RUN_FLAGS and f != "--device"), None)
+    if a.capture_only or a.target:
+        bad = next((f for f in flags if f in RUN_FLAGS and f != "--device"), None) or (
+            a.capture_only and a.target and "--target")
         if bad:
-            raise UserError(f"{bad} would be ignored: --capture-only explores nothing")
+            raise UserError(f"{bad} would be ignored: "
+                            f"{'--capture-only' if a.capture_only else '--target'} explores "
+                            f"nothing")
+    if a.plot and not a.target:
+        raise UserError("--plot needs --target (the heatmap is of the targets' picks)")
+    check_output_path(a.plot, "--plot")
+    profiles = None
+    if a.target:
+        from .core.targets import resolve_targets
+
+        profiles = resolve_targets(a.target)
     spec = model_spec(a)
     options = options_from_args(a, engines=not a.no_engines)
     check_output_path(a.json, "--json")
@@ -538,7 +581,7 @@ def _run_model(argv: List[str]) -> int:
 
     import torch
 
-    if a.capture_only and not torch.cuda.is_available():
+    if (a.capture_only or a.target) and not torch.cuda.is_available():
         device = "cpu"
         print("cudnn_explorer: note: no GPU: captured on the CPU, where autocast and "
               "layouts may differ from the GPU's", file=sys.stderr)
@@ -550,6 +593,8 @@ def _run_model(argv: List[str]) -> int:
     del model, inputs
     if device.startswith("cuda"):
         torch.cuda.empty_cache()  # the sweep's measurements get the memory back
+    if a.target and cap.problems:
+        return _model_targets(a, cap, profiles, pipeline)
     if a.capture_only or not cap.problems:
         sys.stdout.write(render_capture(cap))
         if a.json:

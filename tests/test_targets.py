@@ -110,3 +110,28 @@ def test_cli_target_needs_no_gpu(tmp_path):
     assert r.returncode == 0 and "synthesized" in r.stdout and "dumped" in r.stdout
     r = run_cli("--shape", "8,64,28,28", "--target", "h200", "--budget-ms", "5")
     assert r.returncode == 2 and "--budget-ms would be ignored" in r.stderr
+
+
+@requires_ext
+def test_model_targets_matrix_and_plot(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "twonets.py").write_text(
+        "import torch\n"
+        "def net():\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1),\n"
+        "                               torch.nn.Conv2d(16, 16, 3, stride=2, padding=1))\n")
+    png, out = tmp_path / "m.png", tmp_path / "m.json"
+    r = run_cli("model", "--model", "twonets:net", "--batch", "2", "--input", "3x16x16",
+                "--amp", "fp16", "--target", "h200,v100", "--plot", str(png), "--json",
+                str(out), env={"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert "HEURISTIC, NOT MEASURED" in r.stdout and "#2 bwd-data" in r.stdout
+    assert "#1 bwd-data" not in r.stdout  # the first layer has none
+    assert "of 5 problem-directions" in r.stdout
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "heuristic, not measured" and len(doc["rankings"]) == 2
+    r = run_cli("model", "resnet18", "--target", "h200", "--budget-ms", "5")
+    assert r.returncode == 2 and "--budget-ms would be ignored" in r.stderr
+    r = run_cli("model", "resnet18", "--plot", str(png))
+    assert r.returncode == 2 and "--plot needs --target" in r.stderr

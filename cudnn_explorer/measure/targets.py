@@ -14,13 +14,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Callable, List
+from typing import Callable, Dict, List, Tuple
 
 from ..core.problem import ConvProblem
 from ..core.targets import DeviceProfile, TargetPlan, TargetRanking, cudnn_strides
 from .procs import child_env, describe_rc
 
-__all__ = ["rank_targets", "dump_profile"]
+__all__ = ["rank_targets", "rank_many", "dump_profile"]
 
 MODES = ("A", "B", "FALLBACK")
 # Fault injection for tests: the worker for this target kills itself as cuDNN 9.19 did.
@@ -40,19 +40,50 @@ def rank_targets(problem: ConvProblem, directions, profiles: List[DeviceProfile]
                  timeout_s: float = 120.0,
                  say: Callable[[str], None] = lambda m: None) -> List[TargetRanking]:
     """One TargetRanking per (profile, direction), profiles in order."""
-    out = []
+    return [r for rs in rank_many([(problem, list(directions))], profiles, timeout_s, say)
+            for r in rs]
+
+
+def rank_many(items: List[Tuple[ConvProblem, List[str]]], profiles: List[DeviceProfile],
+              timeout_s: float = 120.0,
+              say: Callable[[str], None] = lambda m: None) -> List[List[TargetRanking]]:
+    """For each (problem, directions) of ``items``, its TargetRankings (profile by profile,
+    directions in order). One worker process per profile answers every item; when it
+    dies, the item it was on is reported with the cause and a new worker takes the rest."""
+    queries = [(k, d) for k, (_, dirs) in enumerate(items) for d in dirs]
+    got: Dict[Tuple[int, str, str], TargetRanking] = {}
     for prof in profiles:
-        say(f"heuristics for {prof.key} ({prof.device_name})")
-        out += _one_target(problem, list(directions), prof, timeout_s)
-    return out
+        say(f"heuristics for {prof.key} ({prof.device_name}): {len(queries)} queries")
+        todo = list(queries)
+        while todo:
+            answers, failure = _worker_run(items, todo, prof, timeout_s)
+            for (k, d), res in answers:
+                got[(k, d, prof.key)] = _ranking(prof, d, res)
+            done = {q for q, _ in answers}
+            todo = [q for q in todo if q not in done]
+            if todo:  # the worker stopped on todo[0]: report it, go on after it
+                k, d = todo.pop(0)
+                got[(k, d, prof.key)] = _ranking(prof, d, {"error": failure})
+    return [[got[(k, d, p.key)] for p in profiles for d in dirs]
+            for k, (_, dirs) in enumerate(items)]
 
 
-def _one_target(problem, directions, prof: DeviceProfile, timeout_s) -> List[TargetRanking]:
-    base = dict(target=prof.key, device_name=prof.device_name,
+def _ranking(prof: DeviceProfile, direction: str, res: dict) -> TargetRanking:
+    base = dict(target=prof.key, device_name=prof.device_name, direction=direction,
                 compute_capability=prof.compute_capability, sm_count=prof.sm_count,
                 synthesized=prof.synthesized)
-    spec = dict(geometry=_geometry(problem), directions=directions, profile=prof.text,
-                key=prof.key)
+    if "error" in res:
+        return TargetRanking(status=f"failed: {res['error']}", **base)
+    return TargetRanking(**base, **{m.lower(): [TargetPlan(**p) for p in res[m]]
+                                    for m in MODES})
+
+
+def _worker_run(items, todo, prof: DeviceProfile, timeout_s):
+    """Run one worker over ``todo``: ([((item, direction), result)] answered, why it stopped
+    early)."""
+    spec = dict(profile=prof.text, key=prof.key,
+                queries=[dict(item=k, direction=d, geometry=_geometry(items[k][0]))
+                         for k, d in todo])
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer_target_") as tmp:
         spec_path, out_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
         with open(spec_path, "w") as f:
@@ -60,30 +91,18 @@ def _one_target(problem, directions, prof: DeviceProfile, timeout_s) -> List[Tar
         try:
             r = subprocess.run([sys.executable, "-m", "cudnn_explorer.measure.targets",
                                 spec_path, out_path], env=child_env(), capture_output=True,
-                               text=True, timeout=timeout_s)
+                               text=True, timeout=timeout_s * max(1, len(todo)))
             rc, err = r.returncode, r.stderr
         except subprocess.TimeoutExpired:
             rc, err = None, ""
-        got = {}
+        answers = []
         if os.path.exists(out_path):
             with open(out_path) as f:
-                got = json.load(f)
-    rankings = []
-    for d in directions:
-        res = got.get(d)
-        if res is None:
-            why = (f"no answer in {timeout_s:.0f} s" if rc is None else
-                   f"the query process {describe_rc(rc)}" if rc else "no answer")
-            last = err.strip().splitlines()[-1][:200] if err.strip() else ""
-            rankings.append(TargetRanking(direction=d, status=f"failed: {why}"
-                                          + (f" ({last})" if last and rc else ""), **base))
-        elif "error" in res:
-            rankings.append(TargetRanking(direction=d, status=f"failed: {res['error']}", **base))
-        else:
-            rankings.append(TargetRanking(
-                direction=d, **base,
-                **{m.lower(): [TargetPlan(**p) for p in res[m]] for m in MODES}))
-    return rankings
+                answers = [((a["item"], a["direction"]), a["result"]) for a in json.load(f)]
+    last = err.strip().splitlines()[-1][:200] if err.strip() else ""
+    why = ("no answer in time" if rc is None else
+           f"the query process {describe_rc(rc)}" if rc else "no answer")
+    return answers, why + (f" ({last})" if last and rc else "")
 
 
 def dump_profile(device: int) -> str:
@@ -105,23 +124,25 @@ def _worker(spec_path: str, out_path: str) -> int:
     if os.environ.get(_CRASH_ENV) == spec["key"]:
         os.kill(os.getpid(), signal.SIGSEGV)
     C = native.load()
-    g = spec["geometry"]
-    out = {}
-    for d in spec["directions"]:
+    out = []
+    for q in spec["queries"]:
+        g, d = q["geometry"], q["direction"]
         try:
-            out[d] = {m: [dict(name=p.name, numeric_notes=list(p.numeric_notes),
-                               behavior_notes=list(p.behavior_notes))
-                          for p in native.call(f"ranking {d} for {spec['key']}",
-                                               C.deviceless_heuristics, d, g["dtype"],
-                                               g["x_dims"], g["x_strides"], g["w_dims"],
-                                               g["w_strides"], g["y_dims"], g["y_strides"],
-                                               g["padding"], g["stride"], g["dilation"],
-                                               spec["profile"], m)]
-                      for m in MODES}
+            res = {m: [dict(name=p.name, numeric_notes=list(p.numeric_notes),
+                            behavior_notes=list(p.behavior_notes))
+                       for p in native.call(f"ranking {d} for {spec['key']}",
+                                            C.deviceless_heuristics, d, g["dtype"],
+                                            g["x_dims"], g["x_strides"], g["w_dims"],
+                                            g["w_strides"], g["y_dims"], g["y_strides"],
+                                            g["padding"], g["stride"], g["dilation"],
+                                            spec["profile"], m)]
+                   for m in MODES}
         except Exception as e:  # noqa: BLE001  (recorded for the parent, which reports it)
-            out[d] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-        with open(out_path, "w") as f:  # after each direction: a later crash keeps these
+            res = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+        out.append(dict(item=q["item"], direction=d, result=res))
+        with open(out_path + ".tmp", "w") as f:  # after each query: a crash keeps these
             json.dump(out, f)
+        os.replace(out_path + ".tmp", out_path)
     return 0
 
 

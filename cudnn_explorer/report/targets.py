@@ -8,7 +8,7 @@ from ..core.problem import ConvProblem
 from ..core.targets import DEFAULT_BENCHMARK_LIMIT, TargetRanking
 from .format import DIRECTION_TITLES, table, wrap
 
-__all__ = ["render_targets"]
+__all__ = ["render_targets", "render_target_matrix", "plot_target_matrix", "target_matrix"]
 
 
 def _cut(name: Optional[str], width: int = 24) -> str:
@@ -64,3 +64,80 @@ def render_targets(problem: ConvProblem, rankings: List[TargetRanking], cudnn: s
                           f"targets" if len(distinct) > 1 else
                           "   every target gets the same heuristic pick")
     return "\n".join(lines) + "\n"
+
+
+def _engine(plan) -> str:
+    return plan.name.split("_")[0] if plan is not None else "-"
+
+
+def target_matrix(cap, rankings, deterministic: bool = False):
+    """Rows (label, {target: heuristic pick or None}) for every unique problem and direction
+    of a capture; ``rankings[i]``: the TargetRankings of problem i."""
+    rows = []
+    for i, (u, ranks) in enumerate(zip(cap.problems, rankings)):
+        for d in u.directions:
+            picks = {}
+            for r in ranks:
+                if r.direction == d:
+                    picks[r.target] = (r.heuristic_pick(u.problem.dtype, u.problem.tf32,
+                                                        deterministic) if r.ok else None)
+            rows.append((f"#{i + 1} {d}", picks))
+    return rows
+
+
+def render_target_matrix(cap, rankings, cudnn: str) -> str:
+    """Problems x targets, each cell the engine of PyTorch's heuristic pick there; then
+    where the targets agree (same engine) and how often each pair does."""
+    rows = target_matrix(cap, rankings)
+    targets = list(dict.fromkeys(r.target for ranks in rankings for r in ranks))
+    synth = {r.target for ranks in rankings for r in ranks if r.synthesized}
+    lines = wrap(f"HEURISTIC, NOT MEASURED: PyTorch's heuristic pick (benchmark off) on each "
+                 f"target, from cuDNN {cudnn}'s deviceless heuristics; engine ids per unique "
+                 f"problem and direction (--json has the full configs); * = synthesized "
+                 f"profile")
+    body = []
+    for label, picks in rows:
+        body.append([label] + [_engine(picks.get(t)) for t in targets]
+                    + ["yes" if len({_engine(p) for p in picks.values()}) == 1 else ""])
+    lines.append(table(body, headers=["problem"] + [t + ("*" if t in synth else "")
+                                                    for t in targets] + ["all agree"]))
+    agree = sum(1 for b in body if b[-1])
+    lines += wrap(f"all {len(targets)} targets pick the same engine for {agree} of "
+                  f"{len(body)} problem-directions")
+    pairs = []
+    for a_i, a in enumerate(targets):
+        for b in targets[a_i + 1:]:
+            same = sum(1 for _, p in rows if _engine(p.get(a)) == _engine(p.get(b)))
+            pairs.append(f"{a}/{b} {100 * same / max(1, len(rows)):.0f}%")
+    if pairs:
+        lines += wrap("same engine, by pair: " + ", ".join(pairs))
+    return "\n".join(lines) + "\n"
+
+
+def plot_target_matrix(cap, rankings, path: str, title: str) -> None:
+    """A heatmap of the matrix: one colour per engine, the engine id in each cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = target_matrix(cap, rankings)
+    targets = list(dict.fromkeys(r.target for ranks in rankings for r in ranks))
+    engines = sorted({_engine(p.get(t)) for _, p in rows for t in targets})
+    index = {e: i for i, e in enumerate(engines)}
+    grid = [[index[_engine(p.get(t))] for t in targets] for _, p in rows]
+    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(targets), 1.0 + 0.28 * len(rows)))
+    # one colour per engine (tab20 repeats after 20 engines; the labels stay exact)
+    ax.imshow([[i % 20 for i in row] for row in grid], cmap="tab20", aspect="auto", vmin=0,
+              vmax=19)
+    for y, (_, p) in enumerate(rows):
+        for x, t in enumerate(targets):
+            ax.text(x, y, _engine(p.get(t)), ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(targets)), targets)
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=7)
+    import textwrap
+
+    ax.set_title("\n".join(textwrap.wrap(title, 60)), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
