@@ -453,6 +453,9 @@ def build_model_parser() -> argparse.ArgumentParser:
     m.add_argument("--input", default=None, metavar="CxHxW",
                    help="one sample's shape (default 3x224x224)")
     m.add_argument("--image", default=None, metavar="N", help="same as --input 3xNxN")
+    m.add_argument("--sizes", default=None, metavar="A:B:STEP",
+                   help="variable input sizes: capture at each square size (320:640:32 or "
+                        "320,416,512) and count the new problems each one brings")
     m.add_argument("--amp", default="off", help="off | fp16 | bf16 (torch.autocast)")
     m.add_argument("--channels-last", action="store_true",
                    help="model and input in channels_last")
@@ -486,6 +489,9 @@ def model_spec(a):
                         "(one of them)")
     if a.input and a.image:
         raise UserError("--image would be ignored: --input gives the whole shape; drop one")
+    if a.sizes and (a.input or a.image):
+        raise UserError(f"{'--input' if a.input else '--image'} would be ignored: --sizes "
+                        f"gives the input sizes (3xSxS); drop one")
     if a.image:
         (n,) = parse_int_list(a.image, "--image")
         shape = zoo.parse_input(f"3x{n}x{n}")
@@ -497,8 +503,12 @@ def model_spec(a):
     batch = _int(a.batch, "--batch", lo=1)
     if batch > 1 << 20:
         raise UserError(f"--batch {batch}: valid: an integer from 1 to 1048576")
+    sizes = zoo.parse_sizes(a.sizes) if a.sizes else []
+    if sizes:
+        shape = (3, sizes[0], sizes[0])
     return ModelSpec(name=a.name or "", factory=a.model or "", input_shape=list(shape),
-                     batch=batch, amp=amp, channels_last=a.channels_last, train=not a.eval)
+                     batch=batch, amp=amp, channels_last=a.channels_last, train=not a.eval,
+                     sizes=sizes)
 
 
 def _model_targets(a, cap, profiles, pipeline) -> int:
@@ -589,7 +599,18 @@ def _run_model(argv: List[str]) -> int:
         pipeline.native.require_gpu(options.device)  # no GPU: says what is missing, exit 3
         device = f"cuda:{options.device}"
     model, inputs = zoo.build(spec, device)
-    cap = capture_mod.capture(model, inputs, spec, device)
+    if spec.sizes:
+        from dataclasses import replace
+
+        from .core.capture import merge_sizes
+
+        caps = []
+        for size in spec.sizes:
+            one = replace(spec, input_shape=[3, size, size], sizes=[])
+            caps.append(capture_mod.capture(model, zoo.make_inputs(one, device), one, device))
+        cap = merge_sizes(caps, spec.sizes, spec)
+    else:
+        cap = capture_mod.capture(model, inputs, spec, device)
     del model, inputs
     if device.startswith("cuda"):
         torch.cuda.empty_cache()  # the sweep's measurements get the memory back

@@ -133,3 +133,24 @@ def test_factory_errors_name_the_factory(tmp_path, monkeypatch):
                            ("justaname", "expected pkg.module:factory")):
         with pytest.raises(UserError, match=match):
             zoo.build(ModelSpec(factory=factory, **spec), "cpu")
+
+
+def test_sizes_merge_and_count_new_problems():
+    from cudnn_explorer.core.capture import merge_sizes
+
+    # after the adaptive pool every size runs the same problem; before it, each its own
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.AdaptiveAvgPool2d(4),
+                        nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1))
+    sizes = [16, 24, 32]
+    caps = [run(ModelSpec(name="net", input_shape=[3, s, s], batch=2), model=net)
+            for s in sizes]
+    merged = merge_sizes(caps, sizes, ModelSpec(name="net", input_shape=[3, 16, 16], batch=2,
+                                                sizes=sizes))
+    assert [len(s.new) for s in merged.sizes] == [2, 1, 1]
+    assert [len(s.problems) for s in merged.sizes] == [2, 2, 2]
+    assert len(merged.problems) == 4 and merged.conv_calls == sum(c.conv_calls for c in caps)
+    shared = next(u for u in merged.problems if u.problem.input_shape == (2, 8, 4, 4))
+    assert shared.calls == {"fwd": 6, "bwd-data": 6, "bwd-filter": 6}  # 2 layers x 3 sizes
+    assert shared.layers == ["2", "3"]
+    again = Capture.from_json_dict(json.loads(merged.to_json()))
+    assert again.sizes == merged.sizes and "for S in 16, 24, 32" in again.model.describe()

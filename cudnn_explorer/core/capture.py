@@ -15,7 +15,7 @@ from .problem import DIRECTIONS, ConvProblem
 from .records import _Record, _shown
 
 __all__ = ["CAPTURE_SCHEMA", "CAPTURE_VERSION", "UniqueConv", "Uncovered", "ModelSpec",
-           "Capture"]
+           "SizeCapture", "Capture", "merge_sizes"]
 
 CAPTURE_SCHEMA = "cudnn_explorer.capture"
 CAPTURE_VERSION = 1
@@ -68,13 +68,31 @@ class ModelSpec(_Record):
     channels_last: bool = False
     train: bool = True
 
+    sizes: List[int] = field(default_factory=list)  # --sizes: square inputs, in order
+
     def describe(self) -> str:
         what = self.name or self.factory
         mode = "training step (forward + backward)" if self.train else "inference (forward)"
         amp = {"off": "no AMP", "fp16": "AMP float16", "bf16": "AMP bfloat16"}[self.amp]
         layout = "channels_last" if self.channels_last else "contiguous"
         shape = "x".join(map(str, [self.batch] + list(self.input_shape)))
+        if self.sizes:
+            shape = (f"{self.batch}x{self.input_shape[0]}xSxS for S in "
+                     f"{', '.join(map(str, self.sizes))}")
         return f"{what}, input {shape}, {mode}, {amp}, {layout}"
+
+
+@dataclass
+class SizeCapture(_Record):
+    """One input size of a capture over several (``--sizes``): its convolution calls, the
+    unique problems it runs (indices into Capture.problems) and those it is the first to
+    run: each new problem costs PyTorch a first call (a benchmark search when benchmark
+    mode is on) in every process."""
+
+    size: int
+    conv_calls: int = 0
+    problems: List[int] = field(default_factory=list)
+    new: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -91,6 +109,7 @@ class Capture(_Record):
     deterministic: bool = False
     device: str = ""
     seconds: Optional[float] = None  # wall time of the capture
+    sizes: List[SizeCapture] = field(default_factory=list)  # --sizes: one per input size
     schema: str = CAPTURE_SCHEMA
     schema_version: int = CAPTURE_VERSION
 
@@ -111,3 +130,38 @@ class Capture(_Record):
             raise UserError(f"capture schema_version {_shown(d.get('schema_version'))}: "
                             f"this cudnn_explorer reads version {CAPTURE_VERSION}")
         return cls.from_dict(d)
+
+
+def merge_sizes(captures: List[Capture], sizes: List[int], spec: ModelSpec) -> Capture:
+    """One capture of a model run at several input sizes: the union of their unique
+    problems (first seen first), calls summed (one iteration at each size), and per size
+    which problems it runs and which it is the first to run."""
+    index: Dict[ConvProblem, int] = {}
+    problems: List[UniqueConv] = []
+    uncovered: Dict[tuple, Uncovered] = {}
+    per_size = []
+    for size, cap in zip(sizes, captures):
+        used, new = [], []
+        for u in cap.problems:
+            if u.problem not in index:
+                index[u.problem] = len(problems)
+                problems.append(UniqueConv(problem=u.problem))
+                new.append(index[u.problem])
+            m = problems[index[u.problem]]
+            for d, n in u.calls.items():
+                m.calls[d] = m.calls.get(d, 0) + n
+            m.layers += [x for x in u.layers if x not in m.layers]
+            used.append(index[u.problem])
+        for x in cap.uncovered:
+            key = (x.layer, x.why, tuple(x.input_shape), tuple(x.weight_shape))
+            if key in uncovered:
+                uncovered[key].calls += x.calls
+            else:
+                uncovered[key] = Uncovered(**{**x.to_dict(), "calls": x.calls})
+        per_size.append(SizeCapture(size=size, conv_calls=cap.conv_calls, problems=used,
+                                    new=new))
+    first = captures[0]
+    return Capture(model=spec, problems=problems, uncovered=list(uncovered.values()),
+                   conv_calls=sum(c.conv_calls for c in captures), tf32=first.tf32,
+                   deterministic=first.deterministic, device=first.device,
+                   seconds=sum(c.seconds or 0.0 for c in captures), sizes=per_size)

@@ -12,7 +12,7 @@ from typing import List, Tuple
 from ..core.capture import ModelSpec
 from ..core.errors import MissingDependencyError, UserError
 
-__all__ = ["build", "torchvision_names", "parse_input"]
+__all__ = ["build", "torchvision_names", "parse_input", "make_inputs", "parse_sizes"]
 
 
 def torchvision_names() -> List[str]:
@@ -82,13 +82,45 @@ def build(spec: ModelSpec, device: str):
         except Exception as e:  # noqa: BLE001  (a model that needs arguments we do not give)
             raise UserError(f"model '{spec.name}' cannot be built without arguments: "
                             f"{type(e).__name__}: {e}") from None
-    fmt = torch.channels_last if len(spec.input_shape) == 3 else torch.channels_last_3d
     model = model.to(device)
-    x = torch.randn((spec.batch, *spec.input_shape), device=device)
     if spec.channels_last:
         if len(spec.input_shape) not in (3, 4):
             raise UserError("--channels-last needs a 2-D or 3-D input (C x H x W or "
                             "C x D x H x W)")
-        model = model.to(memory_format=fmt)
-        x = x.contiguous(memory_format=fmt)
-    return model, [x]
+        model = model.to(memory_format=_format(spec))
+    return model, make_inputs(spec, device)
+
+
+def _format(spec: ModelSpec):
+    import torch
+
+    return torch.channels_last if len(spec.input_shape) == 3 else torch.channels_last_3d
+
+
+def make_inputs(spec: ModelSpec, device: str) -> List:
+    """The input batch of ``spec`` (random, in its layout) on ``device``."""
+    import torch
+
+    x = torch.randn((spec.batch, *spec.input_shape), device=device)
+    return [x.contiguous(memory_format=_format(spec)) if spec.channels_last else x]
+
+
+def parse_sizes(text: str) -> List[int]:
+    """"320:640:32" (start:stop:step, stop included) or "320,416,512": square sizes."""
+    t = str(text).strip()
+    try:
+        if ":" in t:
+            start, stop, step = (int(x) for x in t.split(":"))
+            if step < 1:
+                raise ValueError
+            sizes = list(range(start, stop + 1, step))
+        else:
+            sizes = [int(x) for x in t.split(",")]
+    except ValueError:
+        raise UserError(f"--sizes '{text}': expected START:STOP:STEP (e.g. 320:640:32) or "
+                        f"sizes separated by commas") from None
+    if not sizes or any(s < 1 or s > 65536 for s in sizes) or len(sizes) > 256:
+        raise UserError(f"--sizes '{text}': 1 to 256 sizes, each from 1 to 65536")
+    if len(set(sizes)) != len(sizes):
+        raise UserError(f"--sizes '{text}': a size is listed twice")
+    return sizes

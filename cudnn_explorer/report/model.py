@@ -51,6 +51,18 @@ def render_capture(cap: Capture) -> str:
     if rows:
         lines.append(table(rows, headers=["#", "problem (input * weight)", "fwd", "bwd-d",
                                           "bwd-f", "layers"]))
+    if cap.sizes:
+        lines += wrap(f"calls are summed over one iteration at each of the {len(cap.sizes)} "
+                      f"input sizes; per size, the unique problems it runs and those no "
+                      f"earlier size ran (each costs PyTorch a first call per process):")
+        seen = 0
+        size_rows = []
+        for s in cap.sizes:
+            seen += len(s.new)
+            size_rows.append([str(s.size), str(s.conv_calls), str(len(s.problems)),
+                              str(len(s.new)), str(seen)])
+        lines.append(table(size_rows, headers=["size", "conv calls", "unique", "new",
+                                               "unique so far"]))
     for u in cap.uncovered:
         lines += wrap(f"not covered: {u.layer}: {u.why}; input "
                       f"{'x'.join(map(str, u.input_shape))}, weight "
@@ -142,6 +154,18 @@ def render_sweep(sw: ModelSweep) -> str:
             u = cap.problems[i]
             lines += wrap(f"{gap:.3f} ms: #{i + 1} {direction} ({_layers(u.layers, 4)})",
                           "    ")
+    if cap.sizes and first_n:
+        costs = []
+        for s in cap.sizes:
+            ms = [p.first_call_ms for k in s.new for e in [sw.entry(k)]
+                  if e is not None and e.exploration is not None
+                  for d in e.exploration.directions
+                  for p in [d.pytorch_pick("benchmark", api=None)]
+                  if p is not None and p.first_call_ms is not None]
+            costs.append(f"{s.size}: {len(s.new)} new, {sum(ms):.0f} ms")
+        lines += wrap("first calls with benchmark on that each new size brings (sum over its "
+                      "new problems, each measured in a fresh process): " + "; ".join(costs),
+                      "- ")
     missing = sw.missing
     errors = [e for e in sw.entries if e.error]
     if missing or not sw.complete:
