@@ -112,7 +112,7 @@ def test_render_retimed_columns_and_flags():
     assert "median ms" in text and "IQR" in text and "%peak" in text
     assert "max err" in text and "eager ms: wall time per call" in text
     best = next(l for l in text.splitlines() if l.startswith("*1"))
-    assert "IMPLICIT_PRECOMP_GEMM" in best and "0.2100" in best and "Find 1.35x" in best
+    assert "IMPLICIT_PRECOMP_GEMM" in best and "0.2100" in best and "Find 1.3x" in best
     gemm = next(l for l in text.splitlines() if " GEMM " in l and "PRECOMP" not in l
                 and "IMPLICIT" not in l)
     assert "WRONG>1e-02" in gemm and gemm.startswith("-")

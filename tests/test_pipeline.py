@@ -181,4 +181,4 @@ def test_find_under_every_math_type_marks_pytorchs_rows(tmp_path, monkeypatch):
     assert d.best(pytorch_only=True).algo_name == "IMPLICIT_PRECOMP_GEMM"
     text = render_exploration(exp)
     assert "best among PyTorch's legacy candidates (DEFAULT_MATH): IMPLICIT_PRECOMP_GEMM" in text
-    assert "extra Find" in text
+    assert "WINOGRAD_NONFUSED      TENSOR_OP+" in text

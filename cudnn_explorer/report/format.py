@@ -22,7 +22,7 @@ FIND_CALLS = {"fwd": "cudnnFindConvolutionForwardAlgorithmEx",
               "bwd-filter": "cudnnFindConvolutionBackwardFilterAlgorithmEx"}
 MATH_ORDER = ["DEFAULT_MATH", "TENSOR_OP_MATH", "TENSOR_OP_MATH_ALLOW_CONVERSION", "FMA_MATH"]
 _MATH_SHORT = {"DEFAULT_MATH": "DEFAULT", "TENSOR_OP_MATH": "TENSOR_OP",
-               "TENSOR_OP_MATH_ALLOW_CONVERSION": "TENSOR_OP_CONV", "FMA_MATH": "FMA"}
+               "TENSOR_OP_MATH_ALLOW_CONVERSION": "ALLOW_CONV", "FMA_MATH": "FMA"}
 TAG_WIDTH = 26  # engine tags longer than this are cut in terminal tables
 
 

@@ -28,11 +28,9 @@ def flags(r) -> str:
     if r.timing is not None and r.timing.noisy:
         out.append("noisy")
     if r.find_disagrees:
-        out.append(f"Find {r.find_ratio:.2f}x")
+        out.append(f"Find {r.find_ratio:.1f}x")
     if r.timing is not None and r.timing.method != "graph":
         out.append(r.timing.method)
-    if r.pytorch_candidate is False:
-        out.append("extra Find")
     if r.ok and r.note:
         out.append(r.note)
     return ", ".join(out)
@@ -52,8 +50,8 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
            else f", capped by --max-workspace {fmt_mib(d.workspace_cap_bytes)} MiB")
     searched = d.searched_math_types or [d.math_type]
     others = ", ".join(short_math(m) for m in searched[1:])
-    lines = [f"== {title} ({d.direction}): {FIND_CALLS.get(d.direction, '')} under "
-             f"{d.math_type} (PyTorch's)" + (f", then {others}" if others else "")]
+    lines = wrap(f"== {title} ({d.direction}): {FIND_CALLS.get(d.direction, '')} under "
+                 f"{d.math_type} (PyTorch's)" + (f", then {others}" if others else ""))
     if d.error and not d.find:
         return "\n".join(lines + wrap(f"   not explored: {d.error}"))
     free = ("" if d.workspace_free_bytes is None else
@@ -64,9 +62,8 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
     if d.find_errors:
         lines += wrap(f"   cuDNN refused Find under {'; '.join(d.find_errors)}")
     if others and any(r.pytorch_candidate is False for r in d.find):
-        lines += wrap("   rows flagged \"extra Find\" come only from Find under another "
-                      "math type: PyTorch's legacy path (its Find, under "
-                      f"{d.math_type}) never sees them")
+        lines += wrap("   math type+: a row only Find under another math type returned; "
+                      f"PyTorch's legacy path (its Find, under {d.math_type}) never sees it")
     best = d.best()
     ran = [r for r in d.ranked() if r.ok]
     timed = any(r.timing is not None for r in ran)
@@ -87,7 +84,8 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
         if good:
             rank += 1
         row = [("*" if r is best else "") + (str(rank) if good else "-"), r.algo_name,
-               short_math(r.math_type), fmt_ms(r.time_ms)]
+               short_math(r.math_type) + ("+" if r.pytorch_candidate is False else ""),
+               fmt_ms(r.time_ms)]
         if timed:
             t = r.timing
             row += [fmt_ms(t.median_ms), f"{100 * t.spread:.1f}%"] if t else ["-", "-"]
