@@ -34,7 +34,8 @@ PROBLEM_FLAGS = ("--shape", "--out-channels", "--kernel", "--stride", "--padding
 RUN_FLAGS = ("--direction", "--device", "--max-workspace", "--seed", "--budget-ms",
              "--flush-l2", "--no-retime", "--no-graph", "--no-check", "--quiet", "--verbose",
              "--no-pytorch", "--benchmark-limit", "--child-timeout", "--no-engines",
-             "--engine-configs", "--engine-config-timeout", "--engine-budget-s")
+             "--engine-configs", "--engine-config-timeout", "--engine-budget-s", "--store",
+             "--no-store", "--refresh")
 CONFLICTS = [
     ("--load", PROBLEM_FLAGS + RUN_FLAGS + ("--info",), "--load renders a saved file"),
     ("--info", PROBLEM_FLAGS + tuple(f for f in RUN_FLAGS if f != "--device")
@@ -45,6 +46,7 @@ CONFLICTS = [
     ("--no-engines", ("--engine-configs", "--engine-config-timeout", "--engine-budget-s"),
      "--no-engines explores no engine configs"),
     ("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph"), "--no-retime times nothing"),
+    ("--no-store", ("--store", "--refresh"), "--no-store uses no store"),
     ("--target", tuple(f for f in RUN_FLAGS if f not in ("--direction", "--benchmark-limit"))
      + ("--csv", "--load", "--info", "--engines", "--dump-device-profile"),
      "--target ranks heuristics for other GPUs and measures nothing"),
@@ -138,6 +140,12 @@ def add_run_args(p: argparse.ArgumentParser):
     e.add_argument("--engine-budget-s", default="120", metavar="S",
                    help="time budget per direction for building and timing configs "
                         "(default 120)")
+    st = p.add_argument_group("results store (SQLite; a repeat answers from it)")
+    st.add_argument("--store", default=None, metavar="PATH",
+                    help="the store file (default ~/.cache/cudnn_explorer/results.db)")
+    st.add_argument("--no-store", action="store_true", help="neither read nor save results")
+    st.add_argument("--refresh", action="store_true",
+                    help="measure again even when the store has the answer (and save it)")
     return r
 
 
@@ -292,11 +300,72 @@ def load_file(path: str):
         raise UserError(f"--load '{path}': {e}") from None
 
 
+def open_store(a):
+    """The results store the flags ask for, or None: --no-store, or a store that cannot
+    be used (one warning line naming the file; the run goes on without it)."""
+    if getattr(a, "no_store", False):
+        return None
+    from .store.db import Store, StoreError, default_path
+
+    try:
+        return Store(a.store or default_path())
+    except StoreError as e:
+        print(f"cudnn_explorer: warning: {e}; going on without the store", file=sys.stderr)
+        return None
+
+
+def saver(store, problem, options):
+    """on_direction for explore(): each finished direction into the store at once. A
+    store that fails is dropped after one warning; the measurement goes on."""
+    if store is None:
+        return None
+    from .store.db import StoreError
+
+    state = {"ok": True}
+
+    def save(env, measurement, d):
+        if state["ok"]:
+            try:
+                store.save(problem, env, options, measurement, d)
+            except StoreError as e:
+                state["ok"] = False
+                print(f"cudnn_explorer: warning: {e}; going on without the store",
+                      file=sys.stderr)
+    return save
+
+
+def _run_history(argv: List[str]) -> int:
+    p = _Parser(prog="python -m cudnn_explorer history", allow_abbrev=False,
+                description="The results in the store, newest first.")
+    p.add_argument("--store", default=None, metavar="PATH")
+    p.add_argument("--limit", default="50", help="at most this many rows (default 50)")
+    p.add_argument("--debug", action="store_true")
+    a = p.parse_args(argv)
+    from .report.format import table
+    from .store.db import Store, default_path
+
+    path = a.store or default_path()
+    if not os.path.exists(path):
+        raise UserError(f"--store '{path}': no such file (nothing measured yet)")
+    with Store(path) as store:
+        rows = store.history(_int(a.limit, "--limit", lo=1))
+        total = store.count()
+    print(f"results store '{path}': {total} stored directions")
+    if rows:
+        print(table([[r["created"][:19].replace("T", " "), r["gpu"], r["cudnn"], r["torch"],
+                      r["directions"], r["problem"][:60]] for r in rows],
+                    headers=["measured (UTC)", "GPU", "cuDNN", "torch", "directions",
+                             "problem"]))
+    return 0
+
+
 def _run(argv: Optional[List[str]]) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "model":
         return _run_model(argv[1:])
+    if argv and argv[0] == "history":
+        return _run_history(argv[1:])
     if not argv:
         sys.stderr.write(parser.format_usage())
         raise UserError("nothing to do: give --shape (e.g. --shape 32,3,224,224 --kernel 3), "
@@ -353,11 +422,23 @@ def _run(argv: Optional[List[str]]) -> int:
 
         progress = plain if a.verbose else (
             overwrite if not a.quiet and sys.stderr.isatty() else None)
+        store = open_store(a)
         try:
-            exp = pipeline.explore(problem, options, progress=progress)
+            exp = None
+            if store is not None and not a.refresh:
+                exp = store.lookup(problem, pipeline.environment(options.device), options)
+                if exp is not None:
+                    print(f"cudnn_explorer: answered from the results store '{store.path}' "
+                          f"(measured {exp.created}); --refresh measures again",
+                          file=sys.stderr)
+            if exp is None:
+                exp = pipeline.explore(problem, options, progress=progress,
+                                       on_direction=saver(store, problem, options))
         finally:
             if progress and not a.verbose:
                 sys.stderr.write("\r\033[K")
+            if store is not None:
+                store.close()
 
     try:
         # The table first whenever stdout is free, so a failed write loses nothing shown.
@@ -639,18 +720,31 @@ def _run_model(argv: List[str]) -> int:
         if a.json:
             write_output(sw.to_json() + "\n", a.json, "--json", quiet=True)
 
+    store = open_store(a)
+    env = pipeline.environment(options.device) if store is not None else None
+
+    def cached(problem, one):
+        if store is None or a.refresh:
+            return None
+        return store.lookup(problem, env, one)
+
     try:
-        sw = sweep(cap, options, save=save, progress=progress)
+        sw = sweep(cap, options, save=save, progress=progress, cached=cached,
+                   saver=lambda problem, one: saver(store, problem, one))
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()
-        print("cudnn_explorer: interrupted: every problem that finished is in "
-              + (f"'{a.json}'" if a.json else "no file (give --json PATH to keep them)"),
-              file=sys.stderr)
+        kept = [f"'{a.json}'"] if a.json else []
+        kept += [f"the results store '{store.path}'"] if store is not None else []
+        print("cudnn_explorer: interrupted: every direction that finished is in "
+              + (" and ".join(kept) if kept else "nothing (no --json, no store)")
+              + "; run the same command again to measure only the rest", file=sys.stderr)
         return 130
     finally:
         if bar is not None:
             bar.close()
+        if store is not None:
+            store.close()
     sys.stdout.write(render_sweep(sw))
     if a.json:
         print(f"wrote {a.json}", file=sys.stderr)

@@ -14,6 +14,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def pytest_configure(config):
+    # The default results store of every CLI run in the tests: a fresh one per session, so
+    # that no test answers from a store another session (or the user) filled.
+    import tempfile
+
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="cudnn_explorer_tests_")
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU and the built extension")
     config.addinivalue_line("markers", "ext: needs the built extension (no GPU needed)")
 

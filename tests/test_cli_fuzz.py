@@ -163,8 +163,10 @@ def _load_cases(tmp_path, count=420):
         doc = _set(base, path, value)
         text = json.dumps(doc, allow_nan=True)
         # A number below zero, NaN or infinite is never a valid result outside the
-        # free-form summaries (engine ranges and counts, options); other edits may be.
-        free = path[2:4] == ("engines", "engines") or {"options", "candidates"} & set(path)
+        # free-form summaries (engine ranges and counts, options) and the signed fields
+        # (knob values, the reserve's growth); other edits may be.
+        free = path[2:4] == ("engines", "engines") or {"options", "candidates", "knobs",
+                                                         "first_reserved_growth_bytes"} & set(path)
         must_fail = (isinstance(value, (int, float)) and not isinstance(value, bool)
                      and (value != value or value == float("inf") or value > 2**64
                           or (value < 0 and not free)))

@@ -80,3 +80,10 @@ def test_layers_import_only_the_layers_before_them():
                            for d in deps), (m, deps)
         if m.startswith("cudnn_explorer.measure"):
             assert not any(d.startswith("cudnn_explorer.model") for d in deps), (m, deps)
+        if m.startswith(("cudnn_explorer.measure", "cudnn_explorer.model")):
+            assert not any(d.startswith("cudnn_explorer.store") for d in deps), (m, deps)
+        if m.startswith("cudnn_explorer.store"):  # the store keeps records: core only
+            assert not any(d == "torch" or d.startswith(("cudnn_explorer.measure",
+                                                          "cudnn_explorer.model",
+                                                          "cudnn_explorer.report"))
+                           for d in deps), (m, deps)

@@ -541,6 +541,7 @@ class Environment(_Record):
     gpu_name: str = ""
     compute_capability: str = ""
     device_index: int = 0
+    sm_count: Optional[int] = None  # streaming multiprocessors (None: files before it)
     torch_version: str = ""
     torch_cuda: str = ""
     cudnn_torch: str = ""        # torch.backends.cudnn.version()

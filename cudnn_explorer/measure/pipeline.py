@@ -77,6 +77,8 @@ def measurement_of(options: ExploreOptions, env: Environment,
 
 def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
             progress: Optional[Callable[[str], None]] = None, bench=None,
+            on_direction: Optional[Callable[[Environment, Measurement, DirectionResult],
+                                            None]] = None,
             **kw) -> Exploration:
     """Explore every direction of ``problem`` that ``options`` name.
 
@@ -89,7 +91,8 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
     every mode (each measured in a fresh child process, by the same timing method); and
     the cuDNN 9 engine configs (in worker processes under a watchdog). Runs on PyTorch's
     cuDNN handle and current stream on GPU ``options.device``. ``progress`` hears one
-    line per step."""
+    line per step; ``on_direction`` gets each direction as soon as it is finished (the CLI
+    saves it in the results store there)."""
     if options is None:
         options = ExploreOptions.create(**kw)
     elif kw:
@@ -103,15 +106,18 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
             f"configs; pip install nvidia-cudnn-frontend, then rebuild: {native.BUILD_HINT} "
             "(or run without engines: --no-engines, engines=False)")
     runs = bench.children(problem, options, say) if options.pytorch else []
+    measurement = measurement_of(options, env, problem)
     results = []
     with bench.scope():
         for d in options.directions:
             results.append(_direction(problem, d, options, bench, runs, env, say))
+            if on_direction is not None:
+                on_direction(env, measurement, results[-1])
     return Exploration(problem=problem, environment=env, directions=results,
                        tool_version=__version__,
                        created=datetime.datetime.now(datetime.timezone.utc).isoformat(
                            timespec="seconds"),
-                       measurement=measurement_of(options, env, problem))
+                       measurement=measurement)
 
 
 def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs,
@@ -161,7 +167,8 @@ def environment(device: int = 0) -> Environment:
     built, running = native.build_info(), native.runtime_info()
     return Environment(
         gpu_name=props.name, compute_capability=f"{props.major}.{props.minor}",
-        device_index=device, torch_version=torch.__version__,
+        device_index=device, sm_count=int(props.multi_processor_count),
+        torch_version=torch.__version__,
         torch_cuda=str(torch.version.cuda), cudnn_torch=str(torch.backends.cudnn.version()),
         cudnn_runtime=running.get("cudnn", ""), cudnn_built=built.get("cudnn", ""),
         torch_built=built.get("torch", ""), cuda_runtime=running.get("cuda_runtime", ""),

@@ -15,6 +15,8 @@ from typing import Callable, Optional
 from ..core.capture import Capture
 from ..core.errors import ChildError, CudnnError, ExplorerError, ResourceError, UserError
 from ..core.options import ExploreOptions
+from ..core.problem import ConvProblem
+from ..core.records import Exploration
 from ..core.sweep import ModelSweep, SweepEntry
 from ..core.version import __version__
 from ..measure import pipeline
@@ -28,10 +30,17 @@ _PER_PROBLEM = (CudnnError, ResourceError, ChildError, UserError)
 def sweep(capture: Capture, options: ExploreOptions,
           save: Callable[[ModelSweep], None] = lambda s: None,
           progress: Optional[Callable[[int, int, str], None]] = None,
-          bench=None) -> ModelSweep:
+          bench=None,
+          cached: Callable[[ConvProblem, ExploreOptions], Optional[Exploration]] =
+          lambda p, o: None,
+          saver: Callable[[ConvProblem, ExploreOptions], Optional[Callable]] =
+          lambda p, o: None) -> ModelSweep:
     """Explore ``capture``'s unique problems in order; ``save`` hears the sweep after each
-    one, ``progress(done, total, message)`` every step. A missing GPU or extension stops
-    the sweep (MissingDependencyError); other errors are recorded per problem."""
+    one, ``progress(done, total, message)`` every step. ``cached(problem, options)``
+    answers a problem already measured (the results store: a resumed sweep measures only
+    what is missing); ``saver(problem, options)`` gives explore()'s on_direction, which
+    keeps each direction as soon as it is done. A missing GPU or extension stops the
+    sweep (MissingDependencyError); other errors are recorded per problem."""
     bench = bench or pipeline.GpuBench(options.device)
     env = bench.environment()
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -54,8 +63,11 @@ def sweep(capture: Capture, options: ExploreOptions,
             start = time.perf_counter()
             say(i, total, f"problem {i + 1}/{total}: {', '.join(u.layers[:2]) or '?'}")
             try:
-                exp = pipeline.explore(u.problem, one, bench=bench,
-                                       progress=lambda m, i=i: say(i, total, m))
+                exp = cached(u.problem, one)
+                if exp is None:
+                    exp = pipeline.explore(u.problem, one, bench=bench,
+                                           progress=lambda m, i=i: say(i, total, m),
+                                           on_direction=saver(u.problem, one))
                 entry = SweepEntry(i, exp, "", round(time.perf_counter() - start, 3))
             except _PER_PROBLEM as e:
                 entry = SweepEntry(i, None, f"{type(e).__name__}: {e}",

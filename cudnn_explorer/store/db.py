@@ -1,0 +1,183 @@
+"""The results store: every measured direction kept in one SQLite file (WAL mode), keyed on
+what decides a measurement, so that a repeated run answers at once and an interrupted
+sweep loses only the problem in flight.
+
+Key: the canonical problem, the direction, the environment (GPU, compute capability, SM
+count, driver, CUDA, cuDNN, torch) and the measurement options (ExploreOptions less the
+directions and the device index). The stored value is the DirectionResult as JSON: legacy
+algorithm ids and engine tags with their knob values, never a serialized plan (cuDNN
+gives no guarantee for those across devices or versions).
+
+Errors opening the store (a corrupt file, a newer schema, no permission) are StoreError,
+which names the file; the CLI then goes on without the store.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sqlite3
+from dataclasses import asdict
+from typing import Dict, List, Optional, Sequence
+
+from ..core.errors import ExplorerError
+from ..core.options import ExploreOptions
+from ..core.problem import ConvProblem
+from ..core.records import DirectionResult, Environment, Exploration, Measurement
+from ..core.version import __version__
+
+__all__ = ["Store", "StoreError", "SCHEMA_VERSION", "default_path", "env_key", "options_key",
+           "problem_key"]
+
+SCHEMA_VERSION = 1
+# Each entry moves a store from version i to i + 1 (index i); version 0 is an empty file.
+MIGRATIONS: List[Sequence[str]] = [
+    ("""CREATE TABLE results (
+            id INTEGER PRIMARY KEY,
+            problem_key TEXT NOT NULL, direction TEXT NOT NULL, env_key TEXT NOT NULL,
+            options_key TEXT NOT NULL, created TEXT NOT NULL, tool_version TEXT NOT NULL,
+            gpu_name TEXT NOT NULL, cudnn TEXT NOT NULL, torch TEXT NOT NULL,
+            problem_json TEXT NOT NULL, environment_json TEXT NOT NULL,
+            measurement_json TEXT NOT NULL, direction_json TEXT NOT NULL,
+            UNIQUE (problem_key, direction, env_key, options_key) ON CONFLICT REPLACE)""",
+     "CREATE INDEX results_problem ON results (problem_key)",
+     "CREATE INDEX results_env ON results (env_key)"),
+]
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+_ENV_FIELDS = ("gpu_name", "compute_capability", "sm_count", "cuda_driver", "cuda_runtime",
+               "torch_cuda", "cudnn_runtime", "torch_version")
+
+
+class StoreError(ExplorerError):
+    """The store cannot be used (exit 3: the machine's file, not the user's input)."""
+
+    exit_code = 3
+
+
+def default_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "cudnn_explorer", "results.db")
+
+
+def problem_key(p: ConvProblem) -> str:
+    return json.dumps(p.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def env_key(e: Environment) -> str:
+    d = asdict(e)
+    return json.dumps({k: d.get(k, "") for k in _ENV_FIELDS}, sort_keys=True,
+                      separators=(",", ":"))
+
+
+def options_key(o: ExploreOptions) -> str:
+    d = o.to_dict()
+    for k in ("directions", "device"):
+        d.pop(k, None)
+    return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+
+class Store:
+    """One SQLite store. Use as a context manager, or call close()."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self.db = sqlite3.connect(path, timeout=60.0, isolation_level=None)
+            self.db.execute("PRAGMA busy_timeout = 60000")
+            mode = self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise sqlite3.OperationalError(f"journal mode {mode}, not WAL")
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"results store '{path}': {e}") from None
+        except OSError as e:
+            raise StoreError(f"results store '{path}': {e.strerror}") from None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _migrate(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait
+        try:
+            self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"results store '{self.path}': schema version {version} is "
+                                 f"newer than this cudnn_explorer reads ({SCHEMA_VERSION}); "
+                                 f"upgrade cudnn_explorer or use another --store")
+            for v in range(version, SCHEMA_VERSION):
+                for sql in MIGRATIONS[v]:
+                    self.db.execute(sql)
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                            (str(SCHEMA_VERSION),))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    # ------------------------------------------------------------------ writing
+    def save(self, problem: ConvProblem, env: Environment, options: ExploreOptions,
+             measurement: Measurement, d: DirectionResult, created: str = "") -> None:
+        """One finished direction, at once (its own transaction): a run killed later keeps
+        it."""
+        created = created or datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds")
+        try:
+            self.db.execute(
+                "INSERT INTO results (problem_key, direction, env_key, options_key, created, "
+                "tool_version, gpu_name, cudnn, torch, problem_json, environment_json, "
+                "measurement_json, direction_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (problem_key(problem), d.direction, env_key(env), options_key(options), created,
+                 __version__, env.gpu_name, env.cudnn_runtime, env.torch_version,
+                 json.dumps(problem.to_dict()), json.dumps(asdict(env)),
+                 json.dumps(asdict(measurement)), json.dumps(d.to_dict())))
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"results store '{self.path}': cannot save: {e}") from None
+
+    # ------------------------------------------------------------------ reading
+    def lookup(self, problem: ConvProblem, env: Environment,
+               options: ExploreOptions) -> Optional[Exploration]:
+        """The stored exploration of ``problem`` with exactly these options in this
+        environment, when every direction asked for is there; None otherwise."""
+        rows = self.db.execute(
+            "SELECT direction, created, measurement_json, direction_json, tool_version "
+            "FROM results WHERE problem_key = ? AND env_key = ? AND options_key = ?",
+            (problem_key(problem), env_key(env), options_key(options))).fetchall()
+        by_dir = {r[0]: r for r in rows}
+        if any(d not in by_dir for d in options.directions):
+            return None
+        try:
+            dirs = [DirectionResult.from_dict(json.loads(by_dir[d][3]), f"stored {d}")
+                    for d in options.directions]
+            measurement = Measurement.from_dict(json.loads(by_dir[options.directions[0]][2]),
+                                                "stored measurement")
+        except (ExplorerError, ValueError) as e:
+            raise StoreError(f"results store '{self.path}': a stored result does not load: "
+                             f"{e}") from None
+        created = min(by_dir[d][1] for d in options.directions)
+        return Exploration(problem=problem, environment=env, directions=dirs,
+                           tool_version=by_dir[options.directions[0]][4], created=created,
+                           measurement=measurement)
+
+    def history(self, limit: int = 200) -> List[Dict[str, str]]:
+        """Stored results, newest first: one row per problem, environment and options."""
+        rows = self.db.execute(
+            "SELECT MAX(created), gpu_name, cudnn, torch, problem_json, "
+            "GROUP_CONCAT(direction, ','), options_key FROM results "
+            "GROUP BY problem_key, env_key, options_key ORDER BY MAX(created) DESC LIMIT ?",
+            (limit,)).fetchall()
+        return [dict(created=r[0], gpu=r[1], cudnn=r[2], torch=r[3],
+                     problem=ConvProblem.from_dict(json.loads(r[4])).describe(),
+                     directions=r[5], options=r[6]) for r in rows]
+
+    def count(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM results").fetchone()[0]

@@ -1,0 +1,130 @@
+"""The results store: round trip, keys, bad files, concurrent writers, and runs that answer
+from it (the whole pipeline through the fake bench, with real child processes)."""
+import dataclasses
+import multiprocessing
+import sqlite3
+
+import pytest
+
+from cudnn_explorer.core.options import ExploreOptions
+from cudnn_explorer.store.db import SCHEMA_VERSION, Store, StoreError
+from fakes import ENV, retimed_exploration
+
+OPTS = ExploreOptions.create(directions="fwd", budget_ms=100)
+
+
+def saved(store, exp=None, env=ENV, options=OPTS):
+    exp = exp or retimed_exploration()
+    for d in exp.directions:
+        store.save(exp.problem, env, options, exp.measurement, d)
+    return exp
+
+
+def test_round_trip_and_keys(tmp_path):
+    with Store(str(tmp_path / "r.db")) as store:
+        exp = saved(store)
+        got = store.lookup(exp.problem, ENV, OPTS)
+        assert got is not None and got.directions == exp.directions
+        assert got.measurement == exp.measurement and got.created
+        # another environment, other options, another problem: not the same measurement
+        assert store.lookup(exp.problem, dataclasses.replace(ENV, cudnn_runtime="92400"),
+                            OPTS) is None
+        assert store.lookup(exp.problem, ENV, ExploreOptions.create(directions="fwd",
+                                                                    budget_ms=10)) is None
+        assert store.lookup(exp.problem, ENV, ExploreOptions.create(directions="fwd,bwd-data",
+                                                                    budget_ms=100)) is None
+        # the device index does not change what was measured; the hostname is not a key
+        assert store.lookup(exp.problem, dataclasses.replace(ENV, hostname="other"),
+                            ExploreOptions.create(directions="fwd", budget_ms=100,
+                                                  device=1)) is not None
+        saved(store)  # measured again: replaced, not doubled
+        assert store.count() == 1
+        (row,) = store.history()
+        assert row["gpu"] == "NVIDIA H200" and row["directions"] == "fwd"
+
+
+def test_bad_files_name_the_file(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="bad.db"):
+        Store(str(bad))
+    newer = tmp_path / "newer.db"
+    Store(str(newer)).close()
+    db = sqlite3.connect(newer)
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match=f"schema version 99 is newer .*reads \\({SCHEMA_VERSION}\\)"):
+        Store(str(newer))
+    with pytest.raises(StoreError, match="/dev/null/x.db"):
+        Store("/dev/null/x.db")
+
+
+def _writer(path, k, n):
+    exp = retimed_exploration()
+    with Store(path) as store:
+        for i in range(n):
+            env = dataclasses.replace(ENV, gpu_name=f"GPU {k}-{i}")
+            saved(store, exp, env=env)
+
+
+def test_two_concurrent_writers_lose_nothing(tmp_path):
+    path = str(tmp_path / "c.db")
+    Store(path).close()
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, k, 40)) for k in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with Store(path) as store:
+        assert store.count() == 80
+
+
+@pytest.mark.ext
+def test_cli_answers_a_repeat_from_the_store(tmp_path, monkeypatch):
+    """The CLI's store path, with the pipeline's GPU replaced by the fake bench."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from cudnn_explorer import cli
+    from cudnn_explorer.measure import pipeline
+    from fakes import FakeBench
+
+    bench = FakeBench(tmp_path, monkeypatch)
+    calls = []
+    real = pipeline.explore
+
+    def explore(problem, options, **kw):
+        calls.append(problem)
+        return real(problem, options, bench=bench, **kw)
+
+    monkeypatch.setattr(pipeline, "explore", explore)
+    monkeypatch.setattr(pipeline, "environment", lambda device=0: bench.environment())
+    monkeypatch.setattr(cli, "_frontend_built", lambda device: True)
+    store = str(tmp_path / "s.db")
+    argv = ["--shape", "8,64,28,28", "--dtype", "float16", "--layout", "nhwc", "--direction",
+            "fwd", "--budget-ms", "5", "--child-timeout", "30", "--engine-budget-s", "30",
+            "--store", store]
+
+    def run(extra=(), base=argv):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = cli.main(base + list(extra))
+        return code, out.getvalue(), err.getvalue()
+
+    code, first, _ = run()
+    assert code == 0 and len(calls) == 1
+    code, again, err = run()
+    assert code == 0 and len(calls) == 1 and "answered from the results store" in err
+    assert again.split("\n", 2)[2] == first.split("\n", 2)[2]  # same report, same numbers
+    code, _, err = run(["--refresh"])
+    assert code == 0 and len(calls) == 2 and "answered from" not in err
+    code, out, err = run(["--no-store"])
+    assert code == 2 and "--store would be ignored: --no-store" in err
+    code, out, err = run(["--no-store"], base=argv[:-2])
+    assert code == 0 and len(calls) == 3
+    (tmp_path / "broken.db").write_text("garbage" * 100)
+    code, out, err = run(["--store", str(tmp_path / "broken.db")], base=argv[:-2])
+    assert code == 0 and len(calls) == 4 and "broken.db" in err and "without the store" in err
