@@ -726,7 +726,7 @@ def _run_model(argv: List[str]) -> int:
     def cached(problem, one):
         if store is None or a.refresh:
             return None
-        return store.lookup(problem, env, one)
+        return store.lookup(problem, env, one, partial=True)
 
     try:
         sw = sweep(cap, options, save=save, progress=progress, cached=cached,

@@ -2,6 +2,7 @@
 from it (the whole pipeline through the fake bench, with real child processes)."""
 import dataclasses
 import multiprocessing
+import os
 import sqlite3
 
 import pytest
@@ -128,3 +129,71 @@ def test_cli_answers_a_repeat_from_the_store(tmp_path, monkeypatch):
     (tmp_path / "broken.db").write_text("garbage" * 100)
     code, out, err = run(["--store", str(tmp_path / "broken.db")], base=argv[:-2])
     assert code == 0 and len(calls) == 4 and "broken.db" in err and "without the store" in err
+
+
+KILLED_SWEEP = '''
+import os, signal, sys, types
+sys.path.insert(0, {tests!r})
+import torch
+from fakes import FakeBench
+from test_model_sweep import small_capture, OPTS
+from cudnn_explorer.model.sweep import sweep
+from cudnn_explorer.store.db import Store
+
+store = Store({db!r})
+bench = FakeBench(__import__("pathlib").Path({tmp!r}), types.SimpleNamespace(
+    setenv=lambda k, v: os.environ.__setitem__(k, v)))
+env = bench.environment()
+done = []
+
+def saver(problem, one):
+    def save(env, measurement, d):
+        store.save(problem, env, one, measurement, d)
+        done.append(d.direction)
+        if len(done) == 3:  # problem 2's first direction is stored: killed in its middle
+            os.kill(os.getpid(), signal.SIGKILL)
+    return save
+
+sweep(small_capture(), OPTS, bench=bench, saver=saver,
+      cached=lambda p, o: store.lookup(p, env, o, partial=True))
+'''
+
+
+@pytest.mark.ext
+def test_sweep_killed_then_run_again_measures_only_the_rest(tmp_path, monkeypatch):
+    """SIGKILL in the middle of a problem; running again answers every stored direction
+    from the store and measures only the missing ones, each once."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from cudnn_explorer.measure import pipeline
+    from cudnn_explorer.model.sweep import sweep
+    from fakes import FakeBench
+    from test_model_sweep import OPTS, small_capture
+
+    db = str(tmp_path / "k.db")
+    code = KILLED_SWEEP.format(tests=os.path.join(REPO, "tests"), db=db, tmp=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == -9, r.stderr[-2000:]
+    with Store(db) as store:
+        assert store.count() == 3  # problem 1: fwd + bwd-filter; problem 2: its first one
+    bench = FakeBench(tmp_path, monkeypatch)
+    measured = []
+    real = pipeline.explore
+
+    def explore(problem, options, **kw):
+        measured.append(options.directions)
+        return real(problem, options, **kw)
+
+    monkeypatch.setattr(pipeline, "explore", explore)
+    with Store(db) as store:
+        env = bench.environment()
+        sw = sweep(small_capture(), OPTS, bench=bench,
+                   cached=lambda p, o: store.lookup(p, env, o, partial=True),
+                   saver=lambda p, o: (lambda e, m, d: store.save(p, e, o, m, d)))
+        assert store.count() == 5
+    assert measured == [("bwd-data", "bwd-filter")]  # problem 2's rest, nothing twice
+    assert sw.complete and [d.direction for d in sw.entry(1).exploration.directions] == [
+        "fwd", "bwd-data", "bwd-filter"]

@@ -36,10 +36,10 @@ def sweep(capture: Capture, options: ExploreOptions,
           saver: Callable[[ConvProblem, ExploreOptions], Optional[Callable]] =
           lambda p, o: None) -> ModelSweep:
     """Explore ``capture``'s unique problems in order; ``save`` hears the sweep after each
-    one, ``progress(done, total, message)`` every step. ``cached(problem, options)``
-    answers a problem already measured (the results store: a resumed sweep measures only
-    what is missing); ``saver(problem, options)`` gives explore()'s on_direction, which
-    keeps each direction as soon as it is done. A missing GPU or extension stops the
+    one, ``progress(done, total, message)`` every step. ``cached(problem, options)`` gives
+    the directions already measured (the results store, also an interrupted run's part of
+    a problem): only the others are measured; ``saver(problem, options)`` gives
+    explore()'s on_direction, which keeps each direction as soon as it is done. A missing GPU or extension stops the
     sweep (MissingDependencyError); other errors are recorded per problem."""
     bench = bench or pipeline.GpuBench(options.device)
     env = bench.environment()
@@ -63,11 +63,18 @@ def sweep(capture: Capture, options: ExploreOptions,
             start = time.perf_counter()
             say(i, total, f"problem {i + 1}/{total}: {', '.join(u.layers[:2]) or '?'}")
             try:
-                exp = cached(u.problem, one)
-                if exp is None:
-                    exp = pipeline.explore(u.problem, one, bench=bench,
+                stored = cached(u.problem, one)
+                have = {d.direction: d for d in (stored.directions if stored else [])}
+                missing = [d for d in one.directions if d not in have]
+                exp = stored
+                if missing:  # only what is not stored yet: nothing finished runs twice
+                    rest = dataclasses.replace(one, directions=tuple(missing))
+                    new = pipeline.explore(u.problem, rest, bench=bench,
                                            progress=lambda m, i=i: say(i, total, m),
-                                           on_direction=saver(u.problem, one))
+                                           on_direction=saver(u.problem, rest))
+                    have.update({d.direction: d for d in new.directions})
+                    exp = dataclasses.replace(
+                        new, directions=[have[d] for d in one.directions])
                 entry = SweepEntry(i, exp, "", round(time.perf_counter() - start, 3))
             except _PER_PROBLEM as e:
                 entry = SweepEntry(i, None, f"{type(e).__name__}: {e}",

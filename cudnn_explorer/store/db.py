@@ -144,29 +144,30 @@ class Store:
             raise StoreError(f"results store '{self.path}': cannot save: {e}") from None
 
     # ------------------------------------------------------------------ reading
-    def lookup(self, problem: ConvProblem, env: Environment,
-               options: ExploreOptions) -> Optional[Exploration]:
+    def lookup(self, problem: ConvProblem, env: Environment, options: ExploreOptions,
+               partial: bool = False) -> Optional[Exploration]:
         """The stored exploration of ``problem`` with exactly these options in this
-        environment, when every direction asked for is there; None otherwise."""
+        environment, when every direction asked for is there; with ``partial``, the
+        directions that are there (an interrupted run's); None when none is."""
         rows = self.db.execute(
             "SELECT direction, created, measurement_json, direction_json, tool_version "
             "FROM results WHERE problem_key = ? AND env_key = ? AND options_key = ?",
             (problem_key(problem), env_key(env), options_key(options))).fetchall()
         by_dir = {r[0]: r for r in rows}
-        if any(d not in by_dir for d in options.directions):
+        have = [d for d in options.directions if d in by_dir]
+        if not have or (len(have) < len(options.directions) and not partial):
             return None
         try:
             dirs = [DirectionResult.from_dict(json.loads(by_dir[d][3]), f"stored {d}")
-                    for d in options.directions]
-            measurement = Measurement.from_dict(json.loads(by_dir[options.directions[0]][2]),
+                    for d in have]
+            measurement = Measurement.from_dict(json.loads(by_dir[have[0]][2]),
                                                 "stored measurement")
         except (ExplorerError, ValueError) as e:
             raise StoreError(f"results store '{self.path}': a stored result does not load: "
                              f"{e}") from None
-        created = min(by_dir[d][1] for d in options.directions)
         return Exploration(problem=problem, environment=env, directions=dirs,
-                           tool_version=by_dir[options.directions[0]][4], created=created,
-                           measurement=measurement)
+                           tool_version=by_dir[have[0]][4],
+                           created=min(by_dir[d][1] for d in have), measurement=measurement)
 
     def history(self, limit: int = 200) -> List[Dict[str, str]]:
         """Stored results, newest first: one row per problem, environment and options."""
