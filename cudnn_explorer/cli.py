@@ -359,6 +359,56 @@ def _run_history(argv: List[str]) -> int:
     return 0
 
 
+def _run_compare(argv: List[str]) -> int:
+    p = _Parser(prog="python -m cudnn_explorer compare", allow_abbrev=False,
+                description="Side by side across environments (GPUs, cuDNN, torch): what "
+                            "each one's PyTorch picked, its best legacy algorithm and best "
+                            "engine config, for every problem measured in two or more.")
+    p.add_argument("--store", default=None, metavar="PATH",
+                   help="read the results store (default ~/.cache/cudnn_explorer/results.db)")
+    p.add_argument("--no-store", action="store_true", help="only the --file results")
+    p.add_argument("--file", action="append", default=[], metavar="PATH",
+                   help="a saved --json result; repeat for several")
+    p.add_argument("--gpu", action="append", default=[], metavar="TEXT",
+                   help="only environments whose GPU name contains TEXT (repeatable)")
+    p.add_argument("--cudnn", action="append", default=[], metavar="VERSION",
+                   help="only these cuDNN versions, e.g. 9.19.0 or 91900 (repeatable)")
+    p.add_argument("--debug", action="store_true")
+    a = p.parse_args(argv)
+    if a.no_store and a.store:
+        raise UserError("--store would be ignored: --no-store reads no store; drop one")
+    from .report.compare import render_compare
+    from .report.format import fmt_version
+    from .store.db import Store, StoreError, default_path
+
+    items = []
+    if not a.no_store:
+        path = a.store or default_path()
+        if a.store and not os.path.exists(path):
+            raise UserError(f"--store '{path}': no such file")
+        if os.path.exists(path):
+            try:
+                with Store(path) as store:
+                    items += [(pr, env, d) for pr, env, d, _ in store.results()]
+            except StoreError as e:
+                print(f"cudnn_explorer: warning: {e}; going on without the store",
+                      file=sys.stderr)
+    for f in a.file:
+        exp = load_file(f)
+        items += [(exp.problem, exp.environment, d) for d in exp.directions]
+    if a.gpu:
+        items = [x for x in items if any(g.lower() in x[1].gpu_name.lower() for g in a.gpu)]
+    if a.cudnn:
+        want = {c.strip() for c in a.cudnn}
+        items = [x for x in items if x[1].cudnn_runtime in want
+                 or fmt_version(x[1].cudnn_runtime) in want]
+    if not items:
+        raise UserError("compare: no results (measure some, give --file, or widen --gpu / "
+                        "--cudnn)")
+    sys.stdout.write(render_compare(items))
+    return 0
+
+
 def _run(argv: Optional[List[str]]) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -366,6 +416,8 @@ def _run(argv: Optional[List[str]]) -> int:
         return _run_model(argv[1:])
     if argv and argv[0] == "history":
         return _run_history(argv[1:])
+    if argv and argv[0] == "compare":
+        return _run_compare(argv[1:])
     if not argv:
         sys.stderr.write(parser.format_usage())
         raise UserError("nothing to do: give --shape (e.g. --shape 32,3,224,224 --kernel 3), "

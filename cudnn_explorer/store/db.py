@@ -180,5 +180,21 @@ class Store:
                      problem=ConvProblem.from_dict(json.loads(r[4])).describe(),
                      directions=r[5], options=r[6]) for r in rows]
 
+    def results(self) -> List[tuple]:
+        """Every stored direction as (problem, environment, DirectionResult, created)."""
+        out = []
+        for pj, ej, dj, created in self.db.execute(
+                "SELECT problem_json, environment_json, direction_json, created FROM results "
+                "ORDER BY id"):
+            try:
+                out.append((ConvProblem.from_dict(json.loads(pj)),
+                            Environment.from_dict(json.loads(ej), "stored environment"),
+                            DirectionResult.from_dict(json.loads(dj), "stored direction"),
+                            created))
+            except (ExplorerError, ValueError) as e:
+                raise StoreError(f"results store '{self.path}': a stored result does not "
+                                 f"load: {e}") from None
+        return out
+
     def count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM results").fetchone()[0]

@@ -1,0 +1,76 @@
+"""Side by side across environments (GPUs, cuDNN or torch versions): per problem and
+direction, what each environment's PyTorch picked with benchmark on, its best legacy
+algorithm and its best engine config, with their times, and whether the environments
+agree. Pure Python: runs on stored or saved results without a GPU."""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+from ..core.problem import DIRECTIONS, ConvProblem
+from ..core.records import DirectionResult, Environment
+from .engines import best_legacy
+from .format import fmt_ms, fmt_version, short_algo, short_tag, table, wrap
+
+__all__ = ["env_label", "render_compare"]
+
+_SHORT = {"fwd": "fwd", "bwd-data": "bwd-d", "bwd-filter": "bwd-f"}
+
+
+def env_label(e: Environment) -> str:
+    gpu = e.gpu_name.replace("NVIDIA ", "").replace("GeForce ", "")
+    return (f"{gpu} cudnn{fmt_version(e.cudnn_runtime)} "
+            f"torch{e.torch_version.split('+')[0]}")
+
+
+def _what(d: DirectionResult):
+    pick = d.pytorch_pick("benchmark", api=None)
+    legacy, _ = best_legacy(d)
+    engine = d.engines.best(allowed_only=True) if d.engines is not None else None
+    return pick, legacy, engine
+
+
+def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]) -> str:
+    """``items``: (problem, environment, direction) from any number of environments; the
+    problems and directions seen in two or more environments are compared."""
+    groups: Dict[Tuple, Dict[str, DirectionResult]] = {}
+    for problem, env, d in items:
+        key = (problem, d.direction)
+        groups.setdefault(key, {})[env_label(env)] = d  # the last saved per environment
+    shared = {k: v for k, v in groups.items() if len(v) > 1}
+    envs = sorted({e for v in groups.values() for e in v})
+    lines = wrap(f"{len(envs)} environment(s): " + "; ".join(envs))
+    if not shared:
+        lines.append("no problem and direction was measured in two or more environments: "
+                     "nothing to compare")
+        return "\n".join(lines) + "\n"
+    rows, agree_pick, agree_engine = [], 0, 0
+    ids: Dict[ConvProblem, int] = {}
+    for key, by_env in sorted(shared.items(), key=lambda kv: (
+            kv[0][0].describe(), DIRECTIONS.index(kv[0][1]))):
+        first = key[0] not in ids
+        n = ids.setdefault(key[0], len(ids) + 1)
+        picks, engines = set(), set()
+        for i, (label, d) in enumerate(sorted(by_env.items())):
+            pick, legacy, engine = _what(d)
+            picks.add((pick.engine_tag or pick.legacy_algo) if pick else None)
+            engines.add(engine.tag if engine else None)
+            rows.append([f"#{n}" if i == 0 and first else "",
+                         _SHORT[key[1]] if i == 0 else "",
+                         label[:34],
+                         short_tag(pick.engine_tag, 20) if pick and pick.engine_tag else "-",
+                         fmt_ms(pick.time) if pick else "-",
+                         short_algo(legacy.algo_name, legacy.math_type, 16) if legacy else "-",
+                         fmt_ms(legacy.time) if legacy else "-",
+                         short_tag(engine.tag, 18) if engine else "-",
+                         fmt_ms(engine.time) if engine else "-"])
+        agree_pick += len(picks) == 1 and None not in picks
+        agree_engine += len(engines) == 1 and None not in engines
+    lines.append(table(rows, headers=["#", "dir", "environment", "PyTorch's pick", "ms",
+                                      "best legacy", "ms", "best engine", "ms"]))
+    for problem, n in ids.items():
+        lines += wrap(f"#{n}: {problem.describe()}", "  ")
+    lines += wrap(f"PyTorch's benchmark pick is the same in every environment for "
+                  f"{agree_pick} of {len(shared)} problem-directions; the best engine config "
+                  f"for {agree_engine} (times are steady-state medians per call, each "
+                  f"environment's own)")
+    return "\n".join(lines) + "\n"

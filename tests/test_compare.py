@@ -1,0 +1,57 @@
+"""compare: the same problems in two environments, from saved files and from the store."""
+import json
+import os
+
+from conftest import REPO, run_cli
+from cudnn_explorer.core.records import Exploration
+from cudnn_explorer.report.compare import render_compare
+from cudnn_explorer.store.db import Store
+from cudnn_explorer.core.options import ExploreOptions
+
+REF = os.path.join(REPO, "data", "reference", "h200-default-fp32.json")
+
+
+def other_env(pick_tag=None):
+    """The H200 reference as if measured with another cuDNN, PyTorch's fwd pick changed."""
+    d = json.load(open(REF))
+    d["environment"]["cudnn_runtime"] = "92400"
+    fwd = d["directions"][0]
+    for p in fwd["pytorch"]:
+        if pick_tag and p["mode"] == "benchmark":
+            p["engine_tag"] = pick_tag
+            p["steady"]["median_ms"] *= 1.25
+    return Exploration.from_dict(d)
+
+
+def items(*exps):
+    return [(e.problem, e.environment, d) for e in exps for d in e.directions]
+
+
+def test_compare_real_h200_against_another_environment():
+    ref = Exploration.from_json(open(REF, "rb").read())
+    text = render_compare(items(ref, other_env()))
+    assert "2 environment(s): H200 cudnn9.19.0 torch2.11.0" in text
+    assert "H200 cudnn9.24.0" in text
+    assert "same in every environment for 3 of 3" in text
+    text = render_compare(items(ref, other_env("ConvFwd_eng1_k2=4_k3=0")))
+    assert "same in every environment for 2 of 3" in text and "eng1_k2=4_k3=0" in text
+    assert all(len(line) <= 120 for line in text.splitlines())
+    assert "nothing to compare" in render_compare(items(ref))
+
+
+def test_compare_command_reads_the_store_and_files(tmp_path):
+    store = str(tmp_path / "s.db")
+    other = other_env("ConvFwd_eng1_k2=4_k3=0")
+    with Store(store) as s:
+        opts = ExploreOptions.create()
+        for d in other.directions:
+            s.save(other.problem, other.environment, opts, other.measurement, d)
+    r = run_cli("compare", "--store", store, "--file", REF)
+    assert r.returncode == 0, r.stderr
+    assert "for 2 of 3 problem-directions" in r.stdout
+    r = run_cli("compare", "--store", store, "--file", REF, "--cudnn", "9.19.0")
+    assert r.returncode == 0 and "nothing to compare" in r.stdout
+    r = run_cli("compare", "--no-store", "--file", str(tmp_path / "missing.json"))
+    assert r.returncode == 2 and "missing.json" in r.stderr
+    r = run_cli("compare", "--no-store", "--file", REF, "--gpu", "A100")
+    assert r.returncode == 2 and "no results" in r.stderr
