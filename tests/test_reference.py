@@ -24,3 +24,30 @@ def test_reference_result_loads_and_renders(path):
     assert all(len(line) <= 120 for line in text.splitlines())
     for d in exp.directions:  # every direction has a measured best row
         assert d.best() is not None and d.best().timing is not None
+
+
+def test_csv_holds_legacy_rows_engine_configs_and_pytorchs_picks():
+    import csv
+    import io
+
+    from cudnn_explorer.report.export import rows_from_csv, rows_to_csv
+
+    path = os.path.join(REPO, "data", "reference", "h200-default-fp32.json")
+    with open(path, "rb") as f:
+        exp = Exploration.from_json(f.read())
+    text = rows_to_csv(exp)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    for d in exp.directions:
+        mine = [r for r in rows if r["direction"] == d.direction]
+        assert sum(r["kind"] == "legacy" for r in mine) == len(d.find)
+        assert sum(r["kind"] == "engine" for r in mine) == len(d.engines.configs)
+        picks = [r for r in mine if r["kind"] == "pytorch"]
+        assert [r["mode"] for r in picks] == [p.label for p in d.pytorch]
+        bench = d.pytorch_pick("benchmark")
+        row = next(r for r in picks if r["mode"] == bench.label)
+        assert row["algo_name"] == bench.engine_tag
+        assert float(row["median_ms"]) == bench.steady.median_ms
+        best = next(r for r in mine if r["kind"] == "engine" and r["best"] == "yes")
+        assert best["algo_name"] == d.engines.best(allowed_only=True).tag
+        assert all(r["gpu_name"] == "NVIDIA H200" for r in mine)
+    assert len(rows_from_csv(text)) == sum(len(d.find) for d in exp.directions)
