@@ -58,7 +58,7 @@ def test_load_renders_saved_json_without_gpu(tmp_path):
     r = run_cli("--load", str(f), "--json")
     assert json.loads(r.stdout) == json.loads(exploration().to_json())
     r = run_cli("--load", str(f), "--csv")
-    assert r.stdout.splitlines()[0].startswith("schema_version,direction,rank")
+    assert r.stdout.splitlines()[0].startswith("schema_version,kind,direction,rank")
 
 
 def test_load_rejects_foreign_json(tmp_path):
