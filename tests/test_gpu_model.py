@@ -1,4 +1,6 @@
 """GPU: a small model end to end: capture on the GPU, sweep every unique problem, report."""
+import os
+
 import pytest
 
 from conftest import run_cli
@@ -21,7 +23,7 @@ def test_small_model_end_to_end(tmp_path):
     r = run_cli("model", "--model", "tinynets:tiny", "--batch", "4", "--input", "3x16x16",
                 "--amp", "fp16", "--channels-last", "--budget-ms", "5", "--engine-configs",
                 "1", "--engine-budget-s", "10", "--quiet", "--json", str(out),
-                env={"PYTHONPATH": str(tmp_path)}, timeout=900)
+                env={"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}, timeout=900)
     assert r.returncode == 0, r.stderr
     assert "2 unique problems" in r.stdout and "model totals (5 of 5" in r.stdout
     assert "float16 nhwc" in r.stdout

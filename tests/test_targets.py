@@ -2,6 +2,8 @@
 the ranking per target, PyTorch's filters, and a crashing query that the process survives."""
 import json
 
+import os
+
 import pytest
 
 from conftest import requires_ext, run_cli
@@ -123,7 +125,7 @@ def test_model_targets_matrix_and_plot(tmp_path):
     png, out = tmp_path / "m.png", tmp_path / "m.json"
     r = run_cli("model", "--model", "twonets:net", "--batch", "2", "--input", "3x16x16",
                 "--amp", "fp16", "--target", "h200,v100", "--plot", str(png), "--json",
-                str(out), env={"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(tmp_path)})
+                str(out), env={"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     assert r.returncode == 0, r.stderr
     assert "HEURISTIC, NOT MEASURED" in r.stdout and "#2 bwd-data" in r.stdout
     assert "#1 bwd-data" not in r.stdout  # the first layer has none
