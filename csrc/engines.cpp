@@ -146,6 +146,46 @@ constexpr int64_t kX = 1, kW = 2, kY = 3;  // tensor uids in every variant pack
 
 std::string err(fe::error_t e) { return e.get_message(); }
 
+fe::HeurMode_t heur_mode(const std::string& mode) {
+  CE_CHECK_ARG(mode == "A" || mode == "B" || mode == "FALLBACK",
+               "heuristic mode must be A, B or FALLBACK, not ", mode);
+  return mode == "A" ? fe::HeurMode_t::A
+         : mode == "B" ? fe::HeurMode_t::B
+                       : fe::HeurMode_t::FALLBACK;
+}
+
+// The convolution of direction d in g, from its tensors' dims and strides (uids kX, kW,
+// kY), data type io, accumulating in float (double for double): the one graph both the
+// engine search on the device and the deviceless heuristics build.
+void add_conv(Graph& g, Direction d, fe::DataType_t io, const TargetProblem& tp) {
+  const fe::DataType_t acc = io == fe::DataType_t::DOUBLE ? io : fe::DataType_t::FLOAT;
+  g.set_io_data_type(io).set_intermediate_data_type(acc).set_compute_data_type(acc);
+  auto attrs = [](const char* name, const std::vector<int64_t>& dims,
+                  const std::vector<int64_t>& strides, int64_t uid) {
+    return fe::graph::Tensor_attributes().set_name(name).set_dim(dims).set_stride(strides)
+        .set_uid(uid);
+  };
+  if (d == Direction::Forward) {
+    auto X = g.tensor(attrs("x", tp.x_dims, tp.x_strides, kX));
+    auto W = g.tensor(attrs("w", tp.w_dims, tp.w_strides, kW));
+    auto Y = g.conv_fprop(X, W, fe::graph::Conv_fprop_attributes().set_padding(tp.padding)
+                                    .set_stride(tp.stride).set_dilation(tp.dilation));
+    Y->set_output(true).set_dim(tp.y_dims).set_stride(tp.y_strides).set_uid(kY);
+  } else if (d == Direction::BackwardData) {
+    auto DY = g.tensor(attrs("dy", tp.y_dims, tp.y_strides, kY));
+    auto W = g.tensor(attrs("w", tp.w_dims, tp.w_strides, kW));
+    auto DX = g.conv_dgrad(DY, W, fe::graph::Conv_dgrad_attributes().set_padding(tp.padding)
+                                      .set_stride(tp.stride).set_dilation(tp.dilation));
+    DX->set_output(true).set_dim(tp.x_dims).set_stride(tp.x_strides).set_uid(kX);
+  } else {
+    auto DY = g.tensor(attrs("dy", tp.y_dims, tp.y_strides, kY));
+    auto X = g.tensor(attrs("x", tp.x_dims, tp.x_strides, kX));
+    auto DW = g.conv_wgrad(DY, X, fe::graph::Conv_wgrad_attributes().set_padding(tp.padding)
+                                      .set_stride(tp.stride).set_dilation(tp.dilation));
+    DW->set_output(true).set_dim(tp.w_dims).set_stride(tp.w_strides).set_uid(kW);
+  }
+}
+
 }  // namespace
 
 struct EngineSearch::Impl {
@@ -169,39 +209,17 @@ struct EngineSearch::Impl {
 
   std::unique_ptr<Graph> make_graph() const {
     auto g = std::make_unique<Graph>();
-    const cudnnDataType_t dt = p.data_type();
-    g->set_io_data_type(fe_type(dt))
-        .set_intermediate_data_type(dt == CUDNN_DATA_DOUBLE ? fe::DataType_t::DOUBLE
-                                                            : fe::DataType_t::FLOAT)
-        .set_compute_data_type(dt == CUDNN_DATA_DOUBLE ? fe::DataType_t::DOUBLE
-                                                       : fe::DataType_t::FLOAT);
-    auto attrs = [](const char* name, const at::Tensor& t, int64_t uid) {
-      return fe::graph::Tensor_attributes().set_name(name).set_dim(v64(t.sizes()))
-          .set_stride(v64(t.strides())).set_uid(uid);
-    };
-    const auto pad = v64(p.padding()), str = v64(p.stride()), dil = v64(p.dilation());
-    if (d == Direction::Forward) {
-      auto X = g->tensor(attrs("x", p.x(), kX));
-      auto W = g->tensor(attrs("w", p.w(), kW));
-      auto Y = g->conv_fprop(X, W, fe::graph::Conv_fprop_attributes()
-                                       .set_padding(pad).set_stride(str).set_dilation(dil));
-      Y->set_output(true).set_dim(v64(p.y().sizes())).set_stride(v64(p.y().strides()))
-          .set_uid(kY);
-    } else if (d == Direction::BackwardData) {
-      auto DY = g->tensor(attrs("dy", p.y(), kY));
-      auto W = g->tensor(attrs("w", p.w(), kW));
-      auto DX = g->conv_dgrad(DY, W, fe::graph::Conv_dgrad_attributes()
-                                         .set_padding(pad).set_stride(str).set_dilation(dil));
-      DX->set_output(true).set_dim(v64(p.x().sizes())).set_stride(v64(p.x().strides()))
-          .set_uid(kX);
-    } else {
-      auto DY = g->tensor(attrs("dy", p.y(), kY));
-      auto X = g->tensor(attrs("x", p.x(), kX));
-      auto DW = g->conv_wgrad(DY, X, fe::graph::Conv_wgrad_attributes()
-                                         .set_padding(pad).set_stride(str).set_dilation(dil));
-      DW->set_output(true).set_dim(v64(p.w().sizes())).set_stride(v64(p.w().strides()))
-          .set_uid(kW);
-    }
+    TargetProblem tp;  // the problem's tensors as dims and strides
+    tp.x_dims = v64(p.x().sizes());
+    tp.x_strides = v64(p.x().strides());
+    tp.w_dims = v64(p.w().sizes());
+    tp.w_strides = v64(p.w().strides());
+    tp.y_dims = v64(p.y().sizes());
+    tp.y_strides = v64(p.y().strides());
+    tp.padding = v64(p.padding());
+    tp.stride = v64(p.stride());
+    tp.dilation = v64(p.dilation());
+    add_conv(*g, d, fe_type(p.data_type()), tp);
     fe_check(g->validate(), "cudnn-frontend validating the graph of " + ctx);
     fe_check(g->build_operation_graph(h), "cudnn-frontend building the operation graph of " + ctx);
     return g;
@@ -209,14 +227,6 @@ struct EngineSearch::Impl {
 };
 
 namespace {
-
-fe::HeurMode_t heur_mode(const std::string& mode) {
-  CE_CHECK_ARG(mode == "A" || mode == "B" || mode == "FALLBACK",
-               "heuristic mode must be A, B or FALLBACK, not ", mode);
-  return mode == "A" ? fe::HeurMode_t::A
-         : mode == "B" ? fe::HeurMode_t::B
-                       : fe::HeurMode_t::FALLBACK;
-}
 
 fe::DataType_t fe_type_named(const std::string& dtype) {
   if (dtype == "float16") return fe::DataType_t::HALF;
@@ -238,34 +248,7 @@ std::vector<TargetPlan> deviceless_heuristics(const TargetProblem& tp,
   const std::vector<uint8_t> buf(device_json.begin(), device_json.end());
   fe_check(props->deserialize(buf), "reading the device profile");
   Graph g;
-  const fe::DataType_t io = fe_type_named(tp.dtype);
-  const fe::DataType_t acc = io == fe::DataType_t::DOUBLE ? io : fe::DataType_t::FLOAT;
-  g.set_io_data_type(io).set_intermediate_data_type(acc).set_compute_data_type(acc);
-  auto attrs = [](const char* name, const std::vector<int64_t>& dims,
-                  const std::vector<int64_t>& strides, int64_t uid) {
-    return fe::graph::Tensor_attributes().set_name(name).set_dim(dims).set_stride(strides)
-        .set_uid(uid);
-  };
-  const Direction d = direction_from_name(tp.direction);
-  if (d == Direction::Forward) {
-    auto X = g.tensor(attrs("x", tp.x_dims, tp.x_strides, kX));
-    auto W = g.tensor(attrs("w", tp.w_dims, tp.w_strides, kW));
-    auto Y = g.conv_fprop(X, W, fe::graph::Conv_fprop_attributes().set_padding(tp.padding)
-                                    .set_stride(tp.stride).set_dilation(tp.dilation));
-    Y->set_output(true).set_dim(tp.y_dims).set_stride(tp.y_strides).set_uid(kY);
-  } else if (d == Direction::BackwardData) {
-    auto DY = g.tensor(attrs("dy", tp.y_dims, tp.y_strides, kY));
-    auto W = g.tensor(attrs("w", tp.w_dims, tp.w_strides, kW));
-    auto DX = g.conv_dgrad(DY, W, fe::graph::Conv_dgrad_attributes().set_padding(tp.padding)
-                                      .set_stride(tp.stride).set_dilation(tp.dilation));
-    DX->set_output(true).set_dim(tp.x_dims).set_stride(tp.x_strides).set_uid(kX);
-  } else {
-    auto DY = g.tensor(attrs("dy", tp.y_dims, tp.y_strides, kY));
-    auto X = g.tensor(attrs("x", tp.x_dims, tp.x_strides, kX));
-    auto DW = g.conv_wgrad(DY, X, fe::graph::Conv_wgrad_attributes().set_padding(tp.padding)
-                                      .set_stride(tp.stride).set_dilation(tp.dilation));
-    DW->set_output(true).set_dim(tp.w_dims).set_stride(tp.w_strides).set_uid(kW);
-  }
+  add_conv(g, direction_from_name(tp.direction), fe_type_named(tp.dtype), tp);
   g.set_device_properties(props);
   fe_check(g.validate(), "cudnn-frontend validating the graph of " + ctx);
   fe_check(g.build_operation_graph(), "building the operation graph of " + ctx);
@@ -328,11 +311,7 @@ EngineInfo EngineSearch::engine_info(int64_t engine) {
 }
 
 std::vector<std::string> EngineSearch::heuristics(const std::string& mode) {
-  CE_CHECK_ARG(mode == "A" || mode == "B" || mode == "FALLBACK",
-               "heuristic mode must be A, B or FALLBACK, not ", mode);
-  const fe::HeurMode_t m = mode == "A"   ? fe::HeurMode_t::A
-                           : mode == "B" ? fe::HeurMode_t::B
-                                         : fe::HeurMode_t::FALLBACK;
+  const fe::HeurMode_t m = heur_mode(mode);
   auto g = impl_->make_graph();  // a fresh graph: its plan list holds only this mode's
   std::vector<std::string> out;
   if (!g->create_execution_plans({m}).is_good()) return out;
