@@ -15,6 +15,7 @@ import time
 from typing import List, Optional
 
 from .core.errors import ExplorerError, MissingDependencyError, UserError
+from .core.files import read_bytes
 from .core.options import ExploreOptions
 from .core.problem import ConvProblem
 
@@ -289,15 +290,15 @@ def load_file(path: str):
     """The Exploration saved at ``path``; UserError naming the file and the bad field."""
     from .core.records import Exploration
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise UserError(f"--load '{path}': {e.strerror}") from None
+    data = read_bytes(path, "--load")
     try:
         return Exploration.from_json(data)
     except UserError as e:
         raise UserError(f"--load '{path}': {e}") from None
+
+
+def _without_store(e) -> None:
+    print(f"cudnn_explorer: warning: {e}; going on without the store", file=sys.stderr)
 
 
 def open_store(a):
@@ -310,7 +311,7 @@ def open_store(a):
     try:
         return Store(a.store or default_path())
     except StoreError as e:
-        print(f"cudnn_explorer: warning: {e}; going on without the store", file=sys.stderr)
+        _without_store(e)
         return None
 
 
@@ -329,8 +330,7 @@ def saver(store, problem, options):
                 store.save(problem, env, options, measurement, d)
             except StoreError as e:
                 state["ok"] = False
-                print(f"cudnn_explorer: warning: {e}; going on without the store",
-                      file=sys.stderr)
+                _without_store(e)
     return save
 
 
@@ -391,8 +391,7 @@ def _run_compare(argv: List[str]) -> int:
                 with Store(path) as store:
                     items += [(pr, env, d) for pr, env, d, _ in store.results()]
             except StoreError as e:
-                print(f"cudnn_explorer: warning: {e}; going on without the store",
-                      file=sys.stderr)
+                _without_store(e)
     for f in a.file:
         exp = load_file(f)
         items += [(exp.problem, exp.environment, d) for d in exp.directions]
@@ -530,7 +529,7 @@ def _run_targets(a) -> int:
     import json
 
     from .core.targets import resolve_targets, shipped_profiles
-    from .report.format import table
+    from .report.format import fmt_version, table
     from .report.targets import render_targets
 
     if a.target.strip().lower() == "list":
@@ -545,12 +544,9 @@ def _run_targets(a) -> int:
     pipeline = _measure_layer()
     from .measure.targets import rank_targets
 
-    say = (lambda m: print(f"cudnn_explorer: {m}", file=sys.stderr)) if a.verbose else \
-        (lambda m: None)
-    rankings = rank_targets(problem, options.directions, profiles, say=say)
+    rankings = rank_targets(problem, options.directions, profiles)
     version = pipeline.native.runtime_info().get("cudnn", "")
-    cudnn = f"{int(version) // 10000}.{int(version) // 100 % 100}.{int(version) % 100}" \
-        if str(version).isdigit() else "?"
+    cudnn = fmt_version(version) or "?"
     if a.json != "-":
         sys.stdout.write(render_targets(problem, rankings, cudnn, options.benchmark_limit))
     if a.json is not None:
@@ -565,10 +561,6 @@ def _run_targets(a) -> int:
               file=sys.stderr)
         return 3
     return 0
-
-
-MODEL_ONLY = ("--model", "--batch", "--input", "--image", "--amp", "--channels-last", "--train",
-              "--eval", "--capture-only")
 
 
 def build_model_parser() -> argparse.ArgumentParser:
@@ -649,15 +641,13 @@ def _model_targets(a, cap, profiles, pipeline) -> int:
     import json
 
     from .measure.targets import rank_many
+    from .report.format import fmt_version
     from .report.model import render_capture
     from .report.targets import plot_target_matrix, render_target_matrix
 
-    say = (lambda m: print(f"cudnn_explorer: {m}", file=sys.stderr)) if a.verbose else \
-        (lambda m: None)
-    rankings = rank_many([(u.problem, u.directions) for u in cap.problems], profiles, say=say)
+    rankings = rank_many([(u.problem, u.directions) for u in cap.problems], profiles)
     version = pipeline.native.runtime_info().get("cudnn", "")
-    cudnn = f"{int(version) // 10000}.{int(version) // 100 % 100}.{int(version) % 100}" \
-        if str(version).isdigit() else "?"
+    cudnn = fmt_version(version) or "?"
     sys.stdout.write(render_capture(cap) + "\n" + render_target_matrix(cap, rankings, cudnn))
     if a.plot:
         plot_target_matrix(cap, rankings, a.plot, f"{cap.model.describe()}: PyTorch's "
@@ -689,11 +679,9 @@ def _run_model(argv: List[str]) -> int:
         from .core.sweep import ModelSweep
         from .report.model import render_sweep
 
+        data = read_bytes(a.load, "--load")
         try:
-            with open(a.load, "rb") as f:
-                sw = ModelSweep.from_json(f.read())
-        except OSError as e:
-            raise UserError(f"--load '{a.load}': {e.strerror}") from None
+            sw = ModelSweep.from_json(data)
         except UserError as e:
             raise UserError(f"--load '{a.load}': {e}") from None
         sys.stdout.write(render_sweep(sw))

@@ -7,7 +7,7 @@ runs the model under a TorchDispatchMode) and rendered by ``report/model.py``.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional
 
 from .errors import UserError
@@ -157,7 +157,7 @@ def merge_sizes(captures: List[Capture], sizes: List[int], spec: ModelSpec) -> C
             if key in uncovered:
                 uncovered[key].calls += x.calls
             else:
-                uncovered[key] = Uncovered(**{**x.to_dict(), "calls": x.calls})
+                uncovered[key] = replace(x)  # a copy: the sum grows in it
         per_size.append(SizeCapture(size=size, conv_calls=cap.conv_calls, problems=used,
                                     new=new))
     first = captures[0]

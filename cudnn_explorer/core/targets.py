@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import UserError
+from .files import read_text
 from .knobs import allowed_by_pytorch
 from .records import _Record
 
@@ -93,20 +94,15 @@ class DeviceProfile:
                    source=source)
 
 
-def _index() -> Dict[str, dict]:
-    path = os.path.join(_data_dir(), "index.json")
-    with open(path) as f:
-        return json.load(f)
-
-
 def shipped_profiles() -> Dict[str, dict]:
     """Short name -> index entry (file, GPU, synthesized, sources) of the shipped profiles."""
-    return _index()
+    with open(os.path.join(_data_dir(), "index.json")) as f:
+        return json.load(f)
 
 
 def load_profile(name: str) -> DeviceProfile:
     """A shipped profile by short name, or a profile file by path."""
-    index = _index()
+    index = shipped_profiles()
     key = name.strip().lower()
     if key in index:
         entry = index[key]
@@ -114,16 +110,8 @@ def load_profile(name: str) -> DeviceProfile:
             return DeviceProfile.parse(f.read(), key, bool(entry.get("synthesized")),
                                        entry.get("source", ""))
     if os.path.sep in name or name.endswith(".json"):
-        try:
-            with open(name, "rb") as f:
-                raw = f.read()
-        except OSError as e:
-            raise UserError(f"--target '{name}': {e.strerror}") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise UserError(f"device profile '{name}': not a text file") from None
-        return DeviceProfile.parse(text, name, source="file given by the user")
+        return DeviceProfile.parse(read_text(name, "device profile"), name,
+                                   source="file given by the user")
     raise UserError(f"--target '{name}': unknown; valid: {', '.join(sorted(index))}, or a "
                     f"profile file (.json, e.g. from --dump-device-profile)")
 

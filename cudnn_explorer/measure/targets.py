@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Callable, Dict, List, Tuple
+from typing import Dict, List, Tuple
 
 from ..core.problem import ConvProblem
 from ..core.targets import DeviceProfile, TargetPlan, TargetRanking, cudnn_strides
@@ -37,23 +37,20 @@ def _geometry(problem: ConvProblem) -> dict:
 
 
 def rank_targets(problem: ConvProblem, directions, profiles: List[DeviceProfile],
-                 timeout_s: float = 120.0,
-                 say: Callable[[str], None] = lambda m: None) -> List[TargetRanking]:
+                 timeout_s: float = 120.0) -> List[TargetRanking]:
     """One TargetRanking per (profile, direction), profiles in order."""
-    return [r for rs in rank_many([(problem, list(directions))], profiles, timeout_s, say)
+    return [r for rs in rank_many([(problem, list(directions))], profiles, timeout_s)
             for r in rs]
 
 
 def rank_many(items: List[Tuple[ConvProblem, List[str]]], profiles: List[DeviceProfile],
-              timeout_s: float = 120.0,
-              say: Callable[[str], None] = lambda m: None) -> List[List[TargetRanking]]:
+              timeout_s: float = 120.0) -> List[List[TargetRanking]]:
     """For each (problem, directions) of ``items``, its TargetRankings (profile by profile,
     directions in order). One worker process per profile answers every item; when it
     dies, the item it was on is reported with the cause and a new worker takes the rest."""
     queries = [(k, d) for k, (_, dirs) in enumerate(items) for d in dirs]
     got: Dict[Tuple[int, str, str], TargetRanking] = {}
     for prof in profiles:
-        say(f"heuristics for {prof.key} ({prof.device_name}): {len(queries)} queries")
         todo = list(queries)
         while todo:
             answers, failure = _worker_run(items, todo, prof, timeout_s)

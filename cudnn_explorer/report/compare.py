@@ -8,7 +8,7 @@ from typing import Dict, List, Tuple
 
 from ..core.problem import DIRECTIONS, ConvProblem
 from ..core.records import DirectionResult, Environment
-from .engines import best_legacy
+from .engines import chosen
 from .format import fmt_ms, fmt_version, short_algo, short_tag, table, wrap
 
 __all__ = ["env_label", "render_compare"]
@@ -20,13 +20,6 @@ def env_label(e: Environment) -> str:
     gpu = e.gpu_name.replace("NVIDIA ", "").replace("GeForce ", "")
     return (f"{gpu} cudnn{fmt_version(e.cudnn_runtime)} "
             f"torch{e.torch_version.split('+')[0]}")
-
-
-def _what(d: DirectionResult):
-    pick = d.pytorch_pick("benchmark", api=None)
-    legacy, _ = best_legacy(d)
-    engine = d.engines.best(allowed_only=True) if d.engines is not None else None
-    return pick, legacy, engine
 
 
 def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]) -> str:
@@ -51,7 +44,7 @@ def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]
         n = ids.setdefault(key[0], len(ids) + 1)
         picks, engines = set(), set()
         for i, (label, d) in enumerate(sorted(by_env.items())):
-            pick, legacy, engine = _what(d)
+            pick, legacy, engine = chosen(d)
             picks.add((pick.engine_tag or pick.legacy_algo) if pick else None)
             engines.add(engine.tag if engine else None)
             rows.append([f"#{n}" if i == 0 and first else "",

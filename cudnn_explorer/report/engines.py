@@ -144,6 +144,14 @@ def best_legacy(d: DirectionResult):
     return best, pt
 
 
+def chosen(d: DirectionResult):
+    """(PyTorch's benchmark pick, the best legacy row, the best engine config PyTorch's
+    rules allow) of one direction; each None when there is none."""
+    legacy, _ = best_legacy(d)
+    engine = d.engines.best(allowed_only=True) if d.engines is not None else None
+    return d.pytorch_pick("benchmark", api=None), legacy, engine
+
+
 def vs_fastest(t: Optional[float], fastest: Optional[float], all_within: bool) -> str:
     if t is None or not fastest:
         return "-"

@@ -7,14 +7,14 @@ the most time follow. Pure Python: renders a saved sweep without a GPU.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from ..core.capture import Capture
 from ..core.sweep import ModelSweep
-from .engines import best_legacy
+from .engines import chosen
 from .format import describe_environment, fmt_ms, short_algo, short_choice, short_tag, table, wrap
 
-__all__ = ["render_capture", "render_sweep", "direction_times"]
+__all__ = ["render_capture", "render_sweep"]
 
 _SHORT = {"fwd": "fwd", "bwd-data": "bwd-d", "bwd-filter": "bwd-f"}
 
@@ -70,13 +70,14 @@ def render_capture(cap: Capture) -> str:
     return "\n".join(lines) + "\n"
 
 
-def direction_times(d) -> Tuple[Optional[float], Optional[float], Optional[float]]:
-    """(PyTorch's benchmark pick, best legacy, best engine config) in ms per call."""
-    bench = d.pytorch_pick("benchmark", api=None)
-    legacy, _ = best_legacy(d)
-    engine = d.engines.best(allowed_only=True) if d.engines is not None else None
-    return (bench.time if bench else None, legacy.time if legacy else None,
-            engine.time if engine else None)
+def _time(x) -> Optional[float]:
+    return x.time if x is not None else None
+
+
+def _first_calls_ms(exp) -> float:
+    """PyTorch's first calls with benchmark on, summed over the directions of a problem."""
+    picks = (d.pytorch_pick("benchmark", api=None) for d in exp.directions)
+    return sum(p.first_call_ms for p in picks if p is not None and p.first_call_ms is not None)
 
 
 def _per_iter(ms: Optional[float], calls: int) -> str:
@@ -100,7 +101,8 @@ def render_sweep(sw: ModelSweep) -> str:
             continue
         for d in e.exploration.directions:
             calls = u.calls.get(d.direction, 0)
-            pick, legacy, engine = direction_times(d)
+            bench, leg_row, eng = chosen(d)
+            pick, legacy, engine = _time(bench), _time(leg_row), _time(eng)
             found = [t for t in (pick, legacy, engine) if t is not None]
             best = min(found) if found else None
             counted += 1
@@ -111,15 +113,12 @@ def render_sweep(sw: ModelSweep) -> str:
                 best_total += best * calls
                 gap = (pick - best) * calls
                 gaps.append((gap, i, d.direction))
-            bench = d.pytorch_pick("benchmark", api=None)
             heur = d.pytorch_pick("heuristic", api=None)
             if bench and heur and bench.first_call_ms is not None \
                     and heur.first_call_ms is not None:
                 first_bench += bench.first_call_ms
                 first_heur += heur.first_call_ms
                 first_n += 1
-            leg_row, _ = best_legacy(d)
-            eng = d.engines.best(allowed_only=True) if d.engines is not None else None
             rows.append([str(i + 1) if d is e.exploration.directions[0] else "",
                          _SHORT[d.direction], str(calls),
                          short_choice(bench) if bench else "-", _per_iter(pick, calls),
@@ -155,14 +154,10 @@ def render_sweep(sw: ModelSweep) -> str:
             lines += wrap(f"{gap:.3f} ms: #{i + 1} {direction} ({_layers(u.layers, 4)})",
                           "    ")
     if cap.sizes and first_n:
-        costs = []
-        for s in cap.sizes:
-            ms = [p.first_call_ms for k in s.new for e in [sw.entry(k)]
-                  if e is not None and e.exploration is not None
-                  for d in e.exploration.directions
-                  for p in [d.pytorch_pick("benchmark", api=None)]
-                  if p is not None and p.first_call_ms is not None]
-            costs.append(f"{s.size}: {len(s.new)} new, {sum(ms):.0f} ms")
+        explored = {e.index: e.exploration for e in sw.entries if e.exploration is not None}
+        costs = [f"{s.size}: {len(s.new)} new, "
+                 f"{sum(_first_calls_ms(explored[k]) for k in s.new if k in explored):.0f} ms"
+                 for s in cap.sizes]
         lines += wrap("first calls with benchmark on that each new size brings (sum over its "
                       "new problems, each measured in a fresh process): " + "; ".join(costs),
                       "- ")
