@@ -116,7 +116,10 @@ def main() -> int:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        worker(a.first, a.count, a.seed, a.device)
+        try:
+            worker(a.first, a.count, a.seed, a.device)
+        except KeyboardInterrupt:  # the parent was interrupted too, and reports
+            return 130
         return 0
     results, crashes = [], []
     i, end = a.first, a.first + a.count
