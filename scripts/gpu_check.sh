@@ -42,7 +42,18 @@ echo "built in $(( $(date +%s) - start )) s"
 
 part_tests() {
   # The engine-config tests are a part of their own (engine-tests).
-  "$PY" -m pytest -q -rs tests --ignore=tests/test_gpu_engines.py > "$LOG/tests.txt" 2>&1
+  "$PY" -m pytest -q -rs --durations=15 tests --ignore=tests/test_gpu_engines.py \
+    > "$LOG/tests.txt" 2>&1
+}
+# The same tests in two halves, for two GPUs or two calls: the GPU test files, the rest.
+part_tests-gpu() {
+  "$PY" -m pytest -q -rs --durations=15 tests/test_gpu*.py --ignore=tests/test_gpu_engines.py \
+    > "$LOG/tests-gpu.txt" 2>&1
+}
+part_tests-rest() {
+  local files; files=$(ls tests/test_*.py | grep -v '^tests/test_gpu')
+  # shellcheck disable=SC2086
+  "$PY" -m pytest -q -rs --durations=15 $files > "$LOG/tests-rest.txt" 2>&1
 }
 
 part_main() {
@@ -125,7 +136,7 @@ part_engine-tests-depthwise() { engine_tests engines-depthwise -k depthwise; }
 
 show_part() {  # what each part's log says, for the call's output
   case $1 in
-    tests) tail -15 "$LOG/tests.txt" ;;
+    tests*) tail -15 "$LOG/$1.txt" ;;
     main) cat "$LOG/main.txt" ;;
     depthwise) sed -n '/^== summary/,$p' "$LOG/eng_depthwise.txt"; tail -3 "$LOG/eng_depthwise.txt" ;;
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
