@@ -594,6 +594,15 @@ def build_model_parser() -> argparse.ArgumentParser:
                    help="no measurement: PyTorch's heuristic pick for every unique problem on "
                         "other GPUs, from cuDNN's deviceless heuristics (e.g. h200,a100,l4)")
     m.add_argument("--plot", metavar="PNG", help="with --target: a heatmap of the picks")
+    m.add_argument("--profile", default="quick",
+                   help="quick (default): Find and re-timing of the legacy rows, PyTorch's "
+                        "picks and every engine config its heuristics and fallbacks list, "
+                        "re-timed with 25 ms budgets; deep: every engine's knob space "
+                        "sampled too, 100 ms budgets (any --budget-ms, --engine-budget-s "
+                        "given wins)")
+    m.add_argument("--iterations", default="20",
+                   help="steady iterations timed in PyTorch's own run of the model, per "
+                        "mode (default 20, after 5 warm-up ones)")
     add_run_args(p)
     p.set_defaults(direction="all")
     o = p.add_argument_group("output")
@@ -602,6 +611,23 @@ def build_model_parser() -> argparse.ArgumentParser:
     o.add_argument("--load", metavar="PATH", help="render a saved sweep (no GPU needed)")
     o.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     return p
+
+
+PROFILES = {"quick": dict(budget_ms=25.0, engine_budget_s=60.0, engine_sampling=False),
+            "deep": {}}
+
+
+def profile_options(a, flags: List[str], options: ExploreOptions) -> ExploreOptions:
+    """``options`` as ``--profile`` sets them; a flag the user gave wins."""
+    from dataclasses import replace
+
+    name = str(a.profile).strip().lower()
+    if name not in PROFILES:
+        raise UserError(f"--profile '{a.profile}': valid: quick, deep")
+    a.profile = name
+    given = {"budget_ms": "--budget-ms", "engine_budget_s": "--engine-budget-s"}
+    return replace(options, **{k: v for k, v in PROFILES[name].items()
+                               if given.get(k) not in flags})
 
 
 def model_spec(a):
@@ -688,7 +714,8 @@ def _run_model(argv: List[str]) -> int:
         return 0
     check_conflicts(flags)
     if a.capture_only or a.target:
-        bad = next((f for f in flags if f in RUN_FLAGS and f != "--device"), None) or (
+        bad = next((f for f in flags if f in RUN_FLAGS + ("--profile", "--iterations")
+                    and f != "--device"), None) or (
             a.capture_only and a.target and "--target")
         if bad:
             raise UserError(f"{bad} would be ignored: "
@@ -703,7 +730,13 @@ def _run_model(argv: List[str]) -> int:
 
         profiles = resolve_targets(a.target)
     spec = model_spec(a)
-    options = options_from_args(a, engines=not a.no_engines)
+    options = profile_options(a, flags, options_from_args(a, engines=not a.no_engines))
+    iterations = _int(a.iterations, "--iterations", lo=1)
+    if iterations > 10000:
+        raise UserError(f"--iterations {iterations}: valid: an integer from 1 to 10000")
+    if a.no_pytorch and "--iterations" in flags:
+        raise UserError("--iterations would be ignored: --no-pytorch runs none of PyTorch's "
+                        "modes; drop one")
     check_output_path(a.json, "--json")
     pipeline = _measure_layer()
     from .model import capture as capture_mod
@@ -760,6 +793,17 @@ def _run_model(argv: List[str]) -> int:
         if a.json:
             write_output(sw.to_json() + "\n", a.json, "--json", quiet=True)
 
+    run, bench = None, None
+    if options.pytorch:  # PyTorch's own run of the whole model, one child per mode
+        from .model.pytorch_run import ModelBench, run_model
+
+        def say(msg):
+            if bar is not None:
+                bar.set_postfix_str(msg[:60], refresh=True)
+
+        run, per_problem = run_model(cap, options, iterations=iterations, progress=say)
+        bench = ModelBench(options.device, per_problem)
+
     store = open_store(a)
     env = pipeline.environment(options.device) if store is not None else None
 
@@ -770,7 +814,8 @@ def _run_model(argv: List[str]) -> int:
 
     try:
         sw = sweep(cap, options, save=save, progress=progress, cached=cached,
-                   saver=lambda problem, one: saver(store, problem, one))
+                   saver=lambda problem, one: saver(store, problem, one), bench=bench,
+                   profile=a.profile, pytorch_run=run)
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()

@@ -107,6 +107,11 @@ def test_capture_report_fits_and_names_layers():
     (["model", "resnet18", "--input", "3x8x8", "--image", "8"], "--image would be ignored"),
     (["model", "resnet18", "--capture-only", "--budget-ms", "5"], "--budget-ms would be"),
     (["model", "--model", "nomodule:f", "--capture-only"], "cannot import nomodule"),
+    (["model", "resnet18", "--profile", "fast"], "--profile 'fast': valid: quick, deep"),
+    (["model", "resnet18", "--iterations", "0"], "--iterations 0"),
+    (["model", "resnet18", "--iterations", "20000"], "--iterations 20000: valid"),
+    (["model", "resnet18", "--no-pytorch", "--iterations", "5"], "--iterations would be"),
+    (["model", "resnet18", "--capture-only", "--profile", "deep"], "--profile would be"),
 ])
 def test_model_bad_input_is_one_line_exit_2(args, match):
     r = run_cli(*args, env={"CUDA_VISIBLE_DEVICES": ""})

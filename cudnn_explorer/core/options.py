@@ -90,6 +90,9 @@ class ExploreOptions:
     engine_config_timeout_s: float = _option(60.0, "--engine-config-timeout",
                                              "a number of seconds > 0, at most 86400",
                                              "float", strict=True, hi=DAY_S)
+    # False: only the listed engine configs (PyTorch's candidates and cuDNN's heuristic
+    # modes A, B and fallback), no sampling of the knob space (model --profile quick).
+    engine_sampling: bool = _option(True, "--profile", "True or False", "bool")
 
     @classmethod
     def create(cls, source: str = "api", **kw) -> "ExploreOptions":

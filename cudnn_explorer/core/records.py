@@ -303,6 +303,7 @@ class EngineSpace(_Record):
     budget_exhausted: bool = False
     wall_s: Optional[float] = None  # wall time of the whole exploration, worker restarts included
     legacy_map: Dict[str, List[str]] = field(default_factory=dict)  # "ALGO (MATH)" -> tags
+    sampled: bool = True  # False: the listed configs only (no sampling of the knob space)
 
     def ranked(self) -> List[EngineConfig]:
         return sorted(filter(rankable, self.configs), key=lambda c: c.time)
@@ -477,6 +478,16 @@ class DirectionResult(_Record):
         benchmark_limit (measure.children.default_modes puts it first)."""
         return next((p for p in self.pytorch if p.ok and p.mode == mode
                      and api in (None, p.api)), None)
+
+    def pick_timing(self, pick: PyTorchPick) -> Optional[Timing]:
+        """``pick``'s steady-state timing: its own child's re-timing, else ours of the
+        engine config with its tag (a model's children run the whole model and re-time no
+        single call; the same plan runs the same kernels)."""
+        if pick.steady is not None:
+            return pick.steady
+        c = self.engines.config(pick.engine_tag) if (
+            self.engines is not None and pick.engine_tag) else None
+        return c.timing if c is not None and rankable(c) else None
 
     def full_search_pick(self) -> Optional[PyTorchPick]:
         """PyTorch's benchmark pick with benchmark_limit 0 (every candidate timed), when

@@ -1,10 +1,13 @@
 """A model sweep: the capture of a model and one Exploration per unique problem. Pure.
 
-Schema ``cudnn_explorer.sweep``, version 1: ``capture`` (schema cudnn_explorer.capture),
+Schema ``cudnn_explorer.sweep``, version 2: ``capture`` (schema cudnn_explorer.capture),
 ``options`` (the ExploreOptions every problem was explored with, its directions aside),
-``environment``, and ``entries``: one per unique problem, in the capture's order, with
-its exploration (schema cudnn_explorer.exploration) or the error that stopped it.
-``complete`` is false for a sweep that was interrupted: the entries it has are final.
+``profile`` ("quick" or "deep"), ``environment``, ``pytorch_run`` (PyTorch's own run of
+the whole model per mode, core/modelrun.py; null when not run) and ``entries``: one per
+unique problem, in the capture's order, with its exploration (schema
+cudnn_explorer.exploration) or the error that stopped it. ``complete`` is false for a
+sweep that was interrupted: the entries it has are final. Version 1 files (no
+``pytorch_run``) still load.
 """
 from __future__ import annotations
 
@@ -14,12 +17,14 @@ from typing import List, Optional
 
 from .capture import Capture
 from .errors import UserError
+from .modelrun import ModelRun
 from .records import Environment, Exploration, _shown
 
 __all__ = ["SWEEP_SCHEMA", "SWEEP_VERSION", "SweepEntry", "ModelSweep"]
 
 SWEEP_SCHEMA = "cudnn_explorer.sweep"
-SWEEP_VERSION = 1
+SWEEP_VERSION = 2
+READS_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class ModelSweep:
     tool_version: str = ""
     created: str = ""
     wall_s: Optional[float] = None
+    pytorch_run: Optional[ModelRun] = None
 
     def entry(self, index: int) -> Optional[SweepEntry]:
         return next((e for e in self.entries if e.index == index), None)
@@ -64,6 +70,7 @@ class ModelSweep:
                 "profile": self.profile, "complete": self.complete, "wall_s": self.wall_s,
                 "options": dict(self.options), "environment": self.environment.to_dict(),
                 "capture": self.capture.to_dict(),
+                "pytorch_run": None if self.pytorch_run is None else self.pytorch_run.to_dict(),
                 "entries": [e.to_dict() for e in self.entries]}
 
     def to_json(self) -> str:
@@ -74,9 +81,10 @@ class ModelSweep:
         """A saved sweep, every part checked; UserError names the bad one."""
         if d.get("schema") != SWEEP_SCHEMA:
             raise UserError(f"not a cudnn_explorer sweep: schema is {_shown(d.get('schema'))}")
-        if d.get("schema_version") != SWEEP_VERSION:
+        if d.get("schema_version") not in READS_VERSIONS:
             raise UserError(f"sweep schema_version {_shown(d.get('schema_version'))}: this "
-                            f"cudnn_explorer reads version {SWEEP_VERSION}")
+                            f"cudnn_explorer reads versions "
+                            f"{', '.join(map(str, READS_VERSIONS))}")
         try:
             capture = Capture.from_json_dict(d.get("capture"))
         except UserError as e:
@@ -116,6 +124,18 @@ class ModelSweep:
                 raise UserError(f"{key}: not a string")
         if not isinstance(d.get("options", {}), dict):
             raise UserError("options: not an object")
+        if d.get("profile", "deep") not in ("quick", "deep"):
+            raise UserError(f"profile: {_shown(d.get('profile'))}: valid: quick, deep")
+        run = None
+        if d.get("pytorch_run") is not None:
+            run = ModelRun.from_dict(d["pytorch_run"], "pytorch_run")
+            n = len(capture.problems)
+            bad = next((c for m in run.modes for s in m.sizes
+                        for c in s.calls + ([s.peak_call] if s.peak_call else [])
+                        if not -1 <= c.problem < n), None)
+            if bad is not None:
+                raise UserError(f"pytorch_run: a call names problem {bad.problem}, not one "
+                                f"of the {n} captured problems")
         return cls(capture=capture, entries=entries, options=d.get("options") or {},
                    profile=d.get("profile", "deep"),
                    environment=Environment.from_dict(d.get("environment") or {},
@@ -123,7 +143,7 @@ class ModelSweep:
                    complete=d.get("complete") is True, tool_version=d.get("tool_version", ""),
                    created=d.get("created", ""),
                    wall_s=d.get("wall_s") if isinstance(d.get("wall_s"), (int, float))
-                   else None)
+                   else None, pytorch_run=run)
 
     @classmethod
     def from_json(cls, data) -> "ModelSweep":

@@ -25,7 +25,7 @@ from .procs import child_env, describe_rc
 
 __all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", "pick_of"]
 # Variables the child must not inherit from the user's shell: they change what it logs.
-_LOG_VARS = ("CUDNN_FRONTEND_LOG_INFO", "CUDNN_FRONTEND_LOG_FILE", "CUDNN_LOGLEVEL_DBG",
+LOG_VARS = ("CUDNN_FRONTEND_LOG_INFO", "CUDNN_FRONTEND_LOG_FILE", "CUDNN_LOGLEVEL_DBG",
              "CUDNN_LOGDEST_DBG", "CUDNN_LOGINFO_DBG", "CUDNN_LOGERR_DBG", "CUDNN_LOGWARN_DBG",
              "TORCH_CUDNN_V8_API_DISABLED", "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT")
 
@@ -74,7 +74,7 @@ def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
                        "device": options.device, "seed": options.seed,
                        "timing": asdict(options.timing), "check": options.check,
                        "log_file": None if spec.legacy else log}, f)
-        env = child_env(drop=_LOG_VARS)
+        env = child_env(drop=LOG_VARS)
         if spec.legacy:
             env.update(TORCH_CUDNN_V8_API_DISABLED="1", CUDNN_LOGLEVEL_DBG="3",
                        CUDNN_LOGDEST_DBG=log)

@@ -58,6 +58,7 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
                 "legacy_rows": [r.to_dict() for r in legacy_rows],
                 "preferred_tags": list(preferred_tags),
                 "max_per_engine": options.engine_configs, "time_budget_s": left,
+                "sample": options.engine_sampling,
                 "timing": asdict(options.timing), "check": options.check, "prior": prior}
         space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
                                     worker_module)
@@ -168,7 +169,7 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
         max_per_engine=int(spec.get("max_per_engine", 8)),
         time_budget_s=spec.get("time_budget_s"), timing=TimingSpec(**spec["timing"]),
         kernels=search is None,
-        preferred_tags=spec.get("preferred_tags", []),
+        preferred_tags=spec.get("preferred_tags", []), sample=bool(spec.get("sample", True)),
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
         search=search)
     emit({"space": space.to_dict()})

@@ -64,7 +64,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                     legacy_rows: Sequence = (), max_per_engine: int = 8,
                     time_budget_s: Optional[float] = 120.0,
                     timing: TimingSpec = TimingSpec(), kernels: bool = True,
-                    preferred_tags: Sequence[str] = (),
+                    preferred_tags: Sequence[str] = (), sample: bool = True,
                     progress: Optional[Callable[[str], None]] = None,
                     prior: Optional[dict] = None,
                     on_event: Optional[Callable[[dict], None]] = None,
@@ -76,7 +76,9 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     and map legacy rows (with .kernels) to configs by the kernels they launch.
     ``preferred_tags`` (PyTorch's pick and the plans it timed) are tried first, then the
     configs cuDNN's heuristics list, for every engine, so that a time budget cuts the
-    sampling rather than the configs that matter most.
+    sampling rather than the configs that matter most. ``sample`` False stops after
+    those listed configs: no sampling of the knob space, no search for the config of a
+    legacy algorithm.
 
     A config can hang or crash the process on the GPU, so callers normally run this in a
     worker process (measure/engine_worker.py): ``on_event``
@@ -171,14 +173,14 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             if over_budget():
                 break
             attempt(e, ch)
-    for e in range(count):
+    for e in range(count) if sample else ():
         for ch in [c for c in queues[e] if c not in wanted[e] and c not in done[e]]:
             if engines[e]["configs"] >= max_per_engine or over_budget():
                 break
             attempt(e, ch)
     # Phase 3: a legacy algorithm whose kernels no config ran yet: search on through the
     # engines that ran kernels of the same family (name up to its tile size).
-    for r in legacy_rows if kernels else ():
+    for r in legacy_rows if kernels and sample else ():
         if not r.kernels or any(same_kernels(c.kernels, r.kernels) for c in configs):
             continue
         fam = {kernel_family(k) for k in r.kernels}
@@ -200,6 +202,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     return EngineSpace(
         engine_count=count, engines=engines, configs=configs, max_per_engine=max_per_engine,
         attempts_per_engine=attempts, time_budget_s=time_budget_s, budget_exhausted=exhausted,
+        sampled=sample,
         legacy_map={f"{r.algo_name} ({r.math_type})": [
             c.tag for c in configs if same_kernels(c.kernels, r.kernels)]
             for r in legacy_rows if r.kernels})

@@ -17,7 +17,7 @@ from ..core.capture import Capture, ModelSpec, Uncovered, UniqueConv
 from ..core.errors import ResourceError, UserError
 from ..core.problem import DTYPES, ConvProblem
 
-__all__ = ["capture", "problem_of", "layout_of"]
+__all__ = ["capture", "iteration", "problem_of", "layout_of", "layer_name"]
 
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
                 "torch.bfloat16": "bfloat16", "torch.float64": "float64"}
@@ -87,7 +87,7 @@ class _Recorder:
             u.layers.append(layer)
 
 
-def _layer(tracker, root: str) -> str:
+def layer_name(tracker, root: str) -> str:
     """The innermost module running now, its name relative to the model ("layer1.0.conv1")."""
     names = [p for p in tracker.parents if p != "Global"]
     if not names:
@@ -115,7 +115,7 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
             kwargs = kwargs or {}
             if func is aten.convolution.default:
                 x, w, _, stride, padding, dilation, transposed, _, groups = args
-                rec.add(_layer(tracker, root), (("fwd", True),), x, w, stride, padding,
+                rec.add(layer_name(tracker, root), (("fwd", True),), x, w, stride, padding,
                         dilation, transposed, groups)
             elif func is aten.convolution_backward.default:
                 (_, x, w, _, stride, padding, dilation, transposed, _, groups, mask) = args
@@ -127,18 +127,11 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
                         x, w, stride, padding, dilation, transposed, groups)
             return func(*args, **kwargs)
 
-    dev_type = torch.device(device).type
-    amp = {"off": None, "fp16": torch.float16, "bf16": torch.bfloat16}[spec.amp]
     model.train(spec.train)
     t0 = time.perf_counter()
     try:
         with ModuleTracker() as tracker, Mode():
-            with torch.autocast(dev_type, dtype=amp or torch.float32, enabled=amp is not None):
-                with torch.set_grad_enabled(spec.train):
-                    out = model(*inputs)
-            if spec.train:
-                total = loss(out) if loss else _sum_outputs(out)
-                total.backward()
+            iteration(model, inputs, spec, device, loss)
     except torch.OutOfMemoryError:
         raise ResourceError(
             f"out of GPU memory capturing {spec.describe()}: try a smaller --batch") from None
@@ -148,6 +141,23 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
                    uncovered=list(rec.uncovered.values()), conv_calls=rec.calls,
                    tf32=rec.tf32, deterministic=bool(torch.backends.cudnn.deterministic),
                    device=device, seconds=seconds)
+
+
+def iteration(model, inputs: List, spec: ModelSpec, device: str,
+              loss: Optional[Callable] = None) -> None:
+    """One iteration as ``spec`` says: the forward pass under autocast (AMP), and for
+    training the backward pass from ``loss(output)`` (default: the sum of every
+    floating-point output). The caller sets train or eval mode; gradients accumulate."""
+    import torch
+
+    amp = {"off": None, "fp16": torch.float16, "bf16": torch.bfloat16}[spec.amp]
+    with torch.autocast(torch.device(device).type, dtype=amp or torch.float32,
+                        enabled=amp is not None):
+        with torch.set_grad_enabled(spec.train):
+            out = model(*inputs)
+    if spec.train:
+        total = loss(out) if loss else _sum_outputs(out)
+        total.backward()
 
 
 def _sum_outputs(out):

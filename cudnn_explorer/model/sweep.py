@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 from ..core.capture import Capture
 from ..core.errors import ChildError, CudnnError, ExplorerError, ResourceError, UserError
+from ..core.modelrun import ModelRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import Exploration
@@ -34,13 +35,17 @@ def sweep(capture: Capture, options: ExploreOptions,
           cached: Callable[[ConvProblem, ExploreOptions], Optional[Exploration]] =
           lambda p, o: None,
           saver: Callable[[ConvProblem, ExploreOptions], Optional[Callable]] =
-          lambda p, o: None) -> ModelSweep:
+          lambda p, o: None, profile: str = "deep",
+          pytorch_run: Optional[ModelRun] = None) -> ModelSweep:
     """Explore ``capture``'s unique problems in order; ``save`` hears the sweep after each
     one, ``progress(done, total, message)`` every step. ``cached(problem, options)`` gives
     the directions already measured (the results store, also an interrupted run's part of
     a problem): only the others are measured; ``saver(problem, options)`` gives
-    explore()'s on_direction, which keeps each direction as soon as it is done. A missing GPU or extension stops the
-    sweep (MissingDependencyError); other errors are recorded per problem."""
+    explore()'s on_direction, which keeps each direction as soon as it is done.
+    ``pytorch_run``: PyTorch's own run of the model (model/pytorch_run.py), kept in the
+    sweep; its bench (ModelBench) gives the pipeline PyTorch's picks. ``profile``
+    names how ``options`` were chosen ("quick" or "deep"). A missing GPU or extension
+    stops the sweep (MissingDependencyError); other errors are recorded per problem."""
     bench = bench or pipeline.GpuBench(options.device)
     env = bench.environment()
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -52,9 +57,9 @@ def sweep(capture: Capture, options: ExploreOptions,
 
     def snapshot(complete: bool) -> ModelSweep:
         return ModelSweep(capture=capture, entries=list(entries), options=opts,
-                          profile="deep", environment=env, complete=complete,
+                          profile=profile, environment=env, complete=complete,
                           tool_version=__version__, created=created,
-                          wall_s=round(time.perf_counter() - t0, 3))
+                          wall_s=round(time.perf_counter() - t0, 3), pytorch_run=pytorch_run)
 
     say = progress or (lambda done, n, msg: None)
     try:

@@ -128,8 +128,9 @@ def _entries(d: DirectionResult) -> List[Tuple[str, str, Optional[float], Option
                     eager_ms(best.timing)))
     bench = d.pytorch_pick("benchmark", api=None)
     if bench is not None:
-        out.append(("PyTorch's benchmark pick", short_choice(bench), bench.time,
-                    eager_ms(bench.steady)))
+        t = d.pick_timing(bench)
+        out.append(("PyTorch's benchmark pick", short_choice(bench),
+                    t.median_ms if t else None, eager_ms(t)))
     return out
 
 

@@ -3,18 +3,22 @@
 Per unique problem and direction: PyTorch's benchmark pick, the best legacy algorithm and
 the best engine config, each in ms per call (steady-state median) and in ms per iteration
 (times the calls one iteration makes). Model totals and the layers where PyTorch leaves
-the most time follow. Pure Python: renders a saved sweep without a GPU.
+the most time follow, then PyTorch's own run of the model per mode: its first iteration
+(time, peak memory, the call that set the peak) and its steady iterations. Pure Python:
+renders a saved sweep without a GPU.
 """
 from __future__ import annotations
 
 from typing import List, Optional
 
 from ..core.capture import Capture
+from ..core.modelrun import ConvCall, ModelRun, SizeRun
 from ..core.sweep import ModelSweep
 from .engines import chosen
-from .format import describe_environment, fmt_ms, short_algo, short_choice, short_tag, table, wrap
+from .format import (describe_environment, fmt_ms, short_algo, short_choice, short_tag,
+                     table, wrap)
 
-__all__ = ["render_capture", "render_sweep"]
+__all__ = ["render_capture", "render_sweep", "render_model_run"]
 
 _SHORT = {"fwd": "fwd", "bwd-data": "bwd-d", "bwd-filter": "bwd-f"}
 
@@ -102,7 +106,9 @@ def render_sweep(sw: ModelSweep) -> str:
         for d in e.exploration.directions:
             calls = u.calls.get(d.direction, 0)
             bench, leg_row, eng = chosen(d)
-            pick, legacy, engine = _time(bench), _time(leg_row), _time(eng)
+            t = d.pick_timing(bench) if bench is not None else None
+            pick = t.median_ms if t is not None else None
+            legacy, engine = _time(leg_row), _time(eng)
             found = [t for t in (pick, legacy, engine) if t is not None]
             best = min(found) if found else None
             counted += 1
@@ -126,10 +132,14 @@ def render_sweep(sw: ModelSweep) -> str:
                          if leg_row else "-", _per_iter(legacy, calls),
                          short_tag(eng.tag, 20) if eng else "-", _per_iter(engine, calls)])
     lines.append("")
-    lines += wrap("per unique problem and direction: what ran and its steady-state median "
-                  "times the calls one iteration makes (ms per iteration; each problem "
-                  "explored on its own, PyTorch's pick from a fresh process in benchmark "
-                  "mode):", "")
+    source = ("PyTorch's pick from its own run of the model in benchmark mode, timed as "
+              "the engine config of the same tag" if sw.pytorch_run is not None else
+              "PyTorch's pick from a fresh process per problem in benchmark mode")
+    scope = ("; engine configs: those PyTorch's heuristics and fallbacks list"
+             if sw.profile == "quick" else "")
+    lines += wrap(f"per unique problem and direction: what ran and its steady-state median "
+                  f"times the calls one iteration makes (ms per iteration; each problem "
+                  f"explored on its own, {source}{scope}; profile {sw.profile}):", "")
     lines.append(table(rows, headers=["#", "dir", "calls", "PyTorch's pick", "ms/iter",
                                       "best legacy", "ms/iter", "best engine", "ms/iter"]))
     lines.append("")
@@ -141,7 +151,7 @@ def render_sweep(sw: ModelSweep) -> str:
                       f"benchmark picks, {best_total:.3f} ms under the best found; "
                       f"{gain:.3f} ms ({100 * gain / pt_total if pt_total else 0:.1f}%) "
                       f"left on the table", "- ")
-    if first_n:
+    if first_n and sw.pytorch_run is None:
         lines += wrap(f"first calls, summed over {first_n} unique problem-directions, each "
                       f"in a fresh process: {first_bench:.0f} ms with benchmark on vs "
                       f"{first_heur:.0f} ms with it off (the model pays these once per "
@@ -171,4 +181,104 @@ def render_sweep(sw: ModelSweep) -> str:
         lines += wrap(f"#{e.index + 1} not explored: {e.error}", "- ")
     if sw.wall_s is not None:
         lines.append(f"- sweep wall time: {sw.wall_s:.0f} s")
+    if sw.pytorch_run is not None:
+        lines += ["", render_model_run(sw.pytorch_run, cap).rstrip("\n")]
+    return "\n".join(lines) + "\n"
+
+
+def _gib(b: Optional[int]) -> str:
+    return "-" if b is None else f"{b / 2**30:.2f}"
+
+
+def _mem(b: Optional[int]) -> str:
+    if b is None:
+        return "?"
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
+
+
+def _call_name(c: ConvCall, cap: Capture) -> str:
+    """"#3 bwd-f (layer1.0.conv2, layer1.1.conv2 +1)": the problem, direction and layers."""
+    if c.problem < 0:
+        return f"{_SHORT.get(c.direction, c.direction)} {c.layer or '(not captured)'}"
+    u = cap.problems[c.problem]
+    where = c.layer or _layers(u.layers)
+    return f"#{c.problem + 1} {_SHORT.get(c.direction, c.direction)} ({where})"
+
+
+def _steady(s: SizeRun) -> List[str]:
+    t = s.steady
+    if t is None or t.median_ms is None:
+        return ["-", "-"]
+    return [f"{t.median_ms:.2f}", f"{100 * t.spread:.0f}%" if t.spread is not None else "-"]
+
+
+def render_model_run(run: ModelRun, cap: Capture) -> str:
+    """PyTorch's own run of the model: per mode and input size, the first iteration and
+    the steady ones; where the first iteration's memory peaked; its costliest first calls."""
+    lines = ["== PyTorch's own run of the model (a fresh process per mode)"]
+    lines += wrap(f"method: {run.method}. Columns: the first iteration's wall time, its "
+                  f"convolutions' first calls (the searches) summed, its peak allocated "
+                  f"(tensors and workspaces) and reserved (the caching allocator's pool, "
+                  f"what nvidia-smi shows) in GiB; then the steady iterations' median (ms, "
+                  f"{run.iterations} after {run.warmup} warm-up ones), IQR = "
+                  f"(p75-p25)/median, and their peaks", "")
+    rows, errors = [], []
+    for m in run.modes:
+        if m.error:
+            errors.append(f"{m.label}: {m.error}"
+                          + (" (the sizes above finished)" if m.sizes else ""))
+        for k, s in enumerate(m.sizes):
+            rows.append([m.label if k == 0 else "", "x".join(map(str, s.input_shape)),
+                         f"{s.first_ms:.0f}", f"{s.first_conv_ms:.0f}",
+                         _gib(s.first_peak_alloc_bytes), _gib(s.first_peak_reserved_bytes),
+                         *_steady(s), _gib(s.steady_peak_alloc_bytes),
+                         _gib(s.steady_peak_reserved_bytes)])
+    if rows:
+        lines.append(table(rows, headers=["mode", "input", "1st ms", "1st conv ms",
+                                          "1st alloc", "1st resv", "steady ms", "IQR",
+                                          "alloc", "resv"]))
+    for e in errors:
+        lines += wrap(e, "- no result: ")
+    bench, heur = run.mode("benchmark"), run.mode("heuristic")
+    if bench is not None and heur is not None:
+        b, h = bench.sizes[0], heur.sizes[0]
+        lines += wrap(
+            f"first iteration with benchmark on vs off: {b.first_ms:.0f} vs "
+            f"{h.first_ms:.0f} ms; peak allocated {_gib(b.first_peak_alloc_bytes)} vs "
+            f"{_gib(h.first_peak_alloc_bytes)} GiB, reserved "
+            f"{_gib(b.first_peak_reserved_bytes)} vs {_gib(h.first_peak_reserved_bytes)} GiB"
+            + (f"; steady {b.steady.median_ms:.2f} vs {h.steady.median_ms:.2f} ms per "
+               f"iteration" if b.steady and h.steady else ""), "- ")
+    for m in (bench, heur):
+        if m is None:
+            continue
+        s = m.sizes[0]
+        c = s.peak_call
+        if c is None:
+            lines += wrap(f"{m.label}: the first iteration peaked at "
+                          f"{_gib(s.first_peak_alloc_bytes)} GiB allocated outside any "
+                          f"convolution call", "- ")
+            continue
+        why = (f"its search built {c.candidates} candidates and timed {c.timed}; the "
+               f"largest candidate workspace is {_mem(c.largest_candidate_bytes)}, the "
+               f"plan kept needs {_mem(c.plan_workspace_bytes)}" if c.first and
+               c.candidates else "not its first call (no search)")
+        lines += wrap(f"{m.label}: the first iteration's memory peak, "
+                      f"{_gib(c.peak_alloc_bytes)} GiB allocated, was set during "
+                      f"{_call_name(c, cap)}: {_gib(c.peak_above_bytes)} GiB above what "
+                      f"that call started with; {why}", "- ")
+    if bench is not None:
+        top = sorted(bench.sizes[0].calls, key=lambda c: c.ms, reverse=True)[:5]
+        if top:
+            lines.append(f"- costliest first calls with {bench.label} (ms; the plan it "
+                         f"kept; candidates timed):")
+            for c in top:
+                lines += wrap(f"{c.ms:.1f} ms: {_call_name(c, cap)}: "
+                              f"{short_tag(c.plan, 40) if c.plan else '?'}; {c.timed} of "
+                              f"{c.candidates} timed", "    ")
+    if bench is not None and len(bench.sizes) > 1:
+        costs = [f"{'x'.join(map(str, s.input_shape[1:]))}: {s.first_ms:.0f} ms "
+                 f"({len(s.calls)} new calls)" for s in bench.sizes]
+        lines += wrap(f"first iteration at each new input size with {bench.label}, in "
+                      f"order: " + "; ".join(costs), "- ")
     return "\n".join(lines) + "\n"

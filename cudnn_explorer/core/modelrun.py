@@ -1,0 +1,152 @@
+"""PyTorch's own run of a whole model, one fresh process per mode. Pure Python.
+
+Built once by ``model/pytorch_run.py`` from its children (``model/child.py``) and rendered
+by ``report/model.py``; part of a saved sweep (schema ``cudnn_explorer.sweep`` version 2).
+
+Per mode (benchmark, benchmark timing every candidate, heuristics, deterministic) and per
+input size: the model's first iteration (its wall time and peak memory), each
+convolution's first call in that process (what PyTorch searched, what it cached, what
+the search cost in time and memory), the call during which the iteration's memory peaked,
+and the steady iterations after it. Times in ms, memory in bytes.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from .records import Signed, _Record
+
+__all__ = ["IterationTiming", "ConvCall", "SizeRun", "ModelModeRun", "ModelRun"]
+
+
+@dataclass
+class IterationTiming(_Record):
+    """Wall time per iteration of the steady iterations, each between two CUDA events
+    (forward and backward, or forward alone; host time included, as the model runs it)."""
+
+    samples_ms: List[float] = field(default_factory=list)
+    warmup: int = 0
+
+    @property
+    def median_ms(self) -> Optional[float]:
+        return statistics.median(self.samples_ms) if self.samples_ms else None
+
+    def quantile_ms(self, q: float) -> Optional[float]:
+        s = sorted(self.samples_ms)
+        if not s:
+            return None
+        x = q * (len(s) - 1)
+        lo = int(x)
+        hi = min(lo + 1, len(s) - 1)
+        return s[lo] + (s[hi] - s[lo]) * (x - lo)
+
+    @property
+    def spread(self) -> Optional[float]:
+        """(p75 - p25) / median."""
+        m = self.median_ms
+        if not m:
+            return None
+        return (self.quantile_ms(0.75) - self.quantile_ms(0.25)) / m
+
+
+@dataclass
+class ConvCall(_Record):
+    """One convolution call of the first iteration, synchronised before and after.
+
+    ``problem``: index into the capture's unique problems (-1: a problem the capture did
+    not see). ``layer``: the module of a forward call; "" for a backward call (named by the
+    problem's layers). ``first``: the first call of this problem and direction in the
+    process (the one that searches). ``peak_alloc_bytes``: the allocator's peak during
+    the call, absolute; ``alloc_before_bytes``: allocated when it began. ``plan``: the
+    engine config PyTorch cached (from the cudnn-frontend log), with the search's
+    ``candidates``, how many it ``timed``, and the largest candidate workspace."""
+
+    problem: Signed
+    direction: str
+    layer: str = ""
+    first: bool = False
+    ms: float = 0.0
+    alloc_before_bytes: int = 0
+    peak_alloc_bytes: int = 0
+    reserved_before_bytes: int = 0
+    reserved_after_bytes: int = 0
+    plan: str = ""
+    candidates: int = 0
+    timed: int = 0
+    largest_candidate_bytes: int = 0
+    plan_workspace_bytes: Optional[int] = None
+
+    @property
+    def peak_above_bytes(self) -> Signed:
+        """How far the call took allocated memory above what it started with."""
+        return self.peak_alloc_bytes - self.alloc_before_bytes
+
+    @property
+    def reserved_growth_bytes(self) -> Signed:
+        return self.reserved_after_bytes - self.reserved_before_bytes
+
+
+@dataclass
+class SizeRun(_Record):
+    """One input shape: its first iteration (``first_ms``; peaks absolute, with the
+    memory held ``before`` it: weights, input, CUDA and cuDNN state), its convolutions'
+    first calls, the call that set the peak (None: the peak was outside any convolution),
+    and its steady iterations."""
+
+    input_shape: List[int]
+    first_ms: float = 0.0
+    before_alloc_bytes: int = 0
+    before_reserved_bytes: int = 0
+    first_peak_alloc_bytes: int = 0
+    first_peak_reserved_bytes: int = 0
+    calls: List[ConvCall] = field(default_factory=list)   # first calls only
+    peak_call: Optional[ConvCall] = None
+    conv_calls: int = 0                # every convolution call of the iteration
+    conv_ms: float = 0.0               # their time, summed
+    steady: Optional[IterationTiming] = None
+    steady_peak_alloc_bytes: Optional[int] = None
+    steady_peak_reserved_bytes: Optional[int] = None
+
+    @property
+    def first_conv_ms(self) -> float:
+        """Time of the first calls (the searches among them), summed."""
+        return sum(c.ms for c in self.calls)
+
+
+@dataclass
+class ModelModeRun(_Record):
+    """One mode's fresh process: its settings, or the error that stopped it."""
+
+    label: str
+    mode: str                        # benchmark | heuristic | deterministic
+    benchmark_limit: Optional[int] = None
+    error: str = ""
+    sizes: List[SizeRun] = field(default_factory=list)
+    wall_s: Optional[float] = None   # the child process, start to end
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and bool(self.sizes)
+
+
+@dataclass
+class ModelRun(_Record):
+    """Every mode's run of the model (``modes``, in the order they ran), each with
+    ``iterations`` steady iterations after ``warmup`` ones."""
+
+    modes: List[ModelModeRun] = field(default_factory=list)
+    iterations: int = 0
+    warmup: int = 0
+    method: str = ("a fresh process per mode; cuDNN loaded by a small warm-up convolution "
+                   "first; the first iteration synchronised around every convolution "
+                   "(a backward call that computes both gradients is run as two calls, "
+                   "one per direction); steady iterations between CUDA events")
+
+    def mode(self, mode: str, limit_zero: bool = False) -> Optional[ModelModeRun]:
+        """The first run of ``mode`` that worked; for benchmark, the one at the requested
+        limit, or with ``limit_zero`` the one that timed every candidate."""
+        for m in self.modes:
+            if m.ok and m.mode == mode and (not limit_zero or m.benchmark_limit == 0):
+                return m
+        return None

@@ -1,0 +1,252 @@
+"""Child process: PyTorch's own run of a whole model in one mode, in a fresh process.
+
+    python -m cudnn_explorer.model.child SPEC.json RESULT.json
+
+PyTorch's benchmark cache lives per process, so each mode gets its own (docs/method.md).
+The parent (model/pytorch_run.py) sets cudnn-frontend's log (CUDNN_FRONTEND_LOG_INFO,
+CUDNN_FRONTEND_LOG_FILE) before this process starts.
+
+SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, in order),
+"mode": "benchmark" | "heuristic" | "deterministic", "benchmark_limit": int | null,
+"tf32": bool, "device": int, "seed": int, "iterations": int, "warmup": int,
+"log_file": path}.
+
+Per shape, in order: the model's first iteration at that shape, synchronised around every
+convolution call (its time, the allocator's peak during it, the reserve before and after,
+the byte span of the log it wrote); then ``warmup`` iterations and ``iterations`` timed
+ones between CUDA events. Note [split backward]: a backward call that computes both
+gradients runs as two calls here, one per direction (PyTorch's cuDNN path runs the two as
+separate cuDNN calls with separate plan searches anyway), so each search's cost and
+memory is its own.
+
+RESULT: {"torch", "cudnn", "settings", "error" ("" or why it stopped), "sizes": [{
+"input_shape", "first_ms", "before_alloc", "before_reserved", "first_peak_alloc",
+"first_peak_reserved", "other_peak_alloc" (the peak outside convolution calls),
+"conv_calls", "conv_ms", "calls": [{"problem" (ConvProblem dict), "direction", "layer",
+"first", "ms", "alloc_before", "peak_alloc", "reserved_before", "reserved_after",
+"log_span"}], "steady_ms": [...], "warmup", "steady_peak_alloc", "steady_peak_reserved"}]}.
+The result is rewritten after every shape, so a child that dies keeps what finished.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+
+from ..core.capture import ModelSpec
+from ..measure.procs import read_spec
+from . import zoo
+from .capture import _DTYPE_NAMES, iteration, layer_name, problem_of
+
+
+def _log_size(path) -> int:
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
+
+
+class _NoGpu:
+    """torch.cuda's memory and sync calls for a run on the CPU (tests of the probe):
+    nothing to wait for, nothing allocated on a GPU."""
+
+    def synchronize(self):
+        pass
+
+    def reset_peak_memory_stats(self):
+        pass
+
+    def max_memory_allocated(self):
+        return 0
+
+    memory_allocated = memory_reserved = max_memory_reserved = max_memory_allocated
+
+
+class _Probe:
+    """Times and weighs every convolution call of one iteration."""
+
+    def __init__(self, cuda, log_file, tf32: bool, seen: set):
+        self.cuda, self.log, self.tf32, self.seen = cuda, log_file, tf32, seen
+        self.calls = []
+        self.other_peak = 0
+
+    def _fold(self):
+        """Sync, note the peak since the last reset (outside any convolution), reset."""
+        cuda = self.cuda
+        cuda.synchronize()
+        self.other_peak = max(self.other_peak, cuda.max_memory_allocated())
+        cuda.reset_peak_memory_stats()
+
+    def call(self, fn, problem, direction: str, layer: str):
+        cuda = self.cuda
+        self._fold()
+        a0, r0, s0 = cuda.memory_allocated(), cuda.memory_reserved(), _log_size(self.log)
+        t0 = time.perf_counter()
+        out = fn()
+        cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3
+        key = (problem, direction)
+        self.calls.append({
+            "problem": problem.to_dict(), "direction": direction, "layer": layer,
+            "first": key not in self.seen, "ms": ms, "alloc_before": a0,
+            "peak_alloc": cuda.max_memory_allocated(), "reserved_before": r0,
+            "reserved_after": cuda.memory_reserved(), "log_span": [s0, _log_size(self.log)]})
+        self.seen.add(key)
+        cuda.reset_peak_memory_stats()
+        return out
+
+    def finish(self) -> int:
+        self._fold()
+        return self.other_peak
+
+
+def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _Probe):
+    """One iteration with every convolution call timed and weighed by ``probe``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.module_tracker import ModuleTracker
+
+    aten = torch.ops.aten
+    root = type(model).__name__
+
+    def covered(x, transposed) -> bool:
+        return not transposed and str(x.dtype) in _DTYPE_NAMES and x.dim() in (3, 4, 5)
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is aten.convolution.default:
+                x, w, _, stride, padding, dilation, transposed, _, groups = args
+                if covered(x, transposed):
+                    p = problem_of(x, w, stride, padding, dilation, groups, probe.tf32)
+                    return probe.call(lambda: func(*args, **kwargs), p, "fwd",
+                                      layer_name(tracker, root))
+            elif func is aten.convolution_backward.default:
+                (_, x, w, _, stride, padding, dilation, transposed, _, groups, mask) = args
+                if covered(x, transposed) and (mask[0] or mask[1]):
+                    p = problem_of(x, w, stride, padding, dilation, groups, probe.tf32)
+                    head = list(args[:10])
+                    if mask[0] and mask[1]:  # Note [split backward]
+                        gi = probe.call(lambda: func(*head, [True, False, mask[2]]),
+                                        p, "bwd-data", "")
+                        gw = probe.call(lambda: func(*head, [False, True, False]),
+                                        p, "bwd-filter", "")
+                        return gi[0], gw[1], gi[2]
+                    d = "bwd-data" if mask[0] else "bwd-filter"
+                    return probe.call(lambda: func(*args, **kwargs), p, d, "")
+            return func(*args, **kwargs)
+
+    with ModuleTracker() as tracker, Mode():
+        iteration(model, inputs, spec, device)
+
+
+def _warm_up_cudnn(torch, device: str) -> None:
+    """Load cuDNN with a small convolution of a shape no model is likely to run, so that
+    the first layer is not charged with loading the library."""
+    x = torch.randn(1, 2, 9, 9, device=device)
+    w = torch.randn(3, 2, 2, 2, device=device, requires_grad=True)
+    torch.nn.functional.conv2d(x, w).sum().backward()
+    torch.cuda.synchronize()
+
+
+def run(spec: dict, write) -> dict:
+    import torch
+
+    device_index = int(spec.get("device", 0))
+    torch.cuda.set_device(device_index)
+    device = f"cuda:{device_index}"
+    mode = spec["mode"]
+    torch.backends.cudnn.benchmark = mode == "benchmark"
+    torch.backends.cudnn.deterministic = mode == "deterministic"
+    if spec.get("benchmark_limit") is not None:
+        torch.backends.cudnn.benchmark_limit = int(spec["benchmark_limit"])
+    torch.backends.cudnn.allow_tf32 = bool(spec.get("tf32", True))
+    mspec = ModelSpec.from_dict(spec["model"])
+    out = {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+           "settings": {"benchmark": torch.backends.cudnn.benchmark,
+                        "deterministic": torch.backends.cudnn.deterministic,
+                        "benchmark_limit": torch.backends.cudnn.benchmark_limit,
+                        "allow_tf32": torch.backends.cudnn.allow_tf32},
+           "error": "", "sizes": []}
+    torch.manual_seed(int(spec.get("seed", 0)) % 2**63)
+    model, _ = zoo.build(replace(mspec, sizes=[]), device)
+    model.train(mspec.train)
+    _warm_up_cudnn(torch, device)
+    seen: set = set()
+    log = spec.get("log_file")
+    iterations, warmup = int(spec.get("iterations", 20)), int(spec.get("warmup", 5))
+    for shape in spec["shapes"]:
+        one = replace(mspec, input_shape=list(shape), sizes=[])
+        size = {"input_shape": list(shape)}
+        inputs = None
+        try:
+            inputs = zoo.make_inputs(one, device)
+            model.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            size.update(before_alloc=torch.cuda.memory_allocated(),
+                        before_reserved=torch.cuda.memory_reserved())
+            probe = _Probe(torch.cuda, log, torch.backends.cudnn.allow_tf32, seen)
+            t0 = time.perf_counter()
+            first_iteration(torch, model, inputs, one, device, probe)
+            other = probe.finish()
+            size["first_ms"] = (time.perf_counter() - t0) * 1e3
+            calls = probe.calls
+            size.update(
+                first_peak_alloc=max([other] + [c["peak_alloc"] for c in calls]),
+                first_peak_reserved=torch.cuda.max_memory_reserved(),
+                other_peak_alloc=other, calls=calls, conv_calls=len(calls),
+                conv_ms=sum(c["ms"] for c in calls))
+            # The reserve only grows within an iteration unless freed: its peak is the
+            # largest reserve seen at any call's end or now.
+            size["first_peak_reserved"] = max(
+                [size["first_peak_reserved"]] + [c["reserved_after"] for c in calls])
+
+            def step():
+                model.zero_grad(set_to_none=True)
+                iteration(model, inputs, one, device)
+
+            for _ in range(warmup):
+                step()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(iterations)]
+            for start, end in events:
+                start.record()
+                step()
+                end.record()
+            torch.cuda.synchronize()
+            size.update(steady_ms=[s.elapsed_time(e) for s, e in events], warmup=warmup,
+                        steady_peak_alloc=torch.cuda.max_memory_allocated(),
+                        steady_peak_reserved=torch.cuda.max_memory_reserved())
+        except torch.OutOfMemoryError:
+            out["error"] = (f"out of GPU memory at input {'x'.join(map(str, shape))}: try a "
+                            f"smaller --batch")
+        inputs = None  # freed before the next size's input is made
+        if "first_ms" in size:
+            out["sizes"].append(size)
+        write(out)
+        if out["error"]:
+            break
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = read_spec(argv, "python -m cudnn_explorer.model.child SPEC.json RESULT.json")
+    if spec is None:
+        return 2
+
+    def write(res):  # the parent never reads a half-written file
+        with open(argv[1] + ".tmp", "w") as f:
+            json.dump(res, f)
+        os.replace(argv[1] + ".tmp", argv[1])
+
+    run(spec, write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""PyTorch's own run of a whole model: one fresh child per mode (model/child.py), not one
+per problem.
+
+Each child runs the model's first iteration and then steady iterations, with
+cudnn-frontend's log on. From its result and its log this builds, once:
+
+* the ModelRun record (core/modelrun.py): per mode and input size, the first iteration's
+  time and peak memory, each convolution's first call (the plan PyTorch cached, the
+  search's candidates, its cost), the call that set the memory peak, the steady
+  iterations;
+* per unique problem, a ModeRun per mode in the form of a per-problem child's result, so
+  that the exploration pipeline names PyTorch's pick per direction (measure.children.pick_of)
+  exactly as it does for one problem. Its steady time is our re-timing of the engine
+  config with the same tag (DirectionResult.pick_timing).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..core import logs
+from ..core.capture import Capture
+from ..core.errors import ChildError
+from ..core.modelrun import ConvCall, IterationTiming, ModelModeRun, ModelRun, SizeRun
+from ..core.options import ExploreOptions
+from ..core.problem import ConvProblem
+from ..measure.children import LOG_VARS, ModeRun, ModeSpec, default_modes
+from ..measure.pipeline import GpuBench
+from ..measure.procs import child_env, describe_rc
+
+__all__ = ["model_modes", "run_model", "ModelBench"]
+
+
+def model_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
+    """The per-problem modes on the engine API: benchmark at the requested limit, with
+    every candidate timed (limit 0), heuristics, deterministic."""
+    return [m for m in default_modes(benchmark_limit) if not m.legacy]
+
+
+def _shapes(capture: Capture) -> List[List[int]]:
+    spec = capture.model
+    return [[3, s, s] for s in spec.sizes] if spec.sizes else [list(spec.input_shape)]
+
+
+def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
+           warmup: int, timeout_s: float, python: Optional[str]) -> Tuple[dict, bytes, str]:
+    """(result, log text, error) of one mode's child; the result holds every shape that
+    finished even when the child failed later (error then says why)."""
+    with tempfile.TemporaryDirectory(prefix="cudnn_explorer_model_") as tmp:
+        log = os.path.join(tmp, "frontend.log")
+        spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
+        with open(spec_path, "w") as f:
+            json.dump({"model": capture.model.to_dict(), "shapes": _shapes(capture),
+                       "mode": mode.mode, "benchmark_limit": mode.benchmark_limit,
+                       "tf32": capture.tf32, "device": options.device, "seed": options.seed,
+                       "iterations": iterations, "warmup": warmup, "log_file": log}, f)
+        env = child_env(drop=LOG_VARS)
+        env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
+        what = f"PyTorch's run of the model ({mode.label})"
+        error = ""
+        try:
+            proc = subprocess.run([python or sys.executable, "-m", "cudnn_explorer.model.child",
+                                   spec_path, result_path], env=env, capture_output=True,
+                                  text=True, timeout=timeout_s)
+            if proc.returncode != 0:
+                tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
+                error = (f"{what} failed ({describe_rc(proc.returncode)}): "
+                         f"{tail[-1] if tail else 'no output'}")
+        except subprocess.TimeoutExpired:
+            error = (f"{what} did not finish within {timeout_s:g} s and was killed; raise "
+                     f"--child-timeout")
+        result: dict = {}
+        if os.path.exists(result_path):
+            with open(result_path) as f:
+                result = json.load(f)
+        error = error or result.get("error", "")
+        if not result.get("sizes") and not error:
+            error = f"{what} exited without a result"
+        text = b""  # bytes: the child's spans are byte offsets
+        if os.path.exists(log):
+            with open(log, "rb") as f:
+                text = f.read()
+        if result.get("sizes") and not text.strip():
+            error = error or (f"{what} wrote no cudnn-frontend log "
+                              f"(CUDNN_FRONTEND_LOG_INFO); cannot tell what PyTorch chose")
+        return result, text, error
+
+
+def _search(log: bytes, span, direction: str) -> Optional[logs.FrontendSearch]:
+    text = log[span[0]:span[1]].decode("utf-8", "replace")
+    return next((s for s in logs.parse_frontend_log(text) if s.direction == direction), None)
+
+
+def _conv_call(raw: dict, index: Dict[ConvProblem, int], log: bytes) -> ConvCall:
+    problem = ConvProblem.from_dict(raw["problem"])
+    found = dict(problem=index.get(problem, -1), direction=raw["direction"],
+                 layer=raw["layer"], first=bool(raw["first"]), ms=float(raw["ms"]),
+                 alloc_before_bytes=int(raw["alloc_before"]),
+                 peak_alloc_bytes=int(raw["peak_alloc"]),
+                 reserved_before_bytes=int(raw["reserved_before"]),
+                 reserved_after_bytes=int(raw["reserved_after"]))
+    s = _search(log, raw["log_span"], raw["direction"]) if raw["first"] else None
+    if s is not None:
+        w = s.candidate(s.winner) if s.winner else None
+        big = s.largest_workspace()
+        found.update(plan=s.winner or "", candidates=len(s.candidates), timed=len(s.timed),
+                     largest_candidate_bytes=big.workspace_bytes if big else 0,
+                     plan_workspace_bytes=w.workspace_bytes if w else None)
+    return ConvCall(**found)
+
+
+def _size_run(raw: dict, index: Dict[ConvProblem, int], log: bytes) -> SizeRun:
+    calls = [_conv_call(c, index, log) for c in raw["calls"]]
+    peak = max(calls, key=lambda c: c.peak_alloc_bytes, default=None)
+    if peak is not None and peak.peak_alloc_bytes <= raw["other_peak_alloc"]:
+        peak = None  # the iteration peaked outside any convolution call
+    steady = raw.get("steady_ms")
+    return SizeRun(
+        input_shape=list(raw["input_shape"]), first_ms=float(raw["first_ms"]),
+        before_alloc_bytes=int(raw["before_alloc"]),
+        before_reserved_bytes=int(raw["before_reserved"]),
+        first_peak_alloc_bytes=int(raw["first_peak_alloc"]),
+        first_peak_reserved_bytes=int(raw["first_peak_reserved"]),
+        calls=[c for c in calls if c.first], peak_call=peak,
+        conv_calls=int(raw["conv_calls"]), conv_ms=float(raw["conv_ms"]),
+        steady=IterationTiming(samples_ms=[float(x) for x in steady],
+                               warmup=int(raw.get("warmup", 0))) if steady else None,
+        steady_peak_alloc_bytes=raw.get("steady_peak_alloc"),
+        steady_peak_reserved_bytes=raw.get("steady_peak_reserved"))
+
+
+def _per_problem(result: dict, index: Dict[ConvProblem, int], log: bytes) -> Dict[int, dict]:
+    """Per unique problem, its first calls as a per-problem child reports them
+    (measure/child.py's RESULT), with the log those calls wrote."""
+    out: Dict[int, dict] = {}
+    for size in result.get("sizes", []):
+        for c in size["calls"]:
+            i = index.get(ConvProblem.from_dict(c["problem"]))
+            if i is None or not c["first"]:
+                continue
+            r = out.setdefault(i, {"settings": result.get("settings", {}), "directions": [],
+                                   "log_text": ""})
+            r["directions"].append({
+                "direction": c["direction"], "first_call_ms": c["ms"],
+                "first_peak_alloc_bytes": max(c["peak_alloc"] - c["alloc_before"], 0),
+                "first_reserved_growth_bytes": c["reserved_after"] - c["reserved_before"],
+                "steady": None, "steady_peak_alloc_bytes": None, "kernels": [],
+                "check": None})
+            a, b = c["log_span"]
+            r["log_text"] += log[a:b].decode("utf-8", "replace")
+    return out
+
+
+def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
+              warmup: int = 5, progress: Optional[Callable[[str], None]] = None,
+              python: Optional[str] = None) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
+    """Every mode of model_modes(options.benchmark_limit), each the model's own run in a
+    fresh child (at most ``options.child_timeout_s`` per input size). Returns the
+    ModelRun and, per unique problem, one ModeRun per mode for the pipeline. A mode whose
+    child fails keeps its error (and the sizes that finished); the others go on."""
+    say = progress or (lambda m: None)
+    index = {u.problem: i for i, u in enumerate(capture.problems)}
+    runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}
+    modes: List[ModelModeRun] = []
+    timeout_s = options.child_timeout_s * len(_shapes(capture))
+    for mode in model_modes(options.benchmark_limit):
+        say(f"PyTorch's run of the model: {mode.label}")
+        t0 = time.perf_counter()
+        result, log, error = _child(capture, mode, options, iterations, warmup, timeout_s,
+                                    python)
+        sizes = [_size_run(s, index, log) for s in result.get("sizes", [])]
+        limit = result.get("settings", {}).get("benchmark_limit", mode.benchmark_limit)
+        modes.append(ModelModeRun(label=mode.label, mode=mode.mode,
+                                  benchmark_limit=limit if mode.mode == "benchmark" else None,
+                                  error=error, sizes=sizes,
+                                  wall_s=round(time.perf_counter() - t0, 3)))
+        per = _per_problem(result, index, log)
+        for u in capture.problems:
+            i = index[u.problem]
+            if i in per:
+                runs[u.problem].append(ModeRun(mode, per[i]))
+            else:
+                runs[u.problem].append(ModeRun(mode, None, error or (
+                    f"{mode.label}: the model's run reached no call of this problem")))
+    return ModelRun(modes=modes, iterations=iterations, warmup=warmup), runs
+
+
+class ModelBench(GpuBench):
+    """The pipeline's bench for a model's problems: PyTorch's picks come from the model's
+    own run (``runs``, per problem), not from a child per problem."""
+
+    def __init__(self, device: int, runs: Dict[ConvProblem, List[ModeRun]]):
+        super().__init__(device)
+        self.runs = runs
+
+    def children(self, problem: ConvProblem, options: ExploreOptions, say) -> List[ModeRun]:
+        if problem not in self.runs:
+            raise ChildError("this problem was not in the model's run")
+        return self.runs[problem]

@@ -1,0 +1,212 @@
+"""PyTorch's own run of a whole model, on the CPU: the child's probe (every convolution
+call timed, the backward split per direction, the gradients unchanged), the records built
+from a child's result and a real cudnn-frontend log from the H200, PyTorch's picks per
+problem from them, the report, the sweep file (version 2, version 1 still loading), and a
+child that fails or hangs."""
+import json
+import os
+import stat
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudnn_explorer.core import logs  # noqa: E402
+from cudnn_explorer.core.capture import Capture, ModelSpec, UniqueConv  # noqa: E402
+from cudnn_explorer.core.modelrun import ModelRun  # noqa: E402
+from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
+from cudnn_explorer.core.problem import ConvProblem  # noqa: E402
+from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
+from cudnn_explorer.measure.children import pick_of  # noqa: E402
+from cudnn_explorer.model import pytorch_run  # noqa: E402
+from cudnn_explorer.model.capture import capture, iteration  # noqa: E402
+from cudnn_explorer.model.child import _NoGpu, _Probe, first_iteration  # noqa: E402
+from cudnn_explorer.report.model import render_model_run, render_sweep  # noqa: E402
+from fakes import ENV, FIX  # noqa: E402
+
+GIB = 2**30
+
+
+def tiny():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Conv2d(8, 8, 3, padding=1),
+                               torch.nn.Conv2d(8, 8, 3, padding=1))
+
+
+def test_probe_times_every_call_splits_backward_and_keeps_gradients():
+    spec = ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2)
+    x = torch.randn(2, 3, 8, 8)
+    plain = tiny()
+    iteration(plain, [x], spec, "cpu")
+    probed = tiny()
+    probe = _Probe(_NoGpu(), None, True, set())
+    first_iteration(torch, probed, [x], spec, "cpu", probe)
+    for a, b in zip(plain.parameters(), probed.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    calls = probe.calls
+    # 3 forward calls; backward: the first layer computes no input gradient (1 call), the
+    # others both gradients, each split into one call per direction.
+    assert [c["direction"] for c in calls] == [
+        "fwd", "fwd", "fwd", "bwd-data", "bwd-filter", "bwd-data", "bwd-filter", "bwd-filter"]
+    assert [c["layer"] for c in calls[:3]] == ["0", "2", "3"]
+    # layers 2 and 3 run the same problem: only its first call in each direction searches
+    assert [c["first"] for c in calls] == [True, True, False, True, True, False, False, True]
+    cap = capture(tiny(), [x], spec, "cpu")
+    assert {ConvProblem.from_dict(c["problem"]) for c in calls} == {
+        u.problem for u in cap.problems}
+    assert all(c["ms"] >= 0 and c["log_span"] == [0, 0] for c in calls)
+
+
+def _fixture_child_result():
+    """A model child's result for a one-layer model of the default problem, built from the
+    real per-problem child's measurements and log (H200, benchmark mode)."""
+    with open(os.path.join(FIX, "default_benchmark.result.json")) as f:
+        per = json.load(f)
+    with open(os.path.join(FIX, "default_benchmark.fe.log"), "rb") as f:
+        log = f.read()
+    problem = ConvProblem.create("32,3,224,224", kernel=3)
+    base = 3 * GIB
+    calls = []
+    for d in per["directions"]:
+        a0 = base
+        calls.append({"problem": problem.to_dict(), "direction": d["direction"],
+                      "layer": "conv1" if d["direction"] == "fwd" else "", "first": True,
+                      "ms": d["first_call_ms"], "alloc_before": a0,
+                      "peak_alloc": a0 + d["first_peak_alloc_bytes"],
+                      "reserved_before": a0, "reserved_after": a0 + d["first_peak_alloc_bytes"],
+                      "log_span": d["log_span"]})
+    size = {"input_shape": [3, 224, 224], "first_ms": 1700.0, "before_alloc": base,
+            "before_reserved": base, "first_peak_alloc": base + 1543904256,
+            "first_peak_reserved": base + 1600000000, "other_peak_alloc": base + 10,
+            "conv_calls": 3, "conv_ms": sum(c["ms"] for c in calls), "calls": calls,
+            "steady_ms": [10.0, 10.2, 9.9, 10.1], "warmup": 5,
+            "steady_peak_alloc": base + 400000000, "steady_peak_reserved": base + GIB}
+    return problem, {"settings": per["settings"], "error": "", "sizes": [size]}, log
+
+
+def test_child_result_becomes_records_and_picks():
+    problem, result, log = _fixture_child_result()
+    index = {problem: 0}
+    size = pytorch_run._size_run(result["sizes"][0], index, log)
+    searches = {s.direction: s for s in logs.parse_frontend_log(log.decode())}
+    assert [c.plan for c in size.calls] == [searches[d].winner for d in
+                                          ("fwd", "bwd-data", "bwd-filter")]
+    assert all(c.plan and c.candidates >= c.timed > 0 for c in size.calls)
+    fwd = size.calls[0]
+    assert fwd.largest_candidate_bytes == searches["fwd"].largest_workspace().workspace_bytes
+    # bwd-filter's first call went highest (1.44 GiB above 3 GiB): it set the peak
+    assert size.peak_call.direction == "bwd-filter"
+    assert size.peak_call.peak_above_bytes == 1543904256
+    assert size.steady.median_ms == pytest.approx(10.05)
+    per = pytorch_run._per_problem(result, index, log)
+    mode = pytorch_run.model_modes()[0]
+    run = pytorch_run.ModeRun(mode, per[0])
+    for d in ("fwd", "bwd-data", "bwd-filter"):
+        pick = pick_of(run, d)
+        assert pick.ok and pick.engine_tag == searches[d].winner, pick.error
+        assert pick.steady is None and pick.first_call_ms > 0
+    # a peak outside every convolution call names no call
+    result["sizes"][0]["other_peak_alloc"] = 5 * GIB
+    assert pytorch_run._size_run(result["sizes"][0], index, log).peak_call is None
+
+
+def _model_run():
+    problem, result, log = _fixture_child_result()
+    index = {problem: 0}
+    bench = pytorch_run._size_run(result["sizes"][0], index, log)
+    heur = json.loads(json.dumps(result["sizes"][0]))
+    heur.update(first_ms=900.0, first_peak_alloc=3 * GIB + 200 * 2**20)
+    for c in heur["calls"]:
+        c["peak_alloc"] = c["alloc_before"] + 50 * 2**20
+    heur["other_peak_alloc"] = 3 * GIB + 200 * 2**20
+    from cudnn_explorer.core.modelrun import ModelModeRun
+    run = ModelRun(modes=[
+        ModelModeRun("benchmark", "benchmark", 10, sizes=[bench]),
+        ModelModeRun("heuristics (benchmark off)", "heuristic",
+                     sizes=[pytorch_run._size_run(heur, index, log)]),
+        ModelModeRun("deterministic", "deterministic", error="PyTorch's run of the model "
+                     "(deterministic) failed (exit code 1): RuntimeError: boom")],
+        iterations=4, warmup=5)
+    cap = Capture(model=ModelSpec(name="onelayer", input_shape=[3, 224, 224], batch=32),
+                  problems=[UniqueConv(problem, {"fwd": 1, "bwd-data": 1, "bwd-filter": 1},
+                                       ["conv1"])], conv_calls=3)
+    return run, cap
+
+
+def test_report_explains_the_first_iteration_and_its_memory_peak():
+    run, cap = _model_run()
+    text = render_model_run(run, cap)
+    assert "first iteration with benchmark on vs off: 1700 vs 900 ms" in text
+    assert "peak allocated 4.44 vs 3.20 GiB" in text
+    assert "was set during #1 bwd-f (conv1): 1.44 GiB above" in text
+    assert "heuristics (benchmark off): the first iteration peaked at 3.20 GiB allocated " \
+           "outside any convolution call" in text
+    assert "failed (exit code 1): RuntimeError: boom" in text
+    assert "costliest first calls" in text and "1227.8 ms: #1 fwd (conv1)" in text
+    assert max(len(line) for line in text.splitlines()) <= 120
+
+
+def test_sweep_file_version_2_round_trips_and_version_1_loads():
+    run, cap = _model_run()
+    sw = ModelSweep(capture=cap, entries=[], profile="quick", environment=ENV,
+                    pytorch_run=run)
+    back = ModelSweep.from_json(sw.to_json())
+    assert back.pytorch_run == run and back.profile == "quick"
+    assert "PyTorch's own run of the model" in render_sweep(back)
+    old = json.loads(sw.to_json())
+    old["schema_version"] = 1
+    del old["pytorch_run"]
+    v1 = ModelSweep.from_dict(old)
+    assert v1.pytorch_run is None and "own run of the model" not in render_sweep(v1)
+    bad = json.loads(sw.to_json())
+    bad["pytorch_run"]["modes"][0]["sizes"][0]["calls"][0]["problem"] = 7
+    with pytest.raises(Exception, match="names problem 7"):
+        ModelSweep.from_dict(bad)
+    bad["schema_version"] = 3
+    with pytest.raises(Exception, match="reads versions 1, 2"):
+        ModelSweep.from_dict(bad)
+
+
+@pytest.mark.parametrize("body,match", [
+    ("import sys; sys.stderr.write('RuntimeError: no model here\\n'); sys.exit(1)",
+     "failed \\(exit code 1\\): RuntimeError: no model here"),
+    ("import time; time.sleep(30)", "did not finish within 2 s"),
+])
+def test_failing_child_keeps_its_error_per_mode_and_per_problem(tmp_path, body, match):
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nexec {os.sys.executable} -c \"{body}\"\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
+    cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
+                  problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
+    opts = ExploreOptions.create(child_timeout_s=2)
+    run, per = pytorch_run.run_model(cap, opts, iterations=2, python=str(fake))
+    assert [m.label for m in run.modes] == [m.label for m in pytorch_run.model_modes()]
+    import re
+    assert all(re.search(match, m.error) and not m.ok for m in run.modes)
+    assert all(r.result is None and re.search(match, r.error) for r in per[problem])
+
+
+@pytest.mark.ext
+@pytest.mark.parametrize("sample", [False, True])
+def test_quick_profile_times_only_the_listed_engine_configs(sample):
+    """--profile quick: the configs PyTorch listed and cuDNN's heuristic modes list, no
+    sampling of the knob space."""
+    from cudnn_explorer.measure.engines import explore_engines
+    from fakes import FakeOut, FakeSearch
+
+    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
+    seen = []
+    space = explore_engines(problem, "fwd", None, {"x": FakeOut(), "w": FakeOut(),
+                                                   "y": FakeOut()}, None,
+                            timing=ExploreOptions.create(budget_ms=1).timing, kernels=False,
+                            preferred_tags=["ConvFwd_eng0"], search=FakeSearch(seen),
+                            sample=sample)
+    tags = sorted(c.tag for c in space.configs)
+    listed = ["ConvFwd_eng0", "ConvFwd_eng1_k2=1"]  # PyTorch's, heuristic mode A's
+    if sample:  # the engine's default and the rest of its knob space too
+        assert set(listed) < set(tags) and "ConvFwd_eng1_k2=0" in tags
+    else:
+        assert tags == listed
+    assert space.sampled is sample
