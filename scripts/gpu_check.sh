@@ -3,7 +3,7 @@
 # the whole test suite (GPU tests included) and the main commands. Logs go to $OUT when
 # set (else /tmp/cudnn_explorer_check). Exit status: 0 when every part passed, else that
 # of the last part that failed.
-# GPU_CHECK_PARTS="tests main depthwise engine-tests fuzz targets" (default) picks the parts; on a machine
+# GPU_CHECK_PARTS="tests main depthwise engine-tests fuzz targets model" (default) picks the parts; on a machine
 # with several GPUs they run side by side, part i on GPU i mod N (each part's steps in
 # order on its own GPU); GPU_CHECK_GPUS=N uses at most N GPUs. GPU_CHECK_BENCH=1 adds the
 # benchmarks under scripts/ (after the parts, alone on GPU 0).
@@ -14,7 +14,7 @@ mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
-PARTS=${GPU_CHECK_PARTS:-tests main depthwise engine-tests fuzz targets}
+PARTS=${GPU_CHECK_PARTS:-tests main depthwise engine-tests fuzz targets model}
 if ls .whl/*.whl >/dev/null 2>&1; then  # wheels carried to a machine without internet
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -114,6 +114,13 @@ part_targets() {
   "$PY" scripts/check_targets.py --json "$LOG/targets.json" >> "$LOG/targets.txt" 2>&1
 }
 
+part_model() {
+  # ResNet-50 (batch 32, AMP fp16, channels_last, training step), quick profile: the sweep
+  # against PyTorch's own first iteration, and the tool's GPU memory (scripts/bench_model.py).
+  "$PY" scripts/bench_model.py --json "$LOG/bench_model.json" \
+    --sweep-json "$LOG/resnet50_sweep.json" > "$LOG/model.txt" 2>&1
+}
+
 part_fuzz() {
   # Random valid and invalid problems through the API: only the project's errors, no crash.
   timeout -s INT "${FUZZ_TIMEOUT_S:-400}" "$PY" scripts/fuzz_api.py --count "${FUZZ_COUNT:-10000}" \
@@ -142,6 +149,7 @@ show_part() {  # what each part's log says, for the call's output
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
     targets) tail -4 "$LOG/targets.txt" ;;
+    model) tail -40 "$LOG/model.txt" ;;
   esac
 }
 

@@ -1,0 +1,109 @@
+"""Benchmark (d): a whole-model sweep against the model's own first iteration.
+
+Runs the model command as a user would (a subprocess, results store off) on one GPU and,
+side by side in the same run:
+
+* the sweep's wall time, and its ratio to PyTorch's own first iteration with benchmark on
+  (from the sweep's own run of the model): the figure to drive down;
+* the GPU memory the tool used at its peak (the device's used memory, sampled every 20 ms
+  from this process, less what was used before it started), against the model's own
+  training-step peak (reserved, benchmark mode) plus 2 GiB.
+
+Usage: python scripts/bench_model.py [--model resnet50] [--batch 32] [--amp fp16]
+           [--no-channels-last] [--profile quick] [--json PATH] [--sweep-json PATH]
+Goals (issue: whole models): sweep wall time <= 300 s; tool peak <= model peak + 2 GiB.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+GIB = 2**30
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batch", default="32")
+    ap.add_argument("--amp", default="fp16")
+    ap.add_argument("--no-channels-last", dest="channels_last", action="store_false",
+                    help="contiguous layout (default: channels_last)")
+    ap.add_argument("--profile", default="quick")
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument("--sweep-json", default=None, help="keep the sweep file here")
+    a = ap.parse_args()
+    import torch
+
+    torch.cuda.set_device(a.device)
+    free0, total = torch.cuda.mem_get_info()
+    used0 = total - free0
+    peak = [used0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            free, _ = torch.cuda.mem_get_info()
+            peak[0] = max(peak[0], total - free)
+            time.sleep(0.02)
+
+    out = a.sweep_json or os.path.join(tempfile.mkdtemp(prefix="bench_model_"), "sweep.json")
+    cmd = [sys.executable, "-m", "cudnn_explorer", "model", a.model, "--batch", a.batch,
+           "--amp", a.amp, "--profile", a.profile, "--device", str(a.device), "--no-store",
+           "--quiet", "--json", out] + (["--channels-last"] if a.channels_last else [])
+    print("$ " + " ".join(cmd[1:]), flush=True)
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    stop.set()
+    t.join()
+    sys.stdout.write(proc.stdout)
+    if proc.returncode != 0:
+        print(proc.stderr[-2000:], file=sys.stderr)
+        print(f"the model command exited {proc.returncode}")
+        return 1
+    from cudnn_explorer.core.sweep import ModelSweep
+
+    with open(out) as f:
+        sw = ModelSweep.from_json(f.read())
+    run = sw.pytorch_run
+    bench = run.mode("benchmark") if run else None
+    if bench is None:
+        print("no benchmark-mode run of the model in the sweep: cannot compare")
+        return 1
+    s = bench.sizes[0]
+    model_peak = max(s.first_peak_reserved_bytes, s.steady_peak_reserved_bytes or 0)
+    tool_peak = peak[0] - used0
+    figures = {
+        "command": " ".join(cmd[1:]), "gpu": sw.environment.gpu_name,
+        "cudnn": sw.environment.cudnn_runtime, "torch": sw.environment.torch_version,
+        "unique_problems": len(sw.capture.problems), "sweep_wall_s": round(wall, 1),
+        "pytorch_first_iteration_ms": round(s.first_ms, 1),
+        "ratio_sweep_to_first_iteration": round(wall * 1e3 / s.first_ms, 1),
+        "tool_peak_gpu_bytes": tool_peak, "model_peak_reserved_bytes": model_peak,
+        "memory_goal_met": tool_peak <= model_peak + 2 * GIB, "time_goal_met": wall <= 300}
+    print(f"\nsweep of {len(sw.capture.problems)} unique problems ({a.profile} profile): "
+          f"{wall:.1f} s wall; PyTorch's own first iteration with benchmark on: "
+          f"{s.first_ms:.0f} ms; ratio {figures['ratio_sweep_to_first_iteration']}x "
+          f"(goal: sweep <= 300 s: {'met' if figures['time_goal_met'] else 'NOT met'})")
+    print(f"GPU memory: the tool's peak {tool_peak / GIB:.2f} GiB (device used, less "
+          f"{used0 / GIB:.2f} GiB before) vs the model's own peak reserved "
+          f"{model_peak / GIB:.2f} GiB + 2 GiB (goal "
+          f"{'met' if figures['memory_goal_met'] else 'NOT met'})")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
