@@ -53,6 +53,14 @@ def test_sweep_saves_after_every_problem_and_reports_per_iteration(tmp_path, mon
     d = sw.entry(1).exploration.direction("fwd")
     pick = d.pytorch_pick("benchmark", api=None).time
     assert f"{pick * 2:.4f}" in text
+    # each mode's picks weighted by calls, summed where every mode has a time
+    want = {m: sum(u.calls[x.direction] * x.pick_timing(x.pytorch_pick(m, api=None)).median_ms
+                   for i, u in enumerate(cap.problems)
+                   for x in sw.entry(i).exploration.directions)
+            for m in ("benchmark", "heuristic", "deterministic")}
+    assert (f"(5 of 5 problem-directions where every mode's pick has a time): benchmark "
+            f"{want['benchmark']:.3f} ms, heuristics (benchmark off) {want['heuristic']:.3f} ms"
+            in " ".join(text.split())), text
 
 
 def test_interrupted_sweep_keeps_what_finished(tmp_path, monkeypatch):

@@ -21,6 +21,11 @@ from .format import (describe_environment, fmt_ms, short_algo, short_choice, sho
 __all__ = ["render_capture", "render_sweep", "render_model_run"]
 
 _SHORT = {"fwd": "fwd", "bwd-data": "bwd-d", "bwd-filter": "bwd-f"}
+_MODES = ("benchmark", "heuristic", "deterministic")
+
+
+def _pct(x: float, base: float) -> str:
+    return f"{100 * (x / base - 1):+.1f}% vs benchmark" if base else "-"
 
 
 def _layers(names: List[str], most: int = 2) -> str:
@@ -97,6 +102,9 @@ def render_sweep(sw: ModelSweep) -> str:
     covered = counted = 0
     first_bench = first_heur = 0.0
     first_n = 0
+    by_mode = {m: 0.0 for m in _MODES}  # per iteration, where every mode has a time
+    det_gaps = []
+    mode_n = 0
     for i, u in enumerate(cap.problems):
         e = sw.entry(i)
         if e is None or e.exploration is None:
@@ -119,6 +127,17 @@ def render_sweep(sw: ModelSweep) -> str:
                 best_total += best * calls
                 gap = (pick - best) * calls
                 gaps.append((gap, i, d.direction))
+            times = {}
+            for m in _MODES:
+                p = d.pytorch_pick(m, api=None)
+                t = d.pick_timing(p) if p is not None else None
+                times[m] = t.median_ms if t is not None else None
+            if all(v is not None for v in times.values()):
+                mode_n += 1
+                for m, v in times.items():
+                    by_mode[m] += v * calls
+                det_gaps.append(((times["deterministic"] - times["benchmark"]) * calls, i,
+                                 d.direction))
             heur = d.pytorch_pick("heuristic", api=None)
             if bench and heur and bench.first_call_ms is not None \
                     and heur.first_call_ms is not None:
@@ -156,6 +175,19 @@ def render_sweep(sw: ModelSweep) -> str:
                       f"in a fresh process: {first_bench:.0f} ms with benchmark on vs "
                       f"{first_heur:.0f} ms with it off (the model pays these once per "
                       f"process; its own first iteration was not measured here)", "- ")
+    if mode_n:
+        b, h, det = (by_mode[m] for m in _MODES)
+        lines += wrap(
+            f"convolution time per iteration under each mode's picks ({mode_n} of {counted} "
+            f"problem-directions where every mode's pick has a time): benchmark {b:.3f} ms, "
+            f"heuristics (benchmark off) {h:.3f} ms ({_pct(h, b)}), deterministic "
+            f"{det:.3f} ms ({_pct(det, b)})", "- ")
+        worst = sorted((g for g in det_gaps if g[0] > 0), reverse=True)[:3]
+        if worst:
+            lines += wrap("where deterministic mode costs the most (ms per iteration over "
+                          "benchmark's pick): " + "; ".join(
+                              f"{g:.3f} #{i + 1} {d} ({_layers(cap.problems[i].layers, 2)})"
+                              for g, i, d in worst), "- ")
     top = sorted((g for g in gaps if g[0] > 0), reverse=True)[:5]
     if top:
         lines.append("- where PyTorch leaves the most time (ms per iteration):")
