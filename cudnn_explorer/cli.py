@@ -600,7 +600,7 @@ def build_model_parser() -> argparse.ArgumentParser:
                         "re-timed with 25 ms budgets; deep: every engine's knob space "
                         "sampled too, 100 ms budgets (any --budget-ms, --engine-budget-s "
                         "given wins)")
-    m.add_argument("--iterations", default="20",
+    m.add_argument("--timed-iterations", default="20",
                    help="steady iterations timed in PyTorch's own run of the model, per "
                         "mode (default 20, after 5 warm-up ones)")
     add_run_args(p)
@@ -613,6 +613,7 @@ def build_model_parser() -> argparse.ArgumentParser:
     return p
 
 
+MODEL_RUN_FLAGS = ("--profile", "--timed-iterations")
 PROFILES = {"quick": dict(budget_ms=25.0, engine_budget_s=60.0, engine_sampling=False),
             "deep": {}}
 
@@ -714,7 +715,7 @@ def _run_model(argv: List[str]) -> int:
         return 0
     check_conflicts(flags)
     if a.capture_only or a.target:
-        bad = next((f for f in flags if f in RUN_FLAGS + ("--profile", "--iterations")
+        bad = next((f for f in flags if f in RUN_FLAGS + MODEL_RUN_FLAGS
                     and f != "--device"), None) or (
             a.capture_only and a.target and "--target")
         if bad:
@@ -731,12 +732,13 @@ def _run_model(argv: List[str]) -> int:
         profiles = resolve_targets(a.target)
     spec = model_spec(a)
     options = profile_options(a, flags, options_from_args(a, engines=not a.no_engines))
-    iterations = _int(a.iterations, "--iterations", lo=1)
+    iterations = _int(a.timed_iterations, "--timed-iterations", lo=1)
     if iterations > 10000:
-        raise UserError(f"--iterations {iterations}: valid: an integer from 1 to 10000")
-    if a.no_pytorch and "--iterations" in flags:
-        raise UserError("--iterations would be ignored: --no-pytorch runs none of PyTorch's "
-                        "modes; drop one")
+        raise UserError(f"--timed-iterations {iterations}: valid: an integer from 1 to "
+                        f"10000")
+    if a.no_pytorch and "--timed-iterations" in flags:
+        raise UserError("--timed-iterations would be ignored: --no-pytorch runs none of "
+                        "PyTorch's modes; drop one")
     check_output_path(a.json, "--json")
     pipeline = _measure_layer()
     from .model import capture as capture_mod

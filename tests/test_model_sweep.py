@@ -116,9 +116,9 @@ def test_capture_report_fits_and_names_layers():
     (["model", "resnet18", "--capture-only", "--budget-ms", "5"], "--budget-ms would be"),
     (["model", "--model", "nomodule:f", "--capture-only"], "cannot import nomodule"),
     (["model", "resnet18", "--profile", "fast"], "--profile 'fast': valid: quick, deep"),
-    (["model", "resnet18", "--iterations", "0"], "--iterations 0"),
-    (["model", "resnet18", "--iterations", "20000"], "--iterations 20000: valid"),
-    (["model", "resnet18", "--no-pytorch", "--iterations", "5"], "--iterations would be"),
+    (["model", "resnet18", "--timed-iterations", "0"], "--timed-iterations 0"),
+    (["model", "resnet18", "--timed-iterations", "20000"], "--timed-iterations 20000: valid"),
+    (["model", "resnet18", "--no-pytorch", "--timed-iterations", "5"], "--timed-iterations would be"),
     (["model", "resnet18", "--capture-only", "--profile", "deep"], "--profile would be"),
 ])
 def test_model_bad_input_is_one_line_exit_2(args, match):

@@ -138,6 +138,7 @@ class ModelRun(_Record):
     modes: List[ModelModeRun] = field(default_factory=list)
     iterations: int = 0
     warmup: int = 0
+    target_ci: Optional[float] = None  # timed until the mean's 95% CI is within +-this
     method: str = ("a fresh process per mode; cuDNN loaded by a small warm-up convolution "
                    "first; the first iteration synchronised around every convolution "
                    "(a backward call that computes both gradients is run as two calls, "

@@ -9,7 +9,9 @@ CUDNN_FRONTEND_LOG_FILE) before this process starts.
 SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, in order),
 "mode": "benchmark" | "heuristic" | "deterministic", "benchmark_limit": int | null,
 "tf32": bool, "device": int, "seed": int, "iterations": int, "warmup": int,
-"log_file": path}.
+"log_file": path, "target_ci": float | null, "max_timed_s": float}. With ``target_ci``,
+timed iterations go on in rounds of ``iterations`` until the 95% confidence interval of
+their mean is within +-target_ci of it, or ``max_timed_s`` of timing has passed.
 
 Per shape, in order: the model's first iteration at that shape, synchronised around every
 convolution call (its time, the allocator's peak during it, the reserve before and after,
@@ -39,6 +41,19 @@ from ..core.capture import ModelSpec
 from ..measure.procs import read_spec
 from . import zoo
 from .capture import _DTYPE_NAMES, iteration, layer_name, problem_of
+
+
+def _mean(xs) -> float:
+    return sum(xs) / len(xs)
+
+
+def ci_halfwidth(xs) -> float:
+    """Half-width of the normal-approximation 95% confidence interval of the mean."""
+    if len(xs) < 2:
+        return float("inf")
+    m = _mean(xs)
+    var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+    return 1.96 * (var / len(xs)) ** 0.5
 
 
 def _log_size(path) -> int:
@@ -176,6 +191,8 @@ def run(spec: dict, write) -> dict:
     seen: set = set()
     log = spec.get("log_file")
     iterations, warmup = int(spec.get("iterations", 20)), int(spec.get("warmup", 5))
+    target = spec.get("target_ci")
+    max_timed_s = float(spec.get("max_timed_s", 60.0))
     for shape in spec["shapes"]:
         one = replace(mspec, input_shape=list(shape), sizes=[])
         size = {"input_shape": list(shape)}
@@ -211,14 +228,21 @@ def run(spec: dict, write) -> dict:
                 step()
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(iterations)]
-            for start, end in events:
-                start.record()
-                step()
-                end.record()
-            torch.cuda.synchronize()
-            size.update(steady_ms=[s.elapsed_time(e) for s, e in events], warmup=warmup,
+            samples = []
+            t_timed = time.perf_counter()
+            while True:
+                events = [(torch.cuda.Event(enable_timing=True),
+                           torch.cuda.Event(enable_timing=True)) for _ in range(iterations)]
+                for start, end in events:
+                    start.record()
+                    step()
+                    end.record()
+                torch.cuda.synchronize()
+                samples += [s.elapsed_time(e) for s, e in events]
+                if target is None or ci_halfwidth(samples) <= target * _mean(samples) or \
+                        time.perf_counter() - t_timed > max_timed_s:
+                    break
+            size.update(steady_ms=samples, warmup=warmup,
                         steady_peak_alloc=torch.cuda.max_memory_allocated(),
                         steady_peak_reserved=torch.cuda.max_memory_reserved())
         except torch.OutOfMemoryError:

@@ -48,7 +48,8 @@ def _shapes(capture: Capture) -> List[List[int]]:
 
 
 def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
-           warmup: int, timeout_s: float, python: Optional[str]) -> Tuple[dict, bytes, str]:
+           warmup: int, timeout_s: float, python: Optional[str],
+           target_ci: Optional[float]) -> Tuple[dict, bytes, str]:
     """(result, log text, error) of one mode's child; the result holds every shape that
     finished even when the child failed later (error then says why)."""
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer_model_") as tmp:
@@ -58,7 +59,8 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
             json.dump({"model": capture.model.to_dict(), "shapes": _shapes(capture),
                        "mode": mode.mode, "benchmark_limit": mode.benchmark_limit,
                        "tf32": capture.tf32, "device": options.device, "seed": options.seed,
-                       "iterations": iterations, "warmup": warmup, "log_file": log}, f)
+                       "iterations": iterations, "warmup": warmup, "log_file": log,
+                       "target_ci": target_ci, "max_timed_s": 60.0}, f)
         env = child_env(drop=LOG_VARS)
         env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
         what = f"PyTorch's run of the model ({mode.label})"
@@ -158,24 +160,31 @@ def _per_problem(result: dict, index: Dict[ConvProblem, int], log: bytes) -> Dic
 
 def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
               warmup: int = 5, progress: Optional[Callable[[str], None]] = None,
-              python: Optional[str] = None) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
-    """Every mode of model_modes(options.benchmark_limit), each the model's own run in a
-    fresh child (at most ``options.child_timeout_s`` per input size). Returns the
-    ModelRun and, per unique problem, one ModeRun per mode for the pipeline. A mode whose
-    child fails keeps its error (and the sizes that finished); the others go on."""
+              python: Optional[str] = None, modes: Optional[List[ModeSpec]] = None,
+              target_ci: Optional[float] = None
+              ) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
+    """Every mode of ``modes`` (default model_modes(options.benchmark_limit)), each the
+    model's own run in a fresh child (at most ``options.child_timeout_s`` per input
+    size, plus a minute of timing with ``target_ci``). Returns the ModelRun and, per
+    unique problem, one ModeRun per mode for the pipeline. A mode whose child fails keeps
+    its error (and the sizes that finished); the others go on. ``target_ci``: time
+    steady iterations until the 95% confidence interval of their mean is within
+    +-target_ci of it (a fraction), in rounds of ``iterations``."""
     say = progress or (lambda m: None)
     index = {u.problem: i for i, u in enumerate(capture.problems)}
     runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}
-    modes: List[ModelModeRun] = []
+    done: List[ModelModeRun] = []
     timeout_s = options.child_timeout_s * len(_shapes(capture))
-    for mode in model_modes(options.benchmark_limit):
+    if target_ci is not None:
+        timeout_s += 60.0 * len(_shapes(capture))
+    for mode in modes or model_modes(options.benchmark_limit):
         say(f"PyTorch's run of the model: {mode.label}")
         t0 = time.perf_counter()
         result, log, error = _child(capture, mode, options, iterations, warmup, timeout_s,
-                                    python)
+                                    python, target_ci)
         sizes = [_size_run(s, index, log) for s in result.get("sizes", [])]
         limit = result.get("settings", {}).get("benchmark_limit", mode.benchmark_limit)
-        modes.append(ModelModeRun(label=mode.label, mode=mode.mode,
+        done.append(ModelModeRun(label=mode.label, mode=mode.mode,
                                   benchmark_limit=limit if mode.mode == "benchmark" else None,
                                   error=error, sizes=sizes,
                                   wall_s=round(time.perf_counter() - t0, 3)))
@@ -187,7 +196,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
             else:
                 runs[u.problem].append(ModeRun(mode, None, error or (
                     f"{mode.label}: the model's run reached no call of this problem")))
-    return ModelRun(modes=modes, iterations=iterations, warmup=warmup), runs
+    return ModelRun(modes=done, iterations=iterations, warmup=warmup,
+                    target_ci=target_ci), runs
 
 
 class ModelBench(GpuBench):

@@ -244,6 +244,13 @@ def _steady(s: SizeRun) -> List[str]:
     return [f"{t.median_ms:.2f}", f"{100 * t.spread:.0f}%" if t.spread is not None else "-"]
 
 
+def _how_many(run: ModelRun) -> str:
+    if run.target_ci is None:
+        return str(run.iterations)
+    return (f"rounds of {run.iterations} until the mean's 95% CI is within "
+            f"+-{100 * run.target_ci:g}%")
+
+
 def render_model_run(run: ModelRun, cap: Capture) -> str:
     """PyTorch's own run of the model: per mode and input size, the first iteration and
     the steady ones; where the first iteration's memory peaked; its costliest first calls."""
@@ -252,7 +259,7 @@ def render_model_run(run: ModelRun, cap: Capture) -> str:
                   f"convolutions' first calls (the searches) summed, its peak allocated "
                   f"(tensors and workspaces) and reserved (the caching allocator's pool, "
                   f"what nvidia-smi shows) in GiB; then the steady iterations' median (ms, "
-                  f"{run.iterations} after {run.warmup} warm-up ones), IQR = "
+                  f"{_how_many(run)} after {run.warmup} warm-up ones), IQR = "
                   f"(p75-p25)/median, and their peaks", "")
     rows, errors = [], []
     for m in run.modes:
