@@ -417,6 +417,8 @@ def _run(argv: Optional[List[str]]) -> int:
         return _run_history(argv[1:])
     if argv and argv[0] == "compare":
         return _run_compare(argv[1:])
+    if argv and argv[0] == "advise":
+        return _run_advise(argv[1:])
     if not argv:
         sys.stderr.write(parser.format_usage())
         raise UserError("nothing to do: give --shape (e.g. --shape 32,3,224,224 --kernel 3), "
@@ -742,7 +744,6 @@ def _run_model(argv: List[str]) -> int:
     check_output_path(a.json, "--json")
     pipeline = _measure_layer()
     from .model import capture as capture_mod
-    from .model import zoo
     from .report.model import render_capture, render_sweep
 
     import torch
@@ -754,22 +755,7 @@ def _run_model(argv: List[str]) -> int:
     else:
         pipeline.native.require_gpu(options.device)  # no GPU: says what is missing, exit 3
         device = f"cuda:{options.device}"
-    model, inputs = zoo.build(spec, device)
-    if spec.sizes:
-        from dataclasses import replace
-
-        from .core.capture import merge_sizes
-
-        caps = []
-        for size in spec.sizes:
-            one = replace(spec, input_shape=[3, size, size], sizes=[])
-            caps.append(capture_mod.capture(model, zoo.make_inputs(one, device), one, device))
-        cap = merge_sizes(caps, spec.sizes, spec)
-    else:
-        cap = capture_mod.capture(model, inputs, spec, device)
-    del model, inputs
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()  # the sweep's measurements get the memory back
+    cap = capture_mod.capture_model(spec, device)
     if a.target and cap.problems:
         return _model_targets(a, cap, profiles, pipeline)
     if a.capture_only or not cap.problems:
@@ -840,6 +826,144 @@ def _run_model(argv: List[str]) -> int:
         print(f"cudnn_explorer: error: {len(failed)} of {len(cap.problems)} problems were not "
               f"explored; the report lists why", file=sys.stderr)
         return 3
+    return 0
+
+
+def build_advise_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m cudnn_explorer advise", allow_abbrev=False,
+        description="Should torch.backends.cudnn.benchmark be on for this workload? Runs "
+                    "the model in fresh processes with benchmark on, off and deterministic, "
+                    "at every input size, and weighs the first calls' cost against the "
+                    "steady-state saving over --iterations iterations.")
+    m = p.add_argument_group("workload")
+    m.add_argument("name", nargs="?", help="a torchvision model name, e.g. resnet50")
+    m.add_argument("--model", metavar="PKG.MODULE:FACTORY",
+                   help="your own nn.Module: a function that takes no arguments")
+    m.add_argument("--batch", default="32", help="batch size (default 32)")
+    m.add_argument("--input", default=None, metavar="CxHxW",
+                   help="one sample's shape (default 3x224x224)")
+    m.add_argument("--image", default=None, metavar="N", help="same as --input 3xNxN")
+    m.add_argument("--sizes", default=None, metavar="A:B:STEP",
+                   help="variable square input sizes, equally frequent (320:640:32 or "
+                        "320,416,512)")
+    m.add_argument("--shape-dist", default=None, metavar="FILE",
+                   help="variable square input sizes with their frequencies: one "
+                        "'SIZE COUNT' per line")
+    m.add_argument("--amp", default="off", help="off | fp16 | bf16 (torch.autocast)")
+    m.add_argument("--channels-last", action="store_true",
+                   help="model and input in channels_last")
+    t = m.add_mutually_exclusive_group()
+    t.add_argument("--train", action="store_true",
+                   help="training steps: forward and backward (the default)")
+    t.add_argument("--eval", action="store_true", help="inference: forward only, eval mode")
+    m.add_argument("--iterations", default="10000",
+                   help="how many iterations the workload runs (default 10000)")
+    r = p.add_argument_group("run")
+    r.add_argument("--device", default="0", help="CUDA device index (default 0)")
+    r.add_argument("--seed", default="0", help="seed of the model's weights and inputs")
+    r.add_argument("--benchmark-limit", default=None, metavar="N",
+                   help="torch.backends.cudnn.benchmark_limit with benchmark on (default: "
+                        "PyTorch's, 10)")
+    r.add_argument("--child-timeout", default="300",
+                   help="seconds per input size before a run of the model is declared hung")
+    r.add_argument("--target-ci", default="0.5",
+                   help="time steady iterations until each mean's 95%% confidence interval "
+                        "is within +-this %% (default 0.5; at most a minute per size)")
+    r.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", default=None, metavar="PATH", help="write the advice to PATH")
+    o.add_argument("--load", metavar="PATH", help="render a saved advice (no GPU needed)")
+    o.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    return p
+
+
+def _run_advise(argv: List[str]) -> int:
+    from dataclasses import replace
+
+    from .core.advice import Advice, parse_shape_dist
+    from .core.files import read_text
+    from .report.advice import render_advice
+
+    parser = build_advise_parser()
+    if not argv:
+        sys.stderr.write(parser.format_usage())
+        raise UserError("advise: give a model, e.g. advise resnet50 --batch 32 --amp fp16")
+    argv = join_negative_values(parser, argv)
+    a = parser.parse_args(argv)
+    flags = given_flags(parser, argv)
+    if a.load:
+        bad = next((f for f in flags if f not in ("--load", "--debug")), None) or (
+            a.name and "NAME")
+        if bad:
+            raise UserError(f"{bad} would be ignored: --load renders a saved advice; drop "
+                            f"{bad} or --load")
+        try:
+            adv = Advice.from_json(read_bytes(a.load, "--load"))
+        except UserError as e:
+            raise UserError(f"--load '{a.load}': {e}") from None
+        sys.stdout.write(render_advice(adv))
+        return 0
+    if a.shape_dist and (a.sizes or a.input or a.image):
+        which = "--sizes" if a.sizes else ("--input" if a.input else "--image")
+        raise UserError(f"{which} would be ignored: --shape-dist gives the input sizes; "
+                        f"drop one")
+    spec = model_spec(a)
+    if a.shape_dist:
+        dist = parse_shape_dist(read_text(a.shape_dist, "--shape-dist"), a.shape_dist)
+        spec = replace(spec, sizes=[s for s, _ in dist],
+                       input_shape=[3, dist[0][0], dist[0][0]])
+    elif spec.sizes:
+        dist = [(s, 1.0) for s in spec.sizes]
+    else:
+        dist = [(spec.input_shape[-1], 1.0)]
+    n = _int(a.iterations, "--iterations", lo=1)
+    if n > 10**12:
+        raise UserError(f"--iterations {n}: valid: an integer from 1 to 10**12")
+    try:
+        target = float(a.target_ci)
+    except ValueError:
+        target = float("nan")
+    if not 0.01 <= target <= 50:
+        raise UserError(f"--target-ci {a.target_ci}: valid: a percentage from 0.01 to 50")
+    options = ExploreOptions.create(source="cli", device=a.device, seed=a.seed,
+                                    child_timeout_s=a.child_timeout,
+                                    benchmark_limit=a.benchmark_limit)
+    check_output_path(a.json, "--json")
+    pipeline = _measure_layer()
+    pipeline.native.require_gpu(options.device)
+    from .model import capture as capture_mod
+    from .model.pytorch_run import model_modes, run_model
+    from .core.version import __version__
+
+    cap = capture_mod.capture_model(spec, f"cuda:{options.device}")
+    modes = [m for m in model_modes(options.benchmark_limit)
+             if not (m.mode == "benchmark" and m.benchmark_limit == 0
+                     and options.benchmark_limit != 0)]
+
+    def say(msg):
+        if not a.quiet:
+            print(f"[advise] {msg}", file=sys.stderr, flush=True)
+
+    run, _ = run_model(cap, options, iterations=10, progress=say, modes=modes,
+                       target_ci=target / 100)
+    import datetime
+
+    adv = Advice(capture=cap, pytorch_run=run, sizes=[[s, c] for s, c in dist],
+                 iterations=n, environment=pipeline.environment(options.device),
+                 tool_version=__version__,
+                 created=datetime.datetime.now(datetime.timezone.utc).isoformat(
+                     timespec="seconds"))
+    if a.json:
+        write_output(adv.to_json() + "\n", a.json, "--json")
+    if run.mode("benchmark") is None or run.mode("heuristic") is None:
+        from .report.model import render_model_run
+
+        sys.stdout.write(render_model_run(run, cap))
+        print("cudnn_explorer: error: the runs of the model with benchmark on and off are "
+              "both needed for a verdict; see above", file=sys.stderr)
+        return 3
+    sys.stdout.write(render_advice(adv))
     return 0
 
 

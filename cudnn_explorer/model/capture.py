@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..core.capture import Capture, ModelSpec, Uncovered, UniqueConv
+from ..core.capture import Capture, ModelSpec, Uncovered, UniqueConv, merge_sizes
 from ..core.errors import ResourceError, UserError
 from ..core.problem import DTYPES, ConvProblem
 
-__all__ = ["capture", "iteration", "problem_of", "layout_of", "layer_name"]
+__all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "layer_name"]
 
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
                 "torch.bfloat16": "bfloat16", "torch.float64": "float64"}
@@ -141,6 +141,29 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
                    uncovered=list(rec.uncovered.values()), conv_calls=rec.calls,
                    tf32=rec.tf32, deterministic=bool(torch.backends.cudnn.deterministic),
                    device=device, seconds=seconds)
+
+
+def capture_model(spec: ModelSpec, device: str) -> Capture:
+    """Build ``spec``'s model on ``device`` and capture one iteration, at each of its
+    ``sizes`` when it has them (3 x S x S inputs); the model's memory is given back."""
+    import torch
+    from dataclasses import replace
+
+    from . import zoo
+
+    model, inputs = zoo.build(replace(spec, sizes=[]), device)
+    if spec.sizes:
+        caps = []
+        for size in spec.sizes:
+            one = replace(spec, input_shape=[3, size, size], sizes=[])
+            caps.append(capture(model, zoo.make_inputs(one, device), one, device))
+        cap = merge_sizes(caps, spec.sizes, spec)
+    else:
+        cap = capture(model, inputs, spec, device)
+    del model, inputs
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the measurements that follow get the memory back
+    return cap
 
 
 def iteration(model, inputs: List, spec: ModelSpec, device: str,

@@ -1,0 +1,329 @@
+"""Should benchmark mode be on for this workload? The advisor's arithmetic. Pure Python.
+
+Inputs, per input size of the workload (from PyTorch's own run of the model, one fresh
+process with benchmark on and one with it off, core/modelrun.py): its share of the
+iterations, the first iteration's cost beyond a steady one (the plan searches with
+benchmark on, the heuristic plan builds with it off), the steady iterations' samples,
+and the first iteration's peak memory.
+
+For N iterations drawn from the shares, size s is met at least once with probability
+1 - (1 - p_s)^N, and then pays its first-iteration overhead once (per process; again if
+PyTorch's plan cache evicts it, which its default limit of 10,000 plans does not do for
+one model). The expected total is
+
+    T_mode(N) = sum_s (1 - (1 - p_s)^N) * overhead_mode_s + N * sum_s p_s * mean_mode_s
+
+The steady difference per iteration, sum_s p_s (mean_off_s - mean_on_s), comes with a 95%
+confidence interval (normal approximation, Welch standard errors). The verdict:
+
+* benchmark on, when on is faster in steady state beyond the interval and T_on(N) <
+  T_off(N) (N at least the break-even count);
+* off, when it is slower, not faster beyond noise, or not paid back within N;
+* bucket your shapes to K sizes, when padding every input up to the next of K measured
+  sizes with benchmark on beats both (fewer new shapes to search, each one a larger
+  input).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+from .capture import Capture
+from .errors import UserError
+from .modelrun import ModelRun
+from .records import Environment, _Record, _shown
+
+__all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost",
+           "costs_from_run", "expected_total_ms", "steady_difference", "break_even",
+           "Bucketing", "best_bucketing", "Verdict", "verdict", "Advice"]
+
+ADVICE_SCHEMA = "cudnn_explorer.advice"
+ADVICE_VERSION = 1
+Z95 = 1.96
+MAX_N = 10**12
+
+
+def parse_shape_dist(text: str, name: str) -> List[Tuple[int, float]]:
+    """A shape-distribution file: one "SIZE COUNT" per line (a square input side and how
+    often it occurs, any positive number; spaces, a comma or a colon between them), "#"
+    comments and blank lines ignored. UserError names the file, the line and what is
+    wrong."""
+    out: List[Tuple[int, float]] = []
+    seen = set()
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+
+        def bad(why: str) -> UserError:
+            return UserError(f"--shape-dist '{name}': line {n} {_shown(raw.strip())}: {why}")
+
+        parts = [p for p in re.split(r"[\s,:]+", line) if p]
+        if len(parts) != 2:
+            raise bad("expected SIZE COUNT, e.g. 320 12")
+        if not re.fullmatch(r"[0-9]{1,6}", parts[0]) or not 1 <= int(parts[0]) <= 65536:
+            raise bad(f"size {parts[0]!r}: valid: an integer from 1 to 65536")
+        try:
+            count = float(parts[1])
+        except ValueError:
+            count = float("nan")
+        if not math.isfinite(count) or count <= 0 or not re.fullmatch(r"[0-9.eE+-]+",
+                                                                       parts[1]):
+            raise bad(f"count {parts[1]!r}: valid: a number > 0")
+        size = int(parts[0])
+        if size in seen:
+            raise bad(f"size {size} is listed twice")
+        seen.add(size)
+        out.append((size, count))
+    if not out:
+        raise UserError(f"--shape-dist '{name}': no sizes (one SIZE COUNT per line)")
+    if len(out) > 256:
+        raise UserError(f"--shape-dist '{name}': {len(out)} sizes; at most 256")
+    return out
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _var(xs: Sequence[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    m = _mean(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+@dataclass(frozen=True)
+class ShapeCost:
+    """One input size of the workload: its share of the iterations and what it costs
+    with benchmark on and off (ms; memory in bytes)."""
+
+    size: int
+    share: float
+    overhead_on_ms: float
+    overhead_off_ms: float
+    steady_on: Tuple[float, ...]
+    steady_off: Tuple[float, ...]
+    peak_on_bytes: int = 0
+    peak_off_bytes: int = 0
+
+    @property
+    def mean_on(self) -> float:
+        return _mean(self.steady_on)
+
+    @property
+    def mean_off(self) -> float:
+        return _mean(self.steady_off)
+
+
+def costs_from_run(run: ModelRun, sizes: Sequence[Tuple[int, float]]) -> List[ShapeCost]:
+    """Per size (in ``sizes`` order, shares normalised), from the benchmark and the
+    heuristic modes' runs; UserError when either run lacks a size."""
+    on, off = run.mode("benchmark"), run.mode("heuristic")
+    if on is None or off is None:
+        missing = "benchmark" if on is None else "heuristics"
+        raise UserError(f"no {missing} run of the model to compare with")
+    total = sum(c for _, c in sizes)
+    out = []
+    for k, (size, count) in enumerate(sizes):
+        if k >= len(on.sizes) or k >= len(off.sizes):
+            raise UserError(f"size {size}: the runs of the model stopped before it")
+        a, b = on.sizes[k], off.sizes[k]
+        if not (a.steady and a.steady.samples_ms and b.steady and b.steady.samples_ms):
+            raise UserError(f"size {size}: no steady iterations were timed")
+        ma, mb = _mean(a.steady.samples_ms), _mean(b.steady.samples_ms)
+        out.append(ShapeCost(
+            size=size, share=count / total, overhead_on_ms=max(a.first_ms - ma, 0.0),
+            overhead_off_ms=max(b.first_ms - mb, 0.0),
+            steady_on=tuple(a.steady.samples_ms), steady_off=tuple(b.steady.samples_ms),
+            peak_on_bytes=a.first_peak_reserved_bytes,
+            peak_off_bytes=b.first_peak_reserved_bytes))
+    return out
+
+
+def _met(share: float, n: int) -> float:
+    """Probability that a size with ``share`` occurs at least once in ``n`` draws."""
+    if share >= 1.0:
+        return 1.0 if n >= 1 else 0.0
+    return -math.expm1(n * math.log1p(-share))
+
+
+def expected_total_ms(costs: Sequence[ShapeCost], on: bool, n: int) -> float:
+    """T_on(n) or T_off(n): first-iteration overheads of the sizes met, plus n steady
+    iterations."""
+    total = 0.0
+    for c in costs:
+        over, mean = (c.overhead_on_ms, c.mean_on) if on else (c.overhead_off_ms, c.mean_off)
+        total += _met(c.share, n) * over + n * c.share * mean
+    return total
+
+
+def steady_difference(costs: Sequence[ShapeCost]) -> Tuple[float, float, float]:
+    """(off - on, low, high): the steady time per iteration that benchmark mode saves, ms,
+    weighted by share, with its 95% confidence interval."""
+    d = sum(c.share * (c.mean_off - c.mean_on) for c in costs)
+    se2 = sum(c.share ** 2 * (_var(c.steady_on) / len(c.steady_on)
+                              + _var(c.steady_off) / len(c.steady_off)) for c in costs)
+    half = Z95 * math.sqrt(se2)
+    return d, d - half, d + half
+
+
+def break_even(costs: Sequence[ShapeCost]) -> Optional[int]:
+    """The least iteration count from which benchmark on is not slower in total than off
+    (expected), or None when it never is (on is not faster in steady state)."""
+    def diff(n: int) -> float:  # <= 0: on is not slower (to a part in 10^12: rounding)
+        off = expected_total_ms(costs, False, n)
+        return expected_total_ms(costs, True, n) - off - 1e-12 * off
+
+    if diff(1) <= 0:
+        return 1
+    if sum(c.share * (c.mean_on - c.mean_off) for c in costs) >= 0:
+        return None
+    hi = 2
+    while diff(hi) > 0:
+        hi *= 2
+        if hi > MAX_N:
+            return None
+    lo = hi // 2  # diff(lo) > 0 >= diff(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if diff(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@dataclass(frozen=True)
+class Bucketing:
+    """Pad every input up to the next of ``sizes`` (benchmark on)."""
+
+    sizes: Tuple[int, ...]
+    total_ms: float
+
+
+def _bucketed(costs: Sequence[ShapeCost], keep: Sequence[int]) -> List[ShapeCost]:
+    by_size = {c.size: c for c in costs}
+    keep = sorted(keep)
+    share = {b: 0.0 for b in keep}
+    for c in costs:
+        share[next(b for b in keep if b >= c.size)] += c.share
+    return [ShapeCost(b, share[b], by_size[b].overhead_on_ms, by_size[b].overhead_off_ms,
+                      by_size[b].steady_on, by_size[b].steady_off, by_size[b].peak_on_bytes,
+                      by_size[b].peak_off_bytes) for b in keep if share[b] > 0]
+
+
+def best_bucketing(costs: Sequence[ShapeCost], n: int) -> Optional[Bucketing]:
+    """The best K < number of sizes buckets with benchmark on: the largest size (every
+    input must fit) and then the most frequent ones, for each K; None with one size."""
+    if len(costs) < 2:
+        return None
+    largest = max(c.size for c in costs)
+    order = [c.size for c in sorted(costs, key=lambda c: -c.share) if c.size != largest]
+    best = None
+    for k in range(1, len(costs)):
+        keep = [largest] + order[:k - 1]
+        t = expected_total_ms(_bucketed(costs, keep), True, n)
+        if best is None or t < best.total_ms:
+            best = Bucketing(tuple(sorted(keep)), t)
+    return best
+
+
+@dataclass(frozen=True)
+class Verdict:
+    choice: str          # "on" | "off" | "bucket"
+    reason: str
+    total_on_ms: float
+    total_off_ms: float
+    saving_ms: float     # steady per iteration, off - on
+    saving_low_ms: float
+    saving_high_ms: float
+    break_even: Optional[int]
+    bucketing: Optional[Bucketing] = None
+
+
+def verdict(costs: Sequence[ShapeCost], n: int) -> Verdict:
+    """The choice for ``n`` iterations of the workload, and why."""
+    d, lo, hi = steady_difference(costs)
+    t_on, t_off = expected_total_ms(costs, True, n), expected_total_ms(costs, False, n)
+    be = break_even(costs)
+    bucket = best_bucketing(costs, n)
+    base = dict(total_on_ms=t_on, total_off_ms=t_off, saving_ms=d, saving_low_ms=lo,
+                saving_high_ms=hi, break_even=be)
+    if bucket is not None and lo > 0 and bucket.total_ms < min(t_on, t_off):
+        return Verdict("bucket", f"with benchmark on, padding every input up to the next of "
+                       f"{len(bucket.sizes)} sizes leaves fewer shapes to search and is "
+                       f"expected to take {bucket.total_ms / 1e3:.1f} s for {n} iterations "
+                       f"(on: {t_on / 1e3:.1f} s, off: {t_off / 1e3:.1f} s)",
+                       bucketing=bucket, **base)
+    if hi < 0:
+        return Verdict("off", f"benchmark mode is slower in steady state by {-d:.2f} ms per "
+                       f"iteration (95% CI {-hi:.2f} to {-lo:.2f})", **base)
+    if lo <= 0:
+        return Verdict("off", f"benchmark mode saves no measurable steady time ({d:+.2f} ms "
+                       f"per iteration, 95% CI {lo:+.2f} to {hi:+.2f}), and its first "
+                       f"calls cost time and memory", **base)
+    if t_on >= t_off:
+        return Verdict("off", f"benchmark mode saves {d:.2f} ms per iteration, but its first "
+                       f"calls are paid back only after {be} iterations (of {n})", **base)
+    return Verdict("on", f"benchmark mode saves {d:.2f} ms per iteration (95% CI {lo:.2f} to "
+                   f"{hi:.2f}); its first calls are paid back after {be} iterations",
+                   **base)
+
+
+@dataclass
+class Advice(_Record):
+    """A saved advice: the workload (``sizes``: [size, count]; ``iterations`` N), the
+    capture, PyTorch's runs of the model, and where they were measured. The verdict is
+    computed from these when rendered."""
+
+    capture: Capture
+    pytorch_run: ModelRun
+    sizes: List[List[float]] = field(default_factory=list)
+    iterations: int = 0
+    environment: Environment = field(default_factory=Environment)
+    tool_version: str = ""
+    created: str = ""
+    schema: str = ADVICE_SCHEMA
+    schema_version: int = ADVICE_VERSION
+
+    @property
+    def workload(self) -> List[Tuple[int, float]]:
+        return [(int(s), float(c)) for s, c in self.sizes]
+
+    def to_dict(self) -> dict:
+        d = {"schema": self.schema, "schema_version": self.schema_version,
+             "tool_version": self.tool_version, "created": self.created,
+             "iterations": self.iterations, "sizes": [list(x) for x in self.sizes],
+             "environment": self.environment.to_dict(), "capture": self.capture.to_dict(),
+             "pytorch_run": self.pytorch_run.to_dict()}
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_json(cls, data) -> "Advice":
+        try:
+            d = json.loads(data)
+        except (ValueError, RecursionError) as e:
+            raise UserError(f"not valid JSON: {str(e)[:80]}") from None
+        if not isinstance(d, dict) or d.get("schema") != ADVICE_SCHEMA:
+            raise UserError("not a cudnn_explorer advice: schema is "
+                            f"{_shown(d.get('schema') if isinstance(d, dict) else d)}")
+        if d.get("schema_version") != ADVICE_VERSION:
+            raise UserError(f"advice schema_version {_shown(d.get('schema_version'))}: this "
+                            f"cudnn_explorer reads version {ADVICE_VERSION}")
+        try:
+            capture = Capture.from_json_dict(d.get("capture"))
+        except UserError as e:
+            raise UserError(f"capture: {e}") from None
+        rest = cls.from_dict({k: v for k, v in d.items() if k != "capture"}
+                             | {"capture": capture.to_dict()})
+        for s in rest.sizes:
+            if len(s) != 2 or s[0] < 1 or s[1] <= 0 or int(s[0]) != s[0]:
+                raise UserError(f"sizes: {_shown(s)} is not [size, count]")
+        return rest

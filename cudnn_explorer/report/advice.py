@@ -1,0 +1,76 @@
+"""The advisor's report: per input size, what benchmark mode costs and saves, the expected
+totals for the workload, the break-even count and the verdict. Pure Python."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..core.advice import Advice, costs_from_run, steady_difference, verdict
+from .format import describe_environment, table, wrap
+from .model import render_model_run
+
+__all__ = ["render_advice"]
+
+
+def _gib(b: int) -> str:
+    return f"{b / 2**30:.2f}"
+
+
+def render_advice(adv: Advice) -> str:
+    cap, run = adv.capture, adv.pytorch_run
+    costs = costs_from_run(run, adv.workload)
+    n = adv.iterations
+    lines = [f"model: {cap.model.describe()}"]
+    lines += wrap("environment: " + describe_environment(adv.environment))
+    lines += wrap(f"workload: {n} iterations over {len(costs)} input size"
+                  f"{'s' if len(costs) > 1 else ''}; each mode measured in its own fresh "
+                  f"process (benchmark at PyTorch's limit, heuristics = benchmark off)", "")
+    rows = []
+    for c in costs:
+        d, lo, hi = steady_difference([replace(c, share=1.0)])
+        rows.append([str(c.size), f"{100 * c.share:.1f}%", f"{c.overhead_on_ms:.0f}",
+                     f"{c.overhead_off_ms:.0f}", f"{c.mean_on:.2f}", f"{c.mean_off:.2f}",
+                     f"{100 * d / c.mean_off:+.1f}% [{100 * lo / c.mean_off:+.1f}, "
+                     f"{100 * hi / c.mean_off:+.1f}]",
+                     f"{len(c.steady_on)}/{len(c.steady_off)}",
+                     _gib(c.peak_on_bytes), _gib(c.peak_off_bytes)])
+    lines.append("")
+    lines += wrap("per input size: the first iteration's cost beyond a steady one (ms, paid "
+                  "once per new size per process), the steady iteration's mean (ms), what "
+                  "benchmark mode saves per iteration (95% CI), iterations timed on/off, and "
+                  "the first iteration's peak reserved memory (GiB):", "")
+    lines.append(table(rows, headers=["size", "share", "1st on", "1st off", "on ms", "off ms",
+                                      "saving [95% CI]", "n on/off", "peak on",
+                                      "peak off"]))
+    v = verdict(costs, n)
+    lines.append("")
+    lines.append(f"== verdict for {n} iterations: "
+                 + {"on": "turn benchmark mode ON", "off": "leave benchmark mode OFF",
+                    "bucket": "bucket your input sizes"}[v.choice])
+    lines += wrap(v.reason, "- ")
+    lines += wrap(f"expected total: {v.total_on_ms / 1e3:.1f} s with benchmark on, "
+                  f"{v.total_off_ms / 1e3:.1f} s with it off"
+                  + (f"; padded to {', '.join(map(str, v.bucketing.sizes))} with it on: "
+                     f"{v.bucketing.total_ms / 1e3:.1f} s" if v.bucketing else ""), "- ")
+    lines += wrap(f"steady saving with benchmark on: {v.saving_ms:+.2f} ms per iteration "
+                  f"(95% CI {v.saving_low_ms:+.2f} to {v.saving_high_ms:+.2f})", "- ")
+    lines += wrap("break-even: " + (f"benchmark on pays for its first calls after "
+                                    f"{v.break_even} iterations" if v.break_even else
+                                    "never (benchmark on is not faster in steady state)"),
+                  "- ")
+    peak_on = max(c.peak_on_bytes for c in costs)
+    peak_off = max(c.peak_off_bytes for c in costs)
+    lines += wrap(f"peak memory of the first iteration (reserved): {_gib(peak_on)} GiB with "
+                  f"benchmark on, {_gib(peak_off)} GiB off", "- ")
+    det, bench = run.mode("deterministic"), run.mode("benchmark")
+    if det is not None and bench is not None:
+        pairs = [(a.steady.median_ms, b.steady.median_ms) for a, b in zip(det.sizes, bench.sizes)
+                 if a.steady and b.steady and a.steady.samples_ms and b.steady.samples_ms]
+        if pairs:
+            w = [c.share for c in costs[:len(pairs)]]
+            dm = sum(s * a for s, (a, _) in zip(w, pairs))
+            bm = sum(s * b for s, (_, b) in zip(w, pairs))
+            lines += wrap(f"deterministic mode: {dm:.2f} ms per iteration vs {bm:.2f} ms with "
+                          f"benchmark on ({100 * (dm / bm - 1):+.1f}%, medians weighted by "
+                          f"share)", "- ")
+    lines += ["", render_model_run(run, cap).rstrip("\n")]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,170 @@
+"""The advisor on the CPU: the break-even arithmetic and the verdict rules from made-up
+costs checked by hand, the shape-distribution parser, a saved advice rendered with
+--load, and bad input (one line, exit 2)."""
+import math
+import random
+
+import pytest
+
+from cudnn_explorer.core.advice import (Advice, ShapeCost, _met, best_bucketing, break_even,
+                                        costs_from_run, expected_total_ms, parse_shape_dist,
+                                        steady_difference, verdict)
+from cudnn_explorer.core.capture import Capture, ModelSpec
+from cudnn_explorer.core.errors import UserError
+from cudnn_explorer.core.modelrun import IterationTiming, ModelModeRun, ModelRun, SizeRun
+from cudnn_explorer.report.advice import render_advice
+from conftest import run_cli
+from fakes import ENV
+
+
+def samples(mean, sd, n=200, seed=0):
+    rng = random.Random(seed)
+    xs = [rng.gauss(mean, sd) for _ in range(n)]
+    shift = mean - sum(xs) / n  # exactly ``mean``: the arithmetic below is by hand
+    return tuple(x + shift for x in xs)
+
+
+def one(size=224, share=1.0, over_on=2000.0, over_off=200.0, on=100.0, off=110.0, sd=0.5,
+        seed=0):
+    return ShapeCost(size, share, over_on, over_off, samples(on, sd, seed=seed),
+                     samples(off, sd, seed=seed + 1), 7 * 2**30, 3 * 2**30)
+
+
+def test_one_size_break_even_and_totals_by_hand():
+    c = [one()]
+    # T_on(n) - T_off(n) = (2000 - 200) + n (100 - 110) <= 0 from n = 180
+    assert break_even(c) == 180
+    assert expected_total_ms(c, True, 1000) == pytest.approx(2000 + 1000 * 100)
+    assert expected_total_ms(c, False, 1000) == pytest.approx(200 + 1000 * 110)
+    d, lo, hi = steady_difference(c)
+    assert d == pytest.approx(10.0) and lo < 10 < hi and hi - lo < 0.3
+    v = verdict(c, 1000)
+    assert v.choice == "on" and "after 180 iterations" in v.reason
+    v = verdict(c, 100)
+    assert v.choice == "off" and "paid back only after 180 iterations (of 100)" in v.reason
+
+
+def test_no_measurable_saving_or_a_slower_benchmark_says_off():
+    noisy = [one(on=100.0, off=100.05, sd=5.0)]
+    v = verdict(noisy, 10**6)
+    assert v.choice == "off" and "no measurable steady time" in v.reason
+    assert v.saving_low_ms < 0 < v.saving_high_ms
+    slower = [one(on=105.0, off=100.0)]
+    v = verdict(slower, 10**6)
+    assert v.choice == "off" and "slower in steady state by 5.00 ms" in v.reason
+    assert break_even(slower) is None
+
+
+def test_probability_a_size_is_met():
+    assert _met(0.5, 2) == pytest.approx(0.75)
+    assert _met(1.0, 1) == 1.0 and _met(0.1, 0) == 0.0
+    assert _met(1e-9, 10**9) == pytest.approx(1 - math.exp(-1), rel=1e-6)
+
+
+def test_many_rare_sizes_are_bucketed():
+    """Ten equally frequent, close sizes, each with a costly search: padding to fewer
+    sizes searches less, at the price of slightly larger inputs."""
+    sizes = list(range(600, 640, 4))
+    costs = [one(s, 0.1, over_on=20000.0, over_off=500.0, on=s * s / 4000,
+                 off=s * s / 4000 * 1.10, seed=k) for k, s in enumerate(sizes)]
+    n = 20000
+    v = verdict(costs, n)
+    b = best_bucketing(costs, n)
+    assert v.choice == "bucket" and v.bucketing == b and 636 in b.sizes
+    assert verdict(costs, 2000).choice == "off"  # too few iterations to pay any search
+    # the bucketed total by hand: each bucket's share is that of the sizes padded up to it
+    keep = sorted(b.sizes)
+    total = 0.0
+    for bsize in keep:
+        share = sum(c.share for c in costs
+                    if next(x for x in keep if x >= c.size) == bsize)
+        if share:
+            cb = next(c for c in costs if c.size == bsize)
+            total += (1 - (1 - share) ** n) * cb.overhead_on_ms + n * share * cb.mean_on
+    assert b.total_ms == pytest.approx(total)
+    assert b.total_ms < min(v.total_on_ms, v.total_off_ms)
+
+
+def test_shape_distribution_file():
+    text = "# yolo sizes\n320 12\n416, 30.5\n\n512: 2  # rare\n"
+    assert parse_shape_dist(text, "d.txt") == [(320, 12.0), (416, 30.5), (512, 2.0)]
+
+
+@pytest.mark.parametrize("text,match", [
+    ("320\n", "line 1 \"320\": expected SIZE COUNT"),
+    ("320 1\nabc 3\n", "line 2 \"abc 3\": size 'abc'"),
+    ("320 -1\n", "count '-1': valid: a number > 0"),
+    ("320 0\n", "count '0'"),
+    ("320 nan\n", "count 'nan'"),
+    ("320 1\n320 2\n", "line 2 \"320 2\": size 320 is listed twice"),
+    ("0 1\n", "size '0': valid: an integer from 1 to 65536"),
+    ("# nothing\n", "no sizes"),
+])
+def test_bad_shape_distribution_names_file_and_line(text, match):
+    with pytest.raises(UserError, match=match.replace("(", r"\(")) as e:
+        parse_shape_dist(text, "d.txt")
+    assert "--shape-dist 'd.txt'" in str(e.value)
+
+
+def _size(size, first, mean, peak):
+    return SizeRun(input_shape=[3, size, size], first_ms=first,
+                   first_peak_reserved_bytes=peak,
+                   steady=IterationTiming(samples_ms=list(samples(mean, 0.3)), warmup=5))
+
+
+def advice():
+    run = ModelRun(modes=[
+        ModelModeRun("benchmark", "benchmark", 10, sizes=[
+            _size(320, 3000.0, 40.0, 6 * 2**30), _size(416, 4000.0, 60.0, 8 * 2**30)]),
+        ModelModeRun("heuristics (benchmark off)", "heuristic", sizes=[
+            _size(320, 600.0, 44.0, 3 * 2**30), _size(416, 700.0, 66.0, 4 * 2**30)]),
+        ModelModeRun("deterministic", "deterministic", sizes=[
+            _size(320, 650.0, 50.0, 3 * 2**30), _size(416, 750.0, 75.0, 4 * 2**30)])],
+        iterations=10, warmup=5, target_ci=0.005)
+    cap = Capture(model=ModelSpec(name="yolo", input_shape=[3, 320, 320], batch=16,
+                                  sizes=[320, 416]))
+    return Advice(capture=cap, pytorch_run=run, sizes=[[320, 3], [416, 1]], iterations=5000,
+                  environment=ENV, tool_version="0.2.0", created="2026-11-30T00:00:00+00:00")
+
+
+def test_costs_from_the_runs_and_the_report():
+    adv = advice()
+    costs = costs_from_run(adv.pytorch_run, adv.workload)
+    assert [c.share for c in costs] == [0.75, 0.25]
+    assert costs[0].overhead_on_ms == pytest.approx(3000 - 40)
+    text = render_advice(adv)
+    assert "== verdict for 5000 iterations: turn benchmark mode ON" in text
+    # by hand: saving 0.75 * 4 + 0.25 * 6 = 4.5 ms per iteration
+    assert "saves 4.50 ms per iteration" in text
+    run = adv.pytorch_run
+    det = sum(w * s.steady.median_ms for w, s in zip((0.75, 0.25), run.mode("deterministic").sizes))
+    ben = sum(w * s.steady.median_ms for w, s in zip((0.75, 0.25), run.mode("benchmark").sizes))
+    assert f"deterministic mode: {det:.2f} ms per iteration vs {ben:.2f} ms" in text
+    assert "peak memory of the first iteration (reserved): 8.00 GiB with benchmark on, " \
+           "4.00 GiB off" in text
+    assert max(len(line) for line in text.splitlines()) <= 120
+
+
+def test_cli_renders_a_saved_advice_and_refuses_bad_input(tmp_path):
+    path = tmp_path / "advice.json"
+    path.write_text(advice().to_json())
+    r = run_cli("advise", "--load", str(path))
+    assert r.returncode == 0 and "turn benchmark mode ON" in r.stdout, r.stderr
+    dist = tmp_path / "dist.txt"
+    dist.write_text("320 4\n416 x\n")
+    for args, match in [
+        (["resnet18", "--iterations", "0"], "--iterations 0"),
+        (["resnet18", "--shape-dist", str(dist)], "line 2 \"416 x\": count 'x'"),
+        (["resnet18", "--shape-dist", str(dist), "--sizes", "320,416"],
+         "--sizes would be ignored"),
+        (["resnet18", "--target-ci", "0"], "--target-ci 0: valid"),
+        (["resnet18", "--shape-dist", str(tmp_path / "none.txt")], "none.txt'"),
+        (["--load", str(path), "--batch", "4"], "--batch would be ignored"),
+    ]:
+        r = run_cli("advise", *args, env={"CUDA_VISIBLE_DEVICES": ""})
+        assert r.returncode == 2 and match in r.stderr.strip().splitlines()[-1], (args, r.stderr)
+        assert "Traceback" not in r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "cudnn_explorer.advice", "schema_version": 9}')
+    r = run_cli("advise", "--load", str(bad))
+    assert r.returncode == 2 and "reads version 1" in r.stderr
