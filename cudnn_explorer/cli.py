@@ -419,6 +419,8 @@ def _run(argv: Optional[List[str]]) -> int:
         return _run_compare(argv[1:])
     if argv and argv[0] == "advise":
         return _run_advise(argv[1:])
+    if argv and argv[0] == "plot":
+        return _run_plot(argv[1:])
     if not argv:
         sys.stderr.write(parser.format_usage())
         raise UserError("nothing to do: give --shape (e.g. --shape 32,3,224,224 --kernel 3), "
@@ -964,6 +966,55 @@ def _run_advise(argv: List[str]) -> int:
               "both needed for a verdict; see above", file=sys.stderr)
         return 3
     sys.stdout.write(render_advice(adv))
+    return 0
+
+
+PLOTS = {"pareto": "time against workspace per direction, with the Pareto frontier and "
+                   "PyTorch's picks (a saved exploration)",
+         "roofline": "achieved TFLOP/s against arithmetic intensity, under the GPU's "
+                     "ceilings (a saved exploration)",
+         "gaps": "per problem-direction, the time PyTorch's pick leaves per iteration, "
+                 "sorted, with the cumulative sum (a saved model sweep)"}
+
+
+def _run_plot(argv: List[str]) -> int:
+    p = _Parser(prog="python -m cudnn_explorer plot", allow_abbrev=False,
+                description="Plot a saved result as PNG and SVG (no GPU needed): "
+                            + "; ".join(f"{k}: {v}" for k, v in PLOTS.items()))
+    p.add_argument("kind", nargs="?", help=" | ".join(PLOTS))
+    p.add_argument("file", nargs="?", help="a saved exploration (--json) or model sweep")
+    p.add_argument("--out", default=None, metavar="PATH",
+                   help="where to write (PATH.png and PATH.svg; default: beside FILE)")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    if not argv:
+        sys.stderr.write(p.format_usage())
+        raise UserError(f"plot: give a kind ({', '.join(PLOTS)}) and a saved file")
+    a = p.parse_args(argv)
+    if a.kind not in PLOTS:
+        raise UserError(f"plot kind '{a.kind}': valid: {', '.join(PLOTS)}")
+    if not a.file:
+        raise UserError(f"plot {a.kind}: give a saved file, e.g. data/reference/"
+                        f"h200-default-fp32.json")
+    out = a.out or os.path.splitext(a.file)[0] + f".{a.kind}"
+    base = os.path.splitext(out)[0] if out.lower().endswith((".png", ".svg")) else out
+    for path in (base + ".png", base + ".svg"):
+        check_output_path(path, "--out")
+    from .report import plots
+
+    if a.kind == "gaps":
+        from .core.sweep import ModelSweep
+
+        data = read_bytes(a.file, "plot")
+        try:
+            sw = ModelSweep.from_json(data)
+        except UserError as e:
+            raise UserError(f"plot gaps '{a.file}': {e} (gaps plots a model sweep)") from None
+        fig = plots.gaps(sw)
+    else:
+        exp = load_file(a.file)
+        fig = plots.pareto(exp) if a.kind == "pareto" else plots.roofline(exp)
+    for path in plots.save(fig, out):
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

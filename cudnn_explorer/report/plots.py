@@ -1,0 +1,207 @@
+"""Plots of saved results, headless (matplotlib's Agg backend), no GPU needed.
+
+Each function returns a matplotlib Figure whose artists carry labels (the tests read them);
+``save`` writes it as PNG and SVG.
+
+* ``pareto``: per direction of an exploration, steady-state median against workspace
+  (log axis above 0.01 MiB), every successful legacy row and engine config, the Pareto
+  frontier, and PyTorch's benchmark and heuristic picks marked.
+* ``roofline``: per direction, arithmetic intensity (FLOPs per byte of the minimum traffic)
+  against achieved TFLOP/s of each row, under the GPU's arithmetic and memory ceilings.
+* ``gaps``: for a model sweep, the time PyTorch's benchmark pick leaves per iteration
+  against the best found, per problem-direction, sorted, with the cumulative sum.
+"""
+from __future__ import annotations
+
+import os
+from typing import List, Optional, Tuple
+
+from ..core import analysis
+from ..core.records import DirectionResult, Exploration, rankable
+from ..core.sweep import ModelSweep
+from .engines import chosen
+from .format import short_tag
+
+__all__ = ["pareto", "roofline", "gaps", "save", "pareto_front"]
+
+MIB = 2**20
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _points(d: DirectionResult) -> List[Tuple[float, float, str, str]]:
+    """(workspace MiB, median ms, kind, name) of every rankable legacy row and engine
+    config."""
+    pts = [(r.workspace_bytes / MIB, r.time, "legacy", f"{r.algo_name} ({r.math_type})")
+           for r in d.find if rankable(r)]
+    if d.engines is not None:
+        pts += [(c.workspace_bytes / MIB, c.time, "engine", c.tag)
+                for c in d.engines.configs if rankable(c)]
+    return pts
+
+
+def pareto_front(points: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    """The points no other point beats in both workspace and time (each point's time is
+    lower than that of every point with less or equal workspace), by workspace."""
+    front: List[Tuple[float, float]] = []
+    for ws, t in sorted(points, key=lambda p: (p[0], p[1])):
+        if not front or t < front[-1][1]:
+            front.append((ws, t))
+    return front
+
+
+def _pick_point(d: DirectionResult, mode: str) -> Optional[Tuple[float, float, str]]:
+    p = d.pytorch_pick(mode, api=None)
+    if p is None:
+        return None
+    t = d.pick_timing(p)
+    cfg = d.engines.config(p.engine_tag) if d.engines is not None and p.engine_tag else None
+    ws = p.plan_workspace_bytes if p.plan_workspace_bytes is not None else (
+        cfg.workspace_bytes if cfg is not None else None)
+    if t is None or ws is None:
+        return None
+    return ws / MIB, t.median_ms, p.engine_tag or p.legacy_algo or "?"
+
+
+def pareto(exp: Exploration, title: str = ""):
+    plt = _plt()
+    dirs = [d for d in exp.directions if _points(d)]
+    fig, axes = plt.subplots(1, max(len(dirs), 1), figsize=(5 * max(len(dirs), 1), 4.2),
+                             squeeze=False)
+    for ax, d in zip(axes[0], dirs):
+        pts = _points(d)
+        for kind, colour in (("legacy", "tab:blue"), ("engine", "tab:gray")):
+            xs = [p[0] for p in pts if p[2] == kind]
+            ys = [p[1] for p in pts if p[2] == kind]
+            if xs:
+                ax.scatter(xs, ys, s=12, c=colour, alpha=0.6,
+                           label="legacy algorithms" if kind == "legacy" else "engine configs")
+        front = pareto_front([(p[0], p[1]) for p in pts])
+        ax.plot([f[0] for f in front], [f[1] for f in front], "-o", c="tab:green", ms=7,
+                mfc="none", label="Pareto frontier", drawstyle="steps-post")
+        # the heuristic pick as a hollow diamond, the benchmark pick's star drawn inside it
+        for mode, marker, size, face, name in (
+                ("heuristic", "D", 160, "none", "PyTorch's heuristic pick"),
+                ("benchmark", "*", 90, "tab:red", "PyTorch's benchmark pick")):
+            pick = _pick_point(d, mode)
+            if pick is not None:
+                ax.scatter([pick[0]], [pick[1]], s=size, marker=marker, facecolors=face,
+                           edgecolors="tab:red" if face == "none" else "black", zorder=6,
+                           linewidths=1.5, label=f"{name}: {short_tag(pick[2], 28)}")
+        ax.set_xscale("symlog", linthresh=0.01)
+        ax.set_yscale("log")
+        ax.set_xlabel("workspace (MiB; log above 0.01)")
+        ax.set_ylabel("steady-state median (ms, log)")
+        ax.set_title(d.direction)
+        ax.legend(fontsize=6)
+    fig.suptitle(_wrapped(title or _describe(exp), 40 * max(len(dirs), 1)), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def roofline(exp: Exploration, title: str = ""):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    env = exp.environment
+    p = exp.problem
+    ceiling = None
+    colours = {"fwd": "tab:blue", "bwd-data": "tab:orange", "bwd-filter": "tab:green"}
+    intensities = []
+    for d in exp.directions:
+        if not d.flops or not d.min_bytes:
+            continue
+        ai = d.flops / d.min_bytes
+        intensities.append(ai)
+        ts = [t for _, t, _, _ in _points(d)]
+        if ts:
+            tf = [d.flops / (t * 1e-3) / 1e12 for t in ts]
+            ax.scatter([ai] * len(tf), tf, s=10, alpha=0.5, c=colours.get(d.direction),
+                       label=f"{d.direction}: {len(tf)} rows and configs")
+            ax.scatter([ai], [max(tf)], s=80, marker="*", c=colours.get(d.direction),
+                       edgecolors="black", zorder=5, label=f"{d.direction}: fastest")
+        peak = analysis.peak_for(env.gpu_name, p.dtype, d.math_type)
+        ceiling = ceiling or peak
+    if ceiling is not None and intensities:
+        lo, hi = min(intensities) / 10, max(intensities) * 10
+        xs = [lo * (hi / lo) ** (k / 50) for k in range(51)]
+        ax.plot(xs, [min(ceiling.tflops, ceiling.gbs * x / 1e3) for x in xs], "-", c="black",
+                label=f"ceiling: {ceiling.tflops:g} TFLOP/s {ceiling.unit}, "
+                      f"{ceiling.gbs:g} GB/s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of minimum traffic)")
+    ax.set_ylabel("achieved TFLOP/s (steady-state median)")
+    ax.legend(fontsize=6)
+    ax.set_title(_wrapped(title or _describe(exp), 90), fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def gaps(sw: ModelSweep, title: str = ""):
+    """Bars: ms per iteration PyTorch's benchmark pick leaves against the best found, per
+    problem-direction, largest first; line: their cumulative sum."""
+    plt = _plt()
+    cap = sw.capture
+    items = []
+    for e in sw.entries:
+        if e.exploration is None:
+            continue
+        u = cap.problems[e.index]
+        for d in e.exploration.directions:
+            bench, leg, eng = chosen(d)
+            t = d.pick_timing(bench) if bench is not None else None
+            found = [x.time for x in (leg, eng) if x is not None and x.time is not None]
+            if t is None or not found:
+                continue
+            gap = (t.median_ms - min(found + [t.median_ms])) * u.calls.get(d.direction, 0)
+            items.append((gap, f"#{e.index + 1} {d.direction} {u.layers[0] if u.layers else ''}"))
+    items.sort(reverse=True)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.25 * len(items) + 2), 4.5))
+    xs = list(range(len(items)))
+    ax.bar(xs, [g for g, _ in items], color="tab:red", label="left per iteration (ms)")
+    total, cum = 0.0, []
+    for g, _ in items:
+        total += g
+        cum.append(total)
+    ax2 = ax.twinx()
+    ax2.plot(xs, cum, "-o", ms=2, c="black", label="cumulative (ms)")
+    ax.set_xticks(xs, [name for _, name in items], rotation=90, fontsize=6)
+    ax.set_ylabel("ms per iteration left by PyTorch's pick")
+    ax2.set_ylabel("cumulative ms per iteration")
+    ax.set_title(_wrapped(title or f"{cap.model.describe()}: where PyTorch's benchmark "
+                          f"picks leave time", 90), fontsize=8)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="center right")
+    fig.tight_layout()
+    return fig
+
+
+def _wrapped(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
+
+
+def _describe(exp: Exploration) -> str:
+    p = exp.problem
+    return f"{p.describe()}, {exp.environment.gpu_name}, cuDNN {exp.environment.cudnn_runtime}"
+
+
+def save(fig, out: str) -> List[str]:
+    """Write ``fig`` as OUT.png and OUT.svg (OUT without its .png/.svg suffix)."""
+    base, ext = os.path.splitext(out)
+    if ext.lower() not in (".png", ".svg"):
+        base = out
+    paths = [base + ".png", base + ".svg"]
+    fig.savefig(paths[0], dpi=120)
+    fig.savefig(paths[1])
+    _plt().close(fig)
+    return paths

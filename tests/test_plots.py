@@ -1,0 +1,95 @@
+"""Plots, headless, checked through the figure objects: the marks and series each must
+show, from the real H200 reference data and a CPU model sweep."""
+import os
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from conftest import run_cli  # noqa: E402
+from cudnn_explorer.core.records import Exploration, rankable  # noqa: E402
+from cudnn_explorer.report import plots  # noqa: E402
+from cudnn_explorer.report.format import short_tag  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REF = os.path.join(ROOT, "data", "reference", "h200-default-fp32.json")
+
+
+def reference():
+    with open(REF) as f:
+        return Exploration.from_json(f.read())
+
+
+def test_pareto_front_by_hand():
+    pts = [(0, 5.0), (0, 4.0), (1, 4.5), (2, 3.0), (2, 3.5), (8, 1.0), (16, 2.0)]
+    assert plots.pareto_front(pts) == [(0, 4.0), (2, 3.0), (8, 1.0)]
+
+
+def test_pareto_marks_every_row_the_frontier_and_pytorchs_picks():
+    exp = reference()
+    fig = plots.pareto(exp)
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == ["fwd", "bwd-data", "bwd-filter"]
+    for ax, d in zip(axes, exp.directions):
+        assert ax.get_xscale() == "symlog" and ax.get_yscale() == "log"
+        labels = ax.get_legend_handles_labels()[1]
+        bench = d.pytorch_pick("benchmark", api=None)
+        assert f"PyTorch's benchmark pick: {short_tag(bench.engine_tag, 28)}" in labels
+        assert any(lb.startswith("PyTorch's heuristic pick: ") for lb in labels)
+        # every rankable row and config is a point
+        n = sum(len(c.get_offsets()) for c in ax.collections
+                if c.get_label() in ("legacy algorithms", "engine configs"))
+        assert n == sum(rankable(r) for r in d.find) + sum(rankable(c)
+                                                           for c in d.engines.configs)
+        (front,) = [ln for ln in ax.get_lines() if ln.get_label() == "Pareto frontier"]
+        times = [r.time for r in d.find if rankable(r)] + [
+            c.time for c in d.engines.configs if rankable(c)]
+        assert min(front.get_ydata()) == pytest.approx(min(times))
+        star = next(c for c in ax.collections
+                    if c.get_label().startswith("PyTorch's benchmark pick"))
+        assert star.get_offsets()[0][1] == pytest.approx(d.pick_timing(bench).median_ms)
+
+
+def test_roofline_has_the_ceiling_and_each_direction():
+    exp = reference()
+    fig = plots.roofline(exp)
+    (ax,) = fig.axes
+    labels = ax.get_legend_handles_labels()[1]
+    assert any(lb.startswith("ceiling: ") and "GB/s" in lb for lb in labels)
+    for d in exp.directions:
+        star = next(c for c in ax.collections if c.get_label() == f"{d.direction}: fastest")
+        best = min(r.time for r in d.find if rankable(r))
+        best = min([best] + [c.time for c in d.engines.configs if rankable(c)])
+        assert star.get_offsets()[0][1] == pytest.approx(d.flops / (best * 1e-3) / 1e12)
+        assert star.get_offsets()[0][0] == pytest.approx(d.flops / d.min_bytes)
+
+
+@pytest.mark.ext
+def test_gaps_bars_sorted_with_a_cumulative_line(tmp_path, monkeypatch):
+    from fakes import FakeBench
+    from test_model_sweep import OPTS, small_capture
+    from cudnn_explorer.model.sweep import sweep
+
+    sw = sweep(small_capture(), OPTS, bench=FakeBench(tmp_path, monkeypatch))
+    fig = plots.gaps(sw)
+    ax, ax2 = fig.axes
+    heights = [b.get_height() for b in ax.patches]
+    assert heights == sorted(heights, reverse=True) and len(heights) == 5
+    (cum,) = ax2.get_lines()
+    assert list(cum.get_ydata()) == pytest.approx(
+        [sum(heights[:k + 1]) for k in range(len(heights))])
+
+
+def test_cli_writes_png_and_svg_and_refuses_bad_input(tmp_path):
+    out = tmp_path / "p"
+    r = run_cli("plot", "pareto", REF, "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "p.png").stat().st_size > 10000
+    assert (tmp_path / "p.svg").read_text().lstrip().startswith("<?xml")
+    for args, match in [(["plot", "bars", REF], "plot kind 'bars': valid: pareto, roofline"),
+                        (["plot", "gaps", REF], "gaps plots a model sweep"),
+                        (["plot", "pareto"], "give a saved file"),
+                        (["plot", "pareto", str(tmp_path / "none.json")], "none.json'")]:
+        r = run_cli(*args)
+        assert r.returncode == 2 and match in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
