@@ -5,6 +5,9 @@
 #include "common.h"
 
 #include <cuda_runtime_api.h>
+#ifdef CE_HAVE_FRONTEND
+#include <cudnn_frontend_version.h>
+#endif
 
 #ifndef CE_BUILD_TORCH_VERSION
 #define CE_BUILD_TORCH_VERSION "unknown"
@@ -17,6 +20,11 @@ std::map<std::string, std::string> build_info() {
       {"torch", CE_BUILD_TORCH_VERSION},
       {"cudnn", std::to_string(CUDNN_VERSION)},
       {"cuda_runtime", std::to_string(CUDART_VERSION)},
+#ifdef CE_HAVE_FRONTEND
+      {"cudnn_frontend", std::to_string(CUDNN_FRONTEND_VERSION)},
+#else
+      {"cudnn_frontend", ""},  // built without it: no engine configs
+#endif
   };
 }
 

@@ -12,7 +12,9 @@ def test_build_info_matches_running_torch():
     from cudnn_explorer.measure import native as _native
 
     b = _native.build_info()
-    assert set(b) == {"torch", "cudnn", "cuda_runtime"}
+    assert set(b) == {"torch", "cudnn", "cuda_runtime", "cudnn_frontend"}
+    if _native.frontend_available():  # the headers' version, e.g. 13200 for 1.32.0
+        assert int(b["cudnn_frontend"]) >= 10000
     assert b["torch"] == torch.__version__, "extension built for another torch; rebuild it"
     assert int(b["cudnn"]) >= 90000
     r = _native.runtime_info()

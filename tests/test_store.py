@@ -44,6 +44,55 @@ def test_round_trip_and_keys(tmp_path):
         assert row["gpu"] == "NVIDIA H200" and row["directions"] == "fwd"
 
 
+def _version_1_store(path, exp):
+    """A store as version 1 wrote it: its tables, and a result keyed on the environment
+    fields of then (no cudnn-frontend version)."""
+    import json
+    from dataclasses import asdict
+
+    from cudnn_explorer.store import db as dbmod
+
+    old_fields = [f for f in dbmod._ENV_FIELDS if f != "cudnn_frontend"]
+    d = asdict(ENV)
+    env_json = {k: v for k, v in d.items() if k != "cudnn_frontend"}
+    old_key = json.dumps({k: d.get(k, "") for k in old_fields}, sort_keys=True,
+                         separators=(",", ":"))
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    for sql in dbmod.MIGRATIONS[0]:
+        con.execute(sql)
+    con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    (dr,) = exp.directions
+    con.execute(
+        "INSERT INTO results (problem_key, direction, env_key, options_key, created, "
+        "tool_version, gpu_name, cudnn, torch, problem_json, environment_json, "
+        "measurement_json, direction_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (dbmod.problem_key(exp.problem), dr.direction, old_key, dbmod.options_key(OPTS),
+         "2026-11-01T00:00:00+00:00", "0.1.0", ENV.gpu_name, ENV.cudnn_runtime,
+         ENV.torch_version, json.dumps(exp.problem.to_dict()), json.dumps(env_json),
+         json.dumps(asdict(exp.measurement)), json.dumps(dr.to_dict())))
+    con.close()
+
+
+def test_migration_from_version_1_keeps_results_under_the_new_key(tmp_path):
+    path = str(tmp_path / "old.db")
+    exp = retimed_exploration()
+    _version_1_store(path, exp)
+    with Store(path) as store:
+        (version,) = store.db.execute(
+            "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        assert int(version) == SCHEMA_VERSION == 2
+        assert store.count() == 1 and store.history()[0]["created"].startswith("2026-11-01")
+        # the old result's cudnn-frontend version is not known: it answers only for ""
+        unknown = dataclasses.replace(ENV, cudnn_frontend="")
+        got = store.lookup(exp.problem, unknown, OPTS)
+        assert got is not None and got.directions == exp.directions
+        assert store.lookup(exp.problem, dataclasses.replace(ENV, cudnn_frontend="13200"),
+                            OPTS) is None
+    with Store(path) as store:  # opening again migrates nothing twice
+        assert store.count() == 1
+
+
 def test_bad_files_name_the_file(tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not a database" * 100)

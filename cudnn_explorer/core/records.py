@@ -561,6 +561,7 @@ class Environment(_Record):
     torch_built: str = ""        # torch the extension was compiled against
     cuda_runtime: str = ""
     cuda_driver: str = ""
+    cudnn_frontend: str = ""     # the cudnn-frontend headers the extension was built with
     hostname: str = ""
     extra: Dict[str, str] = field(default_factory=dict)
 

@@ -146,7 +146,8 @@ def call(what: str, fn, *args):
 
 
 def build_info() -> dict:
-    """Versions the extension was compiled against: torch, cudnn, cuda_runtime."""
+    """Versions the extension was compiled against: torch, cudnn, cuda_runtime,
+    cudnn_frontend ("" when built without it)."""
     return dict(load().build_info())
 
 

@@ -172,7 +172,8 @@ def environment(device: int = 0) -> Environment:
         torch_cuda=str(torch.version.cuda), cudnn_torch=str(torch.backends.cudnn.version()),
         cudnn_runtime=running.get("cudnn", ""), cudnn_built=built.get("cudnn", ""),
         torch_built=built.get("torch", ""), cuda_runtime=running.get("cuda_runtime", ""),
-        cuda_driver=running.get("cuda_driver", ""), hostname=socket.gethostname(),
+        cuda_driver=running.get("cuda_driver", ""),
+        cudnn_frontend=built.get("cudnn_frontend", ""), hostname=socket.gethostname(),
     )
 
 

@@ -3,7 +3,7 @@ what decides a measurement, so that a repeated run answers at once and an interr
 sweep loses only the problem in flight.
 
 Key: the canonical problem, the direction, the environment (GPU, compute capability, SM
-count, driver, CUDA, cuDNN, torch) and the measurement options (ExploreOptions less the
+count, driver, CUDA, cuDNN, torch, cudnn-frontend) and the measurement options (ExploreOptions less the
 directions and the device index). The stored value is the DirectionResult as JSON: legacy
 algorithm ids and engine tags with their knob values, never a serialized plan (cuDNN
 gives no guarantee for those across devices or versions).
@@ -29,9 +29,10 @@ from ..core.version import __version__
 __all__ = ["Store", "StoreError", "SCHEMA_VERSION", "default_path", "env_key", "options_key",
            "problem_key"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Each entry moves a store from version i to i + 1 (index i); version 0 is an empty file.
-MIGRATIONS: List[Sequence[str]] = [
+# An entry is SQL statements, or a function of the connection.
+MIGRATIONS: List[Sequence] = [
     ("""CREATE TABLE results (
             id INTEGER PRIMARY KEY,
             problem_key TEXT NOT NULL, direction TEXT NOT NULL, env_key TEXT NOT NULL,
@@ -42,11 +43,22 @@ MIGRATIONS: List[Sequence[str]] = [
             UNIQUE (problem_key, direction, env_key, options_key) ON CONFLICT REPLACE)""",
      "CREATE INDEX results_problem ON results (problem_key)",
      "CREATE INDEX results_env ON results (env_key)"),
+    # 1 -> 2: the cudnn-frontend version joins the environment key; results stored before
+    # it get "" (not known), so they never answer for a build whose version is known.
+    (lambda db: _rekey_environments(db),),
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 _ENV_FIELDS = ("gpu_name", "compute_capability", "sm_count", "cuda_driver", "cuda_runtime",
-               "torch_cuda", "cudnn_runtime", "torch_version")
+               "torch_cuda", "cudnn_runtime", "torch_version", "cudnn_frontend")
+
+
+def _rekey_environments(db) -> None:
+    """Recompute every row's env_key from its stored environment (today's fields)."""
+    rows = db.execute("SELECT id, environment_json FROM results").fetchall()
+    for rid, ej in rows:
+        e = Environment.from_dict(json.loads(ej), "stored environment")
+        db.execute("UPDATE results SET env_key = ? WHERE id = ?", (env_key(e), rid))
 
 
 class StoreError(ExplorerError):
@@ -115,8 +127,15 @@ class Store:
                                  f"newer than this cudnn_explorer reads ({SCHEMA_VERSION}); "
                                  f"upgrade cudnn_explorer or use another --store")
             for v in range(version, SCHEMA_VERSION):
-                for sql in MIGRATIONS[v]:
-                    self.db.execute(sql)
+                for step in MIGRATIONS[v]:
+                    if callable(step):
+                        try:
+                            step(self.db)
+                        except (ExplorerError, ValueError) as e:
+                            raise StoreError(f"results store '{self.path}': migrating from "
+                                             f"schema version {v}: {e}") from None
+                    else:
+                        self.db.execute(step)
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                             (str(SCHEMA_VERSION),))
             self.db.execute("COMMIT")
