@@ -604,6 +604,13 @@ def build_model_parser() -> argparse.ArgumentParser:
                         "re-timed with 25 ms budgets; deep: every engine's knob space "
                         "sampled too, 100 ms budgets (any --budget-ms, --engine-budget-s "
                         "given wins)")
+    m.add_argument("--consistency", action="store_true",
+                   help="under torchrun: every rank runs every problem, and rank 0 reports "
+                        "where identical GPUs differ (needs --json PATH: each rank writes "
+                        "PATH.rankN.json)")
+    m.add_argument("--resume", action="store_true",
+                   help="measure only what the results store lacks (the default whenever "
+                        "the store is on; after a run that was interrupted or lost a rank)")
     m.add_argument("--timed-iterations", default="20",
                    help="steady iterations timed in PyTorch's own run of the model, per "
                         "mode (default 20, after 5 warm-up ones)")
@@ -744,9 +751,20 @@ def _run_model(argv: List[str]) -> int:
         raise UserError("--timed-iterations would be ignored: --no-pytorch runs none of "
                         "PyTorch's modes; drop one")
     check_output_path(a.json, "--json")
+    if a.resume and (a.refresh or a.no_store):
+        raise UserError(f"--resume needs the results store: drop "
+                        f"{'--refresh' if a.refresh else '--no-store'} or --resume")
     pipeline = _measure_layer()
     from .model import capture as capture_mod
+    from .model import distributed
     from .report.model import render_capture, render_sweep
+
+    world = distributed.world_from_env()
+    if a.consistency and world is None:
+        raise UserError("--consistency compares the GPUs of a torchrun sweep; start it with "
+                        "torchrun --nproc-per-node N -m cudnn_explorer model ...")
+    if world is not None and not (a.capture_only or a.target):
+        return _model_distributed(a, flags, world, spec, options, iterations, pipeline)
 
     import torch
 
@@ -1015,6 +1033,100 @@ def _run_plot(argv: List[str]) -> int:
         fig = plots.pareto(exp) if a.kind == "pareto" else plots.roofline(exp)
     for path in plots.save(fig, out):
         print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _model_distributed(a, flags, world, spec, options, iterations, pipeline) -> int:
+    """One rank of a torchrun sweep (model/distributed.py): its share measured on its own
+    GPU into the store; rank 0 merges from the store and reports."""
+    from dataclasses import replace
+
+    from .model import distributed
+    from .model.capture import capture_model
+    from .model.pytorch_run import ModelBench, run_model
+    from .model.sweep import sweep
+    from .report.model import render_consistency, render_sweep
+
+    if "--device" in flags:
+        raise UserError("--device would be ignored: under torchrun each rank uses the GPU of "
+                        "its LOCAL_RANK")
+    if a.no_store:
+        raise UserError("--no-store: under torchrun the ranks' results travel through the "
+                        "results store; give --store PATH (on a shared filesystem across "
+                        "nodes)")
+    if a.consistency and not a.json:
+        raise UserError("--consistency needs --json PATH: each rank writes PATH.rankN.json "
+                        "and rank 0 compares them")
+    rank, timeout = world.rank, 24 * 3600.0
+    options = replace(options, device=world.local_rank)
+    pipeline.native.require_gpu(world.local_rank)
+    distributed.init(world, timeout)
+    distributed.check_devices(world, distributed.device_id(world.local_rank))
+    cap = capture_model(spec, f"cuda:{world.local_rank}")
+    store = open_store(a)
+    if store is None:
+        print("cudnn_explorer: error: under torchrun the results store is needed",
+              file=sys.stderr)
+        return 3
+    env = pipeline.environment(world.local_rank)
+
+    def say(msg):
+        if not a.quiet:
+            print(f"[rank {rank}] {msg}", file=sys.stderr, flush=True)
+
+    run, bench = None, None
+    if options.pytorch:
+        run, per_problem = run_model(cap, options, iterations=iterations, progress=say)
+        bench = ModelBench(world.local_rank, per_problem)
+    shares = distributed.shard(cap.problems, world.size)
+    mine = list(range(len(cap.problems))) if a.consistency else shares[rank]
+    say(f"{len(mine)} of {len(cap.problems)} unique problems on GPU {world.local_rank}")
+    mine_json = f"{a.json}.rank{rank}.json" if a.consistency else None
+    t0 = time.perf_counter()
+
+    def measure(share):
+        def cached(problem, one):
+            return None if a.refresh or a.consistency else store.lookup(problem, env, one,
+                                                                        partial=True)
+
+        sweep(cap, options, cached=cached, bench=bench, profile=a.profile, pytorch_run=run,
+              only=share, saver=lambda problem, one: saver(store, problem, one),
+              progress=lambda done, total, msg: msg and say(f"{done}/{total} {msg}"),
+              save=(lambda sw: write_output(sw.to_json() + "\n", mine_json, "--json",
+                                            quiet=True)) if mine_json else (lambda sw: None))
+
+    error = distributed.run_share(world, mine, measure)
+    if error:
+        print(f"cudnn_explorer: error: {error}", file=sys.stderr)
+    why = distributed.barrier(world, timeout)
+    if rank != 0:
+        store.close()
+        return 3 if error else 0
+    if a.consistency:
+        from .core.sweep import ModelSweep
+
+        sweeps = []
+        for r in range(world.size):
+            path = f"{a.json}.rank{r}.json"
+            try:
+                sweeps.append(ModelSweep.from_json(read_bytes(path, "--json")))
+            except UserError as e:
+                print(f"cudnn_explorer: error: rank {r}'s sweep: {e}", file=sys.stderr)
+        store.close()
+        sys.stdout.write(render_consistency(sweeps))
+        return 0 if len(sweeps) == world.size and not why and not error else 3
+    sw = distributed.merge(cap, options, lambda p, o: store.lookup(p, env, o), env,
+                           a.profile, run, round(time.perf_counter() - t0, 3))
+    store.close()
+    sys.stdout.write(render_sweep(sw))
+    if a.json:
+        write_output(sw.to_json() + "\n", a.json, "--json")
+    if sw.missing:
+        print(f"cudnn_explorer: error: {len(sw.missing)} of {len(cap.problems)} unique "
+              f"problems were not measured (#{', #'.join(str(i + 1) for i in sw.missing)})"
+              f"{': ' + why if why else ''}; run the same command again (--resume) to "
+              f"measure only those", file=sys.stderr)
+        return 3
     return 0
 
 

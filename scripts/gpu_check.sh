@@ -121,6 +121,15 @@ part_model() {
     --sweep-json "$LOG/resnet50_sweep.json" > "$LOG/model.txt" 2>&1
 }
 
+part_torchrun() {
+  # Needs every GPU of the machine, so run it alone (GPU_CHECK_PARTS=torchrun): the
+  # ResNet-50 sweep on one GPU and under torchrun on all, then --consistency
+  # (scripts/bench_torchrun.py).
+  env -u CUDA_VISIBLE_DEVICES "$PY" scripts/bench_torchrun.py \
+    --gpus "$(nvidia-smi -L | grep -c '^GPU')" --json "$LOG/bench_torchrun.json" \
+    > "$LOG/torchrun.txt" 2>&1
+}
+
 part_fuzz() {
   # Random valid and invalid problems through the API: only the project's errors, no crash.
   timeout -s INT "${FUZZ_TIMEOUT_S:-400}" "$PY" scripts/fuzz_api.py --count "${FUZZ_COUNT:-10000}" \
@@ -150,6 +159,7 @@ show_part() {  # what each part's log says, for the call's output
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
     targets) tail -4 "$LOG/targets.txt" ;;
     model) tail -40 "$LOG/model.txt" ;;
+    torchrun) tail -30 "$LOG/torchrun.txt" ;;
   esac
 }
 

@@ -120,6 +120,8 @@ def test_capture_report_fits_and_names_layers():
     (["model", "resnet18", "--timed-iterations", "20000"], "--timed-iterations 20000: valid"),
     (["model", "resnet18", "--no-pytorch", "--timed-iterations", "5"], "--timed-iterations would be"),
     (["model", "resnet18", "--capture-only", "--profile", "deep"], "--profile would be"),
+    (["model", "resnet18", "--consistency"], "--consistency compares the GPUs of a torchrun"),
+    (["model", "resnet18", "--resume", "--no-store"], "--resume needs the results store"),
 ])
 def test_model_bad_input_is_one_line_exit_2(args, match):
     r = run_cli(*args, env={"CUDA_VISIBLE_DEVICES": ""})

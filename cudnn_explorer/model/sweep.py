@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from ..core.capture import Capture
 from ..core.errors import ChildError, CudnnError, ExplorerError, ResourceError, UserError
@@ -36,7 +36,8 @@ def sweep(capture: Capture, options: ExploreOptions,
           lambda p, o: None,
           saver: Callable[[ConvProblem, ExploreOptions], Optional[Callable]] =
           lambda p, o: None, profile: str = "deep",
-          pytorch_run: Optional[ModelRun] = None) -> ModelSweep:
+          pytorch_run: Optional[ModelRun] = None,
+          only: Optional[Sequence[int]] = None) -> ModelSweep:
     """Explore ``capture``'s unique problems in order; ``save`` hears the sweep after each
     one, ``progress(done, total, message)`` every step. ``cached(problem, options)`` gives
     the directions already measured (the results store, also an interrupted run's part of
@@ -44,7 +45,8 @@ def sweep(capture: Capture, options: ExploreOptions,
     explore()'s on_direction, which keeps each direction as soon as it is done.
     ``pytorch_run``: PyTorch's own run of the model (model/pytorch_run.py), kept in the
     sweep; its bench (ModelBench) gives the pipeline PyTorch's picks. ``profile``
-    names how ``options`` were chosen ("quick" or "deep"). A missing GPU or extension
+    names how ``options`` were chosen ("quick" or "deep"). ``only``: explore just these
+    problem indices (a rank's share of a distributed sweep). A missing GPU or extension
     stops the sweep (MissingDependencyError); other errors are recorded per problem."""
     bench = bench or pipeline.GpuBench(options.device)
     env = bench.environment()
@@ -53,7 +55,8 @@ def sweep(capture: Capture, options: ExploreOptions,
     opts.pop("directions", None)
     entries = []
     t0 = time.perf_counter()
-    total = len(capture.problems)
+    todo = list(range(len(capture.problems))) if only is None else sorted(set(only))
+    total = len(todo)
 
     def snapshot(complete: bool) -> ModelSweep:
         return ModelSweep(capture=capture, entries=list(entries), options=opts,
@@ -63,10 +66,12 @@ def sweep(capture: Capture, options: ExploreOptions,
 
     say = progress or (lambda done, n, msg: None)
     try:
-        for i, u in enumerate(capture.problems):
+        for k, i in enumerate(todo):
+            u = capture.problems[i]
             one = dataclasses.replace(options, directions=tuple(u.directions))
             start = time.perf_counter()
-            say(i, total, f"problem {i + 1}/{total}: {', '.join(u.layers[:2]) or '?'}")
+            say(k, total, f"problem {i + 1}/{len(capture.problems)}: "
+                          f"{', '.join(u.layers[:2]) or '?'}")
             try:
                 stored = cached(u.problem, one)
                 have = {d.direction: d for d in (stored.directions if stored else [])}
@@ -75,7 +80,7 @@ def sweep(capture: Capture, options: ExploreOptions,
                 if missing:  # only what is not stored yet: nothing finished runs twice
                     rest = dataclasses.replace(one, directions=tuple(missing))
                     new = pipeline.explore(u.problem, rest, bench=bench,
-                                           progress=lambda m, i=i: say(i, total, m),
+                                           progress=lambda m, k=k: say(k, total, m),
                                            on_direction=saver(u.problem, rest))
                     have.update({d.direction: d for d in new.directions})
                     exp = dataclasses.replace(
@@ -86,7 +91,7 @@ def sweep(capture: Capture, options: ExploreOptions,
                                    round(time.perf_counter() - start, 3))
             entries.append(entry)
             save(snapshot(complete=False))
-            say(i + 1, total, "")
+            say(k + 1, total, "")
     except (KeyboardInterrupt, ExplorerError):
         save(snapshot(complete=False))  # everything finished is kept
         raise

@@ -321,3 +321,58 @@ def render_model_run(run: ModelRun, cap: Capture) -> str:
         lines += wrap(f"first iteration at each new input size with {bench.label}, in "
                       f"order: " + "; ".join(costs), "- ")
     return "\n".join(lines) + "\n"
+
+
+def _fastest(ranks_times) -> str:
+    ts = [t for _, t in ranks_times if t is not None]
+    return fmt_ms(min(ts)) if ts else "-"
+
+
+def render_consistency(sweeps: List[ModelSweep]) -> str:
+    """Identical GPUs side by side (one sweep per rank, every problem on every rank):
+    per problem and direction, whether PyTorch's benchmark pick and the best engine config
+    agree across ranks, and where they differ, the picks' times on each rank."""
+    if not sweeps:
+        return "no rank's sweep could be read\n"
+    cap = sweeps[0].capture
+    gpus = sorted({s.environment.gpu_name for s in sweeps})
+    lines = [f"== consistency: {len(sweeps)} ranks ({', '.join(gpus)}), every unique "
+             f"problem of {cap.model.describe()} on each"]
+    same_pick = same_best = n = 0
+    rows = []
+    for i, u in enumerate(cap.problems):
+        for d in u.directions:
+            per = []
+            for s in sweeps:
+                e = s.entry(i)
+                dr = e.exploration.direction(d) if e and e.exploration else None
+                if dr is None:
+                    per.append(None)
+                    continue
+                bench, _, eng = chosen(dr)
+                t = dr.pick_timing(bench) if bench is not None else None
+                per.append((bench.engine_tag if bench else None,
+                            t.median_ms if t else None, eng.tag if eng else None))
+            if any(p is None for p in per):
+                continue
+            n += 1
+            picks = {p[0] for p in per}
+            bests = {p[2] for p in per}
+            same_pick += len(picks) == 1
+            same_best += len(bests) == 1
+            if len(picks) > 1:
+                times = [p[1] for p in per if p[1] is not None]
+                spread = f"{100 * (max(times) / min(times) - 1):.1f}%" if times else "-"
+                groups: dict = {}
+                for r, p in enumerate(per):
+                    groups.setdefault(p[0], []).append((r, p[1]))
+                cell = "; ".join(f"{short_tag(tag, 18)} on r{','.join(str(r) for r, _ in rs)} "
+                                 f"({_fastest(rs)})" for tag, rs in groups.items())
+                rows.append([f"#{i + 1}", _SHORT[d], _layers(u.layers, 1), cell, spread])
+    lines.append(f"- PyTorch's benchmark pick agrees on every rank for {same_pick} of {n} "
+                 f"problem-directions; the best engine config for {same_best} of {n}")
+    if rows:
+        lines.append("- where the picks differ (each pick, the ranks that made it and its "
+                     "fastest median ms there; spread = slowest / fastest - 1):")
+        lines.append(table(rows, headers=["#", "dir", "layer", "picks by rank", "spread"]))
+    return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ import datetime
 import json
 import os
 import sqlite3
+import time
 from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence
 
@@ -98,7 +99,18 @@ class Store:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self.db = sqlite3.connect(path, timeout=60.0, isolation_level=None)
             self.db.execute("PRAGMA busy_timeout = 60000")
-            mode = self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            # Note [opening together]: several processes opening a new store at once (the
+            # ranks of a torchrun sweep) can find it locked while one of them switches it
+            # to WAL, which the busy timeout does not cover: try again for a minute.
+            deadline = time.monotonic() + 60.0
+            while True:
+                try:
+                    mode = self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                    break
+                except sqlite3.OperationalError as e:
+                    if "locked" not in str(e) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
             if str(mode).lower() != "wal":
                 raise sqlite3.OperationalError(f"journal mode {mode}, not WAL")
             self._migrate()
