@@ -210,3 +210,42 @@ def test_quick_profile_times_only_the_listed_engine_configs(sample):
     else:
         assert tags == listed
     assert space.sampled is sample
+
+
+def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
+    """Every mode's real child process, on the CPU (no cuDNN, so no log and no picks):
+    the first iteration's calls, the steady iterations, and the error that says why
+    PyTorch's choice is unknown."""
+    (tmp_path / "tinynets.py").write_text(
+        "import torch\n"
+        "def tiny():\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),\n"
+        "                               torch.nn.Conv2d(8, 8, 3, padding=1),\n"
+        "                               torch.nn.Conv2d(8, 8, 3, padding=1))\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get(
+        "PYTHONPATH", ""))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = ModelSpec(factory="tinynets:tiny", input_shape=[3, 8, 8], batch=2, sizes=[8, 12])
+    from cudnn_explorer.core.capture import merge_sizes
+    from dataclasses import replace
+    import tinynets
+
+    caps = [capture(tinynets.tiny(), [torch.randn(2, 3, s, s)],
+                    replace(spec, input_shape=[3, s, s], sizes=[]), "cpu") for s in (8, 12)]
+    cap = merge_sizes(caps, [8, 12], spec)
+    opts = ExploreOptions.create(child_timeout_s=120)
+    run, per = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1)
+    assert [m.label for m in run.modes] == [m.label for m in pytorch_run.model_modes()]
+    for m in run.modes:
+        assert "wrote no cudnn-frontend log" in m.error
+        assert [s.input_shape for s in m.sizes] == [[3, 8, 8], [3, 12, 12]]
+        first, second = m.sizes
+        # 3 forward, 1 + 2 + 2 backward calls per iteration; first calls: 2 problems at
+        # size 8 (fwd 2, bwd-data 1, bwd-filter 2), 2 new ones at size 12
+        assert first.conv_calls == second.conv_calls == 8
+        assert len(first.calls) == len(second.calls) == 5
+        assert {c.problem for c in first.calls} == {0, 1}
+        assert {c.problem for c in second.calls} == {2, 3}
+        assert first.steady is not None and len(first.steady.samples_ms) == 3
+    assert all(r.result is None and "wrote no cudnn-frontend log" in r.error
+               for rs in per.values() for r in rs)

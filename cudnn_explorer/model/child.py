@@ -63,9 +63,22 @@ def _log_size(path) -> int:
         return 0
 
 
+class _HostEvent:
+    """A CUDA event's timing calls on the host clock (a run on the CPU)."""
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end) -> float:
+        return (end.t - self.t) * 1e3
+
+
 class _NoGpu:
-    """torch.cuda's memory and sync calls for a run on the CPU (tests of the probe):
-    nothing to wait for, nothing allocated on a GPU."""
+    """torch.cuda's memory, sync and event calls for a run on the CPU (device -1, for
+    tests of the child's whole flow): nothing to wait for, nothing allocated on a GPU."""
+
+    def Event(self, enable_timing=True):  # noqa: N802  (torch.cuda's name)
+        return _HostEvent()
 
     def synchronize(self):
         pass
@@ -156,21 +169,24 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
         iteration(model, inputs, spec, device)
 
 
-def _warm_up_cudnn(torch, device: str) -> None:
+def _warm_up_cudnn(torch, device: str, cuda) -> None:
     """Load cuDNN with a small convolution of a shape no model is likely to run, so that
     the first layer is not charged with loading the library."""
     x = torch.randn(1, 2, 9, 9, device=device)
     w = torch.randn(3, 2, 2, 2, device=device, requires_grad=True)
     torch.nn.functional.conv2d(x, w).sum().backward()
-    torch.cuda.synchronize()
+    cuda.synchronize()
 
 
 def run(spec: dict, write) -> dict:
     import torch
 
     device_index = int(spec.get("device", 0))
-    torch.cuda.set_device(device_index)
-    device = f"cuda:{device_index}"
+    if device_index < 0:  # on the CPU: the flow without a GPU (tests)
+        cuda, device = _NoGpu(), "cpu"
+    else:
+        torch.cuda.set_device(device_index)
+        cuda, device = torch.cuda, f"cuda:{device_index}"
     mode = spec["mode"]
     torch.backends.cudnn.benchmark = mode == "benchmark"
     torch.backends.cudnn.deterministic = mode == "deterministic"
@@ -187,7 +203,7 @@ def run(spec: dict, write) -> dict:
     torch.manual_seed(int(spec.get("seed", 0)) % 2**63)
     model, _ = zoo.build(replace(mspec, sizes=[]), device)
     model.train(mspec.train)
-    _warm_up_cudnn(torch, device)
+    _warm_up_cudnn(torch, device, cuda)
     seen: set = set()
     log = spec.get("log_file")
     iterations, warmup = int(spec.get("iterations", 20)), int(spec.get("warmup", 5))
@@ -200,11 +216,11 @@ def run(spec: dict, write) -> dict:
         try:
             inputs = zoo.make_inputs(one, device)
             model.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            size.update(before_alloc=torch.cuda.memory_allocated(),
-                        before_reserved=torch.cuda.memory_reserved())
-            probe = _Probe(torch.cuda, log, torch.backends.cudnn.allow_tf32, seen)
+            cuda.synchronize()
+            cuda.reset_peak_memory_stats()
+            size.update(before_alloc=cuda.memory_allocated(),
+                        before_reserved=cuda.memory_reserved())
+            probe = _Probe(cuda, log, torch.backends.cudnn.allow_tf32, seen)
             t0 = time.perf_counter()
             first_iteration(torch, model, inputs, one, device, probe)
             other = probe.finish()
@@ -212,7 +228,7 @@ def run(spec: dict, write) -> dict:
             calls = probe.calls
             size.update(
                 first_peak_alloc=max([other] + [c["peak_alloc"] for c in calls]),
-                first_peak_reserved=torch.cuda.max_memory_reserved(),
+                first_peak_reserved=cuda.max_memory_reserved(),
                 other_peak_alloc=other, calls=calls, conv_calls=len(calls),
                 conv_ms=sum(c["ms"] for c in calls))
             # The reserve only grows within an iteration unless freed: its peak is the
@@ -226,25 +242,25 @@ def run(spec: dict, write) -> dict:
 
             for _ in range(warmup):
                 step()
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
+            cuda.synchronize()
+            cuda.reset_peak_memory_stats()
             samples = []
             t_timed = time.perf_counter()
             while True:
-                events = [(torch.cuda.Event(enable_timing=True),
-                           torch.cuda.Event(enable_timing=True)) for _ in range(iterations)]
+                events = [(cuda.Event(enable_timing=True),
+                           cuda.Event(enable_timing=True)) for _ in range(iterations)]
                 for start, end in events:
                     start.record()
                     step()
                     end.record()
-                torch.cuda.synchronize()
+                cuda.synchronize()
                 samples += [s.elapsed_time(e) for s, e in events]
                 if target is None or ci_halfwidth(samples) <= target * _mean(samples) or \
                         time.perf_counter() - t_timed > max_timed_s:
                     break
             size.update(steady_ms=samples, warmup=warmup,
-                        steady_peak_alloc=torch.cuda.max_memory_allocated(),
-                        steady_peak_reserved=torch.cuda.max_memory_reserved())
+                        steady_peak_alloc=cuda.max_memory_allocated(),
+                        steady_peak_reserved=cuda.max_memory_reserved())
         except torch.OutOfMemoryError:
             out["error"] = (f"out of GPU memory at input {'x'.join(map(str, shape))}: try a "
                             f"smaller --batch")

@@ -49,7 +49,7 @@ def _shapes(capture: Capture) -> List[List[int]]:
 
 def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
            warmup: int, timeout_s: float, python: Optional[str],
-           target_ci: Optional[float]) -> Tuple[dict, bytes, str]:
+           target_ci: Optional[float], device: int) -> Tuple[dict, bytes, str]:
     """(result, log text, error) of one mode's child; the result holds every shape that
     finished even when the child failed later (error then says why)."""
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer_model_") as tmp:
@@ -58,7 +58,7 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
         with open(spec_path, "w") as f:
             json.dump({"model": capture.model.to_dict(), "shapes": _shapes(capture),
                        "mode": mode.mode, "benchmark_limit": mode.benchmark_limit,
-                       "tf32": capture.tf32, "device": options.device, "seed": options.seed,
+                       "tf32": capture.tf32, "device": device, "seed": options.seed,
                        "iterations": iterations, "warmup": warmup, "log_file": log,
                        "target_ci": target_ci, "max_timed_s": 60.0}, f)
         env = child_env(drop=LOG_VARS)
@@ -161,7 +161,7 @@ def _per_problem(result: dict, index: Dict[ConvProblem, int], log: bytes) -> Dic
 def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
               warmup: int = 5, progress: Optional[Callable[[str], None]] = None,
               python: Optional[str] = None, modes: Optional[List[ModeSpec]] = None,
-              target_ci: Optional[float] = None
+              target_ci: Optional[float] = None, device: Optional[int] = None
               ) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
     """Every mode of ``modes`` (default model_modes(options.benchmark_limit)), each the
     model's own run in a fresh child (at most ``options.child_timeout_s`` per input
@@ -169,7 +169,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     unique problem, one ModeRun per mode for the pipeline. A mode whose child fails keeps
     its error (and the sizes that finished); the others go on. ``target_ci``: time
     steady iterations until the 95% confidence interval of their mean is within
-    +-target_ci of it (a fraction), in rounds of ``iterations``."""
+    +-target_ci of it (a fraction), in rounds of ``iterations``. ``device``: the GPU,
+    default options.device; -1 runs the children on the CPU (tests: no cuDNN, no log)."""
     say = progress or (lambda m: None)
     index = {u.problem: i for i, u in enumerate(capture.problems)}
     runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}
@@ -181,14 +182,16 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
         say(f"PyTorch's run of the model: {mode.label}")
         t0 = time.perf_counter()
         result, log, error = _child(capture, mode, options, iterations, warmup, timeout_s,
-                                    python, target_ci)
+                                    python, target_ci,
+                                    options.device if device is None else device)
         sizes = [_size_run(s, index, log) for s in result.get("sizes", [])]
         limit = result.get("settings", {}).get("benchmark_limit", mode.benchmark_limit)
         done.append(ModelModeRun(label=mode.label, mode=mode.mode,
                                   benchmark_limit=limit if mode.mode == "benchmark" else None,
                                   error=error, sizes=sizes,
                                   wall_s=round(time.perf_counter() - t0, 3)))
-        per = _per_problem(result, index, log)
+        # without a log nothing says what PyTorch chose; a later failure keeps the rest
+        per = _per_problem(result, index, log) if log.strip() else {}
         for u in capture.problems:
             i = index[u.problem]
             if i in per:
