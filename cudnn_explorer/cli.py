@@ -879,6 +879,11 @@ def build_advise_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval", action="store_true", help="inference: forward only, eval mode")
     m.add_argument("--iterations", default="10000",
                    help="how many iterations the workload runs (default 10000)")
+    m.add_argument("--repeats", default="1",
+                   help="pick stability: run the model with benchmark on K more times, each "
+                        "in a fresh process, and report per layer how often each plan was "
+                        "picked and the steady-time spread between those plans (default 1: "
+                        "off)")
     r = p.add_argument_group("run")
     r.add_argument("--device", default="0", help="CUDA device index (default 0)")
     r.add_argument("--seed", default="0", help="seed of the model's weights and inputs")
@@ -946,6 +951,9 @@ def _run_advise(argv: List[str]) -> int:
         target = float("nan")
     if not 0.01 <= target <= 50:
         raise UserError(f"--target-ci {a.target_ci}: valid: a percentage from 0.01 to 50")
+    repeats = _int(a.repeats, "--repeats", lo=1)
+    if repeats > 50:
+        raise UserError(f"--repeats {repeats}: valid: an integer from 1 to 50")
     options = ExploreOptions.create(source="cli", device=a.device, seed=a.seed,
                                     child_timeout_s=a.child_timeout,
                                     benchmark_limit=a.benchmark_limit)
@@ -967,13 +975,23 @@ def _run_advise(argv: List[str]) -> int:
 
     run, _ = run_model(cap, options, iterations=10, progress=say, modes=modes,
                        target_ci=target / 100)
+    rep, stability = None, []
+    if repeats > 1:
+        from .core.advice import pick_stability
+        from .measure.children import ModeSpec
+        from .model.pytorch_run import retime_plans
+
+        again = [ModeSpec(f"benchmark, repeat {k + 1}", "benchmark", False,
+                          options.benchmark_limit) for k in range(repeats)]
+        rep, _ = run_model(cap, options, iterations=3, warmup=1, progress=say, modes=again)
+        stability = retime_plans(cap, pick_stability(rep), options, say)
     import datetime
 
     adv = Advice(capture=cap, pytorch_run=run, sizes=[[s, c] for s, c in dist],
                  iterations=n, environment=pipeline.environment(options.device),
                  tool_version=__version__,
                  created=datetime.datetime.now(datetime.timezone.utc).isoformat(
-                     timespec="seconds"))
+                     timespec="seconds"), repeats=rep, stability=stability)
     if a.json:
         write_output(adv.to_json() + "\n", a.json, "--json")
     if run.mode("benchmark") is None or run.mode("heuristic") is None:

@@ -1,6 +1,7 @@
 """The advisor on the CPU: the break-even arithmetic and the verdict rules from made-up
 costs checked by hand, the shape-distribution parser, a saved advice rendered with
 --load, and bad input (one line, exit 2)."""
+import json
 import math
 import random
 
@@ -121,8 +122,14 @@ def advice():
         ModelModeRun("deterministic", "deterministic", sizes=[
             _size(320, 650.0, 50.0, 3 * 2**30), _size(416, 750.0, 75.0, 4 * 2**30)])],
         iterations=10, warmup=5, target_ci=0.005)
+    from cudnn_explorer.core.capture import UniqueConv
+    from cudnn_explorer.core.problem import ConvProblem
+
     cap = Capture(model=ModelSpec(name="yolo", input_shape=[3, 320, 320], batch=16,
-                                  sizes=[320, 416]))
+                                  sizes=[320, 416]),
+                  problems=[UniqueConv(ConvProblem.create("16,3,320,320", out_channels=32,
+                                                          kernel=3),
+                                       {"fwd": 1, "bwd-filter": 1}, ["model.0.conv"])])
     return Advice(capture=cap, pytorch_run=run, sizes=[[320, 3], [416, 1]], iterations=5000,
                   environment=ENV, tool_version="0.2.0", created="2026-11-30T00:00:00+00:00")
 
@@ -168,3 +175,48 @@ def test_cli_renders_a_saved_advice_and_refuses_bad_input(tmp_path):
     bad.write_text('{"schema": "cudnn_explorer.advice", "schema_version": 9}')
     r = run_cli("advise", "--load", str(bad))
     assert r.returncode == 2 and "reads version 1" in r.stderr
+
+
+def _repeat(plans):
+    """A benchmark-mode run whose first calls picked ``plans`` ({(problem, dir): tag})."""
+    from cudnn_explorer.core.modelrun import ConvCall
+
+    calls = [ConvCall(problem=p, direction=d, first=True, ms=1.0, plan=t)
+             for (p, d), t in plans.items()]
+    return ModelModeRun("benchmark, repeat", "benchmark", 10,
+                        sizes=[SizeRun(input_shape=[3, 320, 320], calls=calls)])
+
+
+def test_pick_stability_counts_plans_and_measures_their_spread():
+    from cudnn_explorer.core.advice import Stability, pick_stability
+
+    a, b = "ConvFwd_eng62_k2=5", "ConvFwd_eng62_k2=4"
+    rep = ModelRun(modes=[
+        _repeat({(0, "fwd"): a, (0, "bwd-data"): "ConvBwdData_eng1"}),
+        _repeat({(0, "fwd"): b, (0, "bwd-data"): "ConvBwdData_eng1"}),
+        _repeat({(0, "fwd"): a, (0, "bwd-data"): "ConvBwdData_eng1"}),
+        ModelModeRun("benchmark, repeat", "benchmark", 10, error="boom")])
+    st = pick_stability(rep)
+    assert [(s.problem, s.direction, s.counts) for s in st] == [
+        (0, "fwd", {a: 2, b: 1}), (0, "bwd-data", {"ConvBwdData_eng1": 3})]
+    assert not st[0].stable and st[1].stable
+    timed = Stability(0, "fwd", {a: 2, b: 1}, {a: 0.0250, b: 0.0285})
+    assert timed.spread == pytest.approx(0.14)
+    assert Stability(0, "fwd", {a: 2, b: 1}, {a: 0.025}).spread is None
+    adv = advice()
+    adv.repeats, adv.stability = rep, [timed, st[1]]
+    text = render_advice(Advice.from_json(adv.to_json()))
+    assert "== pick stability: 3 fresh processes with benchmark on (1 failed)" in text
+    assert "the same plan every time for 1 of 2 problem-directions" in text
+    assert "14.0%" in text and "a lottery for 1 of these" in text
+    bad = json.loads(adv.to_json())
+    bad["stability"][0]["problem"] = 3
+    with pytest.raises(UserError, match="stability: problem 3"):
+        Advice.from_json(json.dumps(bad))
+
+
+def test_bad_repeats_exit_2():
+    for value in ("0", "51", "x"):
+        r = run_cli("advise", "resnet18", "--repeats", value,
+                    env={"CUDA_VISIBLE_DEVICES": ""})
+        assert r.returncode == 2 and "--repeats" in r.stderr, r.stderr

@@ -29,14 +29,15 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .capture import Capture
 from .errors import UserError
 from .modelrun import ModelRun
 from .records import Environment, _Record, _shown
 
-__all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost",
+__all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost", "Stability",
+           "pick_stability",
            "costs_from_run", "expected_total_ms", "steady_difference", "break_even",
            "Bucketing", "best_bucketing", "Verdict", "verdict", "Advice"]
 
@@ -275,6 +276,45 @@ def verdict(costs: Sequence[ShapeCost], n: int) -> Verdict:
 
 
 @dataclass
+class Stability(_Record):
+    """One problem and direction over repeated fresh processes with benchmark on: how often
+    each plan was PyTorch's pick (``counts``), and each plan's steady-state median re-timed
+    here (``times``, ms; absent when it could not be timed)."""
+
+    problem: int
+    direction: str
+    counts: Dict[str, int] = field(default_factory=dict)
+    times: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def stable(self) -> bool:
+        return len(self.counts) <= 1
+
+    @property
+    def spread(self) -> Optional[float]:
+        """slowest / fastest - 1 among the plans picked, or None (fewer than two timed)."""
+        ts = [self.times[t] for t in self.counts if t in self.times]
+        return max(ts) / min(ts) - 1 if len(ts) >= 2 and min(ts) > 0 else None
+
+
+def pick_stability(repeats: ModelRun) -> List[Stability]:
+    """Per problem and direction, the plans PyTorch picked in each repeated run (the first
+    calls of the first input size; each run a fresh process), in problem order."""
+    counts: Dict[Tuple[int, str], Dict[str, int]] = {}
+    for m in repeats.modes:
+        if not m.ok:
+            continue
+        for c in m.sizes[0].calls:
+            if c.problem >= 0 and c.plan:
+                per = counts.setdefault((c.problem, c.direction), {})
+                per[c.plan] = per.get(c.plan, 0) + 1
+    order = {"fwd": 0, "bwd-data": 1, "bwd-filter": 2}
+    return [Stability(p, d, dict(sorted(v.items(), key=lambda kv: -kv[1])))
+            for (p, d), v in sorted(counts.items(), key=lambda kv: (kv[0][0],
+                                                                    order[kv[0][1]]))]
+
+
+@dataclass
 class Advice(_Record):
     """A saved advice: the workload (``sizes``: [size, count]; ``iterations`` N), the
     capture, PyTorch's runs of the model, and where they were measured. The verdict is
@@ -287,6 +327,8 @@ class Advice(_Record):
     environment: Environment = field(default_factory=Environment)
     tool_version: str = ""
     created: str = ""
+    repeats: Optional[ModelRun] = None       # --repeats: benchmark mode, fresh each time
+    stability: List[Stability] = field(default_factory=list)
     schema: str = ADVICE_SCHEMA
     schema_version: int = ADVICE_VERSION
 
@@ -299,7 +341,9 @@ class Advice(_Record):
              "tool_version": self.tool_version, "created": self.created,
              "iterations": self.iterations, "sizes": [list(x) for x in self.sizes],
              "environment": self.environment.to_dict(), "capture": self.capture.to_dict(),
-             "pytorch_run": self.pytorch_run.to_dict()}
+             "pytorch_run": self.pytorch_run.to_dict(),
+             "repeats": None if self.repeats is None else self.repeats.to_dict(),
+             "stability": [s.to_dict() for s in self.stability]}
         return d
 
     def to_json(self) -> str:
@@ -326,4 +370,9 @@ class Advice(_Record):
         for s in rest.sizes:
             if len(s) != 2 or s[0] < 1 or s[1] <= 0 or int(s[0]) != s[0]:
                 raise UserError(f"sizes: {_shown(s)} is not [size, count]")
+        n = len(capture.problems)
+        for s in rest.stability:
+            if not 0 <= s.problem < n:
+                raise UserError(f"stability: problem {s.problem} is not one of the {n} "
+                                f"captured problems")
         return rest

@@ -21,19 +21,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..core import logs
 from ..core.capture import Capture
-from ..core.errors import ChildError
+from ..core.advice import Stability
+from ..core.errors import ChildError, ExplorerError
 from ..core.modelrun import ConvCall, IterationTiming, ModelModeRun, ModelRun, SizeRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
+from ..core.records import rankable
 from ..measure.children import LOG_VARS, ModeRun, ModeSpec, default_modes
 from ..measure.pipeline import GpuBench
 from ..measure.procs import child_env, describe_rc
 
-__all__ = ["model_modes", "run_model", "ModelBench"]
+__all__ = ["model_modes", "run_model", "ModelBench", "retime_plans"]
 
 
 def model_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
@@ -215,3 +218,36 @@ class ModelBench(GpuBench):
         if problem not in self.runs:
             raise ChildError("this problem was not in the model's run")
         return self.runs[problem]
+
+
+def retime_plans(capture: Capture, stability: List[Stability], options: ExploreOptions,
+                 progress: Optional[Callable[[str], None]] = None) -> List[Stability]:
+    """``stability`` with each unstable problem-direction's plans re-timed in steady state
+    here (the engine-config worker, the listed configs only: the plans first, then those
+    cuDNN's heuristics list), by ``options``' timing method."""
+    from ..measure.engine_worker import explore_isolated
+
+    say = progress or (lambda m: None)
+    out = []
+    for s in stability:
+        if s.stable:
+            out.append(s)
+            continue
+        u = capture.problems[s.problem]
+        one = replace(options, directions=(s.direction,), engine_sampling=False)
+        say(f"re-timing the {len(s.counts)} plans PyTorch picked for #{s.problem + 1} "
+            f"{s.direction}")
+        try:
+            space = explore_isolated(u.problem, s.direction, one,
+                                     preferred_tags=list(s.counts), progress=say)
+        except ExplorerError as e:
+            say(f"#{s.problem + 1} {s.direction}: {e}")
+            out.append(s)
+            continue
+        times = {}
+        for tag in s.counts:
+            c = space.config(tag)
+            if c is not None and rankable(c):
+                times[tag] = c.time
+        out.append(replace(s, times=times))
+    return out

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..core.advice import Advice, costs_from_run, steady_difference, verdict
-from .format import describe_environment, table, wrap
+from .engines import TIE
+from .format import describe_environment, short_tag, table, wrap
 from .model import render_model_run
 
 __all__ = ["render_advice"]
@@ -72,5 +73,43 @@ def render_advice(adv: Advice) -> str:
             lines += wrap(f"deterministic mode: {dm:.2f} ms per iteration vs {bm:.2f} ms with "
                           f"benchmark on ({100 * (dm / bm - 1):+.1f}%, medians weighted by "
                           f"share)", "- ")
+    if adv.repeats is not None:
+        lines += ["", render_stability(adv).rstrip("\n")]
     lines += ["", render_model_run(run, cap).rstrip("\n")]
+    return "\n".join(lines) + "\n"
+
+
+def render_stability(adv: Advice) -> str:
+    """How often each plan was PyTorch's pick over the repeated fresh processes, and what
+    the difference between those plans costs."""
+    runs = [m for m in adv.repeats.modes if m.ok]
+    st = adv.stability
+    unstable = [s for s in st if not s.stable]
+    lines = [f"== pick stability: {len(runs)} fresh processes with benchmark on "
+             f"({len(adv.repeats.modes) - len(runs)} failed)"]
+    lines += wrap(f"PyTorch picked the same plan every time for {len(st) - len(unstable)} "
+                  f"of {len(st)} problem-directions (first input size)", "- ")
+    rows = []
+    lottery = 0
+    cap = adv.capture
+    for s in unstable:
+        u = cap.problems[s.problem]
+        plans = "; ".join(f"{short_tag(t, 22)} x{n}"
+                          + (f" {s.times[t]:.4f}" if t in s.times else "")
+                          for t, n in s.counts.items())
+        spread = s.spread
+        if spread is not None and spread > TIE:
+            lottery += 1
+        rows.append([f"#{s.problem + 1}", s.direction, u.layers[0] if u.layers else "",
+                     plans, "-" if spread is None else f"{100 * spread:.1f}%"])
+    if rows:
+        lines += wrap("where it differs: each plan, how often it was picked and its "
+                      "steady-state median re-timed here (ms); spread = slowest / fastest - 1:",
+                      "- ")
+        lines.append(table(rows, headers=["#", "dir", "layer", "plans picked", "spread"]))
+        lines += wrap(f"benchmark mode is a lottery for {lottery} of these: its picks differ "
+                      f"by more than {100 * TIE:.0f}% in steady time, because PyTorch times "
+                      f"each candidate once" if lottery else
+                      f"the plans picked differ by at most {100 * TIE:.0f}% in steady time "
+                      f"where they were timed: a tie, not a lottery", "- ")
     return "\n".join(lines) + "\n"
