@@ -130,6 +130,11 @@ part_torchrun() {
     > "$LOG/torchrun.txt" 2>&1
 }
 
+part_claims() {
+  # The popular claims measured (scripts/claims.py, about 20 minutes): docs/claims.md's table.
+  "$PY" scripts/claims.py --out "$LOG/claims.md" --keep "$LOG/claims" > "$LOG/claims.txt" 2>&1
+}
+
 part_fuzz() {
   # Random valid and invalid problems through the API: only the project's errors, no crash.
   timeout -s INT "${FUZZ_TIMEOUT_S:-400}" "$PY" scripts/fuzz_api.py --count "${FUZZ_COUNT:-10000}" \
@@ -160,6 +165,7 @@ show_part() {  # what each part's log says, for the call's output
     targets) tail -4 "$LOG/targets.txt" ;;
     model) tail -40 "$LOG/model.txt" ;;
     torchrun) tail -30 "$LOG/torchrun.txt" ;;
+    claims) tail -20 "$LOG/claims.txt" ;;
   esac
 }
 
