@@ -48,7 +48,8 @@ CONFLICTS = [
      "--no-engines explores no engine configs"),
     ("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph"), "--no-retime times nothing"),
     ("--no-store", ("--store", "--refresh"), "--no-store uses no store"),
-    ("--target", tuple(f for f in RUN_FLAGS if f not in ("--direction", "--benchmark-limit"))
+    ("--target", tuple(f for f in RUN_FLAGS
+                       if f not in ("--direction", "--benchmark-limit", "--store", "--no-store"))
      + ("--csv", "--load", "--info", "--engines", "--dump-device-profile"),
      "--target ranks heuristics for other GPUs and measures nothing"),
     ("--dump-device-profile", PROBLEM_FLAGS + tuple(f for f in RUN_FLAGS if f != "--device")
@@ -528,6 +529,40 @@ def _run(argv: Optional[List[str]]) -> int:
     return 0
 
 
+def _stored_config_times(a, problem: ConvProblem) -> dict:
+    """Per GPU name, engine config (without its operation prefix) -> steady-state median
+    ms of ``problem``'s stored results, the latest measurement of each; {} without a
+    store. Read only: a missing store file is not created."""
+    from .core.records import rankable
+
+    path = getattr(a, "store", None)
+    if getattr(a, "no_store", False):
+        return {}
+    from .store.db import StoreError, default_path
+
+    path = path or default_path()
+    if not os.path.exists(path):
+        return {}
+    store = open_store(a)
+    if store is None:
+        return {}
+    out: dict = {}
+    try:
+        rows = sorted(store.results(), key=lambda r: r[3])  # oldest first: the latest wins
+    except StoreError as e:
+        _without_store(e)
+        return {}
+    finally:
+        store.close()
+    for p, env, d, _ in rows:
+        if p != problem or d.engines is None:
+            continue
+        for c in d.engines.configs:
+            if rankable(c):
+                out.setdefault(env.gpu_name, {})[c.tag.split("_", 1)[1]] = c.time
+    return out
+
+
 def _run_targets(a) -> int:
     """--target: cuDNN's heuristic rankings for other GPUs (no GPU, nothing measured)."""
     import json
@@ -552,7 +587,8 @@ def _run_targets(a) -> int:
     version = pipeline.native.runtime_info().get("cudnn", "")
     cudnn = fmt_version(version) or "?"
     if a.json != "-":
-        sys.stdout.write(render_targets(problem, rankings, cudnn, options.benchmark_limit))
+        sys.stdout.write(render_targets(problem, rankings, cudnn, options.benchmark_limit,
+                                        measured=_stored_config_times(a, problem)))
     if a.json is not None:
         doc = {"schema": "cudnn_explorer.targets", "schema_version": 1, "cudnn": version,
                "kind": "heuristic, not measured", "problem": problem.to_dict(),

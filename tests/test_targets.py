@@ -137,3 +137,36 @@ def test_model_targets_matrix_and_plot(tmp_path):
     assert r.returncode == 2 and "--budget-ms would be ignored" in r.stderr
     r = run_cli("model", "resnet18", "--plot", str(png))
     assert r.returncode == 2 and "--plot needs --target" in r.stderr
+
+
+@requires_ext
+def test_measured_time_beside_a_target_pick_from_the_store(tmp_path):
+    """The H200 reference results in a store: the h200 target's forward pick shows its
+    measured median; the A100's shows none (nothing measured there)."""
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.core.records import Exploration
+    from cudnn_explorer.store.db import Store
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "data", "reference", "h200-default-fp32.json")) as f:
+        exp = Exploration.from_json(f.read())
+    opts = ExploreOptions.from_dict(exp.measurement.options)
+    db = str(tmp_path / "r.db")
+    with Store(db) as store:
+        for d in exp.directions:
+            store.save(exp.problem, exp.environment, opts, exp.measurement, d)
+    r = run_cli("--shape", "32,3,224,224", "--kernel", "3", "--direction", "fwd",
+                "--target", "h200,a100", "--store", db, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr
+    fwd = exp.direction("fwd")
+    t = fwd.engines.config("ConvFwd_eng70_k2=4_k18=0").time
+    (h200,) = [ln for ln in r.stdout.splitlines() if ln.startswith("h200 ")]
+    (a100,) = [ln for ln in r.stdout.splitlines() if ln.startswith("a100")]
+    assert f"({t:.4f} ms)" in h200 and " ms)" not in a100
+    assert "MEASURED beside a pick" in r.stdout and "NVIDIA H200" in r.stdout
+    # no store file: nothing measured, and none is created
+    r = run_cli("--shape", "32,3,224,224", "--kernel", "3", "--direction", "fwd",
+                "--target", "h200", "--store", str(tmp_path / "none.db"),
+                env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0 and " ms)" not in r.stdout
+    assert not (tmp_path / "none.db").exists()

@@ -19,11 +19,12 @@ def _cut(name: Optional[str], width: int = 24) -> str:
 
 def render_targets(problem: ConvProblem, rankings: List[TargetRanking], cudnn: str,
                    benchmark_limit: Optional[int] = None, deterministic: bool = False,
-                   measured: Optional[Dict[str, float]] = None) -> str:
+                   measured: Optional[Dict[str, Dict[str, float]]] = None) -> str:
     """Per direction, one row per target: cuDNN's top candidate (heuristic mode A), what
     PyTorch would run with benchmark off, how many plans benchmark mode would time, and
-    which targets agree. ``measured``: tag -> ms measured on the local GPU, shown where a
-    target's pick was measured."""
+    which targets agree. ``measured``: per GPU name, engine config (its name without the
+    operation, e.g. "eng70_k2=4_k18=0") -> steady-state median ms measured on such a GPU,
+    shown beside a target's pick where it was measured."""
     limit = DEFAULT_BENCHMARK_LIMIT if benchmark_limit is None else benchmark_limit
     lines = wrap(f"problem: {problem.describe()}")
     lines += wrap(f"HEURISTIC, NOT MEASURED: cuDNN {cudnn}'s deviceless heuristics for each "
@@ -33,6 +34,10 @@ def render_targets(problem: ConvProblem, rankings: List[TargetRanking], cudnn: s
     for r in rankings:
         seen.setdefault(r.target, f"{r.target}{'*' if r.synthesized else ''} = {r.device_name}")
     lines += wrap("targets: " + "; ".join(seen.values()))
+    if measured:
+        lines += wrap(f"MEASURED beside a pick: the steady-state median of the same engine "
+                      f"config on that GPU, from the results store "
+                      f"({', '.join(sorted(measured))})")
     for direction in dict.fromkeys(r.direction for r in rankings):
         rows = []
         picks = {}
@@ -46,7 +51,7 @@ def render_targets(problem: ConvProblem, rankings: List[TargetRanking], cudnn: s
             pick = r.heuristic_pick(problem.dtype, problem.tf32, deterministic)
             bench = r.benchmark_candidates(problem.dtype, problem.tf32, limit)
             picks[r.target] = pick.name if pick else None
-            ms = measured.get(pick.name) if measured and pick else None
+            ms = (measured or {}).get(r.device_name, {}).get(pick.name) if pick else None
             rows.append([name, r.compute_capability, str(r.sm_count), _cut(top), _cut(pick.name if pick else None)
                          + (f" ({ms:.4f} ms)" if ms is not None else ""),
                          f"{len(bench)} of {len(r.candidates())}", ""])
