@@ -374,10 +374,18 @@ def _run_compare(argv: List[str]) -> int:
                    help="only environments whose GPU name contains TEXT (repeatable)")
     p.add_argument("--cudnn", action="append", default=[], metavar="VERSION",
                    help="only these cuDNN versions, e.g. 9.19.0 or 91900 (repeatable)")
+    p.add_argument("--plot", default=None, metavar="PATH",
+                   help="also a heatmap (PATH.png and PATH.svg): problems x environments, "
+                        "colour = PyTorch's pick's time relative to the fastest environment's")
     p.add_argument("--debug", action="store_true")
     a = p.parse_args(argv)
     if a.no_store and a.store:
         raise UserError("--store would be ignored: --no-store reads no store; drop one")
+    if a.plot:
+        base = os.path.splitext(a.plot)[0] if a.plot.lower().endswith((".png", ".svg")) \
+            else a.plot
+        for path in (base + ".png", base + ".svg"):
+            check_output_path(path, "--plot")
     from .report.compare import render_compare
     from .report.format import fmt_version
     from .store.db import Store, StoreError, default_path
@@ -406,6 +414,11 @@ def _run_compare(argv: List[str]) -> int:
         raise UserError("compare: no results (measure some, give --file, or widen --gpu / "
                         "--cudnn)")
     sys.stdout.write(render_compare(items))
+    if a.plot:
+        from .report import plots
+
+        for path in plots.save(plots.environments(items), a.plot):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -93,3 +93,32 @@ def test_cli_writes_png_and_svg_and_refuses_bad_input(tmp_path):
         r = run_cli(*args)
         assert r.returncode == 2 and match in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+def test_environments_heatmap_relative_to_the_fastest_pick():
+    from test_compare import items, other_env
+
+    ref = reference()
+    slow = other_env("ConvFwd_eng1_k2=4_k3=0")  # its fwd pick 1.25x slower, another plan
+    fig = plots.environments(items(ref, slow))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "H200 cudnn9.19.0 torch2.11.0", "H200 cudnn9.24.0 torch2.11.0"]
+    assert len(ax.get_yticklabels()) == 3
+    grid = ax.get_images()[0].get_array()
+    fwd = [t.get_text() for t in ax.get_yticklabels()].index(
+        next(t.get_text() for t in ax.get_yticklabels() if t.get_text().endswith(" fwd")))
+    assert list(grid[fwd]) == pytest.approx([1.0, 1.25])
+    texts = [t.get_text() for t in ax.texts]
+    assert "eng1_k2=4_k3=0\nx1.25" in texts and any(t.endswith("x1.00") for t in texts)
+
+
+def test_compare_plot_writes_png_and_svg(tmp_path):
+    from test_compare import other_env
+
+    other = tmp_path / "other.json"
+    other.write_text(other_env("ConvFwd_eng1_k2=4_k3=0").to_json())
+    r = run_cli("compare", "--no-store", "--file", REF, "--file", str(other), "--plot",
+                str(tmp_path / "envs"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "envs.png").stat().st_size > 5000 and (tmp_path / "envs.svg").exists()

@@ -11,7 +11,7 @@ from ..core.records import DirectionResult, Environment
 from .engines import chosen
 from .format import fmt_ms, fmt_version, short_algo, short_tag, table, wrap
 
-__all__ = ["env_label", "render_compare"]
+__all__ = ["env_label", "render_compare", "shared_groups"]
 
 _SHORT = {"fwd": "fwd", "bwd-data": "bwd-d", "bwd-filter": "bwd-f"}
 
@@ -22,15 +22,23 @@ def env_label(e: Environment) -> str:
             f"torch{e.torch_version.split('+')[0]}")
 
 
-def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]) -> str:
-    """``items``: (problem, environment, direction) from any number of environments; the
-    problems and directions seen in two or more environments are compared."""
+def shared_groups(items: List[Tuple[ConvProblem, Environment, DirectionResult]]):
+    """(shared, environments): per (problem, direction) measured in two or more
+    environments, environment label -> its last saved DirectionResult, in problem and
+    direction order; and every environment's label."""
     groups: Dict[Tuple, Dict[str, DirectionResult]] = {}
     for problem, env, d in items:
         key = (problem, d.direction)
         groups.setdefault(key, {})[env_label(env)] = d  # the last saved per environment
-    shared = {k: v for k, v in groups.items() if len(v) > 1}
-    envs = sorted({e for v in groups.values() for e in v})
+    shared = dict(sorted(((k, v) for k, v in groups.items() if len(v) > 1),
+                         key=lambda kv: (kv[0][0].describe(), DIRECTIONS.index(kv[0][1]))))
+    return shared, sorted({e for v in groups.values() for e in v})
+
+
+def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]) -> str:
+    """``items``: (problem, environment, direction) from any number of environments; the
+    problems and directions seen in two or more environments are compared."""
+    shared, envs = shared_groups(items)
     lines = wrap(f"{len(envs)} environment(s): " + "; ".join(envs))
     if not shared:
         lines.append("no problem and direction was measured in two or more environments: "
@@ -38,20 +46,20 @@ def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]
         return "\n".join(lines) + "\n"
     rows, agree_pick, agree_engine = [], 0, 0
     ids: Dict[ConvProblem, int] = {}
-    for key, by_env in sorted(shared.items(), key=lambda kv: (
-            kv[0][0].describe(), DIRECTIONS.index(kv[0][1]))):
+    for key, by_env in shared.items():
         first = key[0] not in ids
         n = ids.setdefault(key[0], len(ids) + 1)
         picks, engines = set(), set()
         for i, (label, d) in enumerate(sorted(by_env.items())):
             pick, legacy, engine = chosen(d)
+            pt = d.pick_timing(pick) if pick else None
             picks.add((pick.engine_tag or pick.legacy_algo) if pick else None)
             engines.add(engine.tag if engine else None)
             rows.append([f"#{n}" if i == 0 and first else "",
                          _SHORT[key[1]] if i == 0 else "",
                          label[:34],
                          short_tag(pick.engine_tag, 20) if pick and pick.engine_tag else "-",
-                         fmt_ms(pick.time) if pick else "-",
+                         fmt_ms(pt.median_ms) if pt else "-",
                          short_algo(legacy.algo_name, legacy.math_type, 16) if legacy else "-",
                          fmt_ms(legacy.time) if legacy else "-",
                          short_tag(engine.tag, 18) if engine else "-",

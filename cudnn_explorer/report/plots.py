@@ -8,6 +8,9 @@ Each function returns a matplotlib Figure whose artists carry labels (the tests 
   frontier, and PyTorch's benchmark and heuristic picks marked.
 * ``roofline``: per direction, arithmetic intensity (FLOPs per byte of the minimum traffic)
   against achieved TFLOP/s of each row, under the GPU's arithmetic and memory ceilings.
+* ``environments``: problems x environments, colour = the time of each environment's
+  PyTorch benchmark pick relative to the fastest pick among the environments, each cell
+  naming the plan (or algorithm) picked.
 * ``gaps``: for a model sweep, the time PyTorch's benchmark pick leaves per iteration
   against the best found, per problem-direction, sorted, with the cumulative sum.
 """
@@ -22,7 +25,7 @@ from ..core.sweep import ModelSweep
 from .engines import chosen
 from .format import short_tag
 
-__all__ = ["pareto", "roofline", "gaps", "save", "pareto_front"]
+__all__ = ["pareto", "roofline", "gaps", "environments", "save", "pareto_front"]
 
 MIB = 2**20
 
@@ -180,6 +183,45 @@ def gaps(sw: ModelSweep, title: str = ""):
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="center right")
+    fig.tight_layout()
+    return fig
+
+
+def environments(items, title: str = ""):
+    """``items`` as compare takes them: (problem, environment, DirectionResult)."""
+    from .compare import shared_groups
+
+    plt = _plt()
+    shared, envs = shared_groups(items)
+    used = sorted({e for v in shared.values() for e in v})
+    rows, names = [], []
+    for (problem, direction), by_env in shared.items():
+        cells = []
+        for e in used:
+            d = by_env.get(e)
+            pick = d.pytorch_pick("benchmark", api=None) if d is not None else None
+            t = d.pick_timing(pick) if pick is not None else None
+            what = (pick.engine_tag or pick.legacy_algo or "?") if pick else "-"
+            cells.append((t.median_ms if t else None, short_tag(what, 16)))
+        rows.append(cells)
+        names.append(f"{problem.describe()[:48]} {direction}")
+    grid = []
+    for cells in rows:
+        ts = [t for t, _ in cells if t is not None]
+        best = min(ts) if ts else None
+        grid.append([t / best if t is not None and best else float("nan") for t, _ in cells])
+    fig, ax = plt.subplots(figsize=(2.0 + 2.2 * max(len(used), 1), 1.2 + 0.45 * max(len(rows), 1)))
+    im = ax.imshow(grid if grid else [[float("nan")]], cmap="RdYlGn_r", vmin=1.0, vmax=1.5,
+                   aspect="auto")
+    for y, cells in enumerate(rows):
+        for x, (t, what) in enumerate(cells):
+            ratio = grid[y][x]
+            ax.text(x, y, f"{what}\n{'x%.2f' % ratio if t is not None else 'no pick'}",
+                    ha="center", va="center", fontsize=6)
+    ax.set_xticks(range(len(used)), used, fontsize=6, rotation=15)
+    ax.set_yticks(range(len(rows)), names, fontsize=6)
+    fig.colorbar(im, ax=ax, label="PyTorch's pick: time / fastest environment's pick")
+    ax.set_title(_wrapped(title or "PyTorch's benchmark pick per environment", 90), fontsize=8)
     fig.tight_layout()
     return fig
 
