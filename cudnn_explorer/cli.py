@@ -360,6 +360,84 @@ def _run_history(argv: List[str]) -> int:
     return 0
 
 
+def _env_selected(a, env) -> bool:
+    """Whether ``env`` passes --gpu (a part of the GPU name) and --cudnn (a version)."""
+    from .report.format import fmt_version
+
+    if a.gpu and not any(g.lower() in env.gpu_name.lower() for g in a.gpu):
+        return False
+    want = {c.strip() for c in a.cudnn}
+    return not want or env.cudnn_runtime in want or fmt_version(env.cudnn_runtime) in want
+
+
+EXPORT_SCHEMA = "cudnn_explorer.export"
+
+
+def _saved_explorations(path: str, flag: str) -> list:
+    """The explorations of a saved file: one result (--json), or an export of many."""
+    import json
+
+    from .core.records import Exploration
+
+    data = read_bytes(path, flag)
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("schema") == EXPORT_SCHEMA:
+        try:
+            return [Exploration.from_dict(e) for e in doc.get("explorations") or []]
+        except UserError as e:
+            raise UserError(f"{flag} '{path}': {e}") from None
+    try:
+        return [Exploration.from_json(data)]
+    except UserError as e:
+        raise UserError(f"{flag} '{path}': {e}") from None
+
+
+def _run_export(argv: List[str]) -> int:
+    p = _Parser(prog="python -m cudnn_explorer export", allow_abbrev=False,
+                description="Write what the results store holds: --json (one file of every "
+                            "stored exploration) and/or --csv (legacy rows, engine configs and "
+                            "PyTorch's picks, told apart by the kind column).")
+    p.add_argument("--store", default=None, metavar="PATH",
+                   help="the results store (default ~/.cache/cudnn_explorer/results.db)")
+    p.add_argument("--json", default=None, metavar="PATH", help="write the explorations here")
+    p.add_argument("--csv", default=None, metavar="PATH", help="write their rows here")
+    p.add_argument("--gpu", action="append", default=[], metavar="TEXT",
+                   help="only environments whose GPU name contains TEXT (repeatable)")
+    p.add_argument("--cudnn", action="append", default=[], metavar="VERSION",
+                   help="only these cuDNN versions, e.g. 9.19.0 or 91900 (repeatable)")
+    p.add_argument("--debug", action="store_true")
+    a = p.parse_args(argv)
+    if not a.json and not a.csv:
+        raise UserError("export: give --json PATH and/or --csv PATH")
+    check_output_path(a.json, "--json")
+    check_output_path(a.csv, "--csv")
+    import json
+
+    from .report.export import rows_to_csv
+    from .store.db import Store, default_path
+
+    path = a.store or default_path()
+    if not os.path.exists(path):
+        raise UserError(f"--store '{path}': no such file (nothing measured yet)")
+    with Store(path) as store:  # StoreError: exit 3, naming the file
+        exps = [e for e in store.explorations() if _env_selected(a, e.environment)]
+    if not exps:
+        raise UserError("export: nothing stored matches (widen --gpu / --cudnn)")
+    if a.json:
+        doc = {"schema": EXPORT_SCHEMA, "schema_version": 1, "store": os.path.abspath(path),
+               "explorations": [e.to_dict() for e in exps]}
+        write_output(json.dumps(doc, indent=1) + "\n", a.json, "--json")
+    if a.csv:
+        parts = [rows_to_csv(e) for e in exps]
+        text = parts[0] + "".join(t.split("\n", 1)[1] for t in parts[1:])
+        write_output(text, a.csv, "--csv")
+    print(f"exported {len(exps)} stored explorations", file=sys.stderr)
+    return 0
+
+
 def _run_compare(argv: List[str]) -> int:
     p = _Parser(prog="python -m cudnn_explorer compare", allow_abbrev=False,
                 description="Side by side across environments (GPUs, cuDNN, torch): what "
@@ -387,7 +465,6 @@ def _run_compare(argv: List[str]) -> int:
         for path in (base + ".png", base + ".svg"):
             check_output_path(path, "--plot")
     from .report.compare import render_compare
-    from .report.format import fmt_version
     from .store.db import Store, StoreError, default_path
 
     items = []
@@ -402,14 +479,9 @@ def _run_compare(argv: List[str]) -> int:
             except StoreError as e:
                 _without_store(e)
     for f in a.file:
-        exp = load_file(f)
-        items += [(exp.problem, exp.environment, d) for d in exp.directions]
-    if a.gpu:
-        items = [x for x in items if any(g.lower() in x[1].gpu_name.lower() for g in a.gpu)]
-    if a.cudnn:
-        want = {c.strip() for c in a.cudnn}
-        items = [x for x in items if x[1].cudnn_runtime in want
-                 or fmt_version(x[1].cudnn_runtime) in want]
+        for exp in _saved_explorations(f, "--file"):
+            items += [(exp.problem, exp.environment, d) for d in exp.directions]
+    items = [x for x in items if _env_selected(a, x[1])]
     if not items:
         raise UserError("compare: no results (measure some, give --file, or widen --gpu / "
                         "--cudnn)")
@@ -435,6 +507,8 @@ def _run(argv: Optional[List[str]]) -> int:
         return _run_advise(argv[1:])
     if argv and argv[0] == "plot":
         return _run_plot(argv[1:])
+    if argv and argv[0] == "export":
+        return _run_export(argv[1:])
     if not argv:
         sys.stderr.write(parser.format_usage())
         raise UserError("nothing to do: give --shape (e.g. --shape 32,3,224,224 --kernel 3), "

@@ -55,3 +55,35 @@ def test_compare_command_reads_the_store_and_files(tmp_path):
     assert r.returncode == 2 and "missing.json" in r.stderr
     r = run_cli("compare", "--no-store", "--file", REF, "--gpu", "A100")
     assert r.returncode == 2 and "no results" in r.stderr
+
+
+def test_export_writes_every_stored_exploration_and_compare_reads_it(tmp_path):
+    ref = Exploration.from_json(open(REF, "rb").read())
+    other = other_env("ConvFwd_eng1_k2=4_k3=0")
+    db = str(tmp_path / "r.db")
+    opts = ExploreOptions.from_dict(ref.measurement.options)
+    with Store(db) as store:
+        for exp in (ref, other):
+            for d in exp.directions:
+                store.save(exp.problem, exp.environment, opts, exp.measurement, d)
+        got = store.explorations()
+    assert [len(e.directions) for e in got] == [3, 3]
+    assert {e.environment.cudnn_runtime for e in got} == {"91900", "92400"}
+    out_json, out_csv = tmp_path / "all.json", tmp_path / "all.csv"
+    r = run_cli("export", "--store", db, "--json", str(out_json), "--csv", str(out_csv))
+    assert r.returncode == 0 and "exported 2 stored explorations" in r.stderr, r.stderr
+    doc = json.loads(out_json.read_text())
+    assert doc["schema"] == "cudnn_explorer.export" and len(doc["explorations"]) == 2
+    lines = out_csv.read_text().splitlines()
+    assert sum(ln.startswith("schema_version,") for ln in lines) == 1  # one header
+    kinds = {ln.split(",")[1] for ln in lines[1:]}
+    assert kinds == {"legacy", "engine", "pytorch"}
+    r = run_cli("compare", "--no-store", "--file", str(out_json))
+    assert r.returncode == 0 and "same in every environment for 2 of 3" in r.stdout, r.stderr
+    r = run_cli("export", "--store", db, "--json", str(out_json), "--gpu", "A100")
+    assert r.returncode == 2 and "nothing stored matches" in r.stderr
+    for args, match in [(["export", "--store", db], "give --json PATH and/or --csv PATH"),
+                        (["export", "--store", str(tmp_path / "no.db"), "--csv", "x.csv"],
+                         "no such file")]:
+        r = run_cli(*args)
+        assert r.returncode == 2 and match in r.stderr, r.stderr

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence
 
 from ..core.errors import ExplorerError
 from ..core.options import ExploreOptions
-from ..core.problem import ConvProblem
+from ..core.problem import DIRECTIONS, ConvProblem
 from ..core.records import DirectionResult, Environment, Exploration, Measurement
 from ..core.version import __version__
 
@@ -226,6 +226,33 @@ class Store:
                 raise StoreError(f"results store '{self.path}': a stored result does not "
                                  f"load: {e}") from None
         return out
+
+    def explorations(self) -> List[Exploration]:
+        """Every stored measurement as an Exploration: the directions of one problem
+        measured in one environment with the same options, oldest first."""
+        groups: Dict[tuple, list] = {}
+        for row in self.db.execute(
+                "SELECT problem_key, env_key, options_key, problem_json, environment_json, "
+                "measurement_json, direction_json, created, tool_version FROM results "
+                "ORDER BY id"):
+            groups.setdefault(row[:3], []).append(row[3:])
+        out = []
+        for rows in groups.values():
+            try:
+                dirs = sorted((DirectionResult.from_dict(json.loads(r[3]), "stored direction")
+                               for r in rows), key=lambda d: DIRECTIONS.index(d.direction))
+                out.append(Exploration(
+                    problem=ConvProblem.from_dict(json.loads(rows[0][0])),
+                    environment=Environment.from_dict(json.loads(rows[0][1]),
+                                                      "stored environment"),
+                    directions=dirs, tool_version=rows[0][5],
+                    created=min(r[4] for r in rows),
+                    measurement=Measurement.from_dict(json.loads(rows[0][2]),
+                                                      "stored measurement")))
+            except (ExplorerError, ValueError) as e:
+                raise StoreError(f"results store '{self.path}': a stored result does not "
+                                 f"load: {e}") from None
+        return sorted(out, key=lambda e: e.created)
 
     def count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
