@@ -154,8 +154,17 @@ def add_run_args(p: argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m cudnn_explorer", allow_abbrev=False,
-        description="List every cuDNN convolution algorithm for a problem, with cuDNN's "
-                    "own time (ms), workspace (MiB), math type and determinism.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="List every cuDNN convolution algorithm for a problem, with cuDNN's own\n"
+                    "time (ms), workspace (MiB), math type and determinism.",
+        epilog="commands (each has --help):\n"
+               "  model NAME     every convolution of a model, explored; PyTorch's own run "
+               "of it\n"
+               "  advise NAME    should benchmark mode be on for this workload?\n"
+               "  compare        results side by side across GPUs and versions\n"
+               "  history        what the results store holds\n"
+               "  export         the store as JSON or CSV\n"
+               "  plot KIND FILE pareto, roofline or gaps, as PNG and SVG")
     g = p.add_argument_group("problem")
     g.add_argument("--shape", help="input N,C,L (1-D), N,C,H,W (2-D) or N,C,D,H,W (3-D)")
     g.add_argument("--out-channels", default="64", help="output channels (default 64)")
