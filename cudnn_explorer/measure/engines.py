@@ -112,7 +112,9 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         info = native.call(f"querying engine {e}", search.engine_info, e)
         knobs = [[k.type, k.min_value, k.max_value, k.stride] for k in info.knobs]
         listed = [t.knobs for t in pref if t.engine == e]
-        listed += [k for m in ("A", "B", "FALLBACK") for (en, k) in heur[m] if en == e]
+        # without sampling, what PyTorch's generator lists (modes A and FALLBACK) and no more
+        modes = ("A", "B", "FALLBACK") if sample else ("A", "FALLBACK")
+        listed += [k for m in modes for (en, k) in heur[m] if en == e]
         queues[e] = candidate_configs(knobs, attempts, listed) if info.status == "OK" else []
         wanted[e] = set(listed)
         engines.append({"engine": e, "status": info.status, "knobs": knobs,
