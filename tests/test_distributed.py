@@ -59,6 +59,16 @@ def _rank(rank, init_file, store_path, mode, out_dir):
 
     world = distributed.World(rank, rank, 2)
     distributed.init(world, 60, init_method=f"file://{init_file}")
+    if mode == "samegpu":  # both ranks say they run on one device
+        try:
+            distributed.check_devices(world, "NVIDIA H200 GPU-1234 on host")
+            out = {"refused": ""}
+        except UserError as e:
+            out = {"refused": str(e)}
+        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+            json.dump(out, f)
+        return
+    distributed.check_devices(world, f"GPU-{rank} on host")
     cap = capture()
     store = Store(store_path)
     measured = []
@@ -127,6 +137,14 @@ def test_two_ranks_share_merge_fail_and_resume(tmp_path):
     codes, res = _world(tmp_path, "ok", 2)
     assert codes == [0, 0] and res[0]["complete"] and res[0]["missing"] == []
     assert res[0]["measured"] + res[1]["measured"] == [lost]
+
+
+def test_ranks_on_one_gpu_are_refused_on_every_rank(tmp_path):
+    codes, res = _world(tmp_path, "samegpu", 1)
+    assert codes == [0, 0]
+    for r in (0, 1):
+        assert "ranks 0 and 1 would both run on NVIDIA H200 GPU-1234 on host" in \
+            res[r]["refused"] and "time each other's kernels" in res[r]["refused"]
 
 
 def test_a_rank_that_dies_is_named_and_its_problems_missing(tmp_path):
