@@ -249,3 +249,20 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         assert first.steady is not None and len(first.steady.samples_ms) == 3
     assert all(r.result is None and "wrote no cudnn-frontend log" in r.error
                for rs in per.values() for r in rs)
+
+
+@pytest.mark.ext
+def test_pytorchs_configs_are_timed_first_whatever_their_engine():
+    """A time budget must never cut PyTorch's own configs: they go before every other
+    engine's listed ones."""
+    from cudnn_explorer.measure.engines import explore_engines
+    from fakes import FakeOut, FakeSearch
+
+    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
+    seen = []
+    explore_engines(problem, "fwd", None, {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()},
+                    None, timing=ExploreOptions.create(budget_ms=1).timing, kernels=False,
+                    preferred_tags=["ConvFwd_eng1_k2=0", "ConvFwd_eng0"],
+                    search=FakeSearch(seen), sample=False)
+    # in PyTorch's order, though engine 0 comes before engine 1 in cuDNN's
+    assert [s[0] for s in seen[:2]] == ["eng1_k2=0", "eng0"]

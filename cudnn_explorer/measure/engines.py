@@ -169,7 +169,13 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                           "config": cfg.to_dict()}})
         return cfg
 
-    # Phase 1: the listed configs of every engine; phase 2: sampling, engine by engine.
+    # Phase 0: PyTorch's configs, in the order given (its pick first), so that a time
+    # budget never cuts them; phase 1: the other listed configs of every engine; phase 2:
+    # sampling, engine by engine.
+    for t in pref:
+        if t.engine < count and t.knobs in queues[t.engine] and t.knobs not in done[t.engine] \
+                and not over_budget():
+            attempt(t.engine, t.knobs)
     for e in range(count):
         for ch in [c for c in queues[e] if c in wanted[e] and c not in done[e]]:
             if over_budget():
