@@ -5,7 +5,9 @@ cuDNN gives on the device (operation graph built on PyTorch's handle).
     python scripts/check_targets.py [--json out.json]
 
 Prints, per problem and direction, whether the full lists are identical, whether the top
-candidates agree, and where they first differ; then the totals. Exit status 0 when every
+candidates agree, and where they first differ; then whether PyTorch's own heuristic-mode
+pick (run in a fresh process, benchmark off) is the deviceless heuristic pick; then the
+totals. Exit status 0 when every
 top candidate agreed. Needs the GPU; the profile is the GPU's own (--dump-device-profile),
 and the shipped profile of the same GPU is compared too when there is one.
 """
@@ -60,10 +62,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
     ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--no-pytorch", action="store_true",
+                    help="skip PyTorch's own heuristic-mode run of each problem")
     a = ap.parse_args()
 
+    from cudnn_explorer.core.errors import ChildError
+    from cudnn_explorer.core.options import ExploreOptions
     from cudnn_explorer.core.targets import load_profile
     from cudnn_explorer.measure import native
+    from cudnn_explorer.measure.children import ModeRun, ModeSpec, pick_of, run_child
     from cudnn_explorer.measure.targets import dump_profile, rank_targets
     from cudnn_explorer.measure.tensors import make_tensors, native_problem
 
@@ -76,10 +83,19 @@ def main() -> int:
     except Exception:  # noqa: BLE001  (no shipped profile of this GPU: compare the dump only)
         pass
     rows, tops, fulls, n = [], {p.key: 0 for p in profiles}, {p.key: 0 for p in profiles}, 0
+    pt_same = pt_n = 0
+    heuristic = ModeSpec("heuristics (benchmark off)", "heuristic")
+    opts = ExploreOptions.create(device=a.device, retime=False, check=False)
     for kw in PROBLEMS:
         kw = dict(kw)
         problem = ConvProblem.create(kw.pop("shape"), **kw)
         ranks = rank_targets(problem, DIRECTIONS, profiles)
+        run = None
+        if not a.no_pytorch:  # PyTorch's own heuristic-mode pick, in a fresh process
+            try:
+                run = ModeRun(heuristic, run_child(problem, heuristic, opts))
+            except ChildError as e:
+                run = ModeRun(heuristic, None, str(e))
         for d in DIRECTIONS:
             tensors = make_tensors(problem, d, a.device)
             search = native.engine_search(d, native_problem(problem, tensors))
@@ -100,17 +116,35 @@ def main() -> int:
                 print(f"{p.key:10s} {d:10s} top {'same' if same_top else 'DIFFERENT'}, "
                       f"list {'same' if dl == on_device else f'differs at {first}'} "
                       f"({len(dl)} vs {len(on_device)}): {problem.describe()[:70]}")
+            if run is not None:
+                own_r = next(x for x in ranks if x.target == own.key and x.direction == d)
+                mine = own_r.heuristic_pick(problem.dtype, problem.tf32) if own_r.ok else None
+                pick = pick_of(run, d)
+                ran = pick.engine_tag.split("_", 1)[1] if pick.ok and pick.engine_tag else None
+                same = bool(mine and ran and mine.name == ran)
+                pt_n += bool(ran)
+                pt_same += same
+                row["pytorch_heuristic_pick"] = ran or f"none: {pick.error}"
+                row["deviceless_heuristic_pick"] = mine.name if mine else None
+                print(f"{'PyTorch':10s} {d:10s} heuristic pick "
+                      f"{'same' if same else 'DIFFERENT'}: ran {ran}, deviceless "
+                      f"{mine.name if mine else None}")
             rows.append(row)
     env = native.runtime_info()
     print()
     for p in profiles:
         print(f"{p.key}: top candidate agrees on {tops[p.key]} of {n} problem-directions, the "
               f"whole mode-A list on {fulls[p.key]} (cuDNN {env.get('cudnn')})")
+    if not a.no_pytorch:
+        print(f"PyTorch's measured heuristic-mode pick is the deviceless heuristic pick (this "
+              f"GPU's profile) for {pt_same} of {pt_n} problem-directions it ran")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(cudnn=env.get("cudnn"), device=own.device_name, rows=rows,
                            top_agree={k: v for k, v in tops.items()},
-                           list_agree={k: v for k, v in fulls.items()}, total=n), f, indent=1)
+                           list_agree={k: v for k, v in fulls.items()}, total=n,
+                           pytorch_agree=None if a.no_pytorch else pt_same,
+                           pytorch_total=None if a.no_pytorch else pt_n), f, indent=1)
     return 0 if all(v == n for v in tops.values()) else 1
 
 
