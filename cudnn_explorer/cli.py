@@ -933,19 +933,23 @@ def _run_model(argv: List[str]) -> int:
         if a.json:
             write_output(sw.to_json() + "\n", a.json, "--json", quiet=True)
 
+    store = open_store(a)
+    env = pipeline.environment(options.device) if store is not None else None
     run, bench = None, None
     if options.pytorch:  # PyTorch's own run of the whole model, one child per mode
-        from .model.pytorch_run import ModelBench, run_model
+        from .model.pytorch_run import ModelBench, StoreCache, run_model
 
         def say(msg):
             if bar is not None:
                 bar.set_postfix_str(msg[:60], refresh=True)
+            elif "from the results store" in msg:
+                print(f"cudnn_explorer: {msg}", file=sys.stderr)
 
-        run, per_problem = run_model(cap, options, iterations=iterations, progress=say)
+        cache = StoreCache(store, env, cap.model.describe(), _without_store,
+                           read=not a.refresh) if store is not None else None
+        run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
+                                     cache=cache)
         bench = ModelBench(options.device, per_problem)
-
-    store = open_store(a)
-    env = pipeline.environment(options.device) if store is not None else None
 
     def cached(problem, one):
         if store is None or a.refresh:
@@ -1028,6 +1032,12 @@ def build_advise_parser() -> argparse.ArgumentParser:
                    help="time steady iterations until each mean's 95%% confidence interval "
                         "is within +-this %% (default 0.5; at most a minute per size)")
     r.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    r.add_argument("--store", default=None, metavar="PATH",
+                   help="the results store: runs of the model measured before with the same "
+                        "settings answer from it (default ~/.cache/cudnn_explorer/results.db)")
+    r.add_argument("--no-store", action="store_true", help="use no results store")
+    r.add_argument("--refresh", action="store_true",
+                   help="run the model again even where the store has the runs")
     o = p.add_argument_group("output")
     o.add_argument("--json", default=None, metavar="PATH", help="write the advice to PATH")
     o.add_argument("--load", metavar="PATH", help="render a saved advice (no GPU needed)")
@@ -1089,14 +1099,21 @@ def _run_advise(argv: List[str]) -> int:
     options = ExploreOptions.create(source="cli", device=a.device, seed=a.seed,
                                     child_timeout_s=a.child_timeout,
                                     benchmark_limit=a.benchmark_limit)
+    if a.no_store and (a.store or a.refresh):
+        raise UserError(f"{'--store' if a.store else '--refresh'} would be ignored: "
+                        f"--no-store uses no store; drop one")
     check_output_path(a.json, "--json")
     pipeline = _measure_layer()
     pipeline.native.require_gpu(options.device)
     from .model import capture as capture_mod
-    from .model.pytorch_run import model_modes, run_model
+    from .model.pytorch_run import StoreCache, model_modes, run_model
     from .core.version import __version__
 
     cap = capture_mod.capture_model(spec, f"cuda:{options.device}")
+    env = pipeline.environment(options.device)
+    store = open_store(a)
+    cache = StoreCache(store, env, cap.model.describe(), _without_store,
+                       read=not a.refresh) if store is not None else None
     modes = [m for m in model_modes(options.benchmark_limit)
              if not (m.mode == "benchmark" and m.benchmark_limit == 0
                      and options.benchmark_limit != 0)]
@@ -1106,7 +1123,7 @@ def _run_advise(argv: List[str]) -> int:
             print(f"[advise] {msg}", file=sys.stderr, flush=True)
 
     run, _ = run_model(cap, options, iterations=10, progress=say, modes=modes,
-                       target_ci=target / 100)
+                       target_ci=target / 100, cache=cache)
     rep, stability = None, []
     if repeats > 1:
         from .core.advice import pick_stability
@@ -1115,12 +1132,15 @@ def _run_advise(argv: List[str]) -> int:
 
         again = [ModeSpec(f"benchmark, repeat {k + 1}", "benchmark", False,
                           options.benchmark_limit) for k in range(repeats)]
-        rep, _ = run_model(cap, options, iterations=3, warmup=1, progress=say, modes=again)
+        rep, _ = run_model(cap, options, iterations=3, warmup=1, progress=say, modes=again,
+                           cache=cache)
         stability = retime_plans(cap, pick_stability(rep), options, say)
     import datetime
 
+    if store is not None:
+        store.close()
     adv = Advice(capture=cap, pytorch_run=run, sizes=[[s, c] for s, c in dist],
-                 iterations=n, environment=pipeline.environment(options.device),
+                 iterations=n, environment=env,
                  tool_version=__version__,
                  created=datetime.datetime.now(datetime.timezone.utc).isoformat(
                      timespec="seconds"), repeats=rep, stability=stability)
@@ -1193,7 +1213,7 @@ def _model_distributed(a, flags, world, spec, options, iterations, pipeline) -> 
 
     from .model import distributed
     from .model.capture import capture_model
-    from .model.pytorch_run import ModelBench, run_model
+    from .model.pytorch_run import ModelBench, StoreCache, run_model
     from .model.sweep import sweep
     from .report.model import render_consistency, render_sweep
 
@@ -1225,8 +1245,11 @@ def _model_distributed(a, flags, world, spec, options, iterations, pipeline) -> 
             print(f"[rank {rank}] {msg}", file=sys.stderr, flush=True)
 
     run, bench = None, None
-    if options.pytorch:
-        run, per_problem = run_model(cap, options, iterations=iterations, progress=say)
+    if options.pytorch:  # --consistency: each GPU its own run, never another rank's
+        cache = None if a.consistency else StoreCache(store, env, cap.model.describe(),
+                                                      _without_store, read=not a.refresh)
+        run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
+                                     cache=cache)
         bench = ModelBench(world.local_rank, per_problem)
     shares = distributed.shard(cap.problems, world.size)
     mine = list(range(len(cap.problems))) if a.consistency else shares[rank]

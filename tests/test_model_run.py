@@ -266,3 +266,41 @@ def test_pytorchs_configs_are_timed_first_whatever_their_engine():
                     search=FakeSearch(seen), sample=False)
     # in PyTorch's order, though engine 0 comes before engine 1 in cuDNN's
     assert [s[0] for s in seen[:2]] == ["eng1_k2=0", "eng0"]
+
+
+def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
+    """A mode's run kept in the results store answers the next run of the same capture
+    and options in the same environment: no child starts, and the picks come back."""
+    from cudnn_explorer.store.db import Store
+
+    problem, result, log = _fixture_child_result()
+    cap = Capture(model=ModelSpec(name="onelayer", input_shape=[3, 224, 224], batch=32),
+                  problems=[UniqueConv(problem, {"fwd": 1, "bwd-data": 1, "bwd-filter": 1},
+                                       ["conv1"])], conv_calls=3)
+    index = {problem: 0}
+    size = pytorch_run._size_run(result["sizes"][0], index, log)
+    from cudnn_explorer.core.modelrun import ModelModeRun
+
+    opts = ExploreOptions.create()
+    mode = pytorch_run.model_modes()[0]
+    per = pytorch_run._per_problem(result, index, log)
+    with Store(str(tmp_path / "r.db")) as store:
+        cache = pytorch_run.StoreCache(store, ENV, "onelayer", warn=lambda e: None)
+        key = pytorch_run.run_key(cap, mode, 0, opts, 20, 5, None)
+        cache.save(key, mode.label, ModelModeRun(mode.label, mode.mode, 10, sizes=[size])
+                   .to_dict(), {str(i): r for i, r in per.items()})
+        never = tmp_path / "python"  # a child would fail loudly
+        never.write_text("#!/bin/sh\nexit 99\n")
+        never.chmod(0o755)
+        run, picks = pytorch_run.run_model(cap, opts, python=str(never), cache=cache,
+                                           modes=[mode])
+        (m,) = run.modes
+        assert m.ok and m.stored and m.sizes[0] == size
+        pick = pick_of(picks[problem][0], "fwd")
+        assert pick.ok and pick.engine_tag == size.calls[0].plan
+        assert "from the results store" in render_model_run(run, cap)
+        # another environment, or --refresh: the child runs (and here fails)
+        cache.read = False
+        run, _ = pytorch_run.run_model(cap, opts, python=str(never), cache=cache,
+                                       modes=[mode])
+        assert "exit code 99" in run.modes[0].error and not run.modes[0].stored

@@ -81,7 +81,7 @@ def test_migration_from_version_1_keeps_results_under_the_new_key(tmp_path):
     with Store(path) as store:
         (version,) = store.db.execute(
             "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        assert int(version) == SCHEMA_VERSION == 2
+        assert int(version) == SCHEMA_VERSION == 3
         assert store.count() == 1 and store.history()[0]["created"].startswith("2026-11-01")
         # the old result's cudnn-frontend version is not known: it answers only for ""
         unknown = dataclasses.replace(ENV, cudnn_frontend="")

@@ -124,6 +124,7 @@ class ModelModeRun(_Record):
     error: str = ""
     sizes: List[SizeRun] = field(default_factory=list)
     wall_s: Optional[float] = None   # the child process, start to end
+    stored: str = ""                 # when answered from the results store: measured then
 
     @property
     def ok(self) -> bool:

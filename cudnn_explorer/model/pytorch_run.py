@@ -36,7 +36,7 @@ from ..measure.children import LOG_VARS, ModeRun, ModeSpec, default_modes
 from ..measure.pipeline import GpuBench
 from ..measure.procs import child_env, describe_rc
 
-__all__ = ["model_modes", "run_model", "ModelBench", "retime_plans"]
+__all__ = ["model_modes", "run_model", "run_key", "StoreCache", "ModelBench", "retime_plans"]
 
 
 def model_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
@@ -164,8 +164,8 @@ def _per_problem(result: dict, index: Dict[ConvProblem, int], log: bytes) -> Dic
 def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
               warmup: int = 5, progress: Optional[Callable[[str], None]] = None,
               python: Optional[str] = None, modes: Optional[List[ModeSpec]] = None,
-              target_ci: Optional[float] = None, device: Optional[int] = None
-              ) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
+              target_ci: Optional[float] = None, device: Optional[int] = None,
+              cache=None) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
     """Every mode of ``modes`` (default model_modes(options.benchmark_limit)), each the
     model's own run in a fresh child (at most ``options.child_timeout_s`` per input
     size, plus a minute of timing with ``target_ci``). Returns the ModelRun and, per
@@ -173,7 +173,11 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     its error (and the sizes that finished); the others go on. ``target_ci``: time
     steady iterations until the 95% confidence interval of their mean is within
     +-target_ci of it (a fraction), in rounds of ``iterations``. ``device``: the GPU,
-    default options.device; -1 runs the children on the CPU (tests: no cuDNN, no log)."""
+    default options.device; -1 runs the children on the CPU (tests: no cuDNN, no log).
+    ``cache``: an object with lookup(key) -> (run dict, per-problem dict, created) or
+    None, and save(key, label, run dict, per-problem dict) (the results store, see
+    StoreCache): a mode's run of the same capture, options and environment is answered
+    from it, and each finished one is kept."""
     say = progress or (lambda m: None)
     index = {u.problem: i for i, u in enumerate(capture.problems)}
     runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}
@@ -181,20 +185,33 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     timeout_s = options.child_timeout_s * len(_shapes(capture))
     if target_ci is not None:
         timeout_s += 60.0 * len(_shapes(capture))
-    for mode in modes or model_modes(options.benchmark_limit):
-        say(f"PyTorch's run of the model: {mode.label}")
-        t0 = time.perf_counter()
-        result, log, error = _child(capture, mode, options, iterations, warmup, timeout_s,
-                                    python, target_ci,
-                                    options.device if device is None else device)
-        sizes = [_size_run(s, index, log) for s in result.get("sizes", [])]
-        limit = result.get("settings", {}).get("benchmark_limit", mode.benchmark_limit)
-        done.append(ModelModeRun(label=mode.label, mode=mode.mode,
-                                  benchmark_limit=limit if mode.mode == "benchmark" else None,
-                                  error=error, sizes=sizes,
-                                  wall_s=round(time.perf_counter() - t0, 3)))
-        # without a log nothing says what PyTorch chose; a later failure keeps the rest
-        per = _per_problem(result, index, log) if log.strip() else {}
+    for k, mode in enumerate(modes or model_modes(options.benchmark_limit)):
+        key = run_key(capture, mode, k, options, iterations, warmup, target_ci)
+        hit = cache.lookup(key) if cache is not None else None
+        if hit is not None:  # answered from the results store
+            run_dict, per_raw, created = hit
+            say(f"PyTorch's run of the model: {mode.label}: from the results store "
+                f"(measured {created})")
+            done.append(replace(ModelModeRun.from_dict(run_dict, "stored model run"),
+                                stored=created))
+            per = {int(i): r for i, r in per_raw.items()}
+        else:
+            say(f"PyTorch's run of the model: {mode.label}")
+            t0 = time.perf_counter()
+            result, log, error = _child(capture, mode, options, iterations, warmup,
+                                        timeout_s, python, target_ci,
+                                        options.device if device is None else device)
+            sizes = [_size_run(s, index, log) for s in result.get("sizes", [])]
+            limit = result.get("settings", {}).get("benchmark_limit", mode.benchmark_limit)
+            done.append(ModelModeRun(label=mode.label, mode=mode.mode,
+                                     benchmark_limit=limit if mode.mode == "benchmark"
+                                     else None, error=error, sizes=sizes,
+                                     wall_s=round(time.perf_counter() - t0, 3)))
+            # without a log nothing says what PyTorch chose; a later failure keeps the rest
+            per = _per_problem(result, index, log) if log.strip() else {}
+            if cache is not None and done[-1].ok and not error:
+                cache.save(key, mode.label, done[-1].to_dict(),
+                           {str(i): r for i, r in per.items()})
         for u in capture.problems:
             i = index[u.problem]
             if i in per:
@@ -204,6 +221,50 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
                     f"{mode.label}: the model's run reached no call of this problem")))
     return ModelRun(modes=done, iterations=iterations, warmup=warmup,
                     target_ci=target_ci), runs
+
+
+def run_key(capture: Capture, mode: ModeSpec, position: int, options: ExploreOptions,
+            iterations: int, warmup: int, target_ci: Optional[float]) -> str:
+    """What decides a mode's run of a model, less the environment (the store adds that):
+    the model, its unique problems, the mode, its place among the modes (a repeat is a
+    run of its own) and how it was timed. A hash of their canonical JSON."""
+    import hashlib
+
+    doc = {"model": capture.model.to_dict(), "tf32": capture.tf32,
+           "problems": [u.problem.to_dict() for u in capture.problems],
+           "mode": [mode.label, mode.mode, mode.benchmark_limit, position],
+           "iterations": iterations, "warmup": warmup, "target_ci": target_ci,
+           "seed": options.seed}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+class StoreCache:
+    """run_model's cache in the results store, for one environment; a store that fails
+    is dropped after one warning (``warn``), and the runs go on."""
+
+    def __init__(self, store, env, model: str, warn: Callable[[Exception], None],
+                 read: bool = True):
+        self.store, self.env, self.model, self.warn = store, env, model, warn
+        self.read = read  # False (--refresh): run again, and keep the new runs
+
+    def lookup(self, key: str):
+        if self.store is None or not self.read:
+            return None
+        try:
+            return self.store.lookup_model_run(key, self.env)
+        except ExplorerError as e:
+            self.warn(e)
+            self.store = None
+            return None
+
+    def save(self, key: str, label: str, run: dict, per_problem: dict) -> None:
+        if self.store is None:
+            return
+        try:
+            self.store.save_model_run(key, self.env, self.model, label, run, per_problem)
+        except ExplorerError as e:
+            self.warn(e)
+            self.store = None
 
 
 class ModelBench(GpuBench):

@@ -278,6 +278,10 @@ def render_model_run(run: ModelRun, cap: Capture) -> str:
                                           "alloc", "resv"]))
     for e in errors:
         lines += wrap(e, "- no result: ")
+    stored = [f"{m.label} (measured {m.stored})" for m in run.modes if m.stored]
+    if stored:
+        lines += wrap("from the results store (--refresh runs them again): "
+                      + "; ".join(stored), "- ")
     bench, heur = run.mode("benchmark"), run.mode("heuristic")
     if bench is not None and heur is not None:
         b, h = bench.sizes[0], heur.sizes[0]

@@ -30,7 +30,7 @@ from ..core.version import __version__
 __all__ = ["Store", "StoreError", "SCHEMA_VERSION", "default_path", "env_key", "options_key",
            "problem_key"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Each entry moves a store from version i to i + 1 (index i); version 0 is an empty file.
 # An entry is SQL statements, or a function of the connection.
 MIGRATIONS: List[Sequence] = [
@@ -47,6 +47,14 @@ MIGRATIONS: List[Sequence] = [
     # 1 -> 2: the cudnn-frontend version joins the environment key; results stored before
     # it get "" (not known), so they never answer for a build whose version is known.
     (lambda db: _rekey_environments(db),),
+    # 2 -> 3: PyTorch's own runs of whole models, one row per mode (model/pytorch_run.py)
+    ("""CREATE TABLE model_runs (
+            id INTEGER PRIMARY KEY,
+            run_key TEXT NOT NULL, env_key TEXT NOT NULL, created TEXT NOT NULL,
+            tool_version TEXT NOT NULL, gpu_name TEXT NOT NULL, model TEXT NOT NULL,
+            mode TEXT NOT NULL, environment_json TEXT NOT NULL, run_json TEXT NOT NULL,
+            per_problem_json TEXT NOT NULL,
+            UNIQUE (run_key, env_key) ON CONFLICT REPLACE)""",),
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -253,6 +261,35 @@ class Store:
                 raise StoreError(f"results store '{self.path}': a stored result does not "
                                  f"load: {e}") from None
         return sorted(out, key=lambda e: e.created)
+
+    def save_model_run(self, run_key: str, env: Environment, model: str, mode: str,
+                       run: dict, per_problem: dict, created: str = "") -> None:
+        """One mode's run of a model (ModelModeRun as a dict) and its per-problem results
+        (problem key -> the child's result for it, log included), at once."""
+        created = created or datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds")
+        try:
+            self.db.execute(
+                "INSERT INTO model_runs (run_key, env_key, created, tool_version, gpu_name, "
+                "model, mode, environment_json, run_json, per_problem_json) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (run_key, env_key(env), created, __version__, env.gpu_name, model, mode,
+                 json.dumps(asdict(env)), json.dumps(run), json.dumps(per_problem)))
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"results store '{self.path}': cannot save: {e}") from None
+
+    def lookup_model_run(self, run_key: str, env: Environment) -> Optional[tuple]:
+        """(run dict, per-problem dict, created) of a stored mode's run, or None."""
+        row = self.db.execute(
+            "SELECT run_json, per_problem_json, created FROM model_runs WHERE run_key = ? AND "
+            "env_key = ?", (run_key, env_key(env))).fetchone()
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0]), json.loads(row[1]), row[2]
+        except ValueError as e:
+            raise StoreError(f"results store '{self.path}': a stored model run does not "
+                             f"load: {e}") from None
 
     def count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
