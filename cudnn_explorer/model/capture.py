@@ -17,7 +17,8 @@ from ..core.capture import Capture, ModelSpec, Uncovered, UniqueConv, merge_size
 from ..core.errors import ResourceError, UserError
 from ..core.problem import DTYPES, ConvProblem
 
-__all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "layer_name"]
+__all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "layer_name",
+           "not_covered"]
 
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
                 "torch.bfloat16": "bfloat16", "torch.float64": "float64"}
@@ -36,6 +37,17 @@ def layout_of(x, w) -> str:
         return t.is_contiguous(memory_format=fmt) and not t.is_contiguous()
 
     return "nhwc" if channels_last(x) or channels_last(w) else "nchw"
+
+
+def not_covered(x, transposed: bool) -> str:
+    """Why a convolution with input ``x`` is not one the tool explores, or "" when it is."""
+    if transposed:
+        return "transposed convolution (not explored: the tool runs forward convolutions)"
+    if str(x.dtype) not in _DTYPE_NAMES:
+        return f"dtype {x.dtype} (cuDNN convolutions here take {', '.join(DTYPES)})"
+    if x.dim() not in (3, 4, 5):
+        return f"{x.dim() - 2}-D convolution (1-D, 2-D and 3-D are explored)"
+    return ""
 
 
 def problem_of(x, w, stride, padding, dilation, groups: int, tf32: bool) -> ConvProblem:
@@ -64,13 +76,7 @@ class _Recorder:
         if n == 0:
             return
         self.calls += n
-        why = ""
-        if transposed:
-            why = "transposed convolution (not explored: the tool runs forward convolutions)"
-        elif str(x.dtype) not in _DTYPE_NAMES:
-            why = f"dtype {x.dtype} (cuDNN convolutions here take {', '.join(DTYPES)})"
-        elif x.dim() not in (3, 4, 5):
-            why = f"{x.dim() - 2}-D convolution (1-D, 2-D and 3-D are explored)"
+        why = not_covered(x, transposed)
         if why:
             key = (why, tuple(x.shape), tuple(w.shape))
             u = self.uncovered.setdefault(key, Uncovered(

@@ -40,7 +40,7 @@ from dataclasses import replace
 from ..core.capture import ModelSpec
 from ..measure.procs import read_spec
 from . import zoo
-from .capture import _DTYPE_NAMES, iteration, layer_name, problem_of
+from .capture import iteration, layer_name, not_covered, problem_of
 
 
 def _mean(xs) -> float:
@@ -139,7 +139,7 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
     root = type(model).__name__
 
     def covered(x, transposed) -> bool:
-        return not transposed and str(x.dtype) in _DTYPE_NAMES and x.dim() in (3, 4, 5)
+        return not not_covered(x, transposed)
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
