@@ -471,7 +471,7 @@ def _run_compare(argv: List[str]) -> int:
     if a.plot:
         base = os.path.splitext(a.plot)[0] if a.plot.lower().endswith((".png", ".svg")) \
             else a.plot
-        for path in (base + ".png", base + ".svg"):
+        for path in (base + ".png", base + ".svg", base + ".json"):
             check_output_path(path, "--plot")
     from .report.compare import render_compare
     from .store.db import Store, StoreError, default_path
@@ -1185,7 +1185,7 @@ def _run_plot(argv: List[str]) -> int:
                         f"h200-default-fp32.json")
     out = a.out or os.path.splitext(a.file)[0] + f".{a.kind}"
     base = os.path.splitext(out)[0] if out.lower().endswith((".png", ".svg")) else out
-    for path in (base + ".png", base + ".svg"):
+    for path in (base + ".png", base + ".svg", base + ".json"):
         check_output_path(path, "--out")
     from .report import plots
 

@@ -86,6 +86,13 @@ def test_cli_writes_png_and_svg_and_refuses_bad_input(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "p.png").stat().st_size > 10000
     assert (tmp_path / "p.svg").read_text().lstrip().startswith("<?xml")
+    import json  # the numbers plotted, beside the figure
+    data = json.loads((tmp_path / "p.json").read_text())
+    exp = reference()
+    fwd = data["directions"]["fwd"]
+    assert len(fwd["points"]) == sum(rankable(r) for r in exp.direction("fwd").find) + sum(
+        rankable(c) for c in exp.direction("fwd").engines.configs)
+    assert fwd["benchmark_pick"][2] == "ConvFwd_eng70_k2=4_k18=0"
     for args, match in [(["plot", "bars", REF], "plot kind 'bars': valid: pareto, roofline"),
                         (["plot", "gaps", REF], "gaps plots a model sweep"),
                         (["plot", "pareto"], "give a saved file"),

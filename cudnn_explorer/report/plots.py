@@ -78,8 +78,16 @@ def pareto(exp: Exploration, title: str = ""):
     dirs = [d for d in exp.directions if _points(d)]
     fig, axes = plt.subplots(1, max(len(dirs), 1), figsize=(5 * max(len(dirs), 1), 4.2),
                              squeeze=False)
+    data = {"plot": "pareto", "x": "workspace MiB", "y": "steady-state median ms",
+            "directions": {}}
     for ax, d in zip(axes[0], dirs):
         pts = _points(d)
+        data["directions"][d.direction] = {
+            "points": [dict(workspace_mib=p[0], median_ms=p[1], kind=p[2], name=p[3])
+                       for p in pts],
+            "frontier": pareto_front([(p[0], p[1]) for p in pts]),
+            "benchmark_pick": _pick_point(d, "benchmark"),
+            "heuristic_pick": _pick_point(d, "heuristic")}
         for kind, colour in (("legacy", "tab:blue"), ("engine", "tab:gray")):
             xs = [p[0] for p in pts if p[2] == kind]
             ys = [p[1] for p in pts if p[2] == kind]
@@ -106,6 +114,7 @@ def pareto(exp: Exploration, title: str = ""):
         ax.legend(fontsize=6)
     fig.suptitle(_wrapped(title or _describe(exp), 40 * max(len(dirs), 1)), fontsize=8)
     fig.tight_layout()
+    fig.cudnn_explorer_data = data
     return fig
 
 
@@ -117,6 +126,8 @@ def roofline(exp: Exploration, title: str = ""):
     ceiling = None
     colours = {"fwd": "tab:blue", "bwd-data": "tab:orange", "bwd-filter": "tab:green"}
     intensities = []
+    data = {"plot": "roofline", "x": "FLOP per byte of minimum traffic",
+            "y": "achieved TFLOP/s", "directions": {}}
     for d in exp.directions:
         if not d.flops or not d.min_bytes:
             continue
@@ -125,6 +136,7 @@ def roofline(exp: Exploration, title: str = ""):
         ts = [t for _, t, _, _ in _points(d)]
         if ts:
             tf = [d.flops / (t * 1e-3) / 1e12 for t in ts]
+            data["directions"][d.direction] = {"intensity": ai, "tflops": tf}
             ax.scatter([ai] * len(tf), tf, s=10, alpha=0.5, c=colours.get(d.direction),
                        label=f"{d.direction}: {len(tf)} rows and configs")
             ax.scatter([ai], [max(tf)], s=80, marker="*", c=colours.get(d.direction),
@@ -134,6 +146,7 @@ def roofline(exp: Exploration, title: str = ""):
     if ceiling is not None and intensities:
         lo, hi = min(intensities) / 10, max(intensities) * 10
         xs = [lo * (hi / lo) ** (k / 50) for k in range(51)]
+        data["ceiling"] = {"tflops": ceiling.tflops, "unit": ceiling.unit, "gbs": ceiling.gbs}
         ax.plot(xs, [min(ceiling.tflops, ceiling.gbs * x / 1e3) for x in xs], "-", c="black",
                 label=f"ceiling: {ceiling.tflops:g} TFLOP/s {ceiling.unit}, "
                       f"{ceiling.gbs:g} GB/s")
@@ -144,6 +157,7 @@ def roofline(exp: Exploration, title: str = ""):
     ax.legend(fontsize=6)
     ax.set_title(_wrapped(title or _describe(exp), 90), fontsize=7)
     fig.tight_layout()
+    fig.cudnn_explorer_data = data
     return fig
 
 
@@ -184,6 +198,9 @@ def gaps(sw: ModelSweep, title: str = ""):
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="center right")
     fig.tight_layout()
+    fig.cudnn_explorer_data = {"plot": "gaps", "unit": "ms per iteration",
+                               "bars": [dict(name=n, ms=g) for g, n in items],
+                               "cumulative": cum}
     return fig
 
 
@@ -223,6 +240,10 @@ def environments(items, title: str = ""):
     fig.colorbar(im, ax=ax, label="PyTorch's pick: time / fastest environment's pick")
     ax.set_title(_wrapped(title or "PyTorch's benchmark pick per environment", 90), fontsize=8)
     fig.tight_layout()
+    fig.cudnn_explorer_data = {
+        "plot": "environments", "value": "pick's median / fastest environment's pick",
+        "environments": used, "rows": names,
+        "cells": [[dict(median_ms=t, pick=w) for t, w in cells] for cells in rows]}
     return fig
 
 
@@ -238,12 +259,20 @@ def _describe(exp: Exploration) -> str:
 
 
 def save(fig, out: str) -> List[str]:
-    """Write ``fig`` as OUT.png and OUT.svg (OUT without its .png/.svg suffix)."""
+    """Write ``fig`` as OUT.png and OUT.svg (OUT without its .png/.svg suffix), and the
+    numbers it plots as OUT.json, so that it can be checked and redrawn."""
+    import json
+
     base, ext = os.path.splitext(out)
     if ext.lower() not in (".png", ".svg"):
         base = out
     paths = [base + ".png", base + ".svg"]
     fig.savefig(paths[0], dpi=120)
     fig.savefig(paths[1])
+    data = getattr(fig, "cudnn_explorer_data", None)
+    if data is not None:
+        paths.append(base + ".json")
+        with open(paths[2], "w") as f:
+            json.dump(data, f, indent=1)
     _plt().close(fig)
     return paths
