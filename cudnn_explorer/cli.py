@@ -1015,10 +1015,10 @@ def build_advise_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval", action="store_true", help="inference: forward only, eval mode")
     m.add_argument("--iterations", default="10000",
                    help="how many iterations the workload runs (default 10000)")
-    m.add_argument("--repeats", default="1",
-                   help="pick stability: run the model with benchmark on K more times, each "
-                        "in a fresh process, and report per layer how often each plan was "
-                        "picked and the steady-time spread between those plans (default 1: "
+    m.add_argument("--repeats", default="0", metavar="K",
+                   help="pick stability: K more runs of the model with benchmark on (2 to "
+                        "50), each in a fresh process; per layer, how often each plan was "
+                        "picked and the steady-time spread between those plans (default 0: "
                         "off)")
     r = p.add_argument_group("run")
     r.add_argument("--device", default="0", help="CUDA device index (default 0)")
@@ -1093,9 +1093,9 @@ def _run_advise(argv: List[str]) -> int:
         target = float("nan")
     if not 0.01 <= target <= 50:
         raise UserError(f"--target-ci {a.target_ci}: valid: a percentage from 0.01 to 50")
-    repeats = _int(a.repeats, "--repeats", lo=1)
-    if repeats > 50:
-        raise UserError(f"--repeats {repeats}: valid: an integer from 1 to 50")
+    repeats = _int(a.repeats, "--repeats", lo=0)
+    if repeats == 1 or repeats > 50:
+        raise UserError(f"--repeats {repeats}: valid: 0 (off) or 2 to 50 fresh processes")
     options = ExploreOptions.create(source="cli", device=a.device, seed=a.seed,
                                     child_timeout_s=a.child_timeout,
                                     benchmark_limit=a.benchmark_limit)
@@ -1125,7 +1125,7 @@ def _run_advise(argv: List[str]) -> int:
     run, _ = run_model(cap, options, iterations=10, progress=say, modes=modes,
                        target_ci=target / 100, cache=cache)
     rep, stability = None, []
-    if repeats > 1:
+    if repeats:
         from .core.advice import pick_stability
         from .measure.children import ModeSpec
         from .model.pytorch_run import retime_plans

@@ -216,7 +216,7 @@ def test_pick_stability_counts_plans_and_measures_their_spread():
 
 
 def test_bad_repeats_exit_2():
-    for value in ("0", "51", "x"):
+    for value in ("1", "51", "x", "-2"):
         r = run_cli("advise", "resnet18", "--repeats", value,
                     env={"CUDA_VISIBLE_DEVICES": ""})
         assert r.returncode == 2 and "--repeats" in r.stderr, r.stderr
