@@ -26,7 +26,7 @@ RESULT: {"torch", "cudnn", "settings", "error" ("" or why it stopped), "sizes": 
 "first_peak_reserved", "other_peak_alloc" (the peak outside convolution calls),
 "conv_calls", "conv_ms", "calls": [{"problem" (ConvProblem dict), "direction", "layer",
 "first", "ms", "alloc_before", "peak_alloc", "reserved_before", "reserved_after",
-"log_span"}], "steady_ms": [...], "warmup", "steady_peak_alloc", "steady_peak_reserved"}]}.
+"peak_reserved", "log_span"}], "steady_ms": [...], "warmup", "steady_peak_alloc", "steady_peak_reserved"}]}.
 The result is rewritten after every shape, so a child that dies keeps what finished.
 """
 from __future__ import annotations
@@ -98,13 +98,14 @@ class _Probe:
     def __init__(self, cuda, log_file, tf32: bool, seen: set):
         self.cuda, self.log, self.tf32, self.seen = cuda, log_file, tf32, seen
         self.calls = []
-        self.other_peak = 0
+        self.other_peak = self.other_peak_reserved = 0
 
     def _fold(self):
-        """Sync, note the peak since the last reset (outside any convolution), reset."""
+        """Sync, note the peaks since the last reset (outside any convolution), reset."""
         cuda = self.cuda
         cuda.synchronize()
         self.other_peak = max(self.other_peak, cuda.max_memory_allocated())
+        self.other_peak_reserved = max(self.other_peak_reserved, cuda.max_memory_reserved())
         cuda.reset_peak_memory_stats()
 
     def call(self, fn, problem, direction: str, layer: str):
@@ -120,7 +121,9 @@ class _Probe:
             "problem": problem.to_dict(), "direction": direction, "layer": layer,
             "first": key not in self.seen, "ms": ms, "alloc_before": a0,
             "peak_alloc": cuda.max_memory_allocated(), "reserved_before": r0,
-            "reserved_after": cuda.memory_reserved(), "log_span": [s0, _log_size(self.log)]})
+            "reserved_after": cuda.memory_reserved(),
+            "peak_reserved": cuda.max_memory_reserved(),
+            "log_span": [s0, _log_size(self.log)]})
         self.seen.add(key)
         cuda.reset_peak_memory_stats()
         return out
@@ -226,15 +229,13 @@ def run(spec: dict, write) -> dict:
             other = probe.finish()
             size["first_ms"] = (time.perf_counter() - t0) * 1e3
             calls = probe.calls
+            # the peaks are folded around every call: the iteration's are their maxima
             size.update(
                 first_peak_alloc=max([other] + [c["peak_alloc"] for c in calls]),
-                first_peak_reserved=cuda.max_memory_reserved(),
+                first_peak_reserved=max([probe.other_peak_reserved]
+                                        + [c["peak_reserved"] for c in calls]),
                 other_peak_alloc=other, calls=calls, conv_calls=len(calls),
                 conv_ms=sum(c["ms"] for c in calls))
-            # The reserve only grows within an iteration unless freed: its peak is the
-            # largest reserve seen at any call's end or now.
-            size["first_peak_reserved"] = max(
-                [size["first_peak_reserved"]] + [c["reserved_after"] for c in calls])
 
             def step():
                 model.zero_grad(set_to_none=True)
