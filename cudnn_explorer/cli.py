@@ -1212,10 +1212,6 @@ def _model_distributed(a, flags, world, spec, options, iterations, pipeline) -> 
     from dataclasses import replace
 
     from .model import distributed
-    from .model.capture import capture_model
-    from .model.pytorch_run import ModelBench, StoreCache, run_model
-    from .model.sweep import sweep
-    from .report.model import render_consistency, render_sweep
 
     if "--device" in flags:
         raise UserError("--device would be ignored: under torchrun each rank uses the GPU of "
@@ -1227,10 +1223,25 @@ def _model_distributed(a, flags, world, spec, options, iterations, pipeline) -> 
     if a.consistency and not a.json:
         raise UserError("--consistency needs --json PATH: each rank writes PATH.rankN.json "
                         "and rank 0 compares them")
-    rank, timeout = world.rank, 24 * 3600.0
+    timeout = 24 * 3600.0
     options = replace(options, device=world.local_rank)
     pipeline.native.require_gpu(world.local_rank)
     distributed.init(world, timeout)
+    try:  # the process group is closed on every way out (else gloo aborts the process)
+        return _rank_job(a, world, spec, options, iterations, pipeline, timeout)
+    finally:
+        distributed.finish()
+
+
+def _rank_job(a, world, spec, options, iterations, pipeline, timeout) -> int:
+    """The part of a rank's work that runs inside the process group."""
+    from .model import distributed
+    from .model.capture import capture_model
+    from .model.pytorch_run import ModelBench, StoreCache, run_model
+    from .model.sweep import sweep
+    from .report.model import render_consistency, render_sweep
+
+    rank = world.rank
     distributed.check_devices(world, distributed.device_id(world.local_rank))
     cap = capture_model(spec, f"cuda:{world.local_rank}")
     store = open_store(a)

@@ -52,13 +52,20 @@ def test_shards_cover_every_problem_once_balanced_by_cost():
 
 
 def _rank(rank, init_file, store_path, mode, out_dir):
-    """One rank: mode "ok", "error" (rank 1 raises on its last problem) or "die" (rank 1
-    exits before the barrier)."""
+    """One rank: mode "ok", "error" (rank 1 raises on its last problem), "die" (rank 1
+    exits before the barrier) or "samegpu" (both ranks name one device)."""
+    world = distributed.World(rank, rank, 2)
+    distributed.init(world, 60, init_method=f"file://{init_file}")
+    try:
+        _rank_job(world, rank, store_path, mode, out_dir)
+    finally:
+        distributed.finish()
+
+
+def _rank_job(world, rank, store_path, mode, out_dir):
     from cudnn_explorer.core.records import Exploration
     from cudnn_explorer.store.db import Store
 
-    world = distributed.World(rank, rank, 2)
-    distributed.init(world, 60, init_method=f"file://{init_file}")
     if mode == "samegpu":  # both ranks say they run on one device
         try:
             distributed.check_devices(world, "NVIDIA H200 GPU-1234 on host")
@@ -99,9 +106,6 @@ def _rank(rank, init_file, store_path, mode, out_dir):
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(out, f)
     store.close()
-    import torch.distributed as dist
-
-    dist.destroy_process_group()
 
 
 def _world(tmp_path, mode, run):

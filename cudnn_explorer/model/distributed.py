@@ -30,7 +30,7 @@ from ..core.records import Environment, Exploration
 from ..core.sweep import ModelSweep, SweepEntry
 from ..core.version import __version__
 
-__all__ = ["World", "world_from_env", "estimated_cost", "shard", "init", "check_devices",
+__all__ = ["World", "world_from_env", "estimated_cost", "shard", "init", "finish", "check_devices",
            "barrier", "merge", "run_share"]
 
 
@@ -81,6 +81,15 @@ def init(world: World, timeout_s: float, init_method: Optional[str] = None) -> N
     dist.init_process_group("gloo", init_method=init_method or "env://", rank=world.rank,
                             world_size=world.size,
                             timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def finish() -> None:
+    """Close the process group, when there is one (a rank that leaves with it open is
+    aborted by gloo's threads at exit)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def check_devices(world: World, device_id: str) -> None:
