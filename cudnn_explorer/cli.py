@@ -1165,14 +1165,37 @@ PLOTS = {"pareto": "time against workspace per direction, with the Pareto fronti
                  "sorted, with the cumulative sum (a saved model sweep)"}
 
 
+def _stored_exploration(path: str, n: int):
+    """The n-th most recently measured exploration in the store at ``path``."""
+    from .store.db import Store, default_path
+
+    path = path or default_path()
+    if not os.path.exists(path):
+        raise UserError(f"--store '{path}': no such file (nothing measured yet)")
+    with Store(path) as store:  # StoreError: exit 3, naming the file
+        exps = store.explorations()
+    if n > len(exps):
+        raise UserError(f"--pick {n}: the store holds {len(exps)} results")
+    exp = exps[-n]
+    print(f"plotting {exp.problem.describe()} on {exp.environment.gpu_name}, measured "
+          f"{exp.created}", file=sys.stderr)
+    return exp
+
+
 def _run_plot(argv: List[str]) -> int:
     p = _Parser(prog="python -m cudnn_explorer plot", allow_abbrev=False,
                 description="Plot a saved result as PNG and SVG (no GPU needed): "
                             + "; ".join(f"{k}: {v}" for k, v in PLOTS.items()))
     p.add_argument("kind", nargs="?", help=" | ".join(PLOTS))
     p.add_argument("file", nargs="?", help="a saved exploration (--json) or model sweep")
+    p.add_argument("--store", nargs="?", const="", default=None, metavar="PATH",
+                   help="plot a result from the results store instead of FILE (pareto, "
+                        "roofline; default store ~/.cache/cudnn_explorer/results.db)")
+    p.add_argument("--pick", default="1", metavar="N",
+                   help="with --store: the N-th most recently measured result (default 1)")
     p.add_argument("--out", default=None, metavar="PATH",
-                   help="where to write (PATH.png and PATH.svg; default: beside FILE)")
+                   help="where to write (PATH.png, PATH.svg and PATH.json; default: beside "
+                        "FILE, or plot-KIND in this directory with --store)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     if not argv:
         sys.stderr.write(p.format_usage())
@@ -1180,10 +1203,16 @@ def _run_plot(argv: List[str]) -> int:
     a = p.parse_args(argv)
     if a.kind not in PLOTS:
         raise UserError(f"plot kind '{a.kind}': valid: {', '.join(PLOTS)}")
-    if not a.file:
+    if a.store is not None and a.file:
+        raise UserError("FILE would be ignored: --store plots a stored result; drop one")
+    if a.store is not None and a.kind == "gaps":
+        raise UserError("plot gaps needs a saved model sweep (model --json); the store keeps "
+                        "problems, not sweeps")
+    if a.store is None and not a.file:
         raise UserError(f"plot {a.kind}: give a saved file, e.g. data/reference/"
-                        f"h200-default-fp32.json")
-    out = a.out or os.path.splitext(a.file)[0] + f".{a.kind}"
+                        f"h200-default-fp32.json, or --store")
+    pick = _int(a.pick, "--pick", lo=1)
+    out = a.out or (os.path.splitext(a.file)[0] + f".{a.kind}" if a.file else f"plot-{a.kind}")
     base = os.path.splitext(out)[0] if out.lower().endswith((".png", ".svg")) else out
     for path in (base + ".png", base + ".svg", base + ".json"):
         check_output_path(path, "--out")
@@ -1199,7 +1228,7 @@ def _run_plot(argv: List[str]) -> int:
             raise UserError(f"plot gaps '{a.file}': {e} (gaps plots a model sweep)") from None
         fig = plots.gaps(sw)
     else:
-        exp = load_file(a.file)
+        exp = load_file(a.file) if a.file else _stored_exploration(a.store, pick)
         fig = plots.pareto(exp) if a.kind == "pareto" else plots.roofline(exp)
     for path in plots.save(fig, out):
         print(f"wrote {path}", file=sys.stderr)

@@ -129,3 +129,25 @@ def test_compare_plot_writes_png_and_svg(tmp_path):
                 str(tmp_path / "envs"))
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "envs.png").stat().st_size > 5000 and (tmp_path / "envs.svg").exists()
+
+
+def test_plot_from_the_store(tmp_path):
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.store.db import Store
+
+    exp = reference()
+    db = str(tmp_path / "r.db")
+    with Store(db) as store:
+        for d in exp.directions:
+            store.save(exp.problem, exp.environment,
+                       ExploreOptions.from_dict(exp.measurement.options), exp.measurement, d)
+    r = run_cli("plot", "roofline", "--store", db, "--out", str(tmp_path / "roof"))
+    assert r.returncode == 0, r.stderr
+    assert "plotting 2-D convolution: input 32x3x224x224" in r.stderr
+    data = __import__("json").loads((tmp_path / "roof.json").read_text())
+    assert set(data["directions"]) == {"fwd", "bwd-data", "bwd-filter"}
+    for args, match in [(["plot", "pareto", "--store", db, "--pick", "2"], "holds 1 results"),
+                        (["plot", "gaps", "--store", db], "needs a saved model sweep"),
+                        (["plot", "pareto", REF, "--store", db], "FILE would be ignored")]:
+        r = run_cli(*args)
+        assert r.returncode == 2 and match in r.stderr, (args, r.stderr)
