@@ -357,15 +357,22 @@ def _run_history(argv: List[str]) -> int:
     path = a.store or default_path()
     if not os.path.exists(path):
         raise UserError(f"--store '{path}': no such file (nothing measured yet)")
+    limit = _int(a.limit, "--limit", lo=1)
     with Store(path) as store:
-        rows = store.history(_int(a.limit, "--limit", lo=1))
+        rows = store.history(limit)
         total = store.count()
+        runs = store.model_runs(limit)
     print(f"results store '{path}': {total} stored directions")
     if rows:
         print(table([[r["created"][:19].replace("T", " "), r["gpu"], r["cudnn"], r["torch"],
                       r["directions"], r["problem"][:60]] for r in rows],
                     headers=["measured (UTC)", "GPU", "cuDNN", "torch", "directions",
                              "problem"]))
+    if runs:
+        print("\nPyTorch's own runs of models (one per mode):")
+        print(table([[r["created"][:19].replace("T", " "), r["gpu"], r["mode"],
+                      r["model"][:70]] for r in runs],
+                    headers=["measured (UTC)", "GPU", "mode", "model"]))
     return 0
 
 

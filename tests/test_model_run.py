@@ -299,8 +299,15 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
         pick = pick_of(picks[problem][0], "fwd")
         assert pick.ok and pick.engine_tag == size.calls[0].plan
         assert "from the results store" in render_model_run(run, cap)
+        (row,) = store.model_runs()
+        assert row["mode"] == mode.label and row["model"] == "onelayer"
         # another environment, or --refresh: the child runs (and here fails)
         cache.read = False
         run, _ = pytorch_run.run_model(cap, opts, python=str(never), cache=cache,
                                        modes=[mode])
         assert "exit code 99" in run.modes[0].error and not run.modes[0].stored
+    from conftest import run_cli
+
+    r = run_cli("history", "--store", str(tmp_path / "r.db"))
+    assert r.returncode == 0 and "PyTorch's own runs of models" in r.stdout, r.stderr
+    assert "onelayer" in r.stdout and mode.label in r.stdout

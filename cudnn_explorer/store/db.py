@@ -291,5 +291,12 @@ class Store:
             raise StoreError(f"results store '{self.path}': a stored model run does not "
                              f"load: {e}") from None
 
+    def model_runs(self, limit: int = 200) -> List[Dict[str, str]]:
+        """Stored runs of models, newest first: when, on which GPU, which model, which mode."""
+        rows = self.db.execute(
+            "SELECT created, gpu_name, model, mode FROM model_runs ORDER BY created DESC, "
+            "id DESC LIMIT ?", (limit,)).fetchall()
+        return [dict(created=r[0], gpu=r[1], model=r[2], mode=r[3]) for r in rows]
+
     def count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
