@@ -19,19 +19,11 @@ null, "log_span": [start, end] byte offsets of the log written during the first 
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
-from .procs import read_spec
-
-
-def _log_size(path):
-    try:
-        return os.path.getsize(path) if path else None
-    except OSError:
-        return 0
+from .procs import log_size, read_spec, write_result
 
 
 def torch_call(problem, direction, t):
@@ -86,12 +78,12 @@ def run(spec: dict) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         alloc0, res0 = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
-        start = _log_size(log)
+        start = log_size(log)
         t0 = time.perf_counter()
         result = fn()
         torch.cuda.synchronize()
         first_ms = (time.perf_counter() - t0) * 1e3
-        end = _log_size(log)
+        end = log_size(log)
         first_peak = torch.cuda.max_memory_allocated() - alloc0
         first_res = torch.cuda.memory_reserved() - res0
         checked = None
@@ -124,10 +116,7 @@ def main(argv=None) -> int:
     spec = read_spec(argv, "python -m cudnn_explorer.measure.child SPEC.json RESULT.json")
     if spec is None:
         return 2
-    res = run(spec)
-    with open(argv[1] + ".tmp", "w") as f:
-        json.dump(res, f)
-    os.replace(argv[1] + ".tmp", argv[1])  # the parent never reads a half-written file
+    write_result(argv[1], run(spec))
     return 0
 
 

@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Optional
 
-__all__ = ["child_env", "describe_rc", "read_spec"]
+__all__ = ["child_env", "describe_rc", "read_spec", "write_result", "log_size"]
 
 _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,3 +40,22 @@ def read_spec(argv, usage: str) -> Optional[dict]:
         return None
     with open(argv[0]) as f:
         return json.load(f)
+
+
+def write_result(path: str, result) -> None:
+    """A child's result as JSON, atomically: a temporary file, then a rename, so the
+    parent never reads a half-written file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(path + ".tmp", path)
+
+
+def log_size(path: Optional[str]) -> Optional[int]:
+    """The byte size of a child's log so far (its spans are byte offsets): None without a
+    log, 0 before the library has written it."""
+    if not path:
+        return None
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

@@ -31,14 +31,12 @@ The result is rewritten after every shape, so a child that dies keeps what finis
 """
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from dataclasses import replace
 
 from ..core.capture import ModelSpec
-from ..measure.procs import read_spec
+from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
 from .capture import iteration, layer_name, not_covered, problem_of
 
@@ -54,13 +52,6 @@ def ci_halfwidth(xs) -> float:
     m = _mean(xs)
     var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
     return 1.96 * (var / len(xs)) ** 0.5
-
-
-def _log_size(path) -> int:
-    try:
-        return os.path.getsize(path) if path else 0
-    except OSError:
-        return 0
 
 
 class _HostEvent:
@@ -111,7 +102,7 @@ class _Probe:
     def call(self, fn, problem, direction: str, layer: str):
         cuda = self.cuda
         self._fold()
-        a0, r0, s0 = cuda.memory_allocated(), cuda.memory_reserved(), _log_size(self.log)
+        a0, r0, s0 = cuda.memory_allocated(), cuda.memory_reserved(), (log_size(self.log) or 0)
         t0 = time.perf_counter()
         out = fn()
         cuda.synchronize()
@@ -123,7 +114,7 @@ class _Probe:
             "peak_alloc": cuda.max_memory_allocated(), "reserved_before": r0,
             "reserved_after": cuda.memory_reserved(),
             "peak_reserved": cuda.max_memory_reserved(),
-            "log_span": [s0, _log_size(self.log)]})
+            "log_span": [s0, (log_size(self.log) or 0)]})
         self.seen.add(key)
         cuda.reset_peak_memory_stats()
         return out
@@ -279,13 +270,7 @@ def main(argv=None) -> int:
     spec = read_spec(argv, "python -m cudnn_explorer.model.child SPEC.json RESULT.json")
     if spec is None:
         return 2
-
-    def write(res):  # the parent never reads a half-written file
-        with open(argv[1] + ".tmp", "w") as f:
-            json.dump(res, f)
-        os.replace(argv[1] + ".tmp", argv[1])
-
-    run(spec, write)
+    run(spec, lambda res: write_result(argv[1], res))
     return 0
 
 
