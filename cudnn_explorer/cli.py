@@ -1142,15 +1142,14 @@ def _run_advise(argv: List[str]) -> int:
         rep, _ = run_model(cap, options, iterations=3, warmup=1, progress=say, modes=again,
                            cache=cache)
         stability = retime_plans(cap, pick_stability(rep), options, say)
-    import datetime
+    from .core.records import utc_now
 
     if store is not None:
         store.close()
     adv = Advice(capture=cap, pytorch_run=run, sizes=[[s, c] for s, c in dist],
                  iterations=n, environment=env,
                  tool_version=__version__,
-                 created=datetime.datetime.now(datetime.timezone.utc).isoformat(
-                     timespec="seconds"), repeats=rep, stability=stability)
+                 created=utc_now(), repeats=rep, stability=stability)
     if a.json:
         write_output(adv.to_json() + "\n", a.json, "--json")
     if run.mode("benchmark") is None or run.mode("heuristic") is None:

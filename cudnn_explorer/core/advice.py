@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .capture import Capture
 from .errors import UserError
 from .modelrun import ModelRun
-from .records import Environment, _Record, _shown
+from .records import Environment, _Record, _shown, parse_json
 
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost", "Stability",
            "pick_stability",
@@ -351,10 +351,7 @@ class Advice(_Record):
 
     @classmethod
     def from_json(cls, data) -> "Advice":
-        try:
-            d = json.loads(data)
-        except (ValueError, RecursionError) as e:
-            raise UserError(f"not valid JSON: {str(e)[:80]}") from None
+        d = parse_json(data)
         if not isinstance(d, dict) or d.get("schema") != ADVICE_SCHEMA:
             raise UserError("not a cudnn_explorer advice: schema is "
                             f"{_shown(d.get('schema') if isinstance(d, dict) else d)}")

@@ -10,6 +10,7 @@ configs, whole models) without breaking saved files.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import typing
@@ -191,6 +192,19 @@ def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool,
     else:
         why = " (--max-workspace)" if capped else ""
     return f"needs {need_bytes / MIB:.2f} MiB workspace > {given_bytes / MIB:.2f} MiB given{why}"
+
+
+def utc_now() -> str:
+    """Now, in UTC, ISO 8601 to the second: every record's ``created``."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def parse_json(data):
+    """The JSON value of a saved file's text or bytes; UserError when it is not JSON."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise UserError(f"not valid JSON: {str(e)[:80]}") from None
 
 
 def rankable(r) -> bool:

@@ -18,7 +18,7 @@ from typing import List, Optional
 from .capture import Capture
 from .errors import UserError
 from .modelrun import ModelRun
-from .records import Environment, Exploration, _shown
+from .records import Environment, Exploration, _shown, parse_json
 
 __all__ = ["SWEEP_SCHEMA", "SWEEP_VERSION", "SweepEntry", "ModelSweep"]
 
@@ -147,10 +147,7 @@ class ModelSweep:
 
     @classmethod
     def from_json(cls, data) -> "ModelSweep":
-        try:
-            d = json.loads(data)
-        except (ValueError, RecursionError) as e:
-            raise UserError(f"not valid JSON: {str(e)[:80]}") from None
+        d = parse_json(data)
         if not isinstance(d, dict):
             raise UserError("not a cudnn_explorer sweep: top level is not an object")
         return cls.from_dict(d)

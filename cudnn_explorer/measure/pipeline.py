@@ -8,7 +8,6 @@ the whole pipeline without a GPU.
 """
 from __future__ import annotations
 
-import datetime
 import socket
 from typing import Callable, Dict, List, Optional
 
@@ -17,7 +16,8 @@ from ..core.errors import MissingDependencyError, ResourceError, UserError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.version import __version__
-from ..core.records import DirectionResult, EngineSpace, Environment, Exploration, Measurement
+from ..core.records import (DirectionResult, EngineSpace, Environment, Exploration,
+                            Measurement, utc_now)
 from . import native
 from .children import ModeRun, pick_of, run_children
 from .engine_worker import explore_isolated
@@ -115,8 +115,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
                 on_direction(env, measurement, results[-1])
     return Exploration(problem=problem, environment=env, directions=results,
                        tool_version=__version__,
-                       created=datetime.datetime.now(datetime.timezone.utc).isoformat(
-                           timespec="seconds"),
+                       created=utc_now(),
                        measurement=measurement)
 
 

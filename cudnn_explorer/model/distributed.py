@@ -26,7 +26,7 @@ from ..core.capture import Capture, UniqueConv
 from ..core.errors import ExplorerError, ResourceError, UserError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
-from ..core.records import Environment, Exploration
+from ..core.records import Environment, Exploration, utc_now
 from ..core.sweep import ModelSweep, SweepEntry
 from ..core.version import __version__
 
@@ -160,6 +160,5 @@ def merge(capture: Capture, options: ExploreOptions,
                       environment=environment,
                       complete=len(entries) == len(capture.problems),
                       tool_version=__version__,
-                      created=datetime.datetime.now(datetime.timezone.utc).isoformat(
-                          timespec="seconds"),
+                      created=utc_now(),
                       wall_s=wall_s, pytorch_run=pytorch_run)

@@ -8,7 +8,6 @@ problem in flight; an interrupted sweep is marked incomplete and says which are 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import time
 from typing import Callable, Optional, Sequence
 
@@ -17,7 +16,7 @@ from ..core.errors import ChildError, CudnnError, ExplorerError, ResourceError, 
 from ..core.modelrun import ModelRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
-from ..core.records import Exploration
+from ..core.records import Exploration, utc_now
 from ..core.sweep import ModelSweep, SweepEntry
 from ..core.version import __version__
 from ..measure import pipeline
@@ -50,7 +49,7 @@ def sweep(capture: Capture, options: ExploreOptions,
     stops the sweep (MissingDependencyError); other errors are recorded per problem."""
     bench = bench or pipeline.GpuBench(options.device)
     env = bench.environment()
-    created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    created = utc_now()
     opts = options.to_dict()
     opts.pop("directions", None)
     entries = []

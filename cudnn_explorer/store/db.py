@@ -13,7 +13,6 @@ which names the file; the CLI then goes on without the store.
 """
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import sqlite3
@@ -24,7 +23,7 @@ from typing import Dict, List, Optional, Sequence
 from ..core.errors import ExplorerError
 from ..core.options import ExploreOptions
 from ..core.problem import DIRECTIONS, ConvProblem
-from ..core.records import DirectionResult, Environment, Exploration, Measurement
+from ..core.records import DirectionResult, Environment, Exploration, Measurement, utc_now
 from ..core.version import __version__
 
 __all__ = ["Store", "StoreError", "SCHEMA_VERSION", "default_path", "env_key", "options_key",
@@ -168,8 +167,7 @@ class Store:
              measurement: Measurement, d: DirectionResult, created: str = "") -> None:
         """One finished direction, at once (its own transaction): a run killed later keeps
         it."""
-        created = created or datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds")
+        created = created or utc_now()
         try:
             self.db.execute(
                 "INSERT INTO results (problem_key, direction, env_key, options_key, created, "
@@ -266,8 +264,7 @@ class Store:
                        run: dict, per_problem: dict, created: str = "") -> None:
         """One mode's run of a model (ModelModeRun as a dict) and its per-problem results
         (problem key -> the child's result for it, log included), at once."""
-        created = created or datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds")
+        created = created or utc_now()
         try:
             self.db.execute(
                 "INSERT INTO model_runs (run_key, env_key, created, tool_version, gpu_name, "
