@@ -706,6 +706,26 @@ def _run_targets(a) -> int:
     return 0
 
 
+def add_model_args(m, sizes_help: str) -> None:
+    """The model and its input, as ``model`` and ``advise`` take them (model_spec reads
+    them)."""
+    m.add_argument("name", nargs="?", help="a torchvision model name, e.g. resnet50")
+    m.add_argument("--model", metavar="PKG.MODULE:FACTORY",
+                   help="your own nn.Module: a function that takes no arguments")
+    m.add_argument("--batch", default="32", help="batch size (default 32)")
+    m.add_argument("--input", default=None, metavar="CxHxW",
+                   help="one sample's shape (default 3x224x224)")
+    m.add_argument("--image", default=None, metavar="N", help="same as --input 3xNxN")
+    m.add_argument("--sizes", default=None, metavar="A:B:STEP", help=sizes_help)
+    m.add_argument("--amp", default="off", help="off | fp16 | bf16 (torch.autocast)")
+    m.add_argument("--channels-last", action="store_true",
+                   help="model and input in channels_last")
+    t = m.add_mutually_exclusive_group()
+    t.add_argument("--train", action="store_true",
+                   help="a training step: forward and backward (the default)")
+    t.add_argument("--eval", action="store_true", help="inference: forward only, eval mode")
+
+
 def build_model_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m cudnn_explorer model", allow_abbrev=False,
@@ -714,23 +734,8 @@ def build_model_parser() -> argparse.ArgumentParser:
                     "PyTorch's pick, the best legacy algorithm and the best engine config, "
                     "in ms per iteration.")
     m = p.add_argument_group("model")
-    m.add_argument("name", nargs="?", help="a torchvision model name, e.g. resnet50")
-    m.add_argument("--model", metavar="PKG.MODULE:FACTORY",
-                   help="your own nn.Module: a function that takes no arguments")
-    m.add_argument("--batch", default="32", help="batch size (default 32)")
-    m.add_argument("--input", default=None, metavar="CxHxW",
-                   help="one sample's shape (default 3x224x224)")
-    m.add_argument("--image", default=None, metavar="N", help="same as --input 3xNxN")
-    m.add_argument("--sizes", default=None, metavar="A:B:STEP",
-                   help="variable input sizes: capture at each square size (320:640:32 or "
-                        "320,416,512) and count the new problems each one brings")
-    m.add_argument("--amp", default="off", help="off | fp16 | bf16 (torch.autocast)")
-    m.add_argument("--channels-last", action="store_true",
-                   help="model and input in channels_last")
-    t = m.add_mutually_exclusive_group()
-    t.add_argument("--train", action="store_true",
-                   help="a training step: forward and backward (the default)")
-    t.add_argument("--eval", action="store_true", help="inference: forward only, eval mode")
+    add_model_args(m, "variable input sizes: capture at each square size (320:640:32 or "
+                      "320,416,512) and count the new problems each one brings")
     m.add_argument("--capture-only", action="store_true",
                    help="list the unique problems and their layers; explore nothing")
     m.add_argument("--target", metavar="GPUS",
@@ -1000,26 +1005,11 @@ def build_advise_parser() -> argparse.ArgumentParser:
                     "at every input size, and weighs the first calls' cost against the "
                     "steady-state saving over --iterations iterations.")
     m = p.add_argument_group("workload")
-    m.add_argument("name", nargs="?", help="a torchvision model name, e.g. resnet50")
-    m.add_argument("--model", metavar="PKG.MODULE:FACTORY",
-                   help="your own nn.Module: a function that takes no arguments")
-    m.add_argument("--batch", default="32", help="batch size (default 32)")
-    m.add_argument("--input", default=None, metavar="CxHxW",
-                   help="one sample's shape (default 3x224x224)")
-    m.add_argument("--image", default=None, metavar="N", help="same as --input 3xNxN")
-    m.add_argument("--sizes", default=None, metavar="A:B:STEP",
-                   help="variable square input sizes, equally frequent (320:640:32 or "
-                        "320,416,512)")
+    add_model_args(m, "variable square input sizes, equally frequent (320:640:32 or "
+                      "320,416,512)")
     m.add_argument("--shape-dist", default=None, metavar="FILE",
                    help="variable square input sizes with their frequencies: one "
                         "'SIZE COUNT' per line")
-    m.add_argument("--amp", default="off", help="off | fp16 | bf16 (torch.autocast)")
-    m.add_argument("--channels-last", action="store_true",
-                   help="model and input in channels_last")
-    t = m.add_mutually_exclusive_group()
-    t.add_argument("--train", action="store_true",
-                   help="training steps: forward and backward (the default)")
-    t.add_argument("--eval", action="store_true", help="inference: forward only, eval mode")
     m.add_argument("--iterations", default="10000",
                    help="how many iterations the workload runs (default 10000)")
     m.add_argument("--repeats", default="0", metavar="K",
