@@ -706,6 +706,22 @@ def _run_targets(a) -> int:
     return 0
 
 
+def render_saved(a, flags: List[str], what: str, parse, render) -> int:
+    """``--load`` of a model command: refuse any other flag or a NAME, read the file,
+    render it (no GPU needed)."""
+    bad = next((f for f in flags if f not in ("--load", "--debug")), None) or (
+        a.name and "NAME")
+    if bad:
+        raise UserError(f"{bad} would be ignored: --load renders a saved {what}; drop "
+                        f"{bad} or --load")
+    try:
+        saved = parse(read_bytes(a.load, "--load"))
+    except UserError as e:
+        raise UserError(f"--load '{a.load}': {e}") from None
+    sys.stdout.write(render(saved))
+    return 0
+
+
 def add_model_args(m, sizes_help: str) -> None:
     """The model and its input, as ``model`` and ``advise`` take them (model_spec reads
     them)."""
@@ -853,21 +869,10 @@ def _run_model(argv: List[str]) -> int:
     a = parser.parse_args(argv)
     flags = given_flags(parser, argv)
     if a.load:
-        bad = next((f for f in flags if f not in ("--load", "--debug")), None) or (
-            a.name and "NAME")
-        if bad:
-            raise UserError(f"{bad} would be ignored: --load renders a saved sweep; drop "
-                            f"{bad} or --load")
         from .core.sweep import ModelSweep
         from .report.model import render_sweep
 
-        data = read_bytes(a.load, "--load")
-        try:
-            sw = ModelSweep.from_json(data)
-        except UserError as e:
-            raise UserError(f"--load '{a.load}': {e}") from None
-        sys.stdout.write(render_sweep(sw))
-        return 0
+        return render_saved(a, flags, "sweep", ModelSweep.from_json, render_sweep)
     check_conflicts(flags)
     if a.capture_only or a.target:
         bad = next((f for f in flags if f in RUN_FLAGS + MODEL_RUN_FLAGS
@@ -1057,17 +1062,7 @@ def _run_advise(argv: List[str]) -> int:
     a = parser.parse_args(argv)
     flags = given_flags(parser, argv)
     if a.load:
-        bad = next((f for f in flags if f not in ("--load", "--debug")), None) or (
-            a.name and "NAME")
-        if bad:
-            raise UserError(f"{bad} would be ignored: --load renders a saved advice; drop "
-                            f"{bad} or --load")
-        try:
-            adv = Advice.from_json(read_bytes(a.load, "--load"))
-        except UserError as e:
-            raise UserError(f"--load '{a.load}': {e}") from None
-        sys.stdout.write(render_advice(adv))
-        return 0
+        return render_saved(a, flags, "advice", Advice.from_json, render_advice)
     if a.shape_dist and (a.sizes or a.input or a.image):
         which = "--sizes" if a.sizes else ("--input" if a.input else "--image")
         raise UserError(f"{which} would be ignored: --shape-dist gives the input sizes; "
