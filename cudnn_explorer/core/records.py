@@ -503,6 +503,11 @@ class DirectionResult(_Record):
             self.engines is not None and pick.engine_tag) else None
         return c.timing if c is not None and rankable(c) else None
 
+    def pick_ms(self, pick: Optional[PyTorchPick]) -> Optional[float]:
+        """The steady-state median of pick_timing, ms; None without a pick or a time."""
+        t = self.pick_timing(pick) if pick is not None else None
+        return t.median_ms if t is not None else None
+
     def full_search_pick(self) -> Optional[PyTorchPick]:
         """PyTorch's benchmark pick with benchmark_limit 0 (every candidate timed), when
         that was a run of its own beside the one at the requested limit."""

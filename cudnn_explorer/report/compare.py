@@ -52,14 +52,13 @@ def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]
         picks, engines = set(), set()
         for i, (label, d) in enumerate(sorted(by_env.items())):
             pick, legacy, engine = chosen(d)
-            pt = d.pick_timing(pick) if pick else None
             picks.add((pick.engine_tag or pick.legacy_algo) if pick else None)
             engines.add(engine.tag if engine else None)
             rows.append([f"#{n}" if i == 0 and first else "",
                          _SHORT[key[1]] if i == 0 else "",
                          label[:34],
                          short_tag(pick.engine_tag, 20) if pick and pick.engine_tag else "-",
-                         fmt_ms(pt.median_ms) if pt else "-",
+                         fmt_ms(d.pick_ms(pick)) if pick else "-",
                          short_algo(legacy.algo_name, legacy.math_type, 16) if legacy else "-",
                          fmt_ms(legacy.time) if legacy else "-",
                          short_tag(engine.tag, 18) if engine else "-",

@@ -114,8 +114,7 @@ def render_sweep(sw: ModelSweep) -> str:
         for d in e.exploration.directions:
             calls = u.calls.get(d.direction, 0)
             bench, leg_row, eng = chosen(d)
-            t = d.pick_timing(bench) if bench is not None else None
-            pick = t.median_ms if t is not None else None
+            pick = d.pick_ms(bench)
             legacy, engine = _time(leg_row), _time(eng)
             found = [t for t in (pick, legacy, engine) if t is not None]
             best = min(found) if found else None
@@ -129,9 +128,7 @@ def render_sweep(sw: ModelSweep) -> str:
                 gaps.append((gap, i, d.direction))
             times = {}
             for m in _MODES:
-                p = d.pytorch_pick(m, api=None)
-                t = d.pick_timing(p) if p is not None else None
-                times[m] = t.median_ms if t is not None else None
+                times[m] = d.pick_ms(d.pytorch_pick(m, api=None))
             if all(v is not None for v in times.values()):
                 mode_n += 1
                 for m, v in times.items():
@@ -354,9 +351,8 @@ def render_consistency(sweeps: List[ModelSweep]) -> str:
                     per.append(None)
                     continue
                 bench, _, eng = chosen(dr)
-                t = dr.pick_timing(bench) if bench is not None else None
-                per.append((bench.engine_tag if bench else None,
-                            t.median_ms if t else None, eng.tag if eng else None))
+                per.append((bench.engine_tag if bench else None, dr.pick_ms(bench),
+                            eng.tag if eng else None))
             if any(p is None for p in per):
                 continue
             n += 1

@@ -173,11 +173,11 @@ def gaps(sw: ModelSweep, title: str = ""):
         u = cap.problems[e.index]
         for d in e.exploration.directions:
             bench, leg, eng = chosen(d)
-            t = d.pick_timing(bench) if bench is not None else None
+            t = d.pick_ms(bench)
             found = [x.time for x in (leg, eng) if x is not None and x.time is not None]
             if t is None or not found:
                 continue
-            gap = (t.median_ms - min(found + [t.median_ms])) * u.calls.get(d.direction, 0)
+            gap = (t - min(found + [t])) * u.calls.get(d.direction, 0)
             items.append((gap, f"#{e.index + 1} {d.direction} {u.layers[0] if u.layers else ''}"))
     items.sort(reverse=True)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.25 * len(items) + 2), 4.5))
@@ -217,9 +217,8 @@ def environments(items, title: str = ""):
         for e in used:
             d = by_env.get(e)
             pick = d.pytorch_pick("benchmark", api=None) if d is not None else None
-            t = d.pick_timing(pick) if pick is not None else None
             what = (pick.engine_tag or pick.legacy_algo or "?") if pick else "-"
-            cells.append((t.median_ms if t else None, short_tag(what, 16)))
+            cells.append((d.pick_ms(pick) if d is not None else None, short_tag(what, 16)))
         rows.append(cells)
         names.append(f"{problem.describe()[:48]} {direction}")
     grid = []

@@ -24,20 +24,14 @@ def pareto_frontier(rows: List[AlgoResult]) -> List[AlgoResult]:
     return out
 
 
-def _t(d: DirectionResult, p) -> Optional[float]:
-    """A pick's steady-state median: its own, or our re-timing of its plan."""
-    t = d.pick_timing(p) if p is not None else None
-    return t.median_ms if t is not None else None
-
-
 def verdicts(d: DirectionResult) -> List[str]:
     """Plain-language findings for one direction."""
     out: List[str] = []
     bench = d.pytorch_pick("benchmark")
     heur = d.pytorch_pick("heuristic")
     best = d.best()
-    if bench and heur and _t(d, bench) and _t(d, heur):
-        b, h = _t(d, bench), _t(d, heur)
+    if bench and heur and d.pick_ms(bench) and d.pick_ms(heur):
+        b, h = d.pick_ms(bench), d.pick_ms(heur)
         extra = (bench.first_peak_alloc_bytes or 0) - (heur.first_peak_alloc_bytes or 0)
         cost = (bench.first_call_ms or 0) - (heur.first_call_ms or 0)
         if h / b >= 1.02:
@@ -67,14 +61,14 @@ def verdicts(d: DirectionResult) -> List[str]:
         elif bench.kernels:  # (a model's run records no kernels: nothing to say then)
             out.append(f"no legacy algorithm runs the kernels of PyTorch's benchmark pick "
                        f"{bench.engine_tag}")
-        if best is not None and best.timing is not None and _t(d, bench):
-            r = best.timing.median_ms / _t(d, bench)
+        if best is not None and best.timing is not None and d.pick_ms(bench):
+            r = best.timing.median_ms / d.pick_ms(bench)
             out.append(f"best legacy algorithm {best.algo_name} ({best.math_type}): "
                        f"{best.timing.median_ms:.4f} ms, {r:.2f}x PyTorch's benchmark pick")
     full = d.full_search_pick()
     if bench and full:
         same = full.engine_tag == bench.engine_tag
-        times = (f" ({fmt_ms(_t(d, full))} ms vs {fmt_ms(_t(d, bench))} ms)")
+        times = (f" ({fmt_ms(d.pick_ms(full))} ms vs {fmt_ms(d.pick_ms(bench))} ms)")
         out.append(
             f"benchmark_limit 0 timed {len(full.timed)} plans instead of {len(bench.timed)}: "
             + ("the same pick" if same else f"picked {full.engine_tag}{times}")
@@ -117,7 +111,7 @@ def render_pytorch(d: DirectionResult) -> str:
         return ""
     best = d.best()
     engine = d.engines.best(allowed_only=True) if d.engines is not None else None
-    times = [_t(d, p) for p in d.pytorch if p.ok and _t(d, p)]
+    times = [d.pick_ms(p) for p in d.pytorch if p.ok and d.pick_ms(p)]
     if best is not None and best.timing is not None:
         times.append(best.timing.median_ms)
     if engine is not None and engine.time:
@@ -132,9 +126,9 @@ def render_pytorch(d: DirectionResult) -> str:
         if not p.ok:
             rows.append([_label(p.label), "(failed, see below)"] + ["-"] * 7)
             continue
-        rows.append([_label(p.label), short_choice(p), fmt_ms(_t(d, p)),
+        rows.append([_label(p.label), short_choice(p), fmt_ms(d.pick_ms(p)),
                      fmt_ms(eager_ms(d.pick_timing(p))),
-                     gap(_t(d, p)), fmt_mib(p.plan_workspace_bytes),
+                     gap(d.pick_ms(p)), fmt_mib(p.plan_workspace_bytes),
                      {None: "?", True: "yes", False: "no"}[p.deterministic],
                      "-" if p.first_call_ms is None else f"{p.first_call_ms:.1f}",
                      fmt_mib(p.first_peak_alloc_bytes)])
