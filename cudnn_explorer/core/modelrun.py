@@ -82,10 +82,6 @@ class ConvCall(_Record):
         """How far the call took allocated memory above what it started with."""
         return self.peak_alloc_bytes - self.alloc_before_bytes
 
-    @property
-    def reserved_growth_bytes(self) -> Signed:
-        return self.reserved_after_bytes - self.reserved_before_bytes
-
 
 @dataclass
 class SizeRun(_Record):
