@@ -954,19 +954,13 @@ def _run_model(argv: List[str]) -> int:
     env = pipeline.environment(options.device) if store is not None else None
     run, bench = None, None
     if options.pytorch:  # PyTorch's own run of the whole model, one child per mode
-        from .model.pytorch_run import ModelBench, StoreCache, run_model
-
         def say(msg):
             if bar is not None:
                 bar.set_postfix_str(msg[:60], refresh=True)
             elif "from the results store" in msg:
                 print(f"cudnn_explorer: {msg}", file=sys.stderr)
 
-        cache = StoreCache(store, env, cap.model.describe(), _without_store,
-                           read=not a.refresh) if store is not None else None
-        run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
-                                     cache=cache)
-        bench = ModelBench(options.device, per_problem)
+        run, bench = _model_run(cap, options, iterations, say, _store_cache(a, store, env, cap))
 
     def cached(problem, one):
         if store is None or a.refresh:
@@ -1000,6 +994,25 @@ def _run_model(argv: List[str]) -> int:
               f"explored; the report lists why", file=sys.stderr)
         return 3
     return 0
+
+
+def _store_cache(a, store, env, cap):
+    """run_model's cache in the results store the flags chose (with --refresh it only
+    keeps the new runs), or None without a store."""
+    from .model.pytorch_run import StoreCache
+
+    if store is None:
+        return None
+    return StoreCache(store, env, cap.model.describe(), _without_store, read=not a.refresh)
+
+
+def _model_run(cap, options, iterations: int, say, cache):
+    """PyTorch's own run of the model, and the pipeline's bench that takes its picks."""
+    from .model.pytorch_run import ModelBench, run_model
+
+    run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
+                                 cache=cache)
+    return run, ModelBench(options.device, per_problem)
 
 
 def build_advise_parser() -> argparse.ArgumentParser:
@@ -1098,14 +1111,13 @@ def _run_advise(argv: List[str]) -> int:
     pipeline = _measure_layer()
     pipeline.native.require_gpu(options.device)
     from .model import capture as capture_mod
-    from .model.pytorch_run import StoreCache, model_modes, run_model
+    from .model.pytorch_run import model_modes, run_model
     from .core.version import __version__
 
     cap = capture_mod.capture_model(spec, f"cuda:{options.device}")
     env = pipeline.environment(options.device)
     store = open_store(a)
-    cache = StoreCache(store, env, cap.model.describe(), _without_store,
-                       read=not a.refresh) if store is not None else None
+    cache = _store_cache(a, store, env, cap)
     modes = [m for m in model_modes(options.benchmark_limit)
              if not (m.mode == "benchmark" and m.benchmark_limit == 0
                      and options.benchmark_limit != 0)]
@@ -1257,7 +1269,6 @@ def _rank_job(a, world, spec, options, iterations, pipeline, timeout) -> int:
     """The part of a rank's work that runs inside the process group."""
     from .model import distributed
     from .model.capture import capture_model
-    from .model.pytorch_run import ModelBench, StoreCache, run_model
     from .model.sweep import sweep
     from .report.model import render_consistency, render_sweep
 
@@ -1277,11 +1288,8 @@ def _rank_job(a, world, spec, options, iterations, pipeline, timeout) -> int:
 
     run, bench = None, None
     if options.pytorch:  # --consistency: each GPU its own run, never another rank's
-        cache = None if a.consistency else StoreCache(store, env, cap.model.describe(),
-                                                      _without_store, read=not a.refresh)
-        run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
-                                     cache=cache)
-        bench = ModelBench(world.local_rank, per_problem)
+        run, bench = _model_run(cap, options, iterations, say,
+                                None if a.consistency else _store_cache(a, store, env, cap))
     shares = distributed.shard(cap.problems, world.size)
     mine = list(range(len(cap.problems))) if a.consistency else shares[rank]
     say(f"{len(mine)} of {len(cap.problems)} unique problems on GPU {world.local_rank}")
