@@ -57,18 +57,19 @@ def main() -> int:
     out = a.sweep_json or os.path.join(tempfile.mkdtemp(prefix="bench_model_"), "sweep.json")
     cmd = [sys.executable, "-m", "cudnn_explorer", "model", a.model, "--batch", a.batch,
            "--amp", a.amp, "--profile", a.profile, "--device", str(a.device), "--no-store",
-           "--quiet", "--json", out] + (["--channels-last"] if a.channels_last else [])
+           "--verbose", "--json", out] + (["--channels-last"] if a.channels_last else [])
     print("$ " + " ".join(cmd[1:]), flush=True)
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    # Its output and progress pass straight through: a run cut short still shows how far
+    # it got (and the sweep file holds every problem finished).
+    sys.stdout.flush()
+    proc = subprocess.run(cmd, cwd=ROOT)
     wall = time.perf_counter() - t0
     stop.set()
     t.join()
-    sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
-        print(proc.stderr[-2000:], file=sys.stderr)
         print(f"the model command exited {proc.returncode}")
         return 1
     from cudnn_explorer.core.sweep import ModelSweep

@@ -40,20 +40,24 @@ fi
 echo "built in $(( $(date +%s) - start )) s"
 
 
+# -v: each test's outcome as it ends (a call cut short still shows how far it got); a
+# stack dump of every thread when one test runs past faulthandler_timeout.
+export CE_TEST_TIMES="$LOG/test_times.txt"  # each test's seconds as it ends (tests/conftest.py)
+PYTEST=(-m pytest -v -rs --durations=25 -o faulthandler_timeout="${TEST_STALL_S:-180}")
 part_tests() {
   # The engine-config tests are a part of their own (engine-tests).
-  "$PY" -m pytest -q -rs --durations=15 tests --ignore=tests/test_gpu_engines.py \
+  "$PY" "${PYTEST[@]}" tests --ignore=tests/test_gpu_engines.py \
     > "$LOG/tests.txt" 2>&1
 }
 # The same tests in two halves, for two GPUs or two calls: the GPU test files, the rest.
 part_tests-gpu() {
-  "$PY" -m pytest -q -rs --durations=15 tests/test_gpu*.py --ignore=tests/test_gpu_engines.py \
+  "$PY" "${PYTEST[@]}" tests/test_gpu*.py --ignore=tests/test_gpu_engines.py \
     > "$LOG/tests-gpu.txt" 2>&1
 }
 part_tests-rest() {
   local files; files=$(ls tests/test_*.py | grep -v '^tests/test_gpu')
   # shellcheck disable=SC2086
-  "$PY" -m pytest -q -rs --durations=15 $files > "$LOG/tests-rest.txt" 2>&1
+  "$PY" "${PYTEST[@]}" $files > "$LOG/tests-rest.txt" 2>&1
 }
 
 part_main() {
@@ -68,6 +72,19 @@ part_main() {
       && echo "--load of the saved JSON renders without a GPU: exit $?"
     # every engine config of the default problem, from the saved file
     "$PY" -m cudnn_explorer --load "$LOG/default.json" --engines > "$LOG/default_engines.txt"
+    echo
+    # the same command again answers from the results store: its wall time, process start
+    # and imports included, beside that of importing torch alone
+    echo '$ python -m cudnn_explorer --shape 32,3,224,224 --kernel 3   (again)'
+    local t0 t1
+    t0=$(date +%s%N)
+    "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 > "$LOG/default_again.txt" 2>&1
+    echo "exit: $?"
+    t1=$(date +%s%N)
+    grep -i 'store' "$LOG/default_again.txt" | head -2
+    echo "second run: $(( (t1 - t0) / 1000000 )) ms wall"
+    t0=$(date +%s%N); "$PY" -c 'import torch, cudnn_explorer._C'; t1=$(date +%s%N)
+    echo "python -c 'import torch, cudnn_explorer._C' alone: $(( (t1 - t0) / 1000000 )) ms wall"
     echo
     # A 3-D grouped problem, engine configs left out to keep the check within one call
     # (the depthwise part explores a second problem's engine configs).
@@ -157,7 +174,7 @@ part_engine-tests-depthwise() { engine_tests engines-depthwise -k depthwise; }
 
 show_part() {  # what each part's log says, for the call's output
   case $1 in
-    tests*) tail -15 "$LOG/$1.txt" ;;
+    tests*) grep -E '^(FAILED|ERROR)' "$LOG/$1.txt"; tail -4 "$LOG/$1.txt" ;;
     main) cat "$LOG/main.txt" ;;
     depthwise) sed -n '/^== summary/,$p' "$LOG/eng_depthwise.txt"; tail -3 "$LOG/eng_depthwise.txt" ;;
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;

@@ -23,6 +23,18 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "ext: needs the built extension (no GPU needed)")
 
 
+def pytest_runtest_logreport(report):
+    # CE_TEST_TIMES=PATH (scripts/gpu_check.sh): each test's outcome and seconds, appended
+    # as it ends, with the wall clock, so a run cut short still tells where time went.
+    path = os.environ.get("CE_TEST_TIMES")
+    if path and (report.when == "call" or report.outcome != "passed"):
+        import time
+
+        with open(path, "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {report.when:8} {report.outcome:7} "
+                    f"{report.duration:7.1f} s  {report.nodeid}\n")
+
+
 @functools.lru_cache(maxsize=None)
 def ext_missing_reason():
     try:

@@ -153,3 +153,46 @@ def test_summary_with_benchmark_limit_zero_finds_the_pick():
     d.pytorch[0].label = "benchmark, limit 0"
     assert "PyTorch's benchmark pick" in engines.summary_table(e)
     assert d.full_search_pick() is None
+
+
+def _fake_profiler(monkeypatch, launches):
+    """kernels.kernel_names_each on the CPU: each call appends the kernel names it would
+    launch to ``launches``; the profiler hands them back in launch order."""
+    import types
+
+    import torch
+
+    from cudnn_explorer.measure import kernels as kn
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda n: launches.append("spin_kernel(long)"))
+
+    def events(run):
+        launches.clear()
+        run()
+        return [types.SimpleNamespace(name=n) for n in launches]
+
+    monkeypatch.setattr(kn, "_cuda_events", events)
+    return kn
+
+
+def test_kernel_names_each_splits_one_session_at_the_separators(monkeypatch):
+    launches = []
+    kn = _fake_profiler(monkeypatch, launches)
+
+    def call(*names):
+        return lambda: launches.extend(names)
+
+    def broken():
+        raise RuntimeError("execute failed")
+
+    got = kn.kernel_names_each([call("b_kernel", "a_kernel", "Memset"), broken,
+                                call(), call("a_kernel")])
+    assert got == [("a_kernel", "b_kernel"), None, (), ("a_kernel",)]
+
+
+def test_kernel_names_each_gives_up_when_the_separators_are_missing(monkeypatch):
+    launches = []
+    kn = _fake_profiler(monkeypatch, launches)
+    monkeypatch.setattr(kn, "_SEPARATOR", "no such kernel")
+    assert kn.kernel_names_each([lambda: launches.append("k")] * 2) == [None, None]
