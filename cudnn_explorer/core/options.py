@@ -91,7 +91,8 @@ class ExploreOptions:
                                              "a number of seconds > 0, at most 86400",
                                              "float", strict=True, hi=DAY_S)
     # False: only the listed engine configs (PyTorch's candidates and cuDNN's heuristic
-    # modes A and fallback, as PyTorch lists them), no sampling of the knob space (model
+    # modes A and fallback, as PyTorch lists them), no sampling of the knob space, and
+    # their kernels not read, so no map from legacy algorithms to configs (model
     # --profile quick).
     engine_sampling: bool = _option(True, "--profile", "True or False", "bool")
 

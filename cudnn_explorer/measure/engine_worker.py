@@ -161,6 +161,7 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
 
     problem = ConvProblem.from_dict(spec["problem"])
     d, device, seed = spec["direction"], int(spec.get("device", 0)), int(spec.get("seed", 0))
+    sample = bool(spec.get("sample", True))
     native, tensors, ref = (setup or _gpu_setup)(problem, d, device, seed,
                                                  bool(spec.get("check", True)))
     space = engines.explore_engines(
@@ -168,8 +169,10 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
         legacy_rows=[AlgoResult.from_dict(r) for r in spec.get("legacy_rows", [])],
         max_per_engine=int(spec.get("max_per_engine", 8)),
         time_budget_s=spec.get("time_budget_s"), timing=TimingSpec(**spec["timing"]),
-        kernels=search is None,
-        preferred_tags=spec.get("preferred_tags", []), sample=bool(spec.get("sample", True)),
+        # Reading kernels starts the profiler, about 7 s in each fresh worker on an H200:
+        # more than timing the listed configs. Without sampling it is left out.
+        kernels=search is None and sample,
+        preferred_tags=spec.get("preferred_tags", []), sample=sample,
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
         search=search)
     emit({"space": space.to_dict()})

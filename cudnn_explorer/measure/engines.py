@@ -5,7 +5,7 @@ hang or crash the process. The knob space itself is pure (core/knobs.py)."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_pytorch,
                           candidate_configs, config_tag, kernel_family, parse_tags,
@@ -13,29 +13,20 @@ from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_p
 from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
 from . import native
-from .kernels import kernel_names, kernel_names_each
+from .kernels import kernel_names
 from .tensors import OUTPUT_OF, check_output
 from .timing import timing_from_native
 
 __all__ = ["explore_engines"]
 
 
-class _Measured(NamedTuple):
-    """One config as it was built, timed and checked, before its kernels are known."""
-    tag: str
-    engine: int
-    knobs: Knobs
-    res: object  # the extension's ConfigResult
-    checked: object  # tensors.check_output's answer, or None
-    ranks: Dict[str, int]
-
-
-def _measure_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
-                    engine: int, knobs: Knobs, heuristic_ranks: Dict[str, int],
-                    stage: Callable[[str], None] = lambda s: None) -> _Measured:
+def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
+                engine: int, knobs: Knobs, heuristic_ranks: Dict[str, int], kernels: bool,
+                stage: Callable[[str], None] = lambda s: None) -> EngineConfig:
     """Build, time (when ``spec.retime``) and check (against ``ref``, when given) one
-    config. ``stage`` hears "running" between building the plan and running it (a
-    watchdog tells which hung)."""
+    config, and return its record.
+    ``stage`` hears "running" between building the plan and running it (a watchdog
+    tells which hung)."""
     out_name = OUTPUT_OF[direction]
     tensors[out_name].fill_(float("nan"))
     res = search.build(engine, [list(k) for k in knobs])
@@ -51,18 +42,12 @@ def _measure_config(search, spec: TimingSpec, problem, direction: str, tensors, 
         # TENSOR_CORE configs on float32 use TF32: hold them to the TF32 bound.
         math_type = "DEFAULT_MATH" if "TENSOR_CORE" in res.numeric_notes else problem.math_type
         checked = check_output(problem, tensors[out_name], ref, math_type)
-    return _Measured(tag, engine, knobs, res, checked, dict(heuristic_ranks))
-
-
-def _execute(search, m: _Measured) -> Callable[[], None]:
-    return lambda: native.call(f"executing {m.tag}", search.execute, m.res.plan_index)
-
-
-def _record(problem, m: _Measured, kernels: Optional[Sequence[str]]) -> EngineConfig:
-    """The config's record, with the kernels it launches (None: not read)."""
-    res, checked = m.res, m.checked
+    names = None
+    if res.status == "OK" and kernels:
+        names = list(kernel_names(lambda i=res.plan_index: native.call(
+            f"executing {tag}", search.execute, i)))
     return EngineConfig(
-        tag=m.tag, engine=m.engine, knobs=[list(k) for k in m.knobs], status=res.status,
+        tag=tag, engine=engine, knobs=[list(k) for k in knobs], status=res.status,
         message=res.message, numeric_notes=list(res.numeric_notes),
         behavior_notes=list(res.behavior_notes),
         workspace_bytes=res.workspace_bytes if res.workspace_bytes >= 0 else None,
@@ -71,8 +56,7 @@ def _record(problem, m: _Measured, kernels: Optional[Sequence[str]]) -> EngineCo
         max_error=checked.max_error if checked else None,
         tolerance=checked.tolerance if checked else None,
         output_finite=checked.output_finite if checked else None,
-        kernels=list(kernels) if kernels is not None and res.status == "OK" else None,
-        heuristic_ranks=m.ranks,
+        kernels=names, heuristic_ranks=dict(heuristic_ranks),
         allowed=allowed_by_pytorch(list(res.numeric_notes), problem.dtype, problem.tf32))
 
 
@@ -166,45 +150,24 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             exhausted = True
         return exhausted
 
-    # Configs whose kernels are read later, all in one profiler session (starting one
-    # costs far more than timing a config): (index in configs, measurement).
-    unread: List[Tuple[int, _Measured]] = []
-
-    def attempt(e: int, ch: Knobs, read_now: bool = False) -> Optional[EngineConfig]:
+    def attempt(e: int, ch: Knobs) -> Optional[EngineConfig]:
         entry = engines[e]
         done[e].add(ch)
         tag = config_tag(direction, e, ch)
         say(f"{direction}: engine {e}/{count - 1} {tag} ({time.perf_counter() - t0:.1f} s)")
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
-        m = _measure_config(search, timing, problem, direction, tensors, ref, e, ch,
-                            ranks(e, ch), stage=lambda st: emit({"stage": st}))
+        cfg = _run_config(search, timing, problem, direction, tensors, ref, e, ch, ranks(e, ch),
+                          kernels, stage=lambda st: emit({"stage": st}))
         entry["tried"] += 1
-        if m.res.status == "config rejected":  # an invalid knob combination: counted only
+        if cfg.status == "config rejected":  # an invalid knob combination: counted only
             entry["rejected"] += 1
             emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch], "config": None}})
             return None
         entry["configs"] += 1
-        ran = kernels and m.res.status == "OK"
-        cfg = _record(problem, m, kernel_names(_execute(search, m)) if ran and read_now
-                      else None)
-        if ran and not read_now:
-            unread.append((len(configs), m))
         configs.append(cfg)
         emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch],
                           "config": cfg.to_dict()}})
         return cfg
-
-    def read_kernels() -> None:
-        if not unread:
-            return
-        say(f"{direction}: reading the kernels of {len(unread)} configs "
-            f"({time.perf_counter() - t0:.1f} s)")
-        names = kernel_names_each([_execute(search, m) for _, m in unread])
-        if all(n is None for n in names):  # the batch could not be split: one at a time
-            names = [kernel_names(_execute(search, m)) for _, m in unread]
-        for (i, m), n in zip(unread, names):
-            configs[i] = _record(problem, m, n)
-        unread.clear()
 
     # Phase 0: PyTorch's configs, in the order given (its pick first), so that a time
     # budget never cuts them; phase 1: the other listed configs of every engine; phase 2:
@@ -223,7 +186,6 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             if engines[e]["configs"] >= max_per_engine or over_budget():
                 break
             attempt(e, ch)
-    read_kernels()
     # Phase 3: a legacy algorithm whose kernels no config ran yet: search on through the
     # engines that ran kernels of the same family (name up to its tile size).
     for r in legacy_rows if kernels and sample else ():
@@ -241,7 +203,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                     break
                 if ch in done[e]:
                     continue
-                cfg = attempt(e, ch, read_now=True)
+                cfg = attempt(e, ch)
                 found = cfg is not None and same_kernels(cfg.kernels, r.kernels)
     for e in range(count):
         engines[e]["untried"] = len(queues[e]) - engines[e]["tried"]
