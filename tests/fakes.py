@@ -262,6 +262,9 @@ class FakeBench:
     def scope(self):
         return contextlib.nullcontext()
 
+    def close(self):
+        self.closed = getattr(self, "closed", 0) + 1
+
 
 def copy_fixture(name, dest):
     shutil.copy(os.path.join(FIX, name), dest)

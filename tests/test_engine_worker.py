@@ -67,7 +67,7 @@ def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker
     sp = engine_worker.explore_isolated(
         ConvProblem.create("1,8,8,8", out_channels=8), "fwd",
         ExploreOptions.create(engine_config_timeout_s=1.0), legacy_rows=[legacy],
-        progress=said.append, worker_module="fake_engine_worker")
+        progress=said.append, worker=engine_worker.EngineWorker("fake_engine_worker"))
     by_tag = {c.tag: c for c in sp.configs}
     assert by_tag["ConvFwd_eng0"].status == "OK"
     assert by_tag["ConvFwd_eng1_k2=2"].status == "OK"
@@ -105,4 +105,91 @@ def test_a_worker_that_fails_outside_any_config_is_one_clear_error(fake_worker):
                                          r"RuntimeError: no GPU here"):
         engine_worker.explore_isolated(ConvProblem.create("1,8,8,8"), "fwd",
                                        ExploreOptions.create(),
-                                       worker_module="fake_broken_worker")
+                                       worker=engine_worker.EngineWorker(
+                                           "fake_broken_worker"))
+
+
+# A worker whose one config always works; every start appends its pid to STARTS.
+STEADY_WORKER = textwrap.dedent("""\
+    import os, sys
+    from types import SimpleNamespace as NS
+    from cudnn_explorer.measure import engine_worker
+
+    with open(os.environ["STARTS"], "a") as f:
+        f.write(f"{os.getpid()} ")
+
+    class Out:
+        def fill_(self, v):
+            return self
+
+    class Search:
+        def engine_count(self):
+            return 1
+        def engine_info(self, e):
+            return NS(engine=e, status="OK", knobs=[])
+        def heuristics(self, mode):
+            return []
+        def build(self, e, knobs):
+            return NS(status="built", message="", name="eng0", numeric_notes=[],
+                      behavior_notes=[], workspace_bytes=0, build_ms=0.5, timed=False,
+                      plan_index=0, knobs={})
+        def measure(self, built, timed, opt):
+            built.status = "OK"
+            return built
+
+    def setup(problem, direction, device, seed, check):
+        return None, {"x": Out(), "w": Out(), "y": Out()}, None
+
+    sys.exit(engine_worker.main(sys.argv[1:], setup=setup, search=Search()))
+    """)
+
+
+@pytest.fixture
+def steady_worker(tmp_path, monkeypatch):
+    (tmp_path / "steady_worker.py").write_text(STEADY_WORKER)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("STARTS", str(tmp_path / "starts"))
+    return lambda: (tmp_path / "starts").read_text().split()
+
+
+def test_one_worker_serves_every_direction_until_closed(steady_worker):
+    p = ConvProblem.create("1,8,8,8", out_channels=8)
+    w = engine_worker.EngineWorker("steady_worker")
+    for d in ("fwd", "bwd-data", "bwd-filter", "fwd"):
+        sp = engine_worker.explore_isolated(p, d, ExploreOptions.create(), worker=w)
+        assert [c.status for c in sp.configs] == ["OK"]
+    assert len(steady_worker()) == 1  # started once, for four directions
+    proc = w.proc
+    w.close()
+    assert proc.poll() == 0 and w.proc is None  # ended at the end of its stdin
+
+
+def test_a_worker_that_died_while_idle_is_replaced(steady_worker):
+    import os
+    import signal
+
+    p = ConvProblem.create("1,8,8,8", out_channels=8)
+    with engine_worker.EngineWorker("steady_worker") as w:
+        engine_worker.explore_isolated(p, "fwd", ExploreOptions.create(), worker=w)
+        os.kill(w.proc.pid, signal.SIGKILL)
+        w.proc.wait()
+        sp = engine_worker.explore_isolated(p, "fwd", ExploreOptions.create(), worker=w)
+        assert [c.status for c in sp.configs] == ["OK"]
+    assert len(steady_worker()) == 2
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_bench_keeps_its_worker_only_when_asked(steady_worker, monkeypatch, keep):
+    from cudnn_explorer.measure.pipeline import GpuBench
+
+    monkeypatch.setattr(engine_worker, "WORKER_MODULE", "steady_worker")
+    p = ConvProblem.create("1,8,8,8", out_channels=8)
+    bench = GpuBench(0, keep_worker=keep)
+    for d in ("fwd", "bwd-data"):
+        bench.engines(p, d, ExploreOptions.create(), [], [], lambda m: None)
+        assert (bench.worker.proc is not None) == keep
+    bench.close()
+    assert bench.worker.proc is None
+    assert len(steady_worker()) == (1 if keep else 2)
+    engine_worker.explore_isolated(p, "fwd", ExploreOptions.create())  # a worker of its own
+    assert len(steady_worker()) == (2 if keep else 3)

@@ -37,9 +37,10 @@ def test_sweep_saves_after_every_problem_and_reports_per_iteration(tmp_path, mon
         [("bwd-filter", 1), ("fwd", 1)],
         [("bwd-data", 2), ("bwd-filter", 2), ("fwd", 2)]]
     saved = []
-    sw = sweep(cap, OPTS, save=lambda s: saved.append(s.to_json()),
-               bench=FakeBench(tmp_path, monkeypatch))
+    bench = FakeBench(tmp_path, monkeypatch)
+    sw = sweep(cap, OPTS, save=lambda s: saved.append(s.to_json()), bench=bench)
     assert len(saved) == 3 and sw.complete and sw.missing == []
+    assert bench.closed == 1  # its engine worker ended with the sweep
     first = ModelSweep.from_json(saved[0])
     assert [e.index for e in first.entries] == [0] and not first.complete
     assert [d.direction for d in sw.entry(0).exploration.directions] == ["fwd", "bwd-filter"]
@@ -73,8 +74,10 @@ def test_interrupted_sweep_keeps_what_finished(tmp_path, monkeypatch):
         if len(s.entries) == 1 and not s.complete and len(saved) == 1:
             raise KeyboardInterrupt
 
+    bench = FakeBench(tmp_path, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        sweep(small_capture(), OPTS, save=save, bench=FakeBench(tmp_path, monkeypatch))
+        sweep(small_capture(), OPTS, save=save, bench=bench)
+    assert bench.closed == 1
     last = saved[-1]
     assert [e.index for e in last.entries] == [0] and not last.complete and last.missing == [1]
     text = render_sweep(ModelSweep.from_json(last.to_json()))

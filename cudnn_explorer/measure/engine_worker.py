@@ -4,13 +4,19 @@ cuDNN accepts knob combinations that then never finish on the GPU: on the H200,
 ``ConvBwdData_eng77_k17=3_k24=1`` of a float16 channels_last problem stopped the process
 inside the config, and a kernel that spins cannot be interrupted from the process that
 launched it. So the parent (:func:`explore_isolated`) runs engines.explore_engines in a
-worker (``python -m cudnn_explorer.measure.engine_worker SPEC EVENTS``) that appends one JSON
-line per event to EVENTS: {"say": msg}, {"start": config} before a config, {"stage":
+worker process (:class:`EngineWorker`, ``python -m cudnn_explorer.measure.engine_worker
+--serve``), which takes one job per line on its stdin, {"spec": SPEC, "events": EVENTS},
+explores that direction, and appends one JSON line per event to EVENTS: {"say": msg}, {"start": config} before a config, {"stage":
 "running"} once its plan is built, {"attempt": result} after it, {"space": EngineSpace}
 at the end. When a config runs past
 ``config_timeout_s``, or the worker dies inside one, the parent kills the worker's process
 group, records that config as "hung" or "crashed", and starts a new worker that carries on
 from where the last one stopped (``prior``), within the same overall time budget.
+
+One worker serves every direction of an exploration, and of a whole model sweep when the
+caller passes the same EngineWorker: starting one (Python, torch, the CUDA context,
+cuDNN) takes seconds, more than timing the configs PyTorch lists for a direction.
+Between jobs it holds no tensors and returns its cached GPU memory.
 """
 from __future__ import annotations
 
@@ -30,21 +36,99 @@ from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, EngineSpace
 from .procs import child_env, describe_rc, read_spec
 
-__all__ = ["explore_isolated", "run", "main", "MAX_RESTARTS"]
+__all__ = ["EngineWorker", "explore_isolated", "run", "main", "MAX_RESTARTS"]
 
 MAX_RESTARTS = 20  # failed configs one exploration may survive before it gives up
+WORKER_MODULE = "cudnn_explorer.measure.engine_worker"
+
+
+class EngineWorker:
+    """One worker process that explores directions one after another (``--serve``); one
+    that was killed or died is replaced at the next job. ``close()`` ends it (a later job
+    starts another); so does the end of this process, which closes its stdin."""
+
+    def __init__(self, module: Optional[str] = None):
+        self.module = module or WORKER_MODULE
+        self.proc: Optional[subprocess.Popen] = None
+        self.err_path = ""
+        self._tmp: Optional[tempfile.TemporaryDirectory] = None
+
+    def submit(self, spec_path: str, events_path: str) -> subprocess.Popen:
+        """Hand the worker one job (starting a worker when there is none); returns its
+        process, for the watchdog."""
+        job = json.dumps({"spec": spec_path, "events": events_path}) + "\n"
+        for _ in range(2):  # a worker that died while idle is replaced once
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+            try:
+                self.proc.stdin.write(job)
+                self.proc.stdin.flush()
+                return self.proc
+            except (BrokenPipeError, OSError):
+                self.kill()
+        raise ChildError(f"the engine worker exits as soon as it starts: {_tail(self.err_path)}")
+
+    def _start(self) -> None:
+        self.kill()
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="cudnn_explorer_worker_")
+        self.err_path = os.path.join(self._tmp.name, f"stderr.{time.monotonic_ns()}")
+        with open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", self.module, "--serve"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                         stderr=err, env=child_env(), text=True,
+                                         start_new_session=True)
+
+    def kill(self) -> None:
+        """End the worker now (its process group: a config may have started others)."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                _kill(self.proc)
+            _close_pipe(self.proc)
+            self.proc = None
+
+    def close(self, wait_s: float = 10.0) -> None:
+        """End the worker: it finishes at the end of its stdin, else it is killed."""
+        if self.proc is not None and self.proc.poll() is None:
+            _close_pipe(self.proc)
+            try:
+                self.proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> "EngineWorker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _close_pipe(proc: subprocess.Popen) -> None:
+    try:
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
 
 
 def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptions,
                      legacy_rows: Sequence[AlgoResult] = (), preferred_tags: Sequence[str] = (),
                      start_timeout_s: float = 300.0,
                      progress: Optional[Callable[[str], None]] = None,
-                     worker_module: str = "cudnn_explorer.measure.engine_worker") -> EngineSpace:
+                     worker: Optional[EngineWorker] = None) -> EngineSpace:
     """Explore one direction's engine configs in worker processes (see the module doc),
     timed and checked as ``options`` say (options.timing unchanged), at most
     ``options.engine_configs`` valid configs per engine within ``options.engine_budget_s``.
-    Raises ChildError when a worker fails outside any config (e.g. it cannot start, or
-    makes no progress within ``start_timeout_s``)."""
+    ``worker``: the EngineWorker to use, kept for the caller's next direction (default: a
+    new one, ended on return). Raises ChildError when a worker fails outside any config
+    (e.g. it cannot start, or makes no progress within ``start_timeout_s``)."""
+    if worker is None:
+        with EngineWorker() as own:
+            return explore_isolated(problem, direction, options, legacy_rows, preferred_tags,
+                                    start_timeout_s, progress, own)
     say = progress or (lambda m: None)
     time_budget_s = options.engine_budget_s
     config_timeout_s = options.engine_config_timeout_s
@@ -61,7 +145,7 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
                 "sample": options.engine_sampling,
                 "timing": asdict(options.timing), "check": options.check, "prior": prior}
         space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
-                                    worker_module)
+                                    worker)
         if space is not None:
             return EngineSpace.from_dict({**space, "time_budget_s": time_budget_s,
                                           "wall_s": time.perf_counter() - t0})
@@ -72,19 +156,18 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
 
 
 def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_s: float,
-                say, worker_module: str):
-    """Run one worker. Returns (space as a dict, None) when it finished, or (None, failed-config)
-    when a config hung or crashed it; appends its attempts to ``prior``."""
+                say, worker: EngineWorker):
+    """Run one job on ``worker``. Returns (space as a dict, None) when it finished, or (None,
+    failed-config) when a config hung or crashed the worker; appends its attempts to
+    ``prior``. A job that does not finish (an error, Ctrl-C) ends the worker."""
+    finished = False
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer_engines_") as tmp:
         spec_path, events_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "events")
-        err_path = os.path.join(tmp, "stderr")
         with open(spec_path, "w") as f:
             json.dump(spec, f)
         open(events_path, "w").close()
-        with open(err_path, "w") as err, open(events_path) as events:
-            proc = subprocess.Popen([sys.executable, "-m", worker_module, spec_path,
-                                     events_path], stdout=subprocess.DEVNULL, stderr=err,
-                                    env=child_env(), start_new_session=True)
+        with open(events_path) as events:
+            proc = worker.submit(spec_path, events_path)
             current, since, last = None, time.perf_counter(), time.perf_counter()
             stage = ""
             partial = ""
@@ -110,28 +193,27 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                             prior["attempts"].append(ev["attempt"])
                             current = None
                         elif "space" in ev:
+                            finished = True
                             return ev["space"], None
                     now = time.perf_counter()
                     if rc is not None:
                         if current is not None:
                             return None, dict(current, status="crashed", message=(
                                 f"the worker process died {stage} ({describe_rc(rc)}); "
-                                f"{_tail(err_path)}"))
+                                f"{_tail(worker.err_path)}"))
                         raise ChildError(f"engine worker for {spec['direction']} failed "
-                                         f"({describe_rc(rc)}): {_tail(err_path)}")
+                                         f"({describe_rc(rc)}): {_tail(worker.err_path)}")
                     if current is not None and now - since > config_timeout_s:
-                        _kill(proc)
                         return None, dict(current, status="hung", message=(
                             f"no result within {config_timeout_s:g} s, stuck {stage}; the "
                             f"worker was killed"))
                     if current is None and now - last > start_timeout_s:
-                        _kill(proc)
                         raise ChildError(f"engine worker for {spec['direction']} made no "
                                          f"progress in {start_timeout_s:g} s and was killed")
                     time.sleep(0.02)
             finally:
-                if proc.poll() is None:
-                    _kill(proc)
+                if not finished:
+                    worker.kill()
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -191,17 +273,40 @@ def _gpu_setup(problem, direction, device, seed, check):
     return native, tensors, ref
 
 
-def main(argv=None, setup=None, search=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    spec = read_spec(argv, "python -m cudnn_explorer.measure.engine_worker SPEC.json EVENTS")
-    if spec is None:
-        return 2
-    with open(argv[1], "a", buffering=1) as events:
+def _job(spec: dict, events_path: str, setup, search) -> None:
+    with open(events_path, "a", buffering=1) as events:
         def emit(ev: dict) -> None:
             events.write(json.dumps(ev) + "\n")
             events.flush()
 
         run(spec, emit, setup, search)
+
+
+def _release() -> None:
+    """Between jobs: drop the last job's tensors and plans, return cached GPU memory."""
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def main(argv=None, setup=None, search=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--serve"]:  # jobs from stdin, one JSON line each, until it closes
+        for line in sys.stdin:
+            if line.strip():
+                job = json.loads(line)
+                with open(job["spec"]) as f:
+                    _job(json.load(f), job["events"], setup, search)
+                _release()
+        return 0
+    spec = read_spec(argv, "python -m cudnn_explorer.measure.engine_worker "
+                           "(SPEC.json EVENTS | --serve)")
+    if spec is None:
+        return 2
+    _job(spec, argv[1], setup, search)
     return 0
 
 

@@ -20,7 +20,7 @@ from ..core.records import (DirectionResult, EngineSpace, Environment, Explorati
                             Measurement, utc_now)
 from . import native
 from .children import ModeRun, pick_of, run_children
-from .engine_worker import explore_isolated
+from .engine_worker import EngineWorker, explore_isolated
 from .legacy import LegacyLab, measure_legacy
 from .tensors import OUTPUT_OF, REFERENCE, make_tensors, native_problem, problem_view, reference
 
@@ -32,8 +32,13 @@ class GpuBench:
     """The GPU side of the pipeline: environment, one LegacyLab per direction, PyTorch's
     children and the engine-config workers."""
 
-    def __init__(self, device: int = 0):
+    def __init__(self, device: int = 0, keep_worker: bool = False):
+        """``keep_worker``: one engine worker serves every direction until close() (a model
+        sweep: its start costs seconds per direction); else each direction's worker ends
+        with it, and its CUDA context never holds memory that a legacy lab could use."""
         self.device = device
+        self.worker = EngineWorker()
+        self.keep_worker = keep_worker
 
     def environment(self) -> Environment:
         return environment(self.device)
@@ -49,8 +54,17 @@ class GpuBench:
 
     def engines(self, problem: ConvProblem, direction: str, options: ExploreOptions,
                 legacy_rows, preferred_tags, say) -> EngineSpace:
-        return explore_isolated(problem, direction, options, legacy_rows=legacy_rows,
-                                preferred_tags=preferred_tags, progress=say)
+        try:
+            return explore_isolated(problem, direction, options, legacy_rows=legacy_rows,
+                                    preferred_tags=preferred_tags, progress=say,
+                                    worker=self.worker)
+        finally:
+            if not self.keep_worker:
+                self.worker.close()
+
+    def close(self) -> None:
+        """End the engine worker (a later engines() call starts another)."""
+        self.worker.close()
 
     def scope(self):
         """Run on this bench's GPU (torch.cuda.device)."""

@@ -272,7 +272,7 @@ class ModelBench(GpuBench):
     own run (``runs``, per problem), not from a child per problem."""
 
     def __init__(self, device: int, runs: Dict[ConvProblem, List[ModeRun]]):
-        super().__init__(device)
+        super().__init__(device, keep_worker=True)
         self.runs = runs
 
     def children(self, problem: ConvProblem, options: ExploreOptions, say) -> List[ModeRun]:
@@ -286,29 +286,32 @@ def retime_plans(capture: Capture, stability: List[Stability], options: ExploreO
     """``stability`` with each unstable problem-direction's plans re-timed in steady state
     here (the engine-config worker, the listed configs only: the plans first, then those
     cuDNN's heuristics list), by ``options``' timing method."""
-    from ..measure.engine_worker import explore_isolated
+    from ..measure.engine_worker import EngineWorker
 
     say = progress or (lambda m: None)
-    out = []
-    for s in stability:
-        if s.stable:
-            out.append(s)
-            continue
-        u = capture.problems[s.problem]
-        one = replace(options, directions=(s.direction,), engine_sampling=False)
-        say(f"re-timing the {len(s.counts)} plans PyTorch picked for #{s.problem + 1} "
-            f"{s.direction}")
-        try:
-            space = explore_isolated(u.problem, s.direction, one,
-                                     preferred_tags=list(s.counts), progress=say)
-        except ExplorerError as e:
-            say(f"#{s.problem + 1} {s.direction}: {e}")
-            out.append(s)
-            continue
-        times = {}
-        for tag in s.counts:
-            c = space.config(tag)
-            if c is not None and rankable(c):
-                times[tag] = c.time
-        out.append(replace(s, times=times))
-    return out
+    with EngineWorker() as worker:  # one worker for them all
+        return [_retime(capture, s, options, say, worker) for s in stability]
+
+
+def _retime(capture: Capture, s: Stability, options: ExploreOptions, say,
+            worker) -> Stability:
+    from ..measure.engine_worker import explore_isolated
+
+    if s.stable:
+        return s
+    u = capture.problems[s.problem]
+    one = replace(options, directions=(s.direction,), engine_sampling=False)
+    say(f"re-timing the {len(s.counts)} plans PyTorch picked for #{s.problem + 1} "
+        f"{s.direction}")
+    try:
+        space = explore_isolated(u.problem, s.direction, one, preferred_tags=list(s.counts),
+                                 progress=say, worker=worker)
+    except ExplorerError as e:
+        say(f"#{s.problem + 1} {s.direction}: {e}")
+        return s
+    times = {}
+    for tag in s.counts:
+        c = space.config(tag)
+        if c is not None and rankable(c):
+            times[tag] = c.time
+    return replace(s, times=times)

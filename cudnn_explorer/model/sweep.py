@@ -47,7 +47,7 @@ def sweep(capture: Capture, options: ExploreOptions,
     names how ``options`` were chosen ("quick" or "deep"). ``only``: explore just these
     problem indices (a rank's share of a distributed sweep). A missing GPU or extension
     stops the sweep (MissingDependencyError); other errors are recorded per problem."""
-    bench = bench or pipeline.GpuBench(options.device)
+    bench = bench or pipeline.GpuBench(options.device, keep_worker=True)
     env = bench.environment()
     created = utc_now()
     opts = options.to_dict()
@@ -94,6 +94,8 @@ def sweep(capture: Capture, options: ExploreOptions,
     except (KeyboardInterrupt, ExplorerError):
         save(snapshot(complete=False))  # everything finished is kept
         raise
+    finally:
+        bench.close()  # its engine worker
     done = snapshot(complete=True)
     save(done)
     return done
