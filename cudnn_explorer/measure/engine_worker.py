@@ -235,7 +235,8 @@ def _tail(path: str) -> str:
 
 # ----------------------------------------------------------------------------- worker side
 def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> EngineSpace:
-    """The worker's job: explore one direction and emit events. ``setup(problem,
+    """The worker's job: explore one direction, emitting events (the caller emits the
+    space at the end). ``setup(problem,
     direction, device, seed, check)`` returns (native_problem, tensors, ref); by default
     the GPU tensors and reference of tensors.make_tensors / tensors.reference (the
     parent's seed, so the same data). ``search`` replaces the native EngineSearch (tests)."""
@@ -257,7 +258,6 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
         preferred_tags=spec.get("preferred_tags", []), sample=sample,
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
         search=search)
-    emit({"space": space.to_dict()})
     return space
 
 
@@ -279,11 +279,14 @@ def _job(spec: dict, events_path: str, setup, search) -> None:
             events.write(json.dumps(ev) + "\n")
             events.flush()
 
-        run(spec, emit, setup, search)
+        space = run(spec, emit, setup, search).to_dict()
+        # Before the parent hears the end: it goes on timing on this GPU at once.
+        _release()
+        emit({"space": space})
 
 
 def _release() -> None:
-    """Between jobs: drop the last job's tensors and plans, return cached GPU memory."""
+    """After a job: drop its tensors and plans, return the cached GPU memory."""
     import gc
 
     gc.collect()
@@ -300,7 +303,6 @@ def main(argv=None, setup=None, search=None) -> int:
                 job = json.loads(line)
                 with open(job["spec"]) as f:
                     _job(json.load(f), job["events"], setup, search)
-                _release()
         return 0
     spec = read_spec(argv, "python -m cudnn_explorer.measure.engine_worker "
                            "(SPEC.json EVENTS | --serve)")
