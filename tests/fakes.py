@@ -252,6 +252,10 @@ class FakeBench:
     def engines(self, problem, direction, options, legacy_rows, preferred_tags, say):
         from cudnn_explorer.measure.engines import explore_engines
 
+        self.legacy_seen = getattr(self, "legacy_seen", {})
+        self.legacy_seen[direction] = [f"{r.algo_name} ({r.math_type})" for r in legacy_rows
+                                       if r.kernels]
+
         return explore_engines(problem, direction, None,
                                {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
                                legacy_rows=legacy_rows, max_per_engine=options.engine_configs,

@@ -213,4 +213,4 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         sampled=sample,
         legacy_map={f"{r.algo_name} ({r.math_type})": [
             c.tag for c in configs if same_kernels(c.kernels, r.kernels)]
-            for r in legacy_rows if r.kernels})
+            for r in legacy_rows if r.kernels and kernels})  # none when kernels were not read
