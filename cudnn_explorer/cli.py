@@ -18,6 +18,7 @@ from .core.errors import ExplorerError, MissingDependencyError, UserError
 from .core.files import read_bytes
 from .core.options import ExploreOptions
 from .core.problem import ConvProblem
+from .core.records import Exploration
 
 __all__ = ["main", "build_parser"]
 
@@ -563,41 +564,12 @@ def _run(argv: Optional[List[str]]) -> int:
     else:
         problem = problem_from_args(a)
         options = options_from_args(a, engines=not a.no_engines)
-        pipeline = _measure_layer()
-        if options.engines and not a.engines and not _frontend_built(options.device):
-            options = options_from_args(a, engines=False)  # --engines says what is missing
-            print("cudnn_explorer: note: engine configs skipped: this build of the extension "
-                  "has no cudnn-frontend (pip install nvidia-cudnn-frontend, then rebuild)",
-                  file=sys.stderr)
-        t_start = time.perf_counter()
-
-        def plain(msg):
-            print(f"cudnn_explorer: [{time.perf_counter() - t_start:6.1f} s] {msg}",
-                  file=sys.stderr, flush=True)
-
-        def overwrite(msg):
-            sys.stderr.write(f"\r\033[K{msg}")
-            sys.stderr.flush()
-
-        progress = plain if a.verbose else (
-            overwrite if not a.quiet and sys.stderr.isatty() else None)
         store = open_store(a)
-        try:
-            exp = None
-            if store is not None and not a.refresh:
-                exp = store.lookup(problem, pipeline.environment(options.device), options)
-                if exp is not None:
-                    print(f"cudnn_explorer: answered from the results store '{store.path}' "
-                          f"(measured {exp.created}); --refresh measures again",
-                          file=sys.stderr)
-            if exp is None:
-                exp = pipeline.explore(problem, options, progress=progress,
-                                       on_direction=saver(store, problem, options))
-        finally:
-            if progress and not a.verbose:
-                sys.stderr.write("\r\033[K")
-            if store is not None:
-                store.close()
+        exp = None
+        if store is not None and not a.refresh:  # before torch is imported: milliseconds
+            exp = _stored(store, problem, options)
+        if exp is None:
+            exp = _measure(a, problem, options, store)
 
     try:
         # The table first whenever stdout is free, so a failed write loses nothing shown.
@@ -630,6 +602,61 @@ def _run(argv: Optional[List[str]]) -> int:
               f"{exp.problem.describe()}", file=sys.stderr)
         return 2
     return 0
+
+
+def _stored(store, problem: ConvProblem, options) -> Optional[Exploration]:
+    """The store's answer for ``problem``, looked up under this GPU's environment as last
+    seen (measure/envcache.py: no torch, no CUDA) or, when anything it depends on changed,
+    as the GPU reports it now; None when the store has none (the store stays open)."""
+    from .measure import envcache
+
+    try:
+        env = envcache.cached_environment(options.device)
+        if env is None:
+            env = _measure_layer().environment(options.device)
+            envcache.remember(env)
+        exp = store.lookup(problem, env, options)
+    except BaseException:
+        store.close()
+        raise
+    if exp is not None:
+        store.close()
+        print(f"cudnn_explorer: answered from the results store '{store.path}' "
+              f"(measured {exp.created}); --refresh measures again", file=sys.stderr)
+    return exp
+
+
+def _measure(a, problem: ConvProblem, options, store) -> Exploration:
+    """Explore ``problem`` on the GPU, each finished direction saved in ``store`` (which is
+    closed at the end), with progress as the flags ask."""
+    pipeline = _measure_layer()
+    try:
+        if options.engines and not a.engines and not _frontend_built(options.device):
+            options = options_from_args(a, engines=False)  # --engines says what is missing
+            print("cudnn_explorer: note: engine configs skipped: this build of the extension "
+                  "has no cudnn-frontend (pip install nvidia-cudnn-frontend, then rebuild)",
+                  file=sys.stderr)
+        t_start = time.perf_counter()
+
+        def plain(msg):
+            print(f"cudnn_explorer: [{time.perf_counter() - t_start:6.1f} s] {msg}",
+                  file=sys.stderr, flush=True)
+
+        def overwrite(msg):
+            sys.stderr.write(f"\r\033[K{msg}")
+            sys.stderr.flush()
+
+        progress = plain if a.verbose else (
+            overwrite if not a.quiet and sys.stderr.isatty() else None)
+        try:
+            return pipeline.explore(problem, options, progress=progress,
+                                    on_direction=saver(store, problem, options))
+        finally:
+            if progress and not a.verbose:
+                sys.stderr.write("\r\033[K")
+    finally:
+        if store is not None:
+            store.close()
 
 
 def _stored_config_times(a, problem: ConvProblem) -> dict:
