@@ -151,7 +151,20 @@ part_torchrun() {
 
 part_claims() {
   # The popular claims measured (scripts/claims.py, about 20 minutes): docs/claims.md's table.
-  "$PY" scripts/claims.py --out "$LOG/claims.md" --keep "$LOG/claims" > "$LOG/claims.txt" 2>&1
+  "$PY" scripts/claims.py --out "$LOG/claims.md" --keep "${CLAIMS_KEEP:-$LOG/claims}" \
+    > "$LOG/claims.txt" 2>&1
+}
+# The same in two halves for two GPUs, or calls of at most 10 minutes: each step's result
+# stays in CLAIMS_KEEP (a step done is not measured again; advise's runs of the model are
+# in the results store), then claims-table writes the table from them.
+part_claims-a() { claims_steps claims-a r50,compare,targets; }
+part_claims-b() { claims_steps claims-b sizes,dist80,winograd; }
+claims_steps() {  # LOGNAME STEPS
+  "$PY" scripts/claims.py --steps "$2" --keep "${CLAIMS_KEEP:-$LOG/claims}" >> "$LOG/$1.txt" 2>&1
+}
+part_claims-table() {
+  "$PY" scripts/claims.py --table-only --out "$LOG/claims.md" \
+    --keep "${CLAIMS_KEEP:-$LOG/claims}" > "$LOG/claims.txt" 2>&1
 }
 
 part_fuzz() {
@@ -184,7 +197,8 @@ show_part() {  # what each part's log says, for the call's output
     targets) tail -4 "$LOG/targets.txt" ;;
     model) tail -40 "$LOG/model.txt" ;;
     torchrun) tail -30 "$LOG/torchrun.txt" ;;
-    claims) tail -20 "$LOG/claims.txt" ;;
+    claims|claims-table) tail -20 "$LOG/claims.txt" ;;
+    claims-a|claims-b) tail -5 "$LOG/$1.txt" ;;
   esac
 }
 
