@@ -1314,9 +1314,21 @@ def _rank_job(a, world, spec, options, iterations, pipeline, timeout) -> int:
             print(f"[rank {rank}] {msg}", file=sys.stderr, flush=True)
 
     run, bench = None, None
-    if options.pytorch:  # --consistency: each GPU its own run, never another rank's
+    if options.pytorch and a.consistency:  # each GPU its own run, never another rank's
+        run, bench = _model_run(cap, options, iterations, say, None)
+    elif options.pytorch:
+        from .model.pytorch_run import StoreCache, model_modes, run_model
+
+        # PyTorch's run of the model, its modes shared out between the ranks' GPUs
+        # (identical, check_devices said) through the store; then every rank reads all.
+        n = len(model_modes(options.benchmark_limit))
+        run_model(cap, options, iterations=iterations, progress=say,
+                  cache=_store_cache(a, store, env, cap), share=range(rank, n, world.size))
+        why = distributed.barrier(world, timeout, "the end of PyTorch's run of the model")
+        if why:
+            say(f"{why}; the modes another rank did not store are run here")
         run, bench = _model_run(cap, options, iterations, say,
-                                None if a.consistency else _store_cache(a, store, env, cap))
+                                StoreCache(store, env, cap.model.describe(), _without_store))
     shares = distributed.shard(cap.problems, world.size)
     mine = list(range(len(cap.problems))) if a.consistency else shares[rank]
     say(f"{len(mine)} of {len(cap.problems)} unique problems on GPU {world.local_rank}")

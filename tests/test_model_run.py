@@ -311,3 +311,32 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
     r = run_cli("history", "--store", str(tmp_path / "r.db"))
     assert r.returncode == 0 and "PyTorch's own runs of models" in r.stdout, r.stderr
     assert "onelayer" in r.stdout and mode.label in r.stdout
+
+
+def test_a_share_of_the_modes_runs_only_those_under_their_own_keys(tmp_path):
+    """torchrun: each rank runs its share of the modes (their positions in the full list,
+    so the store keys are those a whole run would use)."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nexit 5\n")
+    fake.chmod(0o755)
+    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
+    cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
+                  problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
+    opts = ExploreOptions.create(child_timeout_s=5)
+    asked = []
+
+    class Cache:
+        def lookup(self, key):
+            asked.append(key)
+            return None
+
+        def save(self, *a):
+            raise AssertionError("a failed run is not kept")
+
+    modes = pytorch_run.model_modes()
+    run, per = pytorch_run.run_model(cap, opts, iterations=2, python=str(fake), cache=Cache(),
+                                     share=range(1, len(modes), 2))
+    assert [m.label for m in run.modes] == [modes[k].label for k in range(1, len(modes), 2)]
+    assert len(per[problem]) == len(run.modes)
+    assert asked == [pytorch_run.run_key(cap, modes[k], k, opts, 2, 5, None)
+                     for k in range(1, len(modes), 2)]

@@ -117,9 +117,9 @@ def device_id(local_rank: int) -> str:
     return f"{props.name} {uuid} on {socket.gethostname()}"
 
 
-def barrier(world: World, timeout_s: float) -> str:
-    """Wait for every rank. On rank 0, "" when all arrived, else why not (which rank
-    failed, as gloo's monitored barrier reports it); other ranks return ""."""
+def barrier(world: World, timeout_s: float, what: str = "the end of the sweep") -> str:
+    """Wait for every rank to reach ``what``. On rank 0, "" when all arrived, else why not
+    (which rank failed, as gloo's monitored barrier reports it); other ranks return ""."""
     import torch.distributed as dist
 
     try:
@@ -128,8 +128,8 @@ def barrier(world: World, timeout_s: float) -> str:
     except RuntimeError as e:
         if world.rank == 0:
             return str(e).strip().splitlines()[0][:300]
-        raise ResourceError(f"rank {world.rank}: the other ranks did not reach the end of "
-                            f"the sweep: {str(e).strip().splitlines()[0][:200]}") from None
+        raise ResourceError(f"rank {world.rank}: the other ranks did not reach {what}: "
+                            f"{str(e).strip().splitlines()[0][:200]}") from None
     return ""
 
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core import logs
 from ..core.capture import Capture
@@ -165,7 +165,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
               warmup: int = 5, progress: Optional[Callable[[str], None]] = None,
               python: Optional[str] = None, modes: Optional[List[ModeSpec]] = None,
               target_ci: Optional[float] = None, device: Optional[int] = None,
-              cache=None) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
+              cache=None, share: Optional[Sequence[int]] = None
+              ) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
     """Every mode of ``modes`` (default model_modes(options.benchmark_limit)), each the
     model's own run in a fresh child (at most ``options.child_timeout_s`` per input
     size, plus a minute of timing with ``target_ci``). Returns the ModelRun and, per
@@ -177,7 +178,9 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     ``cache``: an object with lookup(key) -> (run dict, per-problem dict, created) or
     None, and save(key, label, run dict, per-problem dict) (the results store, see
     StoreCache): a mode's run of the same capture, options and environment is answered
-    from it, and each finished one is kept."""
+    from it, and each finished one is kept. ``share``: only the modes at these positions
+    (the others are left out of what is returned): a rank's part of the modes under
+    torchrun, kept in ``cache`` for every rank to read."""
     say = progress or (lambda m: None)
     index = {u.problem: i for i, u in enumerate(capture.problems)}
     runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}
@@ -186,6 +189,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     if target_ci is not None:
         timeout_s += 60.0 * len(_shapes(capture))
     for k, mode in enumerate(modes or model_modes(options.benchmark_limit)):
+        if share is not None and k not in share:
+            continue
         key = run_key(capture, mode, k, options, iterations, warmup, target_ci)
         hit = cache.lookup(key) if cache is not None else None
         if hit is not None:  # answered from the results store
