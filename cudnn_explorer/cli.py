@@ -1319,8 +1319,9 @@ def _rank_job(a, world, spec, options, iterations, pipeline, timeout) -> int:
     elif options.pytorch:
         from .model.pytorch_run import StoreCache, model_modes, run_model
 
-        # PyTorch's run of the model, its modes shared out between the ranks' GPUs
-        # (identical, check_devices said) through the store; then every rank reads all.
+        # PyTorch's run of the model, its modes shared out between the ranks through the
+        # store; then every rank reads all (a mode is read only under the reading rank's
+        # own environment: another kind of GPU runs it again).
         n = len(model_modes(options.benchmark_limit))
         run_model(cap, options, iterations=iterations, progress=say,
                   cache=_store_cache(a, store, env, cap), share=range(rank, n, world.size))
