@@ -144,9 +144,12 @@ part_torchrun() {
   # Needs every GPU of the machine, so run it alone (GPU_CHECK_PARTS=torchrun): the
   # ResNet-50 sweep on one GPU and under torchrun on all, then --consistency
   # (scripts/bench_torchrun.py).
+  # TORCHRUN_KEEP (one folder over several calls) and TORCHRUN_PHASES (one,many,consistency)
+  # split it where one call may run at most 10 minutes.
   env -u CUDA_VISIBLE_DEVICES "$PY" scripts/bench_torchrun.py \
     --gpus "$(nvidia-smi -L | grep -c '^GPU')" --json "$LOG/bench_torchrun.json" \
-    > "$LOG/torchrun.txt" 2>&1
+    --keep "${TORCHRUN_KEEP:-$LOG/torchrun}" --phases "${TORCHRUN_PHASES:-one,many,consistency}" \
+    >> "$LOG/torchrun.txt" 2>&1
 }
 
 part_claims() {
