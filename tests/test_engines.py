@@ -153,3 +153,56 @@ def test_summary_with_benchmark_limit_zero_finds_the_pick():
     d.pytorch[0].label = "benchmark, limit 0"
     assert "PyTorch's benchmark pick" in engines.summary_table(e)
     assert d.full_search_pick() is None
+
+
+def test_legacy_configs_are_searched_before_the_knob_space_is_sampled(monkeypatch):
+    """A legacy algorithm's config (same kernels) is looked for among the engines that ran
+    its kernel family right after the listed configs, before sampling other engines, so
+    a time budget cuts the sampling first."""
+    from types import SimpleNamespace as NS
+
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import engines as eng
+    from fakes import FakeOut, exploration
+
+    kernels = {"eng1_k2=0": "conv_tilesize128x64", "eng1_k2=3": "conv_tilesize256x128"}
+    order, built = [], []
+
+    class Search:
+        def engine_count(self):
+            return 2
+
+        def engine_info(self, e):
+            return NS(engine=e, status="OK", knobs=[NS(type=2, min_value=0, max_value=3,
+                                                       stride=1)])
+
+        def heuristics(self, mode):
+            return ["eng1_k2=0"] if mode == "A" else []
+
+        def build(self, e, knobs):
+            name = "eng%d" % e + "".join("_k%d=%d" % tuple(kv) for kv in sorted(knobs))
+            order.append(name)
+            built.append(name)
+            return NS(status="built", message="", name=name, numeric_notes=[],
+                      behavior_notes=[], workspace_bytes=0, build_ms=0.5, timed=False,
+                      plan_index=len(built) - 1, timing=None)
+
+        def measure(self, b, timed, opt):
+            return NS(**{**vars(b), "status": "OK"})
+
+        def execute(self, i):
+            self.last = built[i]
+
+    search = Search()
+    monkeypatch.setattr(eng, "kernel_names", lambda fn: (
+        fn(), (kernels.get(search.last, "other_kernel"),))[1])
+    legacy = exploration().directions[0].find[0]
+    legacy.kernels = ["conv_tilesize256x128"]
+    sp = eng.explore_engines(exploration().problem, "fwd", None,
+                             {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
+                             legacy_rows=[legacy], max_per_engine=4, time_budget_s=None,
+                             timing=TimingSpec(retime=False), kernels=True, search=search)
+    found = order.index("eng1_k2=3")
+    assert order[0] == "eng1_k2=0"
+    assert all(not n.startswith("eng0") for n in order[:found]), order
+    assert sp.legacy_map == {f"{legacy.algo_name} ({legacy.math_type})": ["ConvFwd_eng1_k2=3"]}

@@ -169,9 +169,34 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                           "config": cfg.to_dict()}})
         return cfg
 
+    def find_legacy() -> None:
+        # A legacy algorithm whose kernels no config ran yet: search on through the
+        # engines that ran kernels of the same family (name up to its tile size).
+        for r in legacy_rows if kernels and sample else ():
+            if not r.kernels or any(same_kernels(c.kernels, r.kernels) for c in configs):
+                continue
+            fam = {kernel_family(k) for k in r.kernels}
+            near = sorted({c.engine for c in configs
+                           if c.kernels and fam & {kernel_family(k) for k in c.kernels}})
+            if not near:
+                continue
+            say(f"{direction}: looking for the config of legacy {r.algo_name} "
+                f"({r.math_type}) in engines {near}")
+            found = False
+            for e in near:
+                for ch in queues[e]:
+                    if found or over_budget():
+                        break
+                    if ch in done[e]:
+                        continue
+                    cfg = attempt(e, ch)
+                    found = cfg is not None and same_kernels(cfg.kernels, r.kernels)
+
     # Phase 0: PyTorch's configs, in the order given (its pick first), so that a time
     # budget never cuts them; phase 1: the other listed configs of every engine; phase 2:
-    # sampling, engine by engine.
+    # the configs of the legacy algorithms, searched near the engines run so far; phase 3:
+    # sampling, engine by engine, then phase 2 again for an algorithm whose kernel family
+    # only the sampling ran. The time budget cuts the later phases first.
     for t in pref:
         if t.engine < count and t.knobs in queues[t.engine] and t.knobs not in done[t.engine] \
                 and not over_budget():
@@ -181,30 +206,13 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             if over_budget():
                 break
             attempt(e, ch)
+    find_legacy()
     for e in range(count) if sample else ():
         for ch in [c for c in queues[e] if c not in wanted[e] and c not in done[e]]:
             if engines[e]["configs"] >= max_per_engine or over_budget():
                 break
             attempt(e, ch)
-    # Phase 3: a legacy algorithm whose kernels no config ran yet: search on through the
-    # engines that ran kernels of the same family (name up to its tile size).
-    for r in legacy_rows if kernels and sample else ():
-        if not r.kernels or any(same_kernels(c.kernels, r.kernels) for c in configs):
-            continue
-        fam = {kernel_family(k) for k in r.kernels}
-        near = sorted({c.engine for c in configs
-                       if c.kernels and fam & {kernel_family(k) for k in c.kernels}})
-        say(f"{direction}: looking for the config of legacy {r.algo_name} ({r.math_type}) "
-            f"in engines {near}")
-        found = False
-        for e in near:
-            for ch in queues[e]:
-                if found or over_budget():
-                    break
-                if ch in done[e]:
-                    continue
-                cfg = attempt(e, ch)
-                found = cfg is not None and same_kernels(cfg.kernels, r.kernels)
+    find_legacy()
     for e in range(count):
         engines[e]["untried"] = len(queues[e]) - engines[e]["tried"]
     return EngineSpace(
