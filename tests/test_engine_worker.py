@@ -193,3 +193,19 @@ def test_a_bench_keeps_its_worker_only_when_asked(steady_worker, monkeypatch, ke
     assert len(steady_worker()) == (1 if keep else 2)
     engine_worker.explore_isolated(p, "fwd", ExploreOptions.create())  # a worker of its own
     assert len(steady_worker()) == (2 if keep else 3)
+
+
+def test_a_worker_whose_cuda_context_broke_is_replaced_after_its_job(steady_worker,
+                                                                       tmp_path):
+    # the steady worker, with every job ending as if a config had left a sticky CUDA error
+    src = (tmp_path / "steady_worker.py").read_text()
+    assert "\ndef setup(" in src
+    (tmp_path / "broken_context_worker.py").write_text(src.replace(
+        "\ndef setup(", "\nengine_worker._release = lambda: False\n\n\ndef setup(", 1))
+    p = ConvProblem.create("1,8,8,8", out_channels=8)
+    with engine_worker.EngineWorker("broken_context_worker") as w:
+        for d in ("fwd", "bwd-data", "bwd-filter"):
+            sp = engine_worker.explore_isolated(p, d, ExploreOptions.create(), worker=w)
+            assert [c.status for c in sp.configs] == ["OK"]
+            assert w.proc is None  # retired at once
+    assert len(steady_worker()) == 3

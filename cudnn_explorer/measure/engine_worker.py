@@ -6,17 +6,19 @@ inside the config, and a kernel that spins cannot be interrupted from the proces
 launched it. So the parent (:func:`explore_isolated`) runs engines.explore_engines in a
 worker process (:class:`EngineWorker`, ``python -m cudnn_explorer.measure.engine_worker
 --serve``), which takes one job per line on its stdin, {"spec": SPEC, "events": EVENTS},
-explores that direction, and appends one JSON line per event to EVENTS: {"say": msg}, {"start": config} before a config, {"stage":
-"running"} once its plan is built, {"attempt": result} after it, {"space": EngineSpace}
-at the end. When a config runs past
-``config_timeout_s``, or the worker dies inside one, the parent kills the worker's process
-group, records that config as "hung" or "crashed", and starts a new worker that carries on
-from where the last one stopped (``prior``), within the same overall time budget.
+explores that direction, and appends one JSON line per event to EVENTS: {"say": msg},
+{"start": config} before a config, {"stage": "running"} once its plan is built,
+{"attempt": result} after it, {"space": EngineSpace, "retire": bool} at the end. When a
+config runs past ``config_timeout_s``, or the worker dies inside one, the parent kills the
+worker's process group, records that config as "hung" or "crashed", and starts a new
+worker that carries on from where the last one stopped (``prior``), within the same
+overall time budget.
 
-One worker serves every direction of an exploration, and of a whole model sweep when the
-caller passes the same EngineWorker: starting one (Python, torch, the CUDA context,
-cuDNN) takes seconds, more than timing the configs PyTorch lists for a direction.
-Between jobs it holds no tensors and returns its cached GPU memory.
+A worker serves every direction it is given when the caller passes the same EngineWorker
+(a model sweep does): starting one (Python, torch, the CUDA context, cuDNN) takes
+seconds, more than timing the configs PyTorch lists for a direction.
+Between jobs it holds no tensors and returns its cached GPU memory; a worker whose CUDA
+context a config broke (a sticky error) says so with its last result and is replaced.
 """
 from __future__ import annotations
 
@@ -194,6 +196,8 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                             current = None
                         elif "space" in ev:
                             finished = True
+                            if ev.get("retire"):  # its CUDA context is lost: a new one next
+                                worker.kill()
                             return ev["space"], None
                     now = time.perf_counter()
                     if rc is not None:
@@ -273,7 +277,8 @@ def _gpu_setup(problem, direction, device, seed, check):
     return native, tensors, ref
 
 
-def _job(spec: dict, events_path: str, setup, search) -> None:
+def _job(spec: dict, events_path: str, setup, search) -> bool:
+    """Run one job; False when this worker must retire after it."""
     with open(events_path, "a", buffering=1) as events:
         def emit(ev: dict) -> None:
             events.write(json.dumps(ev) + "\n")
@@ -281,18 +286,27 @@ def _job(spec: dict, events_path: str, setup, search) -> None:
 
         space = run(spec, emit, setup, search).to_dict()
         # Before the parent hears the end: it goes on timing on this GPU at once.
-        _release()
-        emit({"space": space})
+        healthy = _release()
+        emit({"space": space, "retire": not healthy})
+    return healthy
 
 
-def _release() -> None:
-    """After a job: drop its tensors and plans, return the cached GPU memory."""
+def _release() -> bool:
+    """After a job: drop its tensors and plans, return the cached GPU memory. False when
+    the CUDA context is lost (a config left a sticky error): the worker must not serve
+    another job."""
     import gc
 
     gc.collect()
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
+    if torch is None or not torch.cuda.is_initialized():
+        return True
+    try:
+        torch.cuda.synchronize()
         torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - any error here means the context is unusable
+        return False
+    return True
 
 
 def main(argv=None, setup=None, search=None) -> int:
@@ -302,7 +316,8 @@ def main(argv=None, setup=None, search=None) -> int:
             if line.strip():
                 job = json.loads(line)
                 with open(job["spec"]) as f:
-                    _job(json.load(f), job["events"], setup, search)
+                    if not _job(json.load(f), job["events"], setup, search):
+                        return 0  # the parent was told ("retire") and starts another
         return 0
     spec = read_spec(argv, "python -m cudnn_explorer.measure.engine_worker "
                            "(SPEC.json EVENTS | --serve)")
