@@ -377,6 +377,14 @@ def _run_history(argv: List[str]) -> int:
     return 0
 
 
+def _add_env_filters(p) -> None:
+    """--gpu and --cudnn, which _env_selected applies."""
+    p.add_argument("--gpu", action="append", default=[], metavar="TEXT",
+                   help="only environments whose GPU name contains TEXT (repeatable)")
+    p.add_argument("--cudnn", action="append", default=[], metavar="VERSION",
+                   help="only these cuDNN versions, e.g. 9.19.0 or 91900 (repeatable)")
+
+
 def _env_selected(a, env) -> bool:
     """Whether ``env`` passes --gpu (a part of the GPU name) and --cudnn (a version)."""
     from .report.format import fmt_version
@@ -421,10 +429,7 @@ def _run_export(argv: List[str]) -> int:
                    help="the results store (default ~/.cache/cudnn_explorer/results.db)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the explorations here")
     p.add_argument("--csv", default=None, metavar="PATH", help="write their rows here")
-    p.add_argument("--gpu", action="append", default=[], metavar="TEXT",
-                   help="only environments whose GPU name contains TEXT (repeatable)")
-    p.add_argument("--cudnn", action="append", default=[], metavar="VERSION",
-                   help="only these cuDNN versions, e.g. 9.19.0 or 91900 (repeatable)")
+    _add_env_filters(p)
     p.add_argument("--debug", action="store_true")
     a = p.parse_args(argv)
     if not a.json and not a.csv:
@@ -465,10 +470,7 @@ def _run_compare(argv: List[str]) -> int:
     p.add_argument("--no-store", action="store_true", help="only the --file results")
     p.add_argument("--file", action="append", default=[], metavar="PATH",
                    help="a saved --json result; repeat for several")
-    p.add_argument("--gpu", action="append", default=[], metavar="TEXT",
-                   help="only environments whose GPU name contains TEXT (repeatable)")
-    p.add_argument("--cudnn", action="append", default=[], metavar="VERSION",
-                   help="only these cuDNN versions, e.g. 9.19.0 or 91900 (repeatable)")
+    _add_env_filters(p)
     p.add_argument("--plot", default=None, metavar="PATH",
                    help="also a heatmap (PATH.png and PATH.svg): problems x environments, "
                         "colour = PyTorch's pick's time relative to the fastest environment's")
