@@ -8,9 +8,9 @@ from cudnn_explorer.core.problem import ConvProblem
 from cudnn_explorer.core.errors import ChildError
 from cudnn_explorer.core.options import ExploreOptions
 
-# A worker with a fake EngineSearch: engine 0 has no knobs; engine 1 has knob 2 (TILE_SIZE)
-# in 0..3, where 3 is invalid and 1 never finishes; engine 2 kills its process.
-FAKE_WORKER = textwrap.dedent("""\
+# What every fake worker module shares: its imports, the output tensor's stand-in, and the
+# real engine_worker.main over the module's Search (appended last).
+WORKER_HEAD = textwrap.dedent("""\
     import os, sys, time
     from types import SimpleNamespace as NS
     from cudnn_explorer.measure import engine_worker
@@ -18,7 +18,18 @@ FAKE_WORKER = textwrap.dedent("""\
     class Out:
         def fill_(self, v):
             return self
+    """)
+WORKER_TAIL = textwrap.dedent("""\
 
+    def setup(problem, direction, device, seed, check):
+        return None, {"x": Out(), "w": Out(), "y": Out()}, None
+
+    sys.exit(engine_worker.main(sys.argv[1:], setup=setup, search=Search()))
+    """)
+
+# A worker with a fake EngineSearch: engine 0 has no knobs; engine 1 has knob 2 (TILE_SIZE)
+# in 0..3, where 3 is invalid and 1 never finishes; engine 2 kills its process.
+FAKE_WORKER = WORKER_HEAD + textwrap.dedent("""\
     class Search:
         def engine_count(self):
             return 3
@@ -42,12 +53,7 @@ FAKE_WORKER = textwrap.dedent("""\
                 time.sleep(600)
             built.status = "OK"
             return built
-
-    def setup(problem, direction, device, seed, check):
-        return None, {"x": Out(), "w": Out(), "y": Out()}, None
-
-    sys.exit(engine_worker.main(sys.argv[1:], setup=setup, search=Search()))
-    """)
+    """) + WORKER_TAIL
 
 
 @pytest.fixture
@@ -110,17 +116,9 @@ def test_a_worker_that_fails_outside_any_config_is_one_clear_error(fake_worker):
 
 
 # A worker whose one config always works; every start appends its pid to STARTS.
-STEADY_WORKER = textwrap.dedent("""\
-    import os, sys
-    from types import SimpleNamespace as NS
-    from cudnn_explorer.measure import engine_worker
-
+STEADY_WORKER = WORKER_HEAD + textwrap.dedent("""\
     with open(os.environ["STARTS"], "a") as f:
         f.write(f"{os.getpid()} ")
-
-    class Out:
-        def fill_(self, v):
-            return self
 
     class Search:
         def engine_count(self):
@@ -136,12 +134,7 @@ STEADY_WORKER = textwrap.dedent("""\
         def measure(self, built, timed, opt):
             built.status = "OK"
             return built
-
-    def setup(problem, direction, device, seed, check):
-        return None, {"x": Out(), "w": Out(), "y": Out()}, None
-
-    sys.exit(engine_worker.main(sys.argv[1:], setup=setup, search=Search()))
-    """)
+    """) + WORKER_TAIL
 
 
 @pytest.fixture
