@@ -299,8 +299,6 @@ def _measure_layer():
 
 def load_file(path: str):
     """The Exploration saved at ``path``; UserError naming the file and the bad field."""
-    from .core.records import Exploration
-
     data = read_bytes(path, "--load")
     try:
         return Exploration.from_json(data)
@@ -401,8 +399,6 @@ EXPORT_SCHEMA = "cudnn_explorer.export"
 def _saved_explorations(path: str, flag: str) -> list:
     """The explorations of a saved file: one result (--json), or an export of many."""
     import json
-
-    from .core.records import Exploration
 
     data = read_bytes(path, flag)
     try:
@@ -667,12 +663,11 @@ def _stored_config_times(a, problem: ConvProblem) -> dict:
     store. Read only: a missing store file is not created."""
     from .core.records import rankable
 
-    path = getattr(a, "store", None)
     if getattr(a, "no_store", False):
         return {}
     from .store.db import StoreError, default_path
 
-    path = path or default_path()
+    path = getattr(a, "store", None) or default_path()
     if not os.path.exists(path):
         return {}
     store = open_store(a)
