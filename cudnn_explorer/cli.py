@@ -343,6 +343,17 @@ def saver(store, problem, options):
     return save
 
 
+def _existing_store(path: Optional[str]) -> str:
+    """The store file to read (``path``, else the default one); UserError when there is
+    none yet (reading must not create it)."""
+    from .store.db import default_path
+
+    path = path or default_path()
+    if not os.path.exists(path):
+        raise UserError(f"--store '{path}': no such file (nothing measured yet)")
+    return path
+
+
 def _run_history(argv: List[str]) -> int:
     p = _Parser(prog="python -m cudnn_explorer history", allow_abbrev=False,
                 description="The results in the store, newest first.")
@@ -351,11 +362,9 @@ def _run_history(argv: List[str]) -> int:
     p.add_argument("--debug", action="store_true")
     a = p.parse_args(argv)
     from .report.format import table
-    from .store.db import Store, default_path
+    from .store.db import Store
 
-    path = a.store or default_path()
-    if not os.path.exists(path):
-        raise UserError(f"--store '{path}': no such file (nothing measured yet)")
+    path = _existing_store(a.store)
     limit = _int(a.limit, "--limit", lo=1)
     with Store(path) as store:
         rows = store.history(limit)
@@ -435,11 +444,9 @@ def _run_export(argv: List[str]) -> int:
     import json
 
     from .report.export import rows_to_csv
-    from .store.db import Store, default_path
+    from .store.db import Store
 
-    path = a.store or default_path()
-    if not os.path.exists(path):
-        raise UserError(f"--store '{path}': no such file (nothing measured yet)")
+    path = _existing_store(a.store)
     with Store(path) as store:  # StoreError: exit 3, naming the file
         exps = [e for e in store.explorations() if _env_selected(a, e.environment)]
     if not exps:
@@ -1194,11 +1201,9 @@ PLOTS = {"pareto": "time against workspace per direction, with the Pareto fronti
 
 def _stored_exploration(path: str, n: int):
     """The n-th most recently measured exploration in the store at ``path``."""
-    from .store.db import Store, default_path
+    from .store.db import Store
 
-    path = path or default_path()
-    if not os.path.exists(path):
-        raise UserError(f"--store '{path}': no such file (nothing measured yet)")
+    path = _existing_store(path)
     with Store(path) as store:  # StoreError: exit 3, naming the file
         exps = store.explorations()
     if n > len(exps):
