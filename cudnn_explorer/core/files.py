@@ -1,9 +1,19 @@
-"""Reading the user's files: one UserError that names the option and the file. Pure."""
+"""Reading the user's files: one UserError that names the option and the file; where the
+tool keeps its own files. Pure."""
 from __future__ import annotations
 
-__all__ = ["read_bytes", "read_text"]
+import os
+
+__all__ = ["read_bytes", "read_text", "cache_home"]
 
 from .errors import UserError
+
+
+def cache_home() -> str:
+    """The folder of the tool's own files: $XDG_CACHE_HOME/cudnn_explorer, by default
+    ~/.cache/cudnn_explorer (the results store, the environments seen)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "cudnn_explorer")
 
 
 def read_bytes(path: str, what: str) -> bytes:

@@ -22,6 +22,7 @@ import sys
 from typing import List, Optional
 
 from ..core.errors import UserError
+from ..core.files import cache_home
 from ..core.records import Environment
 
 __all__ = ["fingerprint", "cached_environment", "remember", "cache_dir"]
@@ -35,8 +36,7 @@ _SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/
 
 
 def cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "cudnn_explorer", "environments")
+    return os.path.join(cache_home(), "environments")
 
 
 def _stat(path: str) -> str:

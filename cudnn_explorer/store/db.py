@@ -21,6 +21,7 @@ from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence
 
 from ..core.errors import ExplorerError
+from ..core.files import cache_home
 from ..core.options import ExploreOptions
 from ..core.problem import DIRECTIONS, ConvProblem
 from ..core.records import DirectionResult, Environment, Exploration, Measurement, utc_now
@@ -76,8 +77,7 @@ class StoreError(ExplorerError):
 
 
 def default_path() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "cudnn_explorer", "results.db")
+    return os.path.join(cache_home(), "results.db")
 
 
 def problem_key(p: ConvProblem) -> str:
