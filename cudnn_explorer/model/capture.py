@@ -80,7 +80,8 @@ class _Recorder:
         if why:
             key = (why, tuple(x.shape), tuple(w.shape))
             u = self.uncovered.setdefault(key, Uncovered(
-                layer=layer or "(backward)", why=why, input_shape=list(x.shape), weight_shape=list(w.shape),
+                layer=layer or "(backward)", why=why, input_shape=list(x.shape),
+                weight_shape=list(w.shape),
                 dtype=str(x.dtype).replace("torch.", "")))
             u.calls += n
             return

@@ -26,7 +26,8 @@ RESULT: {"torch", "cudnn", "settings", "error" ("" or why it stopped), "sizes": 
 "first_peak_reserved", "other_peak_alloc" (the peak outside convolution calls),
 "conv_calls", "conv_ms", "calls": [{"problem" (ConvProblem dict), "direction", "layer",
 "first", "ms", "alloc_before", "peak_alloc", "reserved_before", "reserved_after",
-"peak_reserved", "log_span"}], "steady_ms": [...], "warmup", "steady_peak_alloc", "steady_peak_reserved"}]}.
+"peak_reserved", "log_span"}], "steady_ms": [...], "warmup", "steady_peak_alloc",
+"steady_peak_reserved"}]}.
 The result is rewritten after every shape, so a child that dies keeps what finished.
 """
 from __future__ import annotations

@@ -52,7 +52,8 @@ def render_targets(problem: ConvProblem, rankings: List[TargetRanking], cudnn: s
             bench = r.benchmark_candidates(problem.dtype, problem.tf32, limit)
             picks[r.target] = pick.name if pick else None
             ms = (measured or {}).get(r.device_name, {}).get(pick.name) if pick else None
-            rows.append([name, r.compute_capability, str(r.sm_count), _cut(top), _cut(pick.name if pick else None)
+            rows.append([name, r.compute_capability, str(r.sm_count), _cut(top),
+                         _cut(pick.name if pick else None)
                          + (f" ({ms:.4f} ms)" if ms is not None else ""),
                          f"{len(bench)} of {len(r.candidates())}", ""])
         for row in rows:

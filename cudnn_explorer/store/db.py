@@ -3,8 +3,8 @@ what decides a measurement, so that a repeated run answers at once and an interr
 sweep loses only the problem in flight.
 
 Key: the canonical problem, the direction, the environment (GPU, compute capability, SM
-count, driver, CUDA, cuDNN, torch, cudnn-frontend) and the measurement options (ExploreOptions less the
-directions and the device index). The stored value is the DirectionResult as JSON: legacy
+count, driver, CUDA, cuDNN, torch, cudnn-frontend) and the measurement options
+(ExploreOptions less the directions and the device index). The stored value is the DirectionResult as JSON: legacy
 algorithm ids and engine tags with their knob values, never a serialized plan (cuDNN
 gives no guarantee for those across devices or versions).
 
