@@ -34,31 +34,36 @@ GIB = 2**30
 STEPS = ("r50", "sizes", "dist80", "winograd", "compare", "targets")
 
 
-def measured(path, args, keep, device):
-    """Run the product's command ``args`` (which writes ``path``) unless ``path`` is
-    there from an earlier run; returns the command as shown in the table."""
-    gpu = args[0] != "compare" and "--target" not in args  # those two need no GPU
-    if device is not None and gpu:
-        args = [*args, "--device", str(device)]
-    shown = "python -m cudnn_explorer " + " ".join(shlex.quote(a) for a in args)
-    if not os.path.exists(path):
-        p = cli(args, keep)[0]
-        if path.endswith(".txt") and p.returncode == 0:  # a command whose output is the result
-            with open(path, "w") as f:
-                f.write(p.stdout)
-    return shown.replace(keep + os.sep, "").replace(f" --device {device}", "")
+def shown_command(args, keep):
+    """A command as the table shows it: the files in --keep by their names."""
+    return ("python -m cudnn_explorer " + " ".join(shlex.quote(a) for a in args)).replace(
+        keep + os.sep, "")
+
+
+def measure(path, args, keep, device):
+    """Run the product's command ``args`` (which writes ``path``; a command whose output is
+    the result writes it to ``path``, a .txt) on ``device``, unless ``path`` is there from
+    an earlier run."""
+    if os.path.exists(path):
+        return
+    if device is not None and args[0] != "compare" and "--target" not in args:
+        args = [*args, "--device", str(device)]  # (those two need no GPU)
+    p = cli(args, keep)
+    if path.endswith(".txt") and p.returncode == 0:
+        with open(path, "w") as f:
+            f.write(p.stdout)
 
 
 def cli(args, keep):
-    cmd = [sys.executable, "-m", "cudnn_explorer", *args]
-    shown = "python -m cudnn_explorer " + " ".join(shlex.quote(a) for a in args)
+    shown = shown_command(args, keep)
     print(f"$ {shown}", flush=True)
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "cudnn_explorer", *args], cwd=ROOT,
+                       capture_output=True, text=True)
     with open(os.path.join(keep, "log.txt"), "a") as f:
         f.write(f"$ {shown}\nexit {p.returncode}\n{p.stdout}\n{p.stderr[-4000:]}\n")
-    if p.returncode not in (0,):
+    if p.returncode != 0:
         print(p.stderr[-2000:], file=sys.stderr)
-    return p, shown.replace(keep + os.sep, "")
+    return p
 
 
 def load_advice(path):
@@ -121,14 +126,9 @@ def main() -> int:
     with open(os.path.join(keep, "dist80.txt"), "w") as f:
         f.write("224 80\n256 5\n288 5\n320 5\n352 5\n")
     cmds = commands(keep, a.batch)
-    shown = {}
-    for step, (path, args) in cmds.items():
-        if step in steps and not a.table_only:
-            shown[step] = measured(path, args, keep, a.device)
-        else:
-            shown[step] = measured(path, args, keep, None) if os.path.exists(path) else \
-                "python -m cudnn_explorer " + " ".join(shlex.quote(x) for x in args).replace(
-                    keep + os.sep, "")
+    shown = {step: shown_command(args, keep) for step, (_, args) in cmds.items()}
+    for step in steps if not a.table_only else ():
+        measure(*cmds[step], keep, a.device)
     if not a.table_only and set(steps) != set(STEPS):
         print(f"measured {', '.join(steps)} into {keep}; the table: --table-only --keep {keep}")
         return 0
