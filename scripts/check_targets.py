@@ -7,9 +7,9 @@ cuDNN gives on the device (operation graph built on PyTorch's handle).
 Prints, per problem and direction, whether the full lists are identical, whether the top
 candidates agree, and where they first differ; then whether PyTorch's own heuristic-mode
 pick (run in a fresh process, benchmark off) is the deviceless heuristic pick; then the
-totals. Exit status 0 when every
-top candidate agreed. Needs the GPU; the profile is the GPU's own (--dump-device-profile),
-and the shipped profile of the same GPU is compared too when there is one.
+totals. Exit status 0 when every top candidate agreed. Needs the GPU; the profile is the
+GPU's own (--dump-device-profile), and the shipped profile of the same GPU is compared too
+when there is one.
 """
 from __future__ import annotations
 
