@@ -38,12 +38,13 @@ def test_the_fingerprint_changes_with_what_the_environment_depends_on(proc, tmp_
     libs.mkdir()
     (libs / "libcudnn.so.9").write_bytes(b"x" * 10)
     monkeypatch.setenv("LD_LIBRARY_PATH", str(libs))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # whatever the caller had set
     fp = envcache.fingerprint(0)
     assert fp and fp == envcache.fingerprint(0)  # stable
     assert envcache.fingerprint(1) != fp  # another device index
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # another GPU behind index 0
     assert envcache.fingerprint(0) != fp
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert envcache.fingerprint(0) == fp
     (libs / "libcudnn.so.9").write_bytes(b"y" * 11)  # a cuDNN library replaced
     fp2 = envcache.fingerprint(0)
@@ -56,6 +57,7 @@ def test_the_fingerprint_changes_with_what_the_environment_depends_on(proc, tmp_
 def test_remember_then_read_back_only_for_the_same_fingerprint(proc, tmp_path, monkeypatch):
     where = str(tmp_path / "cache")
     env = dataclasses.replace(ENV, device_index=0)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)  # whatever the caller had set
     assert envcache.cached_environment(0, where) is None
     envcache.remember(env, where)
     assert envcache.cached_environment(0, where) == env
