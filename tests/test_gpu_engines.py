@@ -7,11 +7,13 @@ from cudnn_explorer.core.problem import ConvProblem
 
 pytestmark = pytest.mark.gpu
 
+# Sizes whose kernels run for tens of microseconds: PyTorch's own call of a config adds
+# about a microsecond per call to the same kernels, in a CUDA graph too (at 8x64x28x28 the
+# dense backward-data pick ran 5.6 us here and 6.6 us in PyTorch, 14%; the depthwise one
+# 3.4 us and 3.9 us), more than the +-10% this file checks.
 PROBLEMS = {
-    "dense-fp16-nhwc": dict(shape="8,64,28,28", out_channels=64),
+    "dense-fp16-nhwc": dict(shape="32,64,56,56", out_channels=64),
     # depthwise: the weight is 64x1x3x3, where size-1 strides decide the layout cuDNN sees.
-    # Issue 5's size: at 8x64x28x28 backward-data took 3.4 us per launch, where PyTorch's
-    # own call adds about 0.5 us (12%), more than the +-10% this file checks.
     "depthwise-fp16-nhwc": dict(shape="32,64,56,56", out_channels=64, groups=64),
 }
 
