@@ -7,6 +7,7 @@ driver, extension or memory; 1: anything unexpected). --debug shows tracebacks.
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import re
 import sys
@@ -265,16 +266,20 @@ def check_output_path(path: Optional[str], flag: str) -> None:
 
 def write_output(text: str, path: Optional[str], flag: str, quiet: bool = False) -> None:
     """``text`` to stdout ("-" or None) or to ``path`` atomically: a temporary file in the
-    same directory, then a rename, so a reader never sees half a file."""
+    same directory, then a rename, so a reader never sees half a file. A path ending in
+    .gz is written gzip-compressed (every reader of saved files takes either)."""
     if path in (None, "-"):
         sys.stdout.write(text)
         return
     where = os.path.dirname(os.path.abspath(path))
+    data = text.encode("utf-8")
+    if path.endswith(".gz"):  # mtime 0: the same result gives the same bytes
+        data = gzip.compress(data, compresslevel=9, mtime=0)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".cudnn_explorer.", dir=where)
         try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
@@ -745,8 +750,9 @@ def render_saved(a, flags: List[str], what: str, parse, render) -> int:
     if bad:
         raise UserError(f"{bad} would be ignored: --load renders a saved {what}; drop "
                         f"{bad} or --load")
+    data = read_bytes(a.load, "--load")  # its errors name the file already
     try:
-        saved = parse(read_bytes(a.load, "--load"))
+        saved = parse(data)
     except UserError as e:
         raise UserError(f"--load '{a.load}': {e}") from None
     sys.stdout.write(render(saved))

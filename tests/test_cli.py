@@ -61,6 +61,44 @@ def test_load_renders_saved_json_without_gpu(tmp_path):
     assert r.stdout.splitlines()[0].startswith("schema_version,kind,direction,rank")
 
 
+def test_json_gz_is_written_compressed_and_loads_like_json(tmp_path):
+    import gzip
+
+    f = tmp_path / "r.json"
+    f.write_text(exploration().to_json())
+    gz = tmp_path / "r.json.gz"
+    r = run_cli("--load", str(f), "--json", str(gz))
+    assert r.returncode == 0, r.stderr
+    raw = gz.read_bytes()
+    assert raw[:2] == b"\x1f\x8b"
+    assert json.loads(gzip.decompress(raw)) == json.loads(exploration().to_json())
+    plain, packed = run_cli("--load", str(f)), run_cli("--load", str(gz))
+    assert packed.returncode == 0 and packed.stdout == plain.stdout
+    # the same result gives the same bytes (no time stamp inside)
+    again = tmp_path / "again.json.gz"
+    run_cli("--load", str(f), "--json", str(again))
+    assert again.read_bytes() == raw
+
+
+@pytest.mark.parametrize("data,match", [
+    (b"\x1f\x8bgarbage", "not a valid gzip file"),
+    (None, "not a valid gzip file"),  # a truncated one
+])
+def test_bad_gzip_is_one_line_exit_2(tmp_path, data, match):
+    import gzip
+
+    if data is None:
+        data = gzip.compress(exploration().to_json().encode())[:-40]
+    f = tmp_path / "bad.json.gz"
+    f.write_bytes(data)
+    for args in (["--load", str(f)], ["model", "--load", str(f)]):
+        r = run_cli(*args)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert lines[0] == f"cudnn_explorer: error: --load '{f}': " + lines[0].split(": ", 3)[3]
+        assert match in lines[0] and "Traceback" not in r.stderr
+
+
 def test_load_rejects_foreign_json(tmp_path):
     f = tmp_path / "r.json"
     f.write_text('{"schema": "something-else"}')

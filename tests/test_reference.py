@@ -9,6 +9,7 @@ from cudnn_explorer.core.records import Exploration
 from cudnn_explorer.report.tables import render_exploration
 
 FILES = sorted(glob.glob(os.path.join(REPO, "data", "reference", "*.json")))
+SWEEPS = sorted(glob.glob(os.path.join(REPO, "data", "reference", "*.json.gz")))
 
 
 def test_there_is_reference_data():
@@ -51,3 +52,21 @@ def test_csv_holds_legacy_rows_engine_configs_and_pytorchs_picks():
         assert best["algo_name"] == d.engines.best(allowed_only=True).tag
         assert all(r["gpu_name"] == "NVIDIA H200" for r in mine)
     assert len(rows_from_csv(text)) == sum(len(d.find) for d in exp.directions)
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=os.path.basename)
+def test_reference_model_sweep_loads_and_renders(path):
+    from cudnn_explorer.core.files import read_bytes
+    from cudnn_explorer.core.sweep import ModelSweep
+    from cudnn_explorer.report.model import render_sweep
+
+    sw = ModelSweep.from_json(read_bytes(path, "--load"))
+    assert sw.environment.gpu_name == "NVIDIA H200" and sw.complete
+    assert len(sw.entries) == len(sw.capture.problems) and all(e.exploration for e in sw.entries)
+    text = render_sweep(sw)
+    assert "model totals" in text and "PyTorch's own run of the model" in text
+    assert all(len(line) <= 120 for line in text.splitlines())
+
+
+def test_there_is_a_reference_model_sweep():
+    assert SWEEPS

@@ -3,8 +3,9 @@ tool keeps its own files. Pure."""
 from __future__ import annotations
 
 import os
+import zlib
 
-__all__ = ["read_bytes", "read_text", "cache_home"]
+__all__ = ["read_bytes", "read_text", "cache_home", "GZIP_MAGIC"]
 
 from .errors import UserError
 
@@ -16,13 +17,33 @@ def cache_home() -> str:
     return os.path.join(base, "cudnn_explorer")
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+# A gzip file whose content would be larger than this is refused (a saved sweep of a large
+# model is tens of MB; a "zip bomb" must not fill the memory).
+MAX_UNZIPPED = 1 << 30
+
+
 def read_bytes(path: str, what: str) -> bytes:
-    """The bytes of ``path``; UserError "<what> '<path>': <why>" when it cannot be read."""
+    """The bytes of ``path``, decompressed when it is a gzip file (a saved result written
+    to NAME.gz); UserError "<what> '<path>': <why>" when it cannot be read."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            data = f.read()
     except OSError as e:
         raise UserError(f"{what} '{path}': {e.strerror}") from None
+    if not data.startswith(GZIP_MAGIC):
+        return data
+    try:
+        d = zlib.decompressobj(wbits=31)  # gzip framing; one member, as gzip writes
+        out = d.decompress(data, MAX_UNZIPPED)
+        if d.unconsumed_tail:
+            raise UserError(f"{what} '{path}': more than {MAX_UNZIPPED >> 20} MiB once "
+                            f"decompressed")
+        if not d.eof:
+            raise zlib.error("truncated")
+        return out
+    except zlib.error as e:
+        raise UserError(f"{what} '{path}': not a valid gzip file ({e})") from None
 
 
 def read_text(path: str, what: str) -> str:
