@@ -192,6 +192,7 @@ def gaps(sw: ModelSweep, title: str = ""):
     ax.set_xticks(xs, [name for _, name in items], rotation=90, fontsize=6)
     ax.set_ylabel("ms per iteration left by PyTorch's pick")
     ax2.set_ylabel("cumulative ms per iteration")
+    ax2.set_ylim(bottom=0)  # the sum from nothing, as the bars
     ax.set_title(_wrapped(title or f"{cap.model.describe()}: where PyTorch's benchmark "
                           f"picks leave time", 90), fontsize=8)
     h1, l1 = ax.get_legend_handles_labels()
