@@ -154,3 +154,62 @@ def test_sizes_merge_and_count_new_problems():
     assert shared.layers == ["2", "3"]
     again = Capture.from_json_dict(json.loads(merged.to_json()))
     assert again.sizes == merged.sizes and "for S in 16, 24, 32" in again.model.describe()
+
+
+class TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, a, b):
+        return self.conv(a) + self.conv(b)
+
+
+@pytest.mark.parametrize("model,shape,match", [
+    # PyTorch's own refusal, in PyTorch's words, naming the model and its input
+    (nn.Conv2d(3, 4, 5), [3, 3, 3], "the model failed on its input: RuntimeError: "),
+    (nn.Conv2d(3, 4, 3), [2, 8, 8], "expected input.* to have 3 channels"),
+    (TwoInputs(), [3, 8, 8], "TypeError: .*forward\\(\\) missing 1 required"),
+])
+def test_a_model_that_fails_on_its_input_is_a_user_error(model, shape, match):
+    spec = ModelSpec(name="mine", input_shape=shape, batch=1)
+    with pytest.raises(UserError, match=match) as e:
+        run(spec, model=model)
+    assert str(e.value).startswith("mine, input 1x") and "--input" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_convolution_pytorch_runs_but_the_tool_refuses_is_listed_not_fatal(monkeypatch):
+    from cudnn_explorer.model import capture as cap_mod
+
+    real = cap_mod.problem_of
+
+    def picky(x, w, *args):
+        if w.shape[2] == 1 and w.shape[3] == 1:  # pretend the tool cannot take 1x1
+            raise UserError("--kernel 1: refused for this test")
+        return real(x, w, *args)
+
+    monkeypatch.setattr(cap_mod, "problem_of", picky)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 1))
+    cap = run(ModelSpec(**SPEC), model=model)
+    assert [u.problem.kernel for u in cap.problems] == [(3, 3)]
+    (u,) = cap.uncovered
+    assert u.why == "not a problem the tool explores: --kernel 1: refused for this test"
+    assert u.layer == "1" and u.calls == 3  # forward, backward-data, backward-filter
+    assert cap.conv_calls == 3 + 2  # the 3x3 stem has no backward-data
+
+
+def test_torchvision_backbones_are_built_without_downloading(monkeypatch):
+    tv = pytest.importorskip("torchvision")
+    seen = {}
+    real = tv.models.get_model
+
+    def spy(name, **kwargs):
+        seen[name] = kwargs
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(tv.models, "get_model", spy)
+    model, _ = zoo.build(ModelSpec(name="fcn_resnet50", input_shape=[3, 32, 32]), "cpu")
+    assert seen["fcn_resnet50"] == {"weights": None, "weights_backbone": None}
+    zoo.build(ModelSpec(name="resnet18", input_shape=[3, 32, 32]), "cpu")
+    assert seen["resnet18"] == {"weights": None}

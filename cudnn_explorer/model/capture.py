@@ -78,20 +78,32 @@ class _Recorder:
         self.calls += n
         why = not_covered(x, transposed)
         if why:
-            key = (why, tuple(x.shape), tuple(w.shape))
-            u = self.uncovered.setdefault(key, Uncovered(
-                layer=layer or "(backward)", why=why, input_shape=list(x.shape),
-                weight_shape=list(w.shape),
-                dtype=str(x.dtype).replace("torch.", "")))
-            u.calls += n
+            self._uncovered(layer, why, x, w, n)
             return
-        p = problem_of(x, w, stride, padding, dilation, groups, self.tf32)
+        try:
+            p = problem_of(x, w, stride, padding, dilation, groups, self.tf32)
+        except UserError as e:  # PyTorch ran it (the call came first), the tool cannot
+            self._uncovered(layer, f"not a problem the tool explores: {e}", x, w, n)
+            return
         u = self.unique.setdefault(p, UniqueConv(problem=p))
         for d, on in direction_mask:
             if on:
                 u.calls[d] = u.calls.get(d, 0) + 1
         if layer is not None and layer not in u.layers:
             u.layers.append(layer)
+
+
+    def _uncovered(self, layer: Optional[str], why: str, x, w, calls: int) -> None:
+        key = (why, tuple(x.shape), tuple(w.shape))
+        u = self.uncovered.setdefault(key, Uncovered(
+            layer=layer or "(backward)", why=why, input_shape=list(x.shape),
+            weight_shape=list(w.shape), dtype=str(x.dtype).replace("torch.", "")))
+        u.calls += calls
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}".rstrip(": ")
 
 
 def layer_name(tracker, root: str) -> str:
@@ -120,6 +132,9 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            # PyTorch's own call first: a convolution it refuses stops the model there,
+            # with PyTorch's message (below), before the tool records anything of it.
+            out = func(*args, **kwargs)
             if func is aten.convolution.default:
                 x, w, _, stride, padding, dilation, transposed, _, groups = args
                 rec.add(layer_name(tracker, root), (("fwd", True),), x, w, stride, padding,
@@ -132,7 +147,7 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
                 # which runs the same problem.
                 rec.add(None, (("bwd-data", bool(mask[0])), ("bwd-filter", bool(mask[1]))),
                         x, w, stride, padding, dilation, transposed, groups)
-            return func(*args, **kwargs)
+            return out
 
     model.train(spec.train)
     t0 = time.perf_counter()
@@ -142,6 +157,16 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
     except torch.OutOfMemoryError:
         raise ResourceError(
             f"out of GPU memory capturing {spec.describe()}: try a smaller --batch") from None
+    except (UserError, ResourceError):
+        raise
+    except Exception as e:  # noqa: BLE001  (the user's model: any error is its own)
+        if "CUDA error" in str(e) or "CUDNN_STATUS" in str(e):
+            raise ResourceError(f"the GPU failed while capturing {spec.describe()}: "
+                                f"{_first_line(e)}") from None
+        raise UserError(
+            f"{spec.describe()}: the model failed on its input: {_first_line(e)} (--input "
+            f"sets the input's size, --eval runs inference; a model that takes other "
+            f"inputs: --model pkg.module:factory with a wrapper)") from None
     seconds = time.perf_counter() - t0
     model.zero_grad(set_to_none=True)
     return Capture(model=spec, problems=list(rec.unique.values()),

@@ -37,6 +37,7 @@ import time
 from dataclasses import replace
 
 from ..core.capture import ModelSpec
+from ..core.errors import UserError
 from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
 from .capture import iteration, layer_name, not_covered, problem_of
@@ -133,22 +134,28 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
     aten = torch.ops.aten
     root = type(model).__name__
 
-    def covered(x, transposed) -> bool:
-        return not not_covered(x, transposed)
+    def problem(x, w, stride, padding, dilation, transposed, groups):
+        """The call's problem, or None for one the capture lists as not covered."""
+        if not_covered(x, transposed):
+            return None
+        try:
+            return problem_of(x, w, stride, padding, dilation, groups, probe.tf32)
+        except UserError:
+            return None
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func is aten.convolution.default:
                 x, w, _, stride, padding, dilation, transposed, _, groups = args
-                if covered(x, transposed):
-                    p = problem_of(x, w, stride, padding, dilation, groups, probe.tf32)
+                p = problem(x, w, stride, padding, dilation, transposed, groups)
+                if p is not None:
                     return probe.call(lambda: func(*args, **kwargs), p, "fwd",
                                       layer_name(tracker, root))
             elif func is aten.convolution_backward.default:
                 (_, x, w, _, stride, padding, dilation, transposed, _, groups, mask) = args
-                if covered(x, transposed) and (mask[0] or mask[1]):
-                    p = problem_of(x, w, stride, padding, dilation, groups, probe.tf32)
+                p = problem(x, w, stride, padding, dilation, transposed, groups)
+                if p is not None and (mask[0] or mask[1]):
                     head = list(args[:10])
                     if mask[0] and mask[1]:  # Note [split backward]
                         gi = probe.call(lambda: func(*head, [True, False, mask[2]]),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 from typing import List, Tuple
 
 from ..core.capture import ModelSpec
@@ -77,8 +78,17 @@ def build(spec: ModelSpec, device: str):
                             + "; any torchvision model name, or --model pkg.module:factory")
         import torchvision
 
+        # No trained weights, the backbone's included (segmentation and detection models
+        # load it by default, which needs the internet): the kernels do not depend on them.
+        kwargs = {"weights": None}
         try:
-            model = torchvision.models.get_model(spec.name, weights=None)
+            params = inspect.signature(torchvision.models.get_model_builder(spec.name)).parameters
+        except (TypeError, ValueError):
+            params = {}
+        if "weights_backbone" in params:
+            kwargs["weights_backbone"] = None
+        try:
+            model = torchvision.models.get_model(spec.name, **kwargs)
         except Exception as e:  # noqa: BLE001  (a model that needs arguments we do not give)
             raise UserError(f"model '{spec.name}' cannot be built without arguments: "
                             f"{type(e).__name__}: {e}") from None
