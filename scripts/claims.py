@@ -165,7 +165,7 @@ def table_rows(keep, cmds, shown):
     if missing(rows, r50, cmd, "ResNet-50 at 224 runs 15-23% faster per iteration with "
                                "benchmark on"):
         adv = load_advice(r50)
-        costs = costs_from_run(adv.pytorch_run, adv.workload)
+        costs = costs_from_run(adv.pytorch_run, adv.workload, adv.repeats)
         d, lo, hi = steady_difference(costs)
         off = costs[0].mean_off
         holds = 0.15 <= lo / off and hi / off <= 0.23
@@ -202,7 +202,7 @@ def table_rows(keep, cmds, shown):
     if missing(rows, var, cmd, "with variable input sizes benchmark mode runs about 8% "
                                "slower"):
         adv = load_advice(var)
-        costs = costs_from_run(adv.pytorch_run, adv.workload)
+        costs = costs_from_run(adv.pytorch_run, adv.workload, adv.repeats)
         t_on = expected_total_ms(costs, True, adv.iterations)
         t_off = expected_total_ms(costs, False, adv.iterations)
         ratio = t_on / t_off - 1
@@ -216,7 +216,7 @@ def table_rows(keep, cmds, shown):
     if missing(rows, rule, cmd, "turn benchmark on when at least 80% of inputs share one "
                                 "shape"):
         adv = load_advice(rule)
-        v = verdict(costs_from_run(adv.pytorch_run, adv.workload), adv.iterations)
+        v = verdict(costs_from_run(adv.pytorch_run, adv.workload, adv.repeats), adv.iterations)
         rows.append(["turn benchmark on when at least 80% of inputs share one shape",
                      f"80% at 224, 5% at each of four others, 10000 iterations: verdict "
                      f"'{v.choice}' ({v.total_on_ms / 1e3:.1f} s on, "

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from cudnn_explorer.core.advice import (Advice, ShapeCost, _met, best_bucketing, break_even,
+from cudnn_explorer.core.advice import (Z95, Advice, ShapeCost, _met, best_bucketing, break_even,
                                         costs_from_run, expected_total_ms, parse_shape_dist,
                                         steady_difference, verdict)
 from cudnn_explorer.core.capture import Capture, ModelSpec
@@ -54,6 +54,23 @@ def test_no_measurable_saving_or_a_slower_benchmark_says_off():
     v = verdict(slower, 10**6)
     assert v.choice == "off" and "slower in steady state by 5.00 ms" in v.reason
     assert break_even(slower) is None
+
+
+def test_the_spread_between_processes_widens_the_interval():
+    """Each mode is one process: a steady difference smaller than how much processes with
+    benchmark on differ from each other is no measurable saving, however tight each
+    process's own samples are."""
+    tight = one(on=100.0, off=103.0, sd=0.2)
+    assert verdict([tight], 10**6).choice == "on"  # within each process: 3 ms is clear
+    spread = ShapeCost(**{**tight.__dict__, "process_means_on": (100.0, 104.0, 97.0)})
+    d, lo, hi = steady_difference([spread])
+    half = Z95 * math.sqrt(2 * 37 / 3)  # var(100, 104, 97) = 37/3, for each mode
+    assert d == pytest.approx(3.0) and (hi - lo) / 2 == pytest.approx(half, rel=1e-5)
+    v = verdict([spread], 10**6)
+    assert v.choice == "off" and "no measurable steady time" in v.reason
+    # processes that agree leave the within-process interval as it was
+    same = ShapeCost(**{**tight.__dict__, "process_means_on": (100.0, 100.01)})
+    assert steady_difference([same]) == steady_difference([tight])
 
 
 def test_probability_a_size_is_met():
@@ -150,6 +167,29 @@ def test_costs_from_the_runs_and_the_report():
     assert "peak memory of the first iteration (reserved): 8.00 GiB with benchmark on, " \
            "4.00 GiB off" in text
     assert max(len(line) for line in text.splitlines()) <= 120
+
+
+def test_repeats_give_the_spread_between_processes():
+    adv = advice()
+    assert "the noise within each process only" in render_advice(adv)
+    rep = ModelRun(modes=[
+        ModelModeRun(f"benchmark, repeat {k}", "benchmark", 10,
+                     sizes=[_size(320, 3000.0, m320, 8 * 2**30),
+                            _size(416, 4000.0, m416, 8 * 2**30)])
+        for k, (m320, m416) in enumerate([(43.0, 61.0), (37.0, 59.0)])]
+        + [ModelModeRun("benchmark, repeat 3", "benchmark", 10, error="boom")],
+        iterations=3, warmup=1)
+    costs = costs_from_run(adv.pytorch_run, adv.workload, rep)
+    assert [c.process_means_on for c in costs] == [
+        pytest.approx((40.0, 43.0, 37.0)), pytest.approx((60.0, 61.0, 59.0))]
+    adv.repeats = rep
+    text = render_advice(adv)
+    assert "the spread between the 3 processes with benchmark on" in text
+    # 320: saving 4 ms, but processes with benchmark on differ by +-3 ms: not measurable
+    # in sum (0.75 * 4 + 0.25 * 6 = 4.5 ms, CI half-width 1.96 * sqrt(0.75^2 * 2 * 9 +
+    # 0.25^2 * 2 * 1) = 6.28 ms)
+    assert "no measurable steady time (+4.50 ms per iteration, 95% CI -1.78 to +10.78)" \
+        in text.replace("\n  ", " ")
 
 
 def test_cli_renders_a_saved_advice_and_refuses_bad_input(tmp_path):

@@ -110,6 +110,9 @@ class ShapeCost:
     steady_off: Tuple[float, ...]
     peak_on_bytes: int = 0
     peak_off_bytes: int = 0
+    # The steady means of every process with benchmark on at this size (the run and its
+    # --repeats), when there are two or more: the spread between processes.
+    process_means_on: Tuple[float, ...] = ()
 
     @property
     def mean_on(self) -> float:
@@ -120,9 +123,12 @@ class ShapeCost:
         return _mean(self.steady_off)
 
 
-def costs_from_run(run: ModelRun, sizes: Sequence[Tuple[int, float]]) -> List[ShapeCost]:
+def costs_from_run(run: ModelRun, sizes: Sequence[Tuple[int, float]],
+                   repeats: Optional[ModelRun] = None) -> List[ShapeCost]:
     """Per size (in ``sizes`` order, shares normalised), from the benchmark and the
-    heuristic modes' runs; UserError when either run lacks a size."""
+    heuristic modes' runs; UserError when either run lacks a size. ``repeats``: more
+    runs with benchmark on, each a fresh process; their steady means give the spread
+    between processes (ShapeCost.process_means_on)."""
     on, off = run.mode("benchmark"), run.mode("heuristic")
     if on is None or off is None:
         missing = "benchmark" if on is None else "heuristics"
@@ -136,12 +142,17 @@ def costs_from_run(run: ModelRun, sizes: Sequence[Tuple[int, float]]) -> List[Sh
         if not (a.steady and a.steady.samples_ms and b.steady and b.steady.samples_ms):
             raise UserError(f"size {size}: no steady iterations were timed")
         ma, mb = _mean(a.steady.samples_ms), _mean(b.steady.samples_ms)
+        means = [ma] + [_mean(r.sizes[k].steady.samples_ms)
+                        for r in (repeats.modes if repeats is not None else [])
+                        if r.ok and k < len(r.sizes) and r.sizes[k].steady
+                        and r.sizes[k].steady.samples_ms]
         out.append(ShapeCost(
             size=size, share=count / total, overhead_on_ms=max(a.first_ms - ma, 0.0),
             overhead_off_ms=max(b.first_ms - mb, 0.0),
             steady_on=tuple(a.steady.samples_ms), steady_off=tuple(b.steady.samples_ms),
             peak_on_bytes=a.first_peak_reserved_bytes,
-            peak_off_bytes=b.first_peak_reserved_bytes))
+            peak_off_bytes=b.first_peak_reserved_bytes,
+            process_means_on=tuple(means) if len(means) >= 2 else ()))
     return out
 
 
@@ -162,12 +173,21 @@ def expected_total_ms(costs: Sequence[ShapeCost], on: bool, n: int) -> float:
     return total
 
 
+def _diff_var(c: ShapeCost) -> float:
+    """The variance of mean_off - mean_on. Within each process: Welch's. Each mode is one
+    process, though, and processes differ (CPU placement, other load, for a model whose
+    iteration waits on the host): with two or more processes with benchmark on, the
+    variance of their means, taken for each mode, when it is the larger."""
+    within = _var(c.steady_on) / len(c.steady_on) + _var(c.steady_off) / len(c.steady_off)
+    between = 2 * _var(c.process_means_on) if len(c.process_means_on) >= 2 else 0.0
+    return max(within, between)
+
+
 def steady_difference(costs: Sequence[ShapeCost]) -> Tuple[float, float, float]:
     """(off - on, low, high): the steady time per iteration that benchmark mode saves, ms,
-    weighted by share, with its 95% confidence interval."""
+    weighted by share, with its 95% confidence interval (_diff_var)."""
     d = sum(c.share * (c.mean_off - c.mean_on) for c in costs)
-    se2 = sum(c.share ** 2 * (_var(c.steady_on) / len(c.steady_on)
-                              + _var(c.steady_off) / len(c.steady_off)) for c in costs)
+    se2 = sum(c.share ** 2 * _diff_var(c) for c in costs)
     half = Z95 * math.sqrt(se2)
     return d, d - half, d + half
 

@@ -18,13 +18,20 @@ def _gib(b: int) -> str:
 
 def render_advice(adv: Advice) -> str:
     cap, run = adv.capture, adv.pytorch_run
-    costs = costs_from_run(run, adv.workload)
+    costs = costs_from_run(run, adv.workload, adv.repeats)
     n = adv.iterations
     lines = [f"model: {cap.model.describe()}"]
     lines += wrap("environment: " + describe_environment(adv.environment))
     lines += wrap(f"workload: {n} iterations over {len(costs)} input size"
                   f"{'s' if len(costs) > 1 else ''}; each mode measured in its own fresh "
                   f"process (benchmark at PyTorch's limit, heuristics = benchmark off)", "")
+    spread = max((len(c.process_means_on) for c in costs), default=0)
+    lines += wrap(f"95% CI: the noise within each process and the spread between the "
+                  f"{spread} processes with benchmark on (the run and its repeats)"
+                  if spread >= 2 else
+                  "95% CI: the noise within each process only; how much one process's "
+                  "steady iterations differ from another's (CPU placement, other load) is "
+                  "not in it: --repeats K measures that too", "")
     rows = []
     for c in costs:
         d, lo, hi = steady_difference([replace(c, share=1.0)])
