@@ -302,13 +302,34 @@ def _measure_layer():
     return pipeline
 
 
-def load_file(path: str):
+# What to run instead, for a saved file of another kind than the command reads.
+_OTHER_KINDS = {
+    "cudnn_explorer.sweep": "a model sweep: render it with 'model --load FILE', plot it with "
+                            "'plot gaps FILE', compare it with 'compare --file FILE'",
+    "cudnn_explorer.advice": "an advice: render it with 'advise --load FILE'",
+    "cudnn_explorer.capture": "a model's capture: its problems, not measured",
+}
+
+
+def _kind_hint(data: bytes) -> str:
+    """"; <what the file is and what reads it>" for a saved file of another kind, else ""."""
+    import json
+
+    try:
+        schema = json.loads(data).get("schema")
+    except (ValueError, RecursionError, AttributeError):
+        return ""
+    hint = _OTHER_KINDS.get(schema) if isinstance(schema, str) else None
+    return f" ({hint})" if hint else ""
+
+
+def load_file(path: str, flag: str = "--load"):
     """The Exploration saved at ``path``; UserError naming the file and the bad field."""
-    data = read_bytes(path, "--load")
+    data = read_bytes(path, flag)
     try:
         return Exploration.from_json(data)
     except UserError as e:
-        raise UserError(f"--load '{path}': {e}") from None
+        raise UserError(f"{flag} '{path}': {e}{_kind_hint(data)}") from None
 
 
 def _without_store(e) -> None:
@@ -411,8 +432,11 @@ EXPORT_SCHEMA = "cudnn_explorer.export"
 
 
 def _saved_explorations(path: str, flag: str) -> list:
-    """The explorations of a saved file: one result (--json), or an export of many."""
+    """The explorations of a saved file: one result (--json), an export of many, or a
+    model sweep (one per unique problem measured)."""
     import json
+
+    from .core.sweep import SWEEP_SCHEMA, ModelSweep
 
     data = read_bytes(path, flag)
     try:
@@ -424,6 +448,12 @@ def _saved_explorations(path: str, flag: str) -> list:
             return [Exploration.from_dict(e) for e in doc.get("explorations") or []]
         except UserError as e:
             raise UserError(f"{flag} '{path}': {e}") from None
+    if isinstance(doc, dict) and doc.get("schema") == SWEEP_SCHEMA:
+        try:
+            sw = ModelSweep.from_dict(doc)
+        except UserError as e:
+            raise UserError(f"{flag} '{path}': {e}") from None
+        return [e.exploration for e in sw.entries if e.exploration is not None]
     try:
         return [Exploration.from_json(data)]
     except UserError as e:
@@ -477,7 +507,8 @@ def _run_compare(argv: List[str]) -> int:
                    help="read the results store (default ~/.cache/cudnn_explorer/results.db)")
     p.add_argument("--no-store", action="store_true", help="only the --file results")
     p.add_argument("--file", action="append", default=[], metavar="PATH",
-                   help="a saved --json result; repeat for several")
+                   help="a saved --json result (one problem, an export, or a model "
+                        "sweep); repeat for several")
     _add_env_filters(p)
     p.add_argument("--plot", default=None, metavar="PATH",
                    help="also a heatmap (PATH.png and PATH.svg): problems x environments, "
@@ -1266,7 +1297,8 @@ def _run_plot(argv: List[str]) -> int:
             raise UserError(f"plot gaps '{a.file}': {e} (gaps plots a model sweep)") from None
         fig = plots.gaps(sw)
     else:
-        exp = load_file(a.file) if a.file else _stored_exploration(a.store, pick)
+        exp = load_file(a.file, f"plot {a.kind}") if a.file else \
+            _stored_exploration(a.store, pick)
         fig = plots.pareto(exp) if a.kind == "pareto" else plots.roofline(exp)
     for path in plots.save(fig, out):
         print(f"wrote {path}", file=sys.stderr)

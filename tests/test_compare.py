@@ -87,3 +87,24 @@ def test_export_writes_every_stored_exploration_and_compare_reads_it(tmp_path):
                          "no such file")]:
         r = run_cli(*args)
         assert r.returncode == 2 and match in r.stderr, r.stderr
+
+
+def test_compare_reads_model_sweeps_and_names_a_file_of_another_kind(tmp_path):
+    """Two saved sweeps of a model (the H200 reference, and the same as if measured with
+    another cuDNN, gzip-compressed too): every problem-direction side by side."""
+    import gzip
+
+    sweep = os.path.join(REPO, "data", "reference", "h200-resnet50-b32-amp-fp16-nhwc.json.gz")
+    d = json.loads(gzip.decompress(open(sweep, "rb").read()))
+    for e in d["entries"]:
+        e["exploration"]["environment"]["cudnn_runtime"] = "92400"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(d))
+    r = run_cli("compare", "--no-store", "--file", sweep, "--file", str(other))
+    assert r.returncode == 0, r.stderr
+    assert "2 environment(s)" in r.stdout and "H200 cudnn9.24.0" in r.stdout
+    assert "for 68 of 68 problem-directions" in r.stdout  # the same picks: a copy
+    for args in (["--load", sweep], ["plot", "pareto", sweep, "--out", str(tmp_path / "p")]):
+        r = run_cli(*args)
+        assert r.returncode == 2 and "a model sweep: render it with 'model --load FILE'" \
+            in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
