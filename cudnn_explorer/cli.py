@@ -1114,6 +1114,9 @@ def build_advise_parser() -> argparse.ArgumentParser:
     r.add_argument("--target-ci", default="0.5",
                    help="time steady iterations until each mean's 95%% confidence interval "
                         "is within +-this %% (default 0.5; at most a minute per size)")
+    r.add_argument("--no-graph", action="store_true",
+                   help="time the steady iterations eagerly (host time included) instead of "
+                        "as replays of a CUDA graph of the whole step")
     r.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     r.add_argument("--store", default=None, metavar="PATH",
                    help="the results store: runs of the model measured before with the same "
@@ -1195,7 +1198,7 @@ def _run_advise(argv: List[str]) -> int:
             print(f"[advise] {msg}", file=sys.stderr, flush=True)
 
     run, _ = run_model(cap, options, iterations=10, progress=say, modes=modes,
-                       target_ci=target / 100, cache=cache)
+                       target_ci=target / 100, cache=cache, graph=not a.no_graph)
     rep, stability = None, []
     if repeats:
         from .core.advice import pick_stability
@@ -1205,7 +1208,7 @@ def _run_advise(argv: List[str]) -> int:
         again = [ModeSpec(f"benchmark, repeat {k + 1}", "benchmark", False,
                           options.benchmark_limit) for k in range(repeats)]
         rep, _ = run_model(cap, options, iterations=3, warmup=1, progress=say, modes=again,
-                           cache=cache)
+                           cache=cache, graph=not a.no_graph)
         stability = retime_plans(cap, pick_stability(rep), options, say)
     from .core.records import utc_now
 

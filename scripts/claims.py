@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,10 +26,13 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from cudnn_explorer.core.advice import (Advice, costs_from_run, expected_total_ms,  # noqa: E402
-                                        steady_difference, verdict)
+from cudnn_explorer.core.advice import (Advice, comparable, costs_from_run,  # noqa: E402
+                                        expected_total_ms, steady_difference, verdict)
 
 GIB = 2**30
+# How steady iterations were timed, as the table says it.
+STEPS_BY = {"graph": "CUDA-graph replays of the whole step: GPU time",
+            "eager": "eager steps, host time included"}
 
 
 STEPS = ("r50", "sizes", "dist80", "winograd", "compare", "targets")
@@ -171,7 +175,7 @@ def table_rows(keep, cmds, shown):
         holds = 0.15 <= lo / off and hi / off <= 0.23
         rows.append(["ResNet-50 at 224 runs 15-23% faster per iteration with benchmark on",
                      f"{pct(d / off)} (95% CI {pct(lo / off)} to {pct(hi / off)}) of the "
-                     f"steady iteration with benchmark off",
+                     f"steady iteration with benchmark off ({STEPS_BY[costs[0].method]})",
                      "holds" if holds else ("does not hold" if hi / off < 0.15 or
                                             lo / off > 0.23 else "partly: the interval "
                                             "straddles the claimed range"), cmd])
@@ -183,19 +187,22 @@ def table_rows(keep, cmds, shown):
                      "holds" if abs(grow) < 0.05 else "does not hold", cmd])
         det, ben = adv.pytorch_run.mode("deterministic"), adv.pytorch_run.mode("benchmark")
         if det and ben and det.sizes[0].steady and ben.sizes[0].steady:
-            ds, bs = det.sizes[0].steady, ben.sizes[0].steady
-            cost = ds.median_ms / bs.median_ms - 1
+            ds, bs, how = comparable(det.sizes[0].steady, ben.sizes[0].steady)
+            cost = statistics.median(ds) / statistics.median(bs) - 1
             rows.append(["deterministic mode costs about 20%",
-                         f"{pct(cost)} per iteration (medians, {len(ds.samples_ms)} and "
-                         f"{len(bs.samples_ms)} iterations)",
+                         f"{pct(cost)} per iteration (medians of {len(ds)} and {len(bs)} "
+                         f"{STEPS_BY[how]})",
                          "holds" if 0.15 <= cost <= 0.25 else "does not hold", cmd])
         unstable = [s for s in adv.stability if not s.stable]
         worst = max((s.spread or 0.0 for s in unstable), default=0.0)
+        runs = len(adv.repeats.modes) if adv.repeats is not None else 0
         rows.append(["(measured here) PyTorch's benchmark pick is stable from run to run",
                      f"{len(adv.stability) - len(unstable)} of {len(adv.stability)} "
-                     f"problem-directions picked the same plan in 3 fresh processes; the "
-                     f"largest spread between picks {100 * worst:.1f}%",
-                     "holds" if not unstable else "does not hold", cmd])
+                     f"problem-directions picked the same plan in {runs} fresh processes; "
+                     f"the largest spread between picks {100 * worst:.1f}%"
+                     if adv.stability else "not measured: no repeated runs in the advice",
+                     ("holds" if not unstable else "does not hold") if adv.stability
+                     else "untested", cmd])
 
     # 4: variable input sizes
     var, cmd = cmds["sizes"][0], shown["sizes"]

@@ -192,6 +192,37 @@ def test_repeats_give_the_spread_between_processes():
         in text.replace("\n  ", " ")
 
 
+def _graphed(size, first, graph_mean, eager_mean, peak):
+    """A size timed as CUDA-graph replays, with eager iterations beside them."""
+    s = _size(size, first, graph_mean, peak)
+    s.steady.method = "graph"
+    s.steady.eager_ms = list(samples(eager_mean, 0.3, n=10))
+    return s
+
+
+def test_graph_timed_steps_compare_like_with_like():
+    """Graph replays on both sides: the saving is the GPU's; with a graph on one side only,
+    eager steps on both sides (never a graph against an eager step)."""
+    adv = advice()
+    on, off = adv.pytorch_run.mode("benchmark"), adv.pytorch_run.mode("heuristic")
+    on.sizes = [_graphed(320, 3000.0, 30.0, 40.0, 8 * 2**30),
+                _graphed(416, 4000.0, 50.0, 60.0, 8 * 2**30)]
+    off.sizes[0] = _graphed(320, 600.0, 33.0, 44.0, 3 * 2**30)
+    costs = costs_from_run(adv.pytorch_run, adv.workload)
+    assert [c.method for c in costs] == ["graph", "eager"]
+    assert costs[0].mean_on == pytest.approx(30.0) and costs[0].mean_off == pytest.approx(33.0)
+    # 416: graph on, eager off: on's eager round (60) against off's eager samples (66)
+    assert costs[1].mean_on == pytest.approx(60.0) and costs[1].mean_off == pytest.approx(66.0)
+    text = render_advice(adv).replace("\n  ", " ")
+    assert ("replays of a CUDA graph of the whole step, the GPU's time without the host's; "
+            "the same step run eagerly (host time included), median ms on/off, 320: "
+            "40.00/44.00") in text
+    assert "steady iterations run eagerly, between CUDA events, host time included, for " \
+           "size 416" in text
+    # 0.75 * 3 + 0.25 * 6 = 3.75 ms
+    assert "saves 3.75 ms per iteration" in text
+
+
 def test_cli_renders_a_saved_advice_and_refuses_bad_input(tmp_path):
     path = tmp_path / "advice.json"
     path.write_text(advice().to_json())

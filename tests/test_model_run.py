@@ -247,8 +247,27 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         assert {c.problem for c in first.calls} == {0, 1}
         assert {c.problem for c in second.calls} == {2, 3}
         assert first.steady is not None and len(first.steady.samples_ms) == 3
+        assert first.steady.method == "eager" and not first.steady.note
     assert all(r.result is None and "wrote no cudnn-frontend log" in r.error
                for rs in per.values() for r in rs)
+    # a graph asked for: none on the CPU, so eager, saying why; no eager round beside it
+    mode = pytorch_run.model_modes()[2:3]
+    run, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1, modes=mode,
+                                   graph=True)
+    (m,) = run.modes
+    for s in m.sizes:
+        t = s.steady
+        assert t.method == "eager" and len(t.samples_ms) == 3 and t.eager_ms == []
+        assert t.note == "no CUDA graphs on the CPU; timed eagerly"
+    from cudnn_explorer.report.model import render_model_run
+
+    text = render_model_run(run, cap)
+    assert "no CUDA graphs on the CPU; timed eagerly" in text and " g " not in text
+    key = pytorch_run.run_key
+    assert key(cap, mode[0], 0, opts, 3, 1, None) == key(cap, mode[0], 0, opts, 3, 1, None,
+                                                           False)
+    assert key(cap, mode[0], 0, opts, 3, 1, None, True) != key(cap, mode[0], 0, opts, 3, 1,
+                                                                None)
 
 
 @pytest.mark.ext

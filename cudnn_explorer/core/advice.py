@@ -37,6 +37,7 @@ from .modelrun import ModelRun
 from .records import Environment, _Record, _shown, parse_json
 
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost", "Stability",
+           "comparable",
            "pick_stability",
            "costs_from_run", "expected_total_ms", "steady_difference", "break_even",
            "Bucketing", "best_bucketing", "Verdict", "verdict", "Advice"]
@@ -113,6 +114,7 @@ class ShapeCost:
     # The steady means of every process with benchmark on at this size (the run and its
     # --repeats), when there are two or more: the spread between processes.
     process_means_on: Tuple[float, ...] = ()
+    method: str = "eager"  # how steady_on and steady_off were timed: "graph" or "eager"
 
     @property
     def mean_on(self) -> float:
@@ -141,19 +143,38 @@ def costs_from_run(run: ModelRun, sizes: Sequence[Tuple[int, float]],
         a, b = on.sizes[k], off.sizes[k]
         if not (a.steady and a.steady.samples_ms and b.steady and b.steady.samples_ms):
             raise UserError(f"size {size}: no steady iterations were timed")
-        ma, mb = _mean(a.steady.samples_ms), _mean(b.steady.samples_ms)
-        means = [ma] + [_mean(r.sizes[k].steady.samples_ms)
-                        for r in (repeats.modes if repeats is not None else [])
-                        if r.ok and k < len(r.sizes) and r.sizes[k].steady
-                        and r.sizes[k].steady.samples_ms]
+        # like with like: a graph on one side and not on the other compares eager steps
+        xa, xb, method = comparable(a.steady, b.steady)
+        if not (xa and xb):
+            raise UserError(f"size {size}: no eager steady iterations to compare")
+        ma, mb = _mean(xa), _mean(xb)
+        others = [_samples(r.sizes[k].steady, method)
+                  for r in (repeats.modes if repeats is not None else [])
+                  if r.ok and k < len(r.sizes) and r.sizes[k].steady]
+        means = [ma] + [_mean(x) for x in others if x]
         out.append(ShapeCost(
             size=size, share=count / total, overhead_on_ms=max(a.first_ms - ma, 0.0),
             overhead_off_ms=max(b.first_ms - mb, 0.0),
-            steady_on=tuple(a.steady.samples_ms), steady_off=tuple(b.steady.samples_ms),
+            steady_on=tuple(xa), steady_off=tuple(xb), method=method,
             peak_on_bytes=a.first_peak_reserved_bytes,
             peak_off_bytes=b.first_peak_reserved_bytes,
             process_means_on=tuple(means) if len(means) >= 2 else ()))
     return out
+
+
+def _samples(t, method: str) -> List[float]:
+    """``t``'s steady samples timed by ``method``: a graph's replays, or eager steps (the
+    samples of an eager timing, the round beside a graph's)."""
+    if method == "graph":
+        return list(t.samples_ms) if t.method == "graph" else []
+    return list(t.eager_ms) if t.method == "graph" else list(t.samples_ms)
+
+
+def comparable(a, b) -> Tuple[List[float], List[float], str]:
+    """The steady samples of two runs' IterationTimings timed alike, and how: graph
+    replays when both were captured, else eager steps on both sides."""
+    method = "graph" if a.method == b.method == "graph" else "eager"
+    return _samples(a, method), _samples(b, method), method
 
 
 def _met(share: float, n: int) -> float:

@@ -22,11 +22,21 @@ __all__ = ["IterationTiming", "ConvCall", "SizeRun", "ModelModeRun", "ModelRun"]
 
 @dataclass
 class IterationTiming(_Record):
-    """Wall time per iteration of the steady iterations, each between two CUDA events
-    (forward and backward, or forward alone; host time included, as the model runs it)."""
+    """Time per iteration of the steady iterations (forward and backward, or forward
+    alone), each between two CUDA events. ``method`` "eager": the model run as it runs,
+    host time included; "graph": replays of a CUDA graph of the whole step, the GPU's time
+    without the host's, with ``eager_ms`` a round of eager iterations beside it. ``note``:
+    why a graph was asked for and not used."""
 
     samples_ms: List[float] = field(default_factory=list)
     warmup: int = 0
+    method: str = "eager"
+    note: str = ""
+    eager_ms: List[float] = field(default_factory=list)
+
+    @property
+    def eager_median_ms(self) -> Optional[float]:
+        return statistics.median(self.eager_ms) if self.eager_ms else None
 
     @property
     def median_ms(self) -> Optional[float]:

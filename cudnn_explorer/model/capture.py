@@ -199,15 +199,17 @@ def capture_model(spec: ModelSpec, device: str) -> Capture:
 
 
 def iteration(model, inputs: List, spec: ModelSpec, device: str,
-              loss: Optional[Callable] = None) -> None:
+              loss: Optional[Callable] = None, autocast_cache: bool = True) -> None:
     """One iteration as ``spec`` says: the forward pass under autocast (AMP), and for
     training the backward pass from ``loss(output)`` (default: the sum of every
-    floating-point output). The caller sets train or eval mode; gradients accumulate."""
+    floating-point output). The caller sets train or eval mode; gradients accumulate.
+    ``autocast_cache`` False for a CUDA graph capture (autocast's cache of cast weights
+    must not outlive the capture)."""
     import torch
 
     amp = {"off": None, "fp16": torch.float16, "bf16": torch.bfloat16}[spec.amp]
     with torch.autocast(torch.device(device).type, dtype=amp or torch.float32,
-                        enabled=amp is not None):
+                        enabled=amp is not None, cache_enabled=autocast_cache):
         with torch.set_grad_enabled(spec.train):
             out = model(*inputs)
     if spec.train:

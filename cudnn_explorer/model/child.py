@@ -9,9 +9,12 @@ CUDNN_FRONTEND_LOG_FILE) before this process starts.
 SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, in order),
 "mode": "benchmark" | "heuristic" | "deterministic", "benchmark_limit": int | null,
 "tf32": bool, "device": int, "seed": int, "iterations": int, "warmup": int,
-"log_file": path, "target_ci": float | null, "max_timed_s": float}. With ``target_ci``,
-timed iterations go on in rounds of ``iterations`` until the 95% confidence interval of
-their mean is within +-target_ci of it, or ``max_timed_s`` of timing has passed.
+"log_file": path, "target_ci": float | null, "max_timed_s": float, "graph": bool}. With
+``target_ci``, timed iterations go on in rounds of ``iterations`` until the 95% confidence
+interval of their mean is within +-target_ci of it, or ``max_timed_s`` of timing has
+passed. With ``graph``, the timed iterations are replays of a CUDA graph of the whole step
+(_graph_step), and one round of eager iterations is timed beside them; a step that cannot
+be captured is timed eagerly, with the reason.
 
 Per shape, in order: the model's first iteration at that shape, synchronised around every
 convolution call (its time, the allocator's peak during it, the reserve before and after,
@@ -26,8 +29,9 @@ RESULT: {"torch", "cudnn", "settings", "error" ("" or why it stopped), "sizes": 
 "first_peak_reserved", "other_peak_alloc" (the peak outside convolution calls),
 "conv_calls", "conv_ms", "calls": [{"problem" (ConvProblem dict), "direction", "layer",
 "first", "ms", "alloc_before", "peak_alloc", "reserved_before", "reserved_after",
-"peak_reserved", "log_span"}], "steady_ms": [...], "warmup", "steady_peak_alloc",
-"steady_peak_reserved"}]}.
+"peak_reserved", "log_span"}], "steady_ms": [...], "warmup", "steady_method" ("eager" or
+"graph"), "steady_note", "steady_eager_ms" (with a graph: eager iterations beside it),
+"steady_peak_alloc", "steady_peak_reserved" (of eager steady iterations)}]}.
 The result is rewritten after every shape, so a child that dies keeps what finished.
 """
 from __future__ import annotations
@@ -171,6 +175,55 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
         iteration(model, inputs, spec, device)
 
 
+def _graph_step(torch, model, inputs, spec: ModelSpec, device: str):
+    """(replay, "") where one whole step (gradients reset, forward, backward) is captured
+    as a CUDA graph, ``replay`` running it again; (None, why) where it cannot be (a sync
+    on the host, data-dependent shapes, ...). As PyTorch's whole-network capture: warmed
+    on a side stream first, gradients set to None so that the graph owns them, autocast's
+    weight cache off. Every plan is in PyTorch's cache already (the first iteration
+    searched), so the capture records the kernels the eager step runs."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                model.zero_grad(set_to_none=True)
+                iteration(model, inputs, spec, device, autocast_cache=False)
+        torch.cuda.current_stream().wait_stream(side)
+        model.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            iteration(model, inputs, spec, device, autocast_cache=False)
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph.replay, ""
+    except Exception as e:  # noqa: BLE001  (any capture failure: the step is timed eagerly)
+        torch.cuda.synchronize()
+        text = str(e).strip().splitlines()
+        return None, (f"CUDA graph capture failed ({type(e).__name__}: "
+                      f"{text[0][:200] if text else ''}); timed eagerly")
+
+
+def _timed(cuda, step, iterations: int, target, max_timed_s: float):
+    """Samples (ms per iteration, CUDA events around each) of ``step``: rounds of
+    ``iterations`` until the mean's 95% CI is within +-``target`` of it (or one round
+    without a target), at most ``max_timed_s`` of them."""
+    samples = []
+    t_timed = time.perf_counter()
+    while True:
+        events = [(cuda.Event(enable_timing=True),
+                   cuda.Event(enable_timing=True)) for _ in range(iterations)]
+        for start, end in events:
+            start.record()
+            step()
+            end.record()
+        cuda.synchronize()
+        samples += [s.elapsed_time(e) for s, e in events]
+        if target is None or ci_halfwidth(samples) <= target * _mean(samples) or \
+                time.perf_counter() - t_timed > max_timed_s:
+            return samples
+
+
 def _warm_up_cudnn(torch, device: str, cuda) -> None:
     """Load cuDNN with a small convolution of a shape no model is likely to run, so that
     the first layer is not charged with loading the library."""
@@ -244,23 +297,24 @@ def run(spec: dict, write) -> dict:
                 step()
             cuda.synchronize()
             cuda.reset_peak_memory_stats()
-            samples = []
-            t_timed = time.perf_counter()
-            while True:
-                events = [(cuda.Event(enable_timing=True),
-                           cuda.Event(enable_timing=True)) for _ in range(iterations)]
-                for start, end in events:
-                    start.record()
-                    step()
-                    end.record()
-                cuda.synchronize()
-                samples += [s.elapsed_time(e) for s, e in events]
-                if target is None or ci_halfwidth(samples) <= target * _mean(samples) or \
-                        time.perf_counter() - t_timed > max_timed_s:
-                    break
-            size.update(steady_ms=samples, warmup=warmup,
-                        steady_peak_alloc=cuda.max_memory_allocated(),
+            if not spec.get("graph"):
+                size.update(steady_ms=_timed(cuda, step, iterations, target, max_timed_s),
+                            steady_method="eager")
+            else:
+                # the eager iterations first: their peaks are the steady ones (a graph
+                # holds a memory pool of its own beside the allocator's)
+                size["steady_eager_ms"] = _timed(cuda, step, iterations, None, max_timed_s)
+            size.update(warmup=warmup, steady_peak_alloc=cuda.max_memory_allocated(),
                         steady_peak_reserved=cuda.max_memory_reserved())
+            if spec.get("graph"):
+                replay, note = (None, "no CUDA graphs on the CPU; timed eagerly") \
+                    if device_index < 0 else _graph_step(torch, model, inputs, one, device)
+                size.update(steady_ms=_timed(cuda, replay or step, iterations, target,
+                                             max_timed_s),
+                            steady_method="graph" if replay else "eager", steady_note=note)
+                if replay is None:  # the eager samples are the steady ones
+                    del size["steady_eager_ms"]
+                replay = None  # the graph and its memory pool go before the next size
         except torch.OutOfMemoryError:
             out["error"] = (f"out of GPU memory at input {'x'.join(map(str, shape))}: try a "
                             f"smaller --batch")

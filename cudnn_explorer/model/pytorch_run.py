@@ -52,7 +52,7 @@ def _shapes(capture: Capture) -> List[List[int]]:
 
 def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
            warmup: int, timeout_s: float, python: Optional[str],
-           target_ci: Optional[float], device: int) -> Tuple[dict, bytes, str]:
+           target_ci: Optional[float], device: int, graph: bool) -> Tuple[dict, bytes, str]:
     """(result, log text, error) of one mode's child; the result holds every shape that
     finished even when the child failed later (error then says why)."""
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer_model_") as tmp:
@@ -63,7 +63,7 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
                        "mode": mode.mode, "benchmark_limit": mode.benchmark_limit,
                        "tf32": capture.tf32, "device": device, "seed": options.seed,
                        "iterations": iterations, "warmup": warmup, "log_file": log,
-                       "target_ci": target_ci, "max_timed_s": 60.0}, f)
+                       "target_ci": target_ci, "max_timed_s": 60.0, "graph": graph}, f)
         env = child_env(drop=LOG_VARS)
         env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
         what = f"PyTorch's run of the model ({mode.label})"
@@ -134,7 +134,11 @@ def _size_run(raw: dict, index: Dict[ConvProblem, int], log: bytes) -> SizeRun:
         calls=[c for c in calls if c.first], peak_call=peak,
         conv_calls=int(raw["conv_calls"]), conv_ms=float(raw["conv_ms"]),
         steady=IterationTiming(samples_ms=[float(x) for x in steady],
-                               warmup=int(raw.get("warmup", 0))) if steady else None,
+                               warmup=int(raw.get("warmup", 0)),
+                               method=raw.get("steady_method", "eager"),
+                               note=raw.get("steady_note", ""),
+                               eager_ms=[float(x) for x in raw.get("steady_eager_ms", [])])
+        if steady else None,
         steady_peak_alloc_bytes=raw.get("steady_peak_alloc"),
         steady_peak_reserved_bytes=raw.get("steady_peak_reserved"))
 
@@ -165,7 +169,7 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
               warmup: int = 5, progress: Optional[Callable[[str], None]] = None,
               python: Optional[str] = None, modes: Optional[List[ModeSpec]] = None,
               target_ci: Optional[float] = None, device: Optional[int] = None,
-              cache=None, share: Optional[Sequence[int]] = None
+              cache=None, share: Optional[Sequence[int]] = None, graph: bool = False
               ) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
     """Every mode of ``modes`` (default model_modes(options.benchmark_limit)), each the
     model's own run in a fresh child (at most ``options.child_timeout_s`` per input
@@ -180,7 +184,9 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     StoreCache): a mode's run of the same capture, options and environment is answered
     from it, and each finished one is kept. ``share``: only the modes at these positions
     (the others are left out of what is returned): a rank's part of the modes under
-    torchrun, kept in ``cache`` for every rank to read."""
+    torchrun, kept in ``cache`` for every rank to read. ``graph``: time the steady
+    iterations as replays of a CUDA graph of the whole step where it can be captured
+    (model/child.py), a round of eager ones beside them."""
     say = progress or (lambda m: None)
     index = {u.problem: i for i, u in enumerate(capture.problems)}
     runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}
@@ -191,7 +197,7 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     for k, mode in enumerate(modes or model_modes(options.benchmark_limit)):
         if share is not None and k not in share:
             continue
-        key = run_key(capture, mode, k, options, iterations, warmup, target_ci)
+        key = run_key(capture, mode, k, options, iterations, warmup, target_ci, graph)
         hit = cache.lookup(key) if cache is not None else None
         if hit is not None:  # answered from the results store
             run_dict, per_raw, created = hit
@@ -205,7 +211,7 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
             t0 = time.perf_counter()
             result, log, error = _child(capture, mode, options, iterations, warmup,
                                         timeout_s, python, target_ci,
-                                        options.device if device is None else device)
+                                        options.device if device is None else device, graph)
             sizes = [_size_run(s, index, log) for s in result.get("sizes", [])]
             limit = result.get("settings", {}).get("benchmark_limit", mode.benchmark_limit)
             done.append(ModelModeRun(label=mode.label, mode=mode.mode,
@@ -229,7 +235,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
 
 
 def run_key(capture: Capture, mode: ModeSpec, position: int, options: ExploreOptions,
-            iterations: int, warmup: int, target_ci: Optional[float]) -> str:
+            iterations: int, warmup: int, target_ci: Optional[float],
+            graph: bool = False) -> str:
     """What decides a mode's run of a model, less the environment (the store adds that):
     the model, its unique problems, the mode, its place among the modes (a repeat is a
     run of its own) and how it was timed. A hash of their canonical JSON."""
@@ -240,6 +247,8 @@ def run_key(capture: Capture, mode: ModeSpec, position: int, options: ExploreOpt
            "mode": [mode.label, mode.mode, mode.benchmark_limit, position],
            "iterations": iterations, "warmup": warmup, "target_ci": target_ci,
            "seed": options.seed}
+    if graph:  # (eager runs keep the keys they were stored under)
+        doc["graph"] = True
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 

@@ -2,9 +2,11 @@
 totals for the workload, the break-even count and the verdict. Pure Python."""
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
+from typing import List
 
-from ..core.advice import Advice, costs_from_run, steady_difference, verdict
+from ..core.advice import Advice, comparable, costs_from_run, steady_difference, verdict
 from .engines import TIE
 from .format import describe_environment, short_tag, table, wrap
 from .model import render_model_run
@@ -14,6 +16,30 @@ __all__ = ["render_advice"]
 
 def _gib(b: int) -> str:
     return f"{b / 2**30:.2f}"
+
+
+def _steady_method(run, costs) -> List[str]:
+    """How the steady iterations behind the saving were timed, per size (graph or eager,
+    and why), and with a graph, the same step run eagerly on and off."""
+    on, off = run.mode("benchmark"), run.mode("heuristic")
+    graph, eager = [], []
+    for c, a, b in zip(costs, on.sizes, off.sizes):
+        if c.method == "graph":
+            graph.append(f"{c.size}: {a.steady.eager_median_ms:.2f}/"
+                         f"{b.steady.eager_median_ms:.2f}" if a.steady.eager_ms
+                         and b.steady.eager_ms else str(c.size))
+        else:
+            why = next((t.note for t in (a.steady, b.steady) if t.note), "")
+            eager.append(f"{c.size}" + (f" ({why})" if why else ""))
+    lines = []
+    if graph:
+        lines += wrap("steady iterations: replays of a CUDA graph of the whole step, the GPU's "
+                      "time without the host's; the same step run eagerly (host time "
+                      "included), median ms on/off, " + "; ".join(graph), "- ")
+    if eager:
+        lines += wrap("steady iterations run eagerly, between CUDA events, host time "
+                      "included, for size " + "; ".join(eager), "- ")
+    return lines
 
 
 def render_advice(adv: Advice) -> str:
@@ -49,6 +75,7 @@ def render_advice(adv: Advice) -> str:
     lines.append(table(rows, headers=["size", "share", "1st on", "1st off", "on ms", "off ms",
                                       "saving [95% CI]", "n on/off", "peak on",
                                       "peak off"]))
+    lines += _steady_method(run, costs)
     v = verdict(costs, n)
     lines.append("")
     lines.append(f"== verdict for {n} iterations: "
@@ -71,15 +98,18 @@ def render_advice(adv: Advice) -> str:
                   f"benchmark on, {_gib(peak_off)} GiB off", "- ")
     det, bench = run.mode("deterministic"), run.mode("benchmark")
     if det is not None and bench is not None:
-        pairs = [(a.steady.median_ms, b.steady.median_ms) for a, b in zip(det.sizes, bench.sizes)
-                 if a.steady and b.steady and a.steady.samples_ms and b.steady.samples_ms]
-        if pairs:
-            w = [c.share for c in costs[:len(pairs)]]
-            dm = sum(s * a for s, (a, _) in zip(w, pairs))
-            bm = sum(s * b for s, (_, b) in zip(w, pairs))
+        pairs = [comparable(a.steady, b.steady) for a, b in zip(det.sizes, bench.sizes)
+                 if a.steady and b.steady]
+        pairs = [(statistics.median(x), statistics.median(y), m) for x, y, m in pairs
+                 if x and y]
+        if len(pairs) == len(costs):
+            w = [c.share for c in costs]
+            dm = sum(s * a for s, (a, _, _) in zip(w, pairs))
+            bm = sum(s * b for s, (_, b, _) in zip(w, pairs))
+            how = sorted({m for _, _, m in pairs})
             lines += wrap(f"deterministic mode: {dm:.2f} ms per iteration vs {bm:.2f} ms with "
                           f"benchmark on ({100 * (dm / bm - 1):+.1f}%, medians weighted by "
-                          f"share)", "- ")
+                          f"share; {' and '.join(how)} steps)", "- ")
     if adv.repeats is not None:
         lines += ["", render_stability(adv).rstrip("\n")]
     lines += ["", render_model_run(run, cap).rstrip("\n")]

@@ -238,7 +238,34 @@ def _steady(s: SizeRun) -> List[str]:
     t = s.steady
     if t is None or t.median_ms is None:
         return ["-", "-"]
-    return [f"{t.median_ms:.2f}", f"{100 * t.spread:.0f}%" if t.spread is not None else "-"]
+    return [f"{t.median_ms:.2f}" + (" g" if t.method == "graph" else ""),
+            f"{100 * t.spread:.0f}%" if t.spread is not None else "-"]
+
+
+def _steady_methods(run: ModelRun) -> List[str]:
+    """What 'g' in the steady column means, the eager iterations timed beside a graph,
+    and why a graph that was asked for was not used."""
+    lines, eager, notes = [], [], {}
+    graphed = False
+    for m in run.modes:
+        for s in m.sizes:
+            t = s.steady
+            if t is None:
+                continue
+            shape = "x".join(map(str, s.input_shape))
+            if t.method == "graph":
+                graphed = True
+                if t.eager_median_ms is not None:
+                    eager.append(f"{m.label} {shape}: {t.eager_median_ms:.2f}")
+            elif t.note:
+                notes.setdefault(t.note, []).append(f"{m.label} {shape}")
+    if graphed:
+        lines += wrap("g: replays of a CUDA graph of the whole step, between CUDA events: the "
+                      "GPU's time per iteration without the host's; the same step run "
+                      "eagerly (host time included), median ms: " + "; ".join(eager), "- ")
+    for note, where in notes.items():
+        lines += wrap(f"{', '.join(where)}: {note}", "- ")
+    return lines
 
 
 def _how_many(run: ModelRun) -> str:
@@ -273,6 +300,7 @@ def render_model_run(run: ModelRun, cap: Capture) -> str:
         lines.append(table(rows, headers=["mode", "input", "1st ms", "1st conv ms",
                                           "1st alloc", "1st resv", "steady ms", "IQR",
                                           "alloc", "resv"]))
+    lines += _steady_methods(run)
     for e in errors:
         lines += wrap(e, "- no result: ")
     stored = [f"{m.label} (measured {m.stored})" for m in run.modes if m.stored]
