@@ -1,7 +1,7 @@
 """Exceptions with the exit codes the CLI maps them to. Pure Python."""
 
 __all__ = ["ExplorerError", "UserError", "MissingDependencyError", "CudnnError", "ResourceError",
-           "GpuError", "ChildError"]
+           "GpuError", "ChildError", "first_line", "described"]
 
 
 class ExplorerError(Exception):
@@ -51,3 +51,16 @@ class ChildError(ExplorerError, RuntimeError):
     crashed, hung or wrote no result. Exit code 3: the machine, not the input."""
 
     exit_code = 3
+
+
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """The first line of a foreign exception's message (PyTorch's can run to pages), at
+    most ``limit`` characters; "" when it has none."""
+    text = str(e).strip()
+    return text.splitlines()[0][:limit] if text else ""
+
+
+def described(e: BaseException, limit: int = 300) -> str:
+    """"Type: first line" of a foreign exception, or "Type" when it has no message."""
+    line = first_line(e, limit)
+    return f"{type(e).__name__}: {line}" if line else type(e).__name__

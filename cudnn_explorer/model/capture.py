@@ -14,7 +14,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..core.capture import Capture, ModelSpec, Uncovered, UniqueConv, merge_sizes
-from ..core.errors import ResourceError, UserError
+from ..core.errors import ResourceError, UserError, described
 from ..core.problem import DTYPES, ConvProblem
 
 __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "layer_name",
@@ -92,18 +92,12 @@ class _Recorder:
         if layer is not None and layer not in u.layers:
             u.layers.append(layer)
 
-
     def _uncovered(self, layer: Optional[str], why: str, x, w, calls: int) -> None:
         key = (why, tuple(x.shape), tuple(w.shape))
         u = self.uncovered.setdefault(key, Uncovered(
             layer=layer or "(backward)", why=why, input_shape=list(x.shape),
             weight_shape=list(w.shape), dtype=str(x.dtype).replace("torch.", "")))
         u.calls += calls
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}".rstrip(": ")
 
 
 def layer_name(tracker, root: str) -> str:
@@ -162,9 +156,9 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
     except Exception as e:  # noqa: BLE001  (the user's model: any error is its own)
         if "CUDA error" in str(e) or "CUDNN_STATUS" in str(e):
             raise ResourceError(f"the GPU failed while capturing {spec.describe()}: "
-                                f"{_first_line(e)}") from None
+                                f"{described(e)}") from None
         raise UserError(
-            f"{spec.describe()}: the model failed on its input: {_first_line(e)} (--input "
+            f"{spec.describe()}: the model failed on its input: {described(e)} (--input "
             f"sets the input's size, --eval runs inference; a model that takes other "
             f"inputs: --model pkg.module:factory with a wrapper)") from None
     seconds = time.perf_counter() - t0

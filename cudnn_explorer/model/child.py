@@ -41,7 +41,7 @@ import time
 from dataclasses import replace
 
 from ..core.capture import ModelSpec
-from ..core.errors import UserError
+from ..core.errors import UserError, described
 from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
 from .capture import iteration, layer_name, not_covered, problem_of
@@ -199,9 +199,7 @@ def _graph_step(torch, model, inputs, spec: ModelSpec, device: str):
         return graph.replay, ""
     except Exception as e:  # noqa: BLE001  (any capture failure: the step is timed eagerly)
         torch.cuda.synchronize()
-        text = str(e).strip().splitlines()
-        return None, (f"CUDA graph capture failed ({type(e).__name__}: "
-                      f"{text[0][:200] if text else ''}); timed eagerly")
+        return None, f"CUDA graph capture failed ({described(e, 200)}); timed eagerly"
 
 
 def _timed(cuda, step, iterations: int, target, max_timed_s: float):

@@ -23,7 +23,7 @@ from typing import Callable, List, Optional, Sequence
 
 from ..core import analysis
 from ..core.capture import Capture, UniqueConv
-from ..core.errors import ExplorerError, ResourceError, UserError
+from ..core.errors import ExplorerError, ResourceError, UserError, first_line
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import Environment, Exploration, utc_now
@@ -127,9 +127,9 @@ def barrier(world: World, timeout_s: float, what: str = "the end of the sweep") 
                                wait_all_ranks=True)
     except RuntimeError as e:
         if world.rank == 0:
-            return str(e).strip().splitlines()[0][:300]
+            return first_line(e)
         raise ResourceError(f"rank {world.rank}: the other ranks did not reach {what}: "
-                            f"{str(e).strip().splitlines()[0][:200]}") from None
+                            f"{first_line(e, 200)}") from None
     return ""
 
 
