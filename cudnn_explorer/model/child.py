@@ -262,6 +262,7 @@ def run(spec: dict, write) -> dict:
     iterations, warmup = int(spec.get("iterations", 20)), int(spec.get("warmup", 5))
     target = spec.get("target_ci")
     max_timed_s = float(spec.get("max_timed_s", 60.0))
+    graph = bool(spec.get("graph"))
     for shape in spec["shapes"]:
         one = replace(mspec, input_shape=list(shape), sizes=[])
         size = {"input_shape": list(shape)}
@@ -295,23 +296,22 @@ def run(spec: dict, write) -> dict:
                 step()
             cuda.synchronize()
             cuda.reset_peak_memory_stats()
-            if not spec.get("graph"):
-                size.update(steady_ms=_timed(cuda, step, iterations, target, max_timed_s),
-                            steady_method="eager")
-            else:
-                # the eager iterations first: their peaks are the steady ones (a graph
-                # holds a memory pool of its own beside the allocator's)
-                size["steady_eager_ms"] = _timed(cuda, step, iterations, None, max_timed_s)
+            # The eager iterations first: their peaks are the steady ones (a graph holds a
+            # memory pool of its own beside the allocator's). With a graph they are one
+            # round beside it, else the steady samples.
+            eager = _timed(cuda, step, iterations, None if graph else target, max_timed_s)
             size.update(warmup=warmup, steady_peak_alloc=cuda.max_memory_allocated(),
-                        steady_peak_reserved=cuda.max_memory_reserved())
-            if spec.get("graph"):
+                        steady_peak_reserved=cuda.max_memory_reserved(),
+                        steady_ms=eager, steady_method="eager")
+            if graph:
                 replay, note = (None, "no CUDA graphs on the CPU; timed eagerly") \
                     if device_index < 0 else _graph_step(torch, model, inputs, one, device)
-                size.update(steady_ms=_timed(cuda, replay or step, iterations, target,
-                                             max_timed_s),
-                            steady_method="graph" if replay else "eager", steady_note=note)
-                if replay is None:  # the eager samples are the steady ones
-                    del size["steady_eager_ms"]
+                if replay is not None:
+                    size.update(steady_ms=_timed(cuda, replay, iterations, target, max_timed_s),
+                                steady_method="graph", steady_eager_ms=eager)
+                else:  # the eager steps, timed to the target
+                    size.update(steady_ms=_timed(cuda, step, iterations, target, max_timed_s),
+                                steady_note=note)
                 replay = None  # the graph and its memory pool go before the next size
         except torch.OutOfMemoryError:
             out["error"] = (f"out of GPU memory at input {'x'.join(map(str, shape))}: try a "
