@@ -4,9 +4,9 @@ sweep loses only the problem in flight.
 
 Key: the canonical problem, the direction, the environment (GPU, compute capability, SM
 count, driver, CUDA, cuDNN, torch, cudnn-frontend) and the measurement options
-(ExploreOptions less the directions and the device index). The stored value is the DirectionResult as JSON: legacy
-algorithm ids and engine tags with their knob values, never a serialized plan (cuDNN
-gives no guarantee for those across devices or versions).
+(ExploreOptions less the directions and the device index). The stored value is the
+DirectionResult as JSON: legacy algorithm ids and engine tags with their knob values,
+never a serialized plan (cuDNN gives no guarantee for those across devices or versions).
 
 Errors opening the store (a corrupt file, a newer schema, no permission) are StoreError,
 which names the file; the CLI then goes on without the store.
