@@ -302,24 +302,26 @@ def _measure_layer():
     return pipeline
 
 
-# What to run instead, for a saved file of another kind than the command reads.
-_OTHER_KINDS = {
-    "cudnn_explorer.sweep": "a model sweep: render it with 'model --load FILE', plot it with "
-                            "'plot gaps FILE', compare it with 'compare --file FILE'",
-    "cudnn_explorer.advice": "an advice: render it with 'advise --load FILE'",
-    "cudnn_explorer.capture": "a model's capture: its problems, not measured",
-}
-
-
 def _kind_hint(data: bytes) -> str:
-    """"; <what the file is and what reads it>" for a saved file of another kind, else ""."""
+    """" (<what the file is and what reads it>)" for a saved file of another kind than an
+    exploration, else ""."""
     import json
 
+    from .core.advice import ADVICE_SCHEMA
+    from .core.capture import CAPTURE_SCHEMA
+    from .core.sweep import SWEEP_SCHEMA
+
+    other_kinds = {
+        SWEEP_SCHEMA: "a model sweep: render it with 'model --load FILE', plot it with "
+                      "'plot gaps FILE', compare it with 'compare --file FILE'",
+        ADVICE_SCHEMA: "an advice: render it with 'advise --load FILE'",
+        CAPTURE_SCHEMA: "a model's capture: its problems, not measured",
+    }
     try:
         schema = json.loads(data).get("schema")
     except (ValueError, RecursionError, AttributeError):
         return ""
-    hint = _OTHER_KINDS.get(schema) if isinstance(schema, str) else None
+    hint = other_kinds.get(schema) if isinstance(schema, str) else None
     return f" ({hint})" if hint else ""
 
 
