@@ -37,8 +37,7 @@ from .modelrun import ModelRun
 from .records import Environment, _Record, _shown, parse_json
 
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost", "Stability",
-           "comparable",
-           "pick_stability",
+           "comparable", "pick_stability",
            "costs_from_run", "expected_total_ms", "steady_difference", "break_even",
            "Bucketing", "best_bucketing", "Verdict", "verdict", "Advice"]
 

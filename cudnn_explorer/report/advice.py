@@ -24,12 +24,13 @@ def _steady_method(run, costs) -> List[str]:
     on, off = run.mode("benchmark"), run.mode("heuristic")
     graph, eager = [], []
     for c, a, b in zip(costs, on.sizes, off.sizes):
+        ta, tb = a.steady, b.steady
         if c.method == "graph":
-            graph.append(f"{c.size}: {a.steady.eager_median_ms:.2f}/"
-                         f"{b.steady.eager_median_ms:.2f}" if a.steady.eager_ms
-                         and b.steady.eager_ms else str(c.size))
+            both = ta.eager_ms and tb.eager_ms
+            graph.append(f"{c.size}" + (f": {ta.eager_median_ms:.2f}/{tb.eager_median_ms:.2f}"
+                                        if both else ""))
         else:
-            why = next((t.note for t in (a.steady, b.steady) if t.note), "")
+            why = next((t.note for t in (ta, tb) if t.note), "")
             eager.append(f"{c.size}" + (f" ({why})" if why else ""))
     lines = []
     if graph:
