@@ -36,7 +36,7 @@ from ..core.errors import ChildError
 from ..core.options import ExploreOptions, TimingSpec
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, EngineSpace
-from .procs import child_env, describe_rc, read_spec
+from .procs import child_env, describe_rc
 
 __all__ = ["EngineWorker", "explore_isolated", "run", "main", "MAX_RESTARTS"]
 
@@ -311,19 +311,16 @@ def _release() -> bool:
 
 def main(argv=None, setup=None, search=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--serve"]:  # jobs from stdin, one JSON line each, until it closes
-        for line in sys.stdin:
-            if line.strip():
-                job = json.loads(line)
-                with open(job["spec"]) as f:
-                    if not _job(json.load(f), job["events"], setup, search):
-                        return 0  # the parent was told ("retire") and starts another
-        return 0
-    spec = read_spec(argv, "python -m cudnn_explorer.measure.engine_worker "
-                           "(SPEC.json EVENTS | --serve)")
-    if spec is None:
+    if argv != ["--serve"]:
+        print("usage: python -m cudnn_explorer.measure.engine_worker --serve (jobs on stdin)",
+              file=sys.stderr)
         return 2
-    _job(spec, argv[1], setup, search)
+    for line in sys.stdin:  # one JSON job per line, until the parent closes it
+        if line.strip():
+            job = json.loads(line)
+            with open(job["spec"]) as f:
+                if not _job(json.load(f), job["events"], setup, search):
+                    return 0  # the parent was told ("retire") and starts another
     return 0
 
 
