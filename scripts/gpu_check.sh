@@ -65,6 +65,10 @@ part_tests-gpu() {
   "$PY" "${PYTEST[@]}" $files \
     > "$LOG/tests-gpu.txt" 2>&1
 }
+# The model and advise GPU tests alone (a first look at a change to either).
+part_tests-model() {
+  "$PY" "${PYTEST[@]}" tests/test_gpu_model.py > "$LOG/tests-model.txt" 2>&1
+}
 part_tests-rest() {
   local files; files=$(ls tests/test_*.py | grep -v '^tests/test_gpu')
   # shellcheck disable=SC2086

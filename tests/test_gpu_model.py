@@ -30,3 +30,24 @@ def test_small_model_end_to_end(tmp_path):
     assert "float16 nhwc" in r.stdout
     r = run_cli("model", "--load", str(out))
     assert r.returncode == 0 and "left on the table" in r.stdout, r.stderr
+
+
+def test_advise_small_model_two_sizes_with_repeats(tmp_path):
+    """advise end to end on the GPU: two input sizes, a graph of the whole training step,
+    a repeat of the benchmark-on run, the verdict, and the saved advice rendered again."""
+    (tmp_path / "tinynets.py").write_text(FACTORY)
+    out = tmp_path / "advice.json"
+    r = run_cli("advise", "--model", "tinynets:tiny", "--batch", "4", "--sizes", "16,24",
+                "--iterations", "500", "--repeats", "2", "--target-ci", "2", "--no-store",
+                "--quiet", "--json", str(out),
+                env={"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")},
+                timeout=400)
+    assert r.returncode == 0, r.stderr
+    assert "== verdict for 500 iterations: " in r.stdout
+    assert "replays of a CUDA graph of the whole step" in r.stdout, r.stdout
+    assert "== pick stability: 2 fresh processes with benchmark on (0 failed)" in r.stdout
+    assert "break-even: " in r.stdout and "expected total: " in r.stdout
+    r2 = run_cli("advise", "--load", str(out))
+    assert r2.returncode == 0, r2.stderr
+    verdict = [x for x in r.stdout.splitlines() if x.startswith("== verdict")]
+    assert verdict and verdict[0] in r2.stdout.splitlines()
