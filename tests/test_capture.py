@@ -213,3 +213,26 @@ def test_torchvision_backbones_are_built_without_downloading(monkeypatch):
     assert seen["fcn_resnet50"] == {"weights": None, "weights_backbone": None}
     zoo.build(ModelSpec(name="resnet18", input_shape=[3, 32, 32]), "cpu")
     assert seen["resnet18"] == {"weights": None}
+
+
+def test_forward_tracker_names_the_innermost_module_and_leaves_no_hook():
+    import torch
+    from torch.nn.modules import module as mod
+
+    from cudnn_explorer.model.capture import ForwardTracker
+
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append(tracker.layer())
+            return x
+
+    net = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1), Probe()))
+    before = (len(mod._global_forward_pre_hooks), len(mod._global_forward_hooks))
+    with ForwardTracker(net) as tracker:
+        assert tracker.layer() == "(outside any module)"
+        net(torch.zeros(1, 1, 2, 2))
+        assert tracker.layer() == "(outside any module)"
+    assert seen == ["0.1"]
+    assert (len(mod._global_forward_pre_hooks), len(mod._global_forward_hooks)) == before

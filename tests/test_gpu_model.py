@@ -51,3 +51,38 @@ def test_advise_small_model_two_sizes_with_repeats(tmp_path):
     assert r2.returncode == 0, r2.stderr
     verdict = [x for x in r.stdout.splitlines() if x.startswith("== verdict")]
     assert verdict and verdict[0] in r2.stdout.splitlines()
+
+
+SYNCING = '''
+import torch
+
+class Syncing(torch.nn.Module):
+    """A step that cannot be captured (a host sync in forward) and draws random numbers
+    (dropout) at every step."""
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        y = self.drop(self.conv(x))
+        if y.sum().item() == float("inf"):
+            y = y * 0
+        return y
+
+def syncing():
+    return Syncing()
+'''
+
+
+def test_advise_goes_on_after_a_failed_capture(tmp_path):
+    """A step the graph cannot hold is timed eagerly, with the reason, and the next size
+    still runs: the failed capture leaves the process's random numbers usable."""
+    (tmp_path / "syncnets.py").write_text(SYNCING)
+    r = run_cli("advise", "--model", "syncnets:syncing", "--batch", "4", "--sizes", "16,24",
+                "--iterations", "100", "--target-ci", "5", "--no-store", "--quiet",
+                env={"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")},
+                timeout=300)
+    assert r.returncode == 0, r.stderr + r.stdout[-3000:]
+    assert "CUDA graph capture failed" in r.stdout and "no result" not in r.stdout
+    assert "== verdict for 100 iterations: " in r.stdout

@@ -3,9 +3,9 @@
 The model runs one iteration (forward, and backward when training) under a
 TorchDispatchMode. The mode sits below autocast, so each ``aten.convolution`` and
 ``aten.convolution_backward`` arrives with the dtypes and strides cuDNN gets.
-``torch.utils.module_tracker.ModuleTracker`` names the layer of each call, in the backward
-pass too. Backward calls follow ``output_mask``: the first layer computes no gradient of
-its input, so it has no backward-data problem. No cuDNN is needed, so this runs, and is
+ForwardTracker names the layer of each forward call; a backward call is named by its
+forward call, which runs the same problem. Backward calls follow ``output_mask``: the first
+layer computes no gradient of its input, so it has no backward-data problem. No cuDNN is needed, so this runs, and is
 tested, on the CPU.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..core.capture import Capture, ModelSpec, Uncovered, UniqueConv, merge_size
 from ..core.errors import ResourceError, UserError, described
 from ..core.problem import DTYPES, ConvProblem
 
-__all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "layer_name",
+__all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "ForwardTracker",
            "not_covered"]
 
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
@@ -100,13 +100,46 @@ class _Recorder:
         u.calls += calls
 
 
-def layer_name(tracker, root: str) -> str:
-    """The innermost module running now, its name relative to the model ("layer1.0.conv1")."""
-    names = [p for p in tracker.parents if p != "Global"]
-    if not names:
-        return "(outside any module)"
-    inner = max(names, key=lambda n: n.count("."))
-    return inner[len(root) + 1:] if inner.startswith(root + ".") else inner
+class ForwardTracker:
+    """The innermost module of ``model`` running now, by its name ("layer1.0.conv1"), in
+    the forward pass. Note [forward tracker]: torch.utils.module_tracker.ModuleTracker
+    also hooks the backward pass (multi-grad hooks on every module's tensors); in the
+    model's child those hooks outlived the tracked iteration and broke the CUDA-graph
+    capture of later steps (the capture failed at its end, for every model). Global
+    forward hooks alone, removed on exit, leave nothing behind."""
+
+    def __init__(self, model):
+        self._names = {id(m): name for name, m in model.named_modules() if name}
+        self._model, self._root = model, type(model).__name__
+        self._running: list = []
+        self._handles: list = []
+
+    def __enter__(self) -> "ForwardTracker":
+        from torch.nn.modules.module import (register_module_forward_hook,
+                                             register_module_forward_pre_hook)
+        self._handles = [register_module_forward_pre_hook(self._enter_module),
+                         register_module_forward_hook(self._leave_module)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles, self._running = [], []
+
+    def _enter_module(self, module, args) -> None:
+        self._running.append(module)
+
+    def _leave_module(self, module, args, out) -> None:
+        for k in range(len(self._running) - 1, -1, -1):  # the latest call of it
+            if self._running[k] is module:
+                del self._running[k]
+                break
+
+    def layer(self) -> str:
+        if not self._running:
+            return "(outside any module)"
+        m = self._running[-1]
+        return self._names.get(id(m)) or (self._root if m is self._model else type(m).__name__)
 
 
 def capture(model, inputs: List, spec: ModelSpec, device: str,
@@ -117,11 +150,10 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
     the backward pass (default: the sum of every floating-point output)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.module_tracker import ModuleTracker
 
     aten = torch.ops.aten
     rec = _Recorder(tf32=bool(torch.backends.cudnn.allow_tf32))
-    root = type(model).__name__
+    tracker = ForwardTracker(model)
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -131,14 +163,11 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
             out = func(*args, **kwargs)
             if func is aten.convolution.default:
                 x, w, _, stride, padding, dilation, transposed, _, groups = args
-                rec.add(layer_name(tracker, root), (("fwd", True),), x, w, stride, padding,
+                rec.add(tracker.layer(), (("fwd", True),), x, w, stride, padding,
                         dilation, transposed, groups)
             elif func is aten.convolution_backward.default:
                 (_, x, w, _, stride, padding, dilation, transposed, _, groups, mask) = args
-                # Note [backward layers]: during backward, ModuleTracker's parents can
-                # still hold a sibling branch (a residual's downsample was named beside
-                # the main path's conv): a backward call is named by its forward call,
-                # which runs the same problem.
+                # a backward call is named by its forward call (the same problem)
                 rec.add(None, (("bwd-data", bool(mask[0])), ("bwd-filter", bool(mask[1]))),
                         x, w, stride, padding, dilation, transposed, groups)
             return out
@@ -146,7 +175,7 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
     model.train(spec.train)
     t0 = time.perf_counter()
     try:
-        with ModuleTracker() as tracker, Mode():
+        with tracker, Mode():
             iteration(model, inputs, spec, device, loss)
     except torch.OutOfMemoryError:
         raise ResourceError(

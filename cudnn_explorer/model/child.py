@@ -44,7 +44,7 @@ from ..core.capture import ModelSpec
 from ..core.errors import UserError, described
 from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
-from .capture import iteration, layer_name, not_covered, problem_of
+from .capture import ForwardTracker, iteration, not_covered, problem_of
 
 
 def _mean(xs) -> float:
@@ -133,10 +133,9 @@ class _Probe:
 def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _Probe):
     """One iteration with every convolution call timed and weighed by ``probe``."""
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.module_tracker import ModuleTracker
 
     aten = torch.ops.aten
-    root = type(model).__name__
+    tracker = ForwardTracker(model)
 
     def problem(x, w, stride, padding, dilation, transposed, groups):
         """The call's problem, or None for one the capture lists as not covered."""
@@ -155,7 +154,7 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
                 p = problem(x, w, stride, padding, dilation, transposed, groups)
                 if p is not None:
                     return probe.call(lambda: func(*args, **kwargs), p, "fwd",
-                                      layer_name(tracker, root))
+                                      tracker.layer())
             elif func is aten.convolution_backward.default:
                 (_, x, w, _, stride, padding, dilation, transposed, _, groups, mask) = args
                 p = problem(x, w, stride, padding, dilation, transposed, groups)
@@ -171,7 +170,7 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
                     return probe.call(lambda: func(*args, **kwargs), p, d, "")
             return func(*args, **kwargs)
 
-    with ModuleTracker() as tracker, Mode():
+    with tracker, Mode():
         iteration(model, inputs, spec, device)
 
 
@@ -182,6 +181,11 @@ def _graph_step(torch, model, inputs, spec: ModelSpec, device: str):
     on a side stream first, gradients set to None so that the graph owns them, autocast's
     weight cache off. Every plan is in PyTorch's cache already (the first iteration
     searched), so the capture records the kernels the eager step runs."""
+    # A capture that fails leaves the default CUDA generator marked as capturing, and
+    # every later random number of the process fails ("Offset increment outside graph
+    # capture"): its state is put back from a copy taken before.
+    generator = torch.cuda.default_generators[torch.device(device).index or 0]
+    saved = generator.clone_state()
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -199,6 +203,7 @@ def _graph_step(torch, model, inputs, spec: ModelSpec, device: str):
         return graph.replay, ""
     except Exception as e:  # noqa: BLE001  (any capture failure: the step is timed eagerly)
         torch.cuda.synchronize()
+        generator.graphsafe_set_state(saved)
         return None, f"CUDA graph capture failed ({described(e, 200)}); timed eagerly"
 
 
