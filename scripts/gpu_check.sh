@@ -173,8 +173,9 @@ part_claims() {
 # The same in two halves for two GPUs, or calls of at most 10 minutes: each step's result
 # stays in CLAIMS_KEEP (a step done is not measured again; advise's runs of the model are
 # in the results store), then claims-table writes the table from them.
-part_claims-a() { claims_steps claims-a r50,compare,targets; }
-part_claims-b() { claims_steps claims-b sizes,dist80,winograd; }
+# compare reads the results store after winograd's exploration has gone into it.
+part_claims-a() { claims_steps claims-a r50,winograd,compare,targets; }
+part_claims-b() { claims_steps claims-b sizes,dist80; }
 claims_steps() {  # LOGNAME STEPS
   "$PY" scripts/claims.py --steps "$2" --keep "${CLAIMS_KEEP:-$LOG/claims}" >> "$LOG/$1.txt" 2>&1
 }

@@ -1,0 +1,55 @@
+"""scripts/claims.py's table from saved results (no GPU): the verdict rules, and the rows
+an H200 advice for ResNet-50 gives (steps without a result say so)."""
+import gzip
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+FIXTURE = os.path.join(REPO, "tests", "fixtures", "advice_r50_b32_fp32_h200.json.gz")
+
+
+def _claims():
+    spec = importlib.util.spec_from_file_location("claims", os.path.join(REPO, "scripts",
+                                                                          "claims.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_range_verdict():
+    v = _claims().range_verdict
+    assert v(0.16, 0.22, 0.15, 0.23) == "holds"
+    assert v(-0.05, 0.10, 0.15, 0.23) == "does not hold"
+    assert v(0.24, 0.30, 0.15, 0.23) == "does not hold"
+    assert v(0.10, 0.20, 0.15, 0.23).startswith("undecided: the interval (+10.0% to +20.0%)")
+    assert v(-0.22, 0.16, 0.15, 0.23).startswith("undecided")
+
+
+def test_table_from_an_h200_advice(tmp_path):
+    with gzip.open(FIXTURE) as f, open(tmp_path / "resnet50_224.json", "wb") as g:
+        shutil.copyfileobj(f, g)
+    out = tmp_path / "claims.md"
+    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
+                        "--table-only", "--keep", str(tmp_path), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert "on NVIDIA H200, torch 2.11.0+cu130" in text
+    rows = {cells[1].strip(): [c.strip() for c in cells[2:5]]
+            for cells in (ln.split("|") for ln in text.splitlines()[6:]) if len(cells) > 4}
+    assert len(rows) == 8
+    speed = rows["ResNet-50 at 224 runs 15-23% faster per iteration with benchmark on"]
+    assert "(95% CI -22.3% to +16.3%)" in speed[0] and speed[1].startswith("undecided")
+    memory = rows["memory is basically unchanged with benchmark on"]
+    assert "7.51 GiB on vs 3.44 GiB off" in memory[0] and memory[1] == "does not hold"
+    det = rows["deterministic mode costs about 20%"]
+    assert det[0].startswith("-3.2% per iteration") and det[1] == "does not hold"
+    stable = rows["(measured here) PyTorch's benchmark pick is stable from run to run"]
+    assert stable[0].startswith("37 of 68 problem-directions") and stable[1] == "does not hold"
+    sizes = rows["with variable input sizes benchmark mode runs about 8% slower"]
+    assert sizes[0].startswith("not measured") and sizes[1] == "untested"
+    assert "advise resnet50 --batch 32" in speed[2] and str(tmp_path) not in text
