@@ -215,7 +215,8 @@ def test_graph_timed_steps_compare_like_with_like():
     assert costs[1].mean_on == pytest.approx(60.0) and costs[1].mean_off == pytest.approx(66.0)
     text = render_advice(adv).replace("\n  ", " ")
     assert ("replays of a CUDA graph of the whole step, the GPU's time without the host's; "
-            "the same step run eagerly (host time included), median ms on/off, 320: "
+            "timed in a second fresh process per mode, whose benchmark search is its own; the "
+            "same step run eagerly there (host time included), median ms on/off, 320: "
             "40.00/44.00") in text
     assert "steady iterations run eagerly, between CUDA events, host time included, for " \
            "size 416" in text

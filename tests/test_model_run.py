@@ -256,9 +256,26 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
                                    graph=True)
     (m,) = run.modes
     for s in m.sizes:
-        t = s.steady
+        t = s.steady  # from the second, unprobed process (Note [steady process])
         assert t.method == "eager" and len(t.samples_ms) == 3 and t.eager_ms == []
         assert t.note == "no CUDA graphs on the CPU; timed eagerly"
+    assert [len(s.calls) for s in m.sizes] == [5, 5]  # the first process's probe
+    # the steady process failing: the first process's eager round stays, saying why
+    real = pytorch_run._run_child
+
+    def steady_fails(spec, *args):
+        if spec.get("steady_only"):
+            return {}, "the steady timing's own process failed (exit code 1): boom"
+        return real(spec, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pytorch_run, "_run_child", steady_fails)
+        failed, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1,
+                                          modes=mode, graph=True)
+    for s in failed.modes[0].sizes:
+        assert s.steady.method == "eager" and len(s.steady.samples_ms) == 3
+        assert s.steady.note == ("the steady timing's own process failed (exit code 1): boom"
+                                 "; one round of eager steps from the first process instead")
     from cudnn_explorer.report.model import render_model_run
 
     text = render_model_run(run, cap)

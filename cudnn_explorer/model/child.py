@@ -9,12 +9,15 @@ CUDNN_FRONTEND_LOG_FILE) before this process starts.
 SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, in order),
 "mode": "benchmark" | "heuristic" | "deterministic", "benchmark_limit": int | null,
 "tf32": bool, "device": int, "seed": int, "iterations": int, "warmup": int,
-"log_file": path, "target_ci": float | null, "max_timed_s": float, "graph": bool}. With
-``target_ci``, timed iterations go on in rounds of ``iterations`` until the 95% confidence
-interval of their mean is within +-target_ci of it, or ``max_timed_s`` of timing has
-passed. With ``graph``, the timed iterations are replays of a CUDA graph of the whole step
-(_graph_step), and one round of eager iterations is timed beside them; a step that cannot
-be captured is timed eagerly, with the reason.
+"log_file": path, "target_ci": float | null, "max_timed_s": float, "graph": bool,
+"steady_only": bool}. With ``target_ci``, timed iterations go on in rounds of
+``iterations`` until the 95% confidence interval of their mean is within +-target_ci of
+it, or ``max_timed_s`` of timing has passed. With ``graph``, the timed iterations are
+replays of a CUDA graph of the whole step (_graph_step), and one round of eager iterations
+is timed beside them; a step that cannot be captured is timed eagerly, with the reason.
+With ``steady_only`` the first iteration is neither probed nor timed, and a size's result
+holds its steady keys only: the parent's second process for a graph (Note [steady
+process] in model/pytorch_run.py).
 
 Per shape, in order: the model's first iteration at that shape, synchronised around every
 convolution call (its time, the allocator's peak during it, the reserve before and after,
@@ -227,6 +230,22 @@ def _timed(cuda, step, iterations: int, target, max_timed_s: float):
             return samples
 
 
+def _first(torch, cuda, model, inputs, spec: ModelSpec, device: str, probe: _Probe) -> dict:
+    """The first iteration at a shape, every convolution call probed: its time, peaks and
+    calls (RESULT's per-size keys)."""
+    t0 = time.perf_counter()
+    first_iteration(torch, model, inputs, spec, device, probe)
+    other = probe.finish()
+    ms = (time.perf_counter() - t0) * 1e3
+    calls = probe.calls
+    # the peaks are folded around every call: the iteration's are their maxima
+    return dict(first_ms=ms, first_peak_alloc=max([other] + [c["peak_alloc"] for c in calls]),
+                first_peak_reserved=max([probe.other_peak_reserved]
+                                        + [c["peak_reserved"] for c in calls]),
+                other_peak_alloc=other, calls=calls, conv_calls=len(calls),
+                conv_ms=sum(c["ms"] for c in calls))
+
+
 def _warm_up_cudnn(torch, device: str, cuda) -> None:
     """Load cuDNN with a small convolution of a shape no model is likely to run, so that
     the first layer is not charged with loading the library."""
@@ -268,6 +287,7 @@ def run(spec: dict, write) -> dict:
     target = spec.get("target_ci")
     max_timed_s = float(spec.get("max_timed_s", 60.0))
     graph = bool(spec.get("graph"))
+    steady_only = bool(spec.get("steady_only"))
     for shape in spec["shapes"]:
         one = replace(mspec, input_shape=list(shape), sizes=[])
         size = {"input_shape": list(shape)}
@@ -279,19 +299,11 @@ def run(spec: dict, write) -> dict:
             cuda.reset_peak_memory_stats()
             size.update(before_alloc=cuda.memory_allocated(),
                         before_reserved=cuda.memory_reserved())
-            probe = _Probe(cuda, log, torch.backends.cudnn.allow_tf32, seen)
-            t0 = time.perf_counter()
-            first_iteration(torch, model, inputs, one, device, probe)
-            other = probe.finish()
-            size["first_ms"] = (time.perf_counter() - t0) * 1e3
-            calls = probe.calls
-            # the peaks are folded around every call: the iteration's are their maxima
-            size.update(
-                first_peak_alloc=max([other] + [c["peak_alloc"] for c in calls]),
-                first_peak_reserved=max([probe.other_peak_reserved]
-                                        + [c["peak_reserved"] for c in calls]),
-                other_peak_alloc=other, calls=calls, conv_calls=len(calls),
-                conv_ms=sum(c["ms"] for c in calls))
+            if steady_only:  # the first iteration's searches, neither timed nor probed
+                iteration(model, inputs, one, device)
+            else:
+                size.update(_first(torch, cuda, model, inputs, one, device,
+                                   _Probe(cuda, log, torch.backends.cudnn.allow_tf32, seen)))
 
             def step():
                 model.zero_grad(set_to_none=True)
@@ -322,7 +334,7 @@ def run(spec: dict, write) -> dict:
             out["error"] = (f"out of GPU memory at input {'x'.join(map(str, shape))}: try a "
                             f"smaller --batch")
         inputs = None  # freed before the next size's input is made
-        if "first_ms" in size:
+        if "first_ms" in size or steady_only and "steady_ms" in size:
             out["sizes"].append(size)
         write(out)
         if out["error"]:

@@ -54,46 +54,74 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
            warmup: int, timeout_s: float, python: Optional[str],
            target_ci: Optional[float], device: int, graph: bool) -> Tuple[dict, bytes, str]:
     """(result, log text, error) of one mode's child; the result holds every shape that
-    finished even when the child failed later (error then says why)."""
+    finished even when the child failed later (error then says why). With ``graph``,
+    Note [steady process]: the steady iterations are timed by a second fresh process of
+    the same mode (model/child.py's "steady_only"), which runs no probe: on the H200 a
+    CUDA-graph capture after the probed first iteration failed for every model, and the
+    same step captured in a process without it. Its results replace the first child's one
+    round of eager steps; where it fails, that round stays, with the reason."""
+    spec = {"model": capture.model.to_dict(), "shapes": _shapes(capture), "mode": mode.mode,
+            "benchmark_limit": mode.benchmark_limit, "tf32": capture.tf32, "device": device,
+            "seed": options.seed, "iterations": iterations, "warmup": warmup,
+            "target_ci": None if graph else target_ci, "max_timed_s": 60.0, "graph": False}
+    what = f"PyTorch's run of the model ({mode.label})"
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer_model_") as tmp:
         log = os.path.join(tmp, "frontend.log")
-        spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
-        with open(spec_path, "w") as f:
-            json.dump({"model": capture.model.to_dict(), "shapes": _shapes(capture),
-                       "mode": mode.mode, "benchmark_limit": mode.benchmark_limit,
-                       "tf32": capture.tf32, "device": device, "seed": options.seed,
-                       "iterations": iterations, "warmup": warmup, "log_file": log,
-                       "target_ci": target_ci, "max_timed_s": 60.0, "graph": graph}, f)
         env = child_env(drop=LOG_VARS)
         env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
-        what = f"PyTorch's run of the model ({mode.label})"
-        error = ""
-        try:
-            proc = subprocess.run([python or sys.executable, "-m", "cudnn_explorer.model.child",
-                                   spec_path, result_path], env=env, capture_output=True,
-                                  text=True, timeout=timeout_s)
-            if proc.returncode != 0:
-                tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
-                error = (f"{what} failed ({describe_rc(proc.returncode)}): "
-                         f"{tail[-1] if tail else 'no output'}")
-        except subprocess.TimeoutExpired:
-            error = (f"{what} did not finish within {timeout_s:g} s and was killed; raise "
-                     f"--child-timeout")
-        result: dict = {}
-        if os.path.exists(result_path):
-            with open(result_path) as f:
-                result = json.load(f)
-        error = error or result.get("error", "")
-        if not result.get("sizes") and not error:
-            error = f"{what} exited without a result"
+        result, error = _run_child(dict(spec, log_file=log), env, tmp, timeout_s, python, what)
         text = b""  # bytes: the child's spans are byte offsets
         if os.path.exists(log):
             with open(log, "rb") as f:
                 text = f.read()
-        if result.get("sizes") and not text.strip():
-            error = error or (f"{what} wrote no cudnn-frontend log "
-                              f"(CUDNN_FRONTEND_LOG_INFO); cannot tell what PyTorch chose")
-        return result, text, error
+    if result.get("sizes") and not text.strip():
+        error = error or (f"{what} wrote no cudnn-frontend log "
+                          f"(CUDNN_FRONTEND_LOG_INFO); cannot tell what PyTorch chose")
+    if graph and result.get("sizes"):
+        shapes = [s["input_shape"] for s in result["sizes"]]
+        with tempfile.TemporaryDirectory(prefix="cudnn_explorer_steady_") as tmp:
+            steady, why = _run_child(
+                dict(spec, shapes=shapes, graph=True, target_ci=target_ci, steady_only=True,
+                     log_file=None), child_env(drop=LOG_VARS), tmp, timeout_s, python,
+                f"the steady timing's own process ({mode.label})")
+        timed = {tuple(s["input_shape"]): s for s in steady.get("sizes", [])}
+        for size in result["sizes"]:
+            t = timed.get(tuple(size["input_shape"]))
+            if t is None:
+                size["steady_note"] = (why or steady.get("error") or "no result") + \
+                    "; one round of eager steps from the first process instead"
+            else:
+                size.update({k: t[k] for k in ("steady_ms", "steady_method", "steady_note",
+                                               "steady_eager_ms") if k in t})
+    return result, text, error
+
+
+def _run_child(spec: dict, env: dict, tmp: str, timeout_s: float, python: Optional[str],
+               what: str) -> Tuple[dict, str]:
+    """(result, error) of one model/child.py process on ``spec``."""
+    spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    error = ""
+    try:
+        proc = subprocess.run([python or sys.executable, "-m", "cudnn_explorer.model.child",
+                               spec_path, result_path], env=env, capture_output=True,
+                              text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
+            error = (f"{what} failed ({describe_rc(proc.returncode)}): "
+                     f"{tail[-1] if tail else 'no output'}")
+    except subprocess.TimeoutExpired:
+        error = f"{what} did not finish within {timeout_s:g} s and was killed; raise " \
+                f"--child-timeout"
+    result: dict = {}
+    if os.path.exists(result_path):
+        with open(result_path) as f:
+            result = json.load(f)
+    error = error or result.get("error", "")
+    if not result.get("sizes") and not error:
+        error = f"{what} exited without a result"
+    return result, error
 
 
 def _search(log: bytes, span, direction: str) -> Optional[logs.FrontendSearch]:
@@ -247,8 +275,9 @@ def run_key(capture: Capture, mode: ModeSpec, position: int, options: ExploreOpt
            "mode": [mode.label, mode.mode, mode.benchmark_limit, position],
            "iterations": iterations, "warmup": warmup, "target_ci": target_ci,
            "seed": options.seed}
-    if graph:  # (eager runs keep the keys they were stored under)
-        doc["graph"] = True
+    if graph:  # (eager runs keep the keys they were stored under; runs whose graph was
+        # captured in the probed process, before Note [steady process], are not reused)
+        doc["graph"] = "own process"
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 

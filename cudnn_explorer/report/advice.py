@@ -35,8 +35,9 @@ def _steady_method(run, costs) -> List[str]:
     lines = []
     if graph:
         lines += wrap("steady iterations: replays of a CUDA graph of the whole step, the GPU's "
-                      "time without the host's; the same step run eagerly (host time "
-                      "included), median ms on/off, " + "; ".join(graph), "- ")
+                      "time without the host's; timed in a second fresh process per mode, "
+                      "whose benchmark search is its own; the same step run eagerly there "
+                      "(host time included), median ms on/off, " + "; ".join(graph), "- ")
     if eager:
         lines += wrap("steady iterations run eagerly, between CUDA events, host time "
                       "included, for size " + "; ".join(eager), "- ")

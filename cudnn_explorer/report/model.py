@@ -261,8 +261,11 @@ def _steady_methods(run: ModelRun) -> List[str]:
                 notes.setdefault(t.note, []).append(f"{m.label} {shape}")
     if graphed:
         lines += wrap("g: replays of a CUDA graph of the whole step, between CUDA events: the "
-                      "GPU's time per iteration without the host's; the same step run "
-                      "eagerly (host time included), median ms: " + "; ".join(eager), "- ")
+                      "GPU's time per iteration without the host's, timed in a second fresh "
+                      "process of the mode that probes nothing (with benchmark on, its own "
+                      "search: its plans can differ from those listed); the same step run "
+                      "eagerly there (host time included), median ms: " + "; ".join(eager),
+                      "- ")
     for note, where in notes.items():
         lines += wrap(f"{', '.join(where)}: {note}", "- ")
     return lines
