@@ -292,3 +292,41 @@ def test_bad_repeats_exit_2():
         r = run_cli("advise", "resnet18", "--repeats", value,
                     env={"CUDA_VISIBLE_DEVICES": ""})
         assert r.returncode == 2 and "--repeats" in r.stderr, r.stderr
+
+
+def test_plans_needed_per_thread_and_per_size():
+    """One plan per unique problem and direction: forward ones in the calling thread's
+    cache, backward ones in the autograd thread's; the largest single size beside the
+    whole workload's need; the report says both."""
+    from cudnn_explorer.core.advice import plans_needed
+    from cudnn_explorer.core.capture import SizeCapture, UniqueConv
+    from cudnn_explorer.core.problem import ConvProblem
+
+    def u(h, calls):
+        return UniqueConv(problem=ConvProblem.create((2, 3, h, h), out_channels=8),
+                          calls=calls)
+
+    every = {"fwd": 1, "bwd-data": 1, "bwd-filter": 1}
+    cap = Capture(model=ModelSpec(name="net", input_shape=[3, 8, 8], sizes=[8, 12]),
+                  problems=[u(8, {"fwd": 1, "bwd-filter": 1}), u(4, every), u(12, every)],
+                  sizes=[SizeCapture(size=8, problems=[0, 1]), SizeCapture(size=12, problems=[2])])
+    assert plans_needed(cap) == ((3, 5), (2, 3))
+    single = Capture(model=ModelSpec(name="net", input_shape=[3, 8, 8]),
+                     problems=cap.problems[:2])
+    assert plans_needed(single) == ((2, 3), (2, 3))
+
+
+def test_h200_resnet50_advice_renders_from_its_file():
+    """A real advice (ResNet-50, batch 32, fp32, 3 repeats; measured on an H200) loads
+    from its gzip file and renders without a GPU."""
+    import os
+
+    from conftest import REPO
+    path = os.path.join(REPO, "tests", "fixtures", "advice_r50_b32_fp32_h200.json.gz")
+    r = run_cli("advise", "--load", path)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.replace("\n  ", " ")
+    assert "== verdict for 10000 iterations: leave benchmark mode OFF" in text
+    assert ("plans: the workload needs 23 forward plans (the calling thread's cache) and 45 "
+            "backward ones (the autograd thread's); PyTorch keeps up to 10000 per thread") in text
+    assert "== pick stability: 3 fresh processes with benchmark on (0 failed)" in text

@@ -39,12 +39,17 @@ from .records import Environment, _Record, _shown, parse_json
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost", "Stability",
            "comparable", "pick_stability",
            "costs_from_run", "expected_total_ms", "steady_difference", "break_even",
-           "Bucketing", "best_bucketing", "Verdict", "verdict", "Advice"]
+           "Bucketing", "best_bucketing", "Verdict", "verdict", "Advice", "plans_needed",
+           "PLAN_CACHE_LIMIT"]
 
 ADVICE_SCHEMA = "cudnn_explorer.advice"
 ADVICE_VERSION = 1
 Z95 = 1.96
 MAX_N = 10**12
+# PyTorch's cache of cuDNN plans (aten/src/ATen/native/cudnn/Conv_v8.cpp): at most this
+# many per thread, least recently used evicted first; TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT
+# sets it (0: no limit; negative: nothing cached, every call plans again).
+PLAN_CACHE_LIMIT = 10000
 
 
 def parse_shape_dist(text: str, name: str) -> List[Tuple[int, float]]:
@@ -122,6 +127,20 @@ class ShapeCost:
     @property
     def mean_off(self) -> float:
         return _mean(self.steady_off)
+
+
+def plans_needed(capture: Capture) -> Tuple[Tuple[int, int], Tuple[int, int]]:
+    """The plans PyTorch's cache holds, one per unique problem and direction, as
+    ((forward, backward) for one pass over every input size, (forward, backward) for the
+    size that needs the most). The caches are per thread: forward calls fill the calling
+    thread's, backward calls the autograd engine's worker thread's."""
+    def count(problems) -> Tuple[int, int]:
+        return (sum(1 for u in problems if u.calls.get("fwd")),
+                sum(1 for u in problems for d in ("bwd-data", "bwd-filter") if u.calls.get(d)))
+
+    every = count(capture.problems)
+    per = [count([capture.problems[i] for i in s.problems]) for s in capture.sizes]
+    return every, (max(f for f, _ in per), max(b for _, b in per)) if per else every
 
 
 def costs_from_run(run: ModelRun, sizes: Sequence[Tuple[int, float]],

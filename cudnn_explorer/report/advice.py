@@ -6,7 +6,8 @@ import statistics
 from dataclasses import replace
 from typing import List
 
-from ..core.advice import Advice, comparable, costs_from_run, steady_difference, verdict
+from ..core.advice import (PLAN_CACHE_LIMIT, Advice, comparable, costs_from_run, plans_needed,
+                           steady_difference, verdict)
 from .engines import TIE
 from .format import describe_environment, short_tag, table, wrap
 from .model import render_model_run
@@ -98,6 +99,19 @@ def render_advice(adv: Advice) -> str:
     peak_off = max(c.peak_off_bytes for c in costs)
     lines += wrap(f"peak memory of the first iteration (reserved): {_gib(peak_on)} GiB with "
                   f"benchmark on, {_gib(peak_off)} GiB off", "- ")
+    (fwd, bwd), (fwd1, bwd1) = plans_needed(cap)
+    several = (fwd, bwd) != (fwd1, bwd1)
+    lines += wrap(f"plans: {'one pass over the sizes' if several else 'the workload'} needs "
+                  f"{fwd} forward plans (the calling thread's cache) and {bwd} backward ones "
+                  f"(the autograd thread's)"
+                  + (f", one size at most {fwd1} and {bwd1}" if several else "")
+                  + f"; PyTorch keeps up to {PLAN_CACHE_LIMIT} per thread "
+                  f"(TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT, left at that default here), so a "
+                  f"size's first calls are paid once per process. Below one size's need, "
+                  f"calls plan again in every iteration (a plan used once per iteration is "
+                  f"evicted before its next use)"
+                  + ("; below the whole workload's, each time an evicted size comes back"
+                     if several else "") + "; a negative limit caches nothing", "- ")
     det, bench = run.mode("deterministic"), run.mode("benchmark")
     if det is not None and bench is not None:
         pairs = [comparable(a.steady, b.steady) for a, b in zip(det.sizes, bench.sizes)
