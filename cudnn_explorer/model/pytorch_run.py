@@ -57,8 +57,9 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
     finished even when the child failed later (error then says why). With ``graph``,
     Note [steady process]: the steady iterations are timed by a second fresh process of
     the same mode (model/child.py's "steady_only"), which runs no probe: on the H200 a
-    CUDA-graph capture after the probed first iteration failed for every model, and the
-    same step captured in a process without it. Its results replace the first child's one
+    CUDA-graph capture after the probed first iteration failed for each model tried (a
+    3-layer net, ResNet-18, ResNet-50), and the same steps captured in processes without
+    it. Its results replace the first child's one
     round of eager steps; where it fails, that round stays, with the reason."""
     spec = {"model": capture.model.to_dict(), "shapes": _shapes(capture), "mode": mode.mode,
             "benchmark_limit": mode.benchmark_limit, "tf32": capture.tf32, "device": device,
