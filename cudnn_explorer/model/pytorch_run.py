@@ -52,7 +52,8 @@ def _shapes(capture: Capture) -> List[List[int]]:
 
 def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
            warmup: int, timeout_s: float, python: Optional[str],
-           target_ci: Optional[float], device: int, graph: bool) -> Tuple[dict, bytes, str]:
+           target_ci: Optional[float], device: int, graph: bool,
+           say: Callable[[str], None] = lambda m: None) -> Tuple[dict, bytes, str]:
     """(result, log text, error) of one mode's child; the result holds every shape that
     finished even when the child failed later (error then says why). With ``graph``,
     Note [steady process]: the steady iterations are timed by a second fresh process of
@@ -80,6 +81,8 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
                           f"(CUDNN_FRONTEND_LOG_INFO); cannot tell what PyTorch chose")
     if graph and result.get("sizes"):
         shapes = [s["input_shape"] for s in result["sizes"]]
+        say(f"PyTorch's run of the model: {mode.label}: steady steps as a CUDA graph, in a "
+            f"process of their own")
         with tempfile.TemporaryDirectory(prefix="cudnn_explorer_steady_") as tmp:
             steady, why = _run_child(
                 dict(spec, shapes=shapes, graph=True, target_ci=target_ci, steady_only=True,
@@ -240,7 +243,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
             t0 = time.perf_counter()
             result, log, error = _child(capture, mode, options, iterations, warmup,
                                         timeout_s, python, target_ci,
-                                        options.device if device is None else device, graph)
+                                        options.device if device is None else device, graph,
+                                        say)
             sizes = [_size_run(s, index, log) for s in result.get("sizes", [])]
             limit = result.get("settings", {}).get("benchmark_limit", mode.benchmark_limit)
             done.append(ModelModeRun(label=mode.label, mode=mode.mode,
