@@ -28,6 +28,7 @@ sys.path.insert(0, ROOT)
 
 from cudnn_explorer.core.advice import (Advice, comparable, costs_from_run,  # noqa: E402
                                         expected_total_ms, steady_difference, verdict)
+from cudnn_explorer.report.format import fmt_version  # noqa: E402
 
 GIB = 2**30
 # How steady iterations were timed, as the table says it.
@@ -143,7 +144,7 @@ def main() -> int:
             with open(path) as f:
                 e = json.load(f).get("environment") or {}
             env = f"{e.get('gpu_name', '?')}, torch {e.get('torch_version', '?')}, cuDNN " \
-                  f"{e.get('cudnn_runtime', '?')}"
+                  f"{fmt_version(e.get('cudnn_runtime', '?'))}"
             break
     lines = ["# The popular claims, measured", "",
              f"Measured by `python scripts/claims.py` on {env or 'no GPU (nothing measured)'}. "

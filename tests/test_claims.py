@@ -38,7 +38,7 @@ def test_table_from_an_h200_advice(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     text = out.read_text()
-    assert "on NVIDIA H200, torch 2.11.0+cu130" in text
+    assert "on NVIDIA H200, torch 2.11.0+cu130, cuDNN 9.19.0." in text
     rows = {cells[1].strip(): [c.strip() for c in cells[2:5]]
             for cells in (ln.split("|") for ln in text.splitlines()[6:]) if len(cells) > 4}
     assert len(rows) == 8
