@@ -9,15 +9,14 @@ CUDNN_FRONTEND_LOG_FILE) before this process starts.
 SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, in order),
 "mode": "benchmark" | "heuristic" | "deterministic", "benchmark_limit": int | null,
 "tf32": bool, "device": int, "seed": int, "iterations": int, "warmup": int,
-"log_file": path, "target_ci": float | null, "max_timed_s": float, "graph": bool,
-"steady_only": bool}. With ``target_ci``, timed iterations go on in rounds of
-``iterations`` until the 95% confidence interval of their mean is within +-target_ci of
-it, or ``max_timed_s`` of timing has passed. With ``graph``, the timed iterations are
-replays of a CUDA graph of the whole step (_graph_step), and one round of eager iterations
-is timed beside them; a step that cannot be captured is timed eagerly, with the reason.
-With ``steady_only`` the first iteration is neither probed nor timed, and a size's result
-holds its steady keys only: the parent's second process for a graph (Note [steady
-process] in model/pytorch_run.py).
+"log_file": path, "target_ci": float | null, "max_timed_s": float, "steady_only": bool}.
+With ``target_ci``, timed iterations go on in rounds of ``iterations`` until the 95%
+confidence interval of their mean is within +-target_ci of it, or ``max_timed_s`` of
+timing has passed. With ``steady_only`` (the parent's second process, Note [steady
+process] in model/pytorch_run.py) the first iteration is neither probed nor timed, and
+the timed iterations are replays of a CUDA graph of the whole step (_graph_step), one
+round of eager iterations timed beside them; a step that cannot be captured is timed
+eagerly, with the reason.
 
 Per shape, in order: the model's first iteration at that shape, synchronised around every
 convolution call (its time, the allocator's peak during it, the reserve before and after,
@@ -34,7 +33,8 @@ RESULT: {"torch", "cudnn", "settings", "error" ("" or why it stopped), "sizes": 
 "first", "ms", "alloc_before", "peak_alloc", "reserved_before", "reserved_after",
 "peak_reserved", "log_span"}], "steady_ms": [...], "warmup", "steady_method" ("eager" or
 "graph"), "steady_note", "steady_eager_ms" (with a graph: eager iterations beside it),
-"steady_peak_alloc", "steady_peak_reserved" (of eager steady iterations)}]}.
+"steady_peak_alloc", "steady_peak_reserved" (of eager steady iterations)}]}; with
+``steady_only``, no first-iteration keys.
 The result is rewritten after every shape, so a child that dies keeps what finished.
 """
 from __future__ import annotations
@@ -286,7 +286,6 @@ def run(spec: dict, write) -> dict:
     iterations, warmup = int(spec.get("iterations", 20)), int(spec.get("warmup", 5))
     target = spec.get("target_ci")
     max_timed_s = float(spec.get("max_timed_s", 60.0))
-    graph = bool(spec.get("graph"))
     steady_only = bool(spec.get("steady_only"))
     for shape in spec["shapes"]:
         one = replace(mspec, input_shape=list(shape), sizes=[])
@@ -316,11 +315,12 @@ def run(spec: dict, write) -> dict:
             # The eager iterations first: their peaks are the steady ones (a graph holds a
             # memory pool of its own beside the allocator's). With a graph they are one
             # round beside it, else the steady samples.
-            eager = _timed(cuda, step, iterations, None if graph else target, max_timed_s)
+            eager = _timed(cuda, step, iterations, None if steady_only else target,
+                           max_timed_s)
             size.update(warmup=warmup, steady_peak_alloc=cuda.max_memory_allocated(),
                         steady_peak_reserved=cuda.max_memory_reserved(),
                         steady_ms=eager, steady_method="eager")
-            if graph:
+            if steady_only:
                 replay, note = (None, "no CUDA graphs on the CPU; timed eagerly") \
                     if device_index < 0 else _graph_step(torch, model, inputs, one, device)
                 if replay is not None:

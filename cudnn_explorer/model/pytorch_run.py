@@ -60,12 +60,12 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
     the same mode (model/child.py's "steady_only"), which runs no probe: on the H200 a
     CUDA-graph capture after the probed first iteration failed for each model tried (a
     3-layer net, ResNet-18, ResNet-50), and the same steps captured in processes without
-    it. Its results replace the first child's one
-    round of eager steps; where it fails, that round stays, with the reason."""
+    it. Its results replace the first child's one round of eager steps; where it fails,
+    that round stays, with the reason."""
     spec = {"model": capture.model.to_dict(), "shapes": _shapes(capture), "mode": mode.mode,
             "benchmark_limit": mode.benchmark_limit, "tf32": capture.tf32, "device": device,
             "seed": options.seed, "iterations": iterations, "warmup": warmup,
-            "target_ci": None if graph else target_ci, "max_timed_s": 60.0, "graph": False}
+            "target_ci": None if graph else target_ci, "max_timed_s": 60.0}
     what = f"PyTorch's run of the model ({mode.label})"
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer_model_") as tmp:
         log = os.path.join(tmp, "frontend.log")
@@ -85,15 +85,15 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
             f"process of their own")
         with tempfile.TemporaryDirectory(prefix="cudnn_explorer_steady_") as tmp:
             steady, why = _run_child(
-                dict(spec, shapes=shapes, graph=True, target_ci=target_ci, steady_only=True,
-                     log_file=None), child_env(drop=LOG_VARS), tmp, timeout_s, python,
+                dict(spec, shapes=shapes, target_ci=target_ci, steady_only=True, log_file=None),
+                child_env(drop=LOG_VARS), tmp, timeout_s, python,
                 f"the steady timing's own process ({mode.label})")
         timed = {tuple(s["input_shape"]): s for s in steady.get("sizes", [])}
         for size in result["sizes"]:
             t = timed.get(tuple(size["input_shape"]))
             if t is None:
-                size["steady_note"] = (why or steady.get("error") or "no result") + \
-                    "; one round of eager steps from the first process instead"
+                size["steady_note"] = f"{why}; one round of eager steps from the first " \
+                                      f"process instead"
             else:
                 size.update({k: t[k] for k in ("steady_ms", "steady_method", "steady_note",
                                                "steady_eager_ms") if k in t})
