@@ -5,8 +5,8 @@ TorchDispatchMode. The mode sits below autocast, so each ``aten.convolution`` an
 ``aten.convolution_backward`` arrives with the dtypes and strides cuDNN gets.
 ForwardTracker names the layer of each forward call; a backward call is named by its
 forward call, which runs the same problem. Backward calls follow ``output_mask``: the first
-layer computes no gradient of its input, so it has no backward-data problem. No cuDNN is needed, so this runs, and is
-tested, on the CPU.
+layer computes no gradient of its input, so it has no backward-data problem. No cuDNN is
+needed, so this runs, and is tested, on the CPU.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ..core.errors import ResourceError, UserError, described
 from ..core.problem import DTYPES, ConvProblem
 
 __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "ForwardTracker",
-           "not_covered"]
+           "not_covered", "explored"]
 
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
                 "torch.bfloat16": "bfloat16", "torch.float64": "float64"}
@@ -50,6 +50,19 @@ def not_covered(x, transposed: bool) -> str:
     return ""
 
 
+def explored(x, w, stride, padding, dilation, transposed: bool, groups: int,
+             tf32: bool) -> Tuple[Optional[ConvProblem], str]:
+    """(the call's problem, "") for a convolution call the tool explores, else (None, why
+    not): PyTorch ran it (its call comes first), the tool cannot."""
+    why = not_covered(x, transposed)
+    if why:
+        return None, why
+    try:
+        return problem_of(x, w, stride, padding, dilation, groups, tf32), ""
+    except UserError as e:
+        return None, f"not a problem the tool explores: {e}"
+
+
 def problem_of(x, w, stride, padding, dilation, groups: int, tf32: bool) -> ConvProblem:
     """The ConvProblem of one convolution call: input ``x`` and weight ``w`` as cuDNN
     gets them."""
@@ -76,14 +89,13 @@ class _Recorder:
         if n == 0:
             return
         self.calls += n
-        why = not_covered(x, transposed)
-        if why:
-            self._uncovered(layer, why, x, w, n)
-            return
-        try:
-            p = problem_of(x, w, stride, padding, dilation, groups, self.tf32)
-        except UserError as e:  # PyTorch ran it (the call came first), the tool cannot
-            self._uncovered(layer, f"not a problem the tool explores: {e}", x, w, n)
+        p, why = explored(x, w, stride, padding, dilation, transposed, groups, self.tf32)
+        if p is None:
+            key = (why, tuple(x.shape), tuple(w.shape))
+            u = self.uncovered.setdefault(key, Uncovered(
+                layer=layer or "(backward)", why=why, input_shape=list(x.shape),
+                weight_shape=list(w.shape), dtype=str(x.dtype).replace("torch.", "")))
+            u.calls += n
             return
         u = self.unique.setdefault(p, UniqueConv(problem=p))
         for d, on in direction_mask:
@@ -92,21 +104,15 @@ class _Recorder:
         if layer is not None and layer not in u.layers:
             u.layers.append(layer)
 
-    def _uncovered(self, layer: Optional[str], why: str, x, w, calls: int) -> None:
-        key = (why, tuple(x.shape), tuple(w.shape))
-        u = self.uncovered.setdefault(key, Uncovered(
-            layer=layer or "(backward)", why=why, input_shape=list(x.shape),
-            weight_shape=list(w.shape), dtype=str(x.dtype).replace("torch.", "")))
-        u.calls += calls
-
 
 class ForwardTracker:
     """The innermost module of ``model`` running now, by its name ("layer1.0.conv1"), in
     the forward pass. Note [forward tracker]: torch.utils.module_tracker.ModuleTracker
-    also hooks the backward pass (multi-grad hooks on every module's tensors); in the
-    model's child those hooks outlived the tracked iteration and broke the CUDA-graph
-    capture of later steps (the capture failed at its end, for every model). Global
-    forward hooks alone, removed on exit, leave nothing behind."""
+    also hooks the backward pass (multi-grad hooks on every module's tensors); on the
+    H200, a small net's later CUDA-graph capture failed in the model's child after a first
+    iteration tracked by it, and succeeded after one without. Global forward hooks alone,
+    removed on exit, leave nothing behind (the graph is timed in a process of its own
+    anyway: Note [steady process] in model/pytorch_run.py)."""
 
     def __init__(self, model):
         self._names = {id(m): name for name, m in model.named_modules() if name}

@@ -44,10 +44,10 @@ import time
 from dataclasses import replace
 
 from ..core.capture import ModelSpec
-from ..core.errors import UserError, described
+from ..core.errors import described
 from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
-from .capture import ForwardTracker, iteration, not_covered, problem_of
+from .capture import ForwardTracker, explored, iteration
 
 
 def _mean(xs) -> float:
@@ -142,12 +142,7 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
 
     def problem(x, w, stride, padding, dilation, transposed, groups):
         """The call's problem, or None for one the capture lists as not covered."""
-        if not_covered(x, transposed):
-            return None
-        try:
-            return problem_of(x, w, stride, padding, dilation, groups, probe.tf32)
-        except UserError:
-            return None
+        return explored(x, w, stride, padding, dilation, transposed, groups, probe.tf32)[0]
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
