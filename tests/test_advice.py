@@ -327,6 +327,7 @@ def test_h200_resnet50_advice_renders_from_its_file():
     assert r.returncode == 0, r.stderr
     text = r.stdout.replace("\n  ", " ")
     assert "== verdict for 10000 iterations: leave benchmark mode OFF" in text
-    assert ("plans: the workload needs 23 forward plans (the calling thread's cache) and 45 "
-            "backward ones (the autograd thread's); PyTorch keeps up to 10000 per thread") in text
+    assert ("plans: the workload needs 23 plans in the forward pass (the calling thread's "
+            "cache) and 45 in the backward pass (the autograd thread's); PyTorch keeps up to "
+            "10000 per thread") in text
     assert "== pick stability: 3 fresh processes with benchmark on (0 failed)" in text

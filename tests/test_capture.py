@@ -51,22 +51,63 @@ def by_layer(cap):
 def test_every_direction_following_output_mask_deduplicated_with_call_counts():
     cap = run(ModelSpec(**SPEC, train=True))
     layers = by_layer(cap)
-    assert set(layers) == {"stem", "a", "b", "down", "seq"}
+    assert set(layers) == {"stem", "a", "b", "down", "seq", "up (transposed)"}
     assert layers["a"] is layers["b"]  # one problem, two layers
     assert layers["a"].calls == {"fwd": 2, "bwd-data": 2, "bwd-filter": 2}
     assert layers["stem"].calls == {"fwd": 1, "bwd-filter": 1}  # the input needs no grad
     assert layers["down"].problem.stride == (2, 2) and layers["down"].problem.out_channels == 16
     seq = layers["seq"].problem
     assert seq.spatial_dims == 1 and seq.input_shape == (2, 16, 64) and seq.kernel == (5,)
-    # the transposed convolution is listed as not covered, never dropped
+    # the transposed convolution: the convolution PyTorch runs it as (Note [transposed]),
+    # 2x8x16x16 -> 2x16x8x8: its forward as backward-data, its input's gradient as forward
+    up = layers["up (transposed)"]
+    assert up.problem.input_shape == (2, 8, 16, 16) and up.problem.out_channels == 16
+    assert up.problem.kernel == (2, 2) and up.problem.stride == (2, 2)
+    assert up.calls == {"bwd-data": 1, "fwd": 1, "bwd-filter": 1}
+    assert cap.uncovered == []
+    assert cap.conv_calls == sum(sum(u.calls.values()) for u in cap.problems) == 17
+
+
+@pytest.mark.parametrize("nsp,stride,padding,output_padding,dilation,groups", [
+    (2, (2, 2), (1, 1), (1, 1), (1, 1), 1), (2, (3, 2), (0, 2), (2, 0), (1, 2), 2),
+    (1, (2,), (1,), (0,), (3,), 4), (3, (2, 1, 2), (1, 0, 0), (1, 0, 1), (1, 1, 1), 1)])
+def test_a_transposed_convolution_is_the_adjoint_problem_pytorch_runs(
+        nsp, stride, padding, output_padding, dilation, groups):
+    """The problem recorded for a transposed convolution computes it: its backward-data
+    of the transposed call's input is the transposed call's output."""
+    from cudnn_explorer.model.capture import problem_of
+
+    x = torch.randn(2, 8, *[5, 6, 7][:nsp], dtype=torch.float64)
+    w = torch.randn(8, 12 // groups, *[3, 2, 3][:nsp], dtype=torch.float64)
+    conv_t = {1: torch.nn.functional.conv_transpose1d, 2: torch.nn.functional.conv_transpose2d,
+              3: torch.nn.functional.conv_transpose3d}[nsp]
+    grad_in = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input,
+               3: torch.nn.grad.conv3d_input}[nsp]
+    y = conv_t(x, w, stride=stride, padding=padding, output_padding=output_padding,
+               groups=groups, dilation=dilation)
+    p = problem_of(x.float(), w.float(), stride, padding, dilation, groups, True, True,
+                   output_padding)
+    assert p.input_shape == tuple(y.shape) and p.weight_shape == tuple(w.shape)
+    assert p.output_shape == tuple(x.shape)
+    assert torch.allclose(grad_in(p.input_shape, w, x, stride, padding, dilation, groups), y)
+
+
+def test_a_transposed_convolution_with_no_adjoint_is_listed_as_not_covered():
+    # output_padding 1 with stride 1 (PyTorch takes it when the dilation is larger)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ConvTranspose2d(4, 4, 3, stride=1,
+                                                                 output_padding=1, dilation=2))
+    cap = run(ModelSpec(**SPEC), model=model)
     (up,) = cap.uncovered
-    assert up.layer == "up" and "transposed" in up.why and up.calls == 3
-    assert cap.conv_calls == sum(sum(u.calls.values()) for u in cap.problems) + up.calls
+    assert up.layer == "1 (transposed)" and "output_padding [1, 1]" in up.why
+    assert up.calls == 3 and len(cap.problems) == 1
 
 
 def test_inference_is_forward_only():
     cap = run(ModelSpec(**SPEC, train=False))
-    assert all(set(u.calls) == {"fwd"} for u in cap.problems)
+    # (a transposed convolution's forward is the backward-data of its problem)
+    assert {layer: set(u.calls) for layer, u in by_layer(cap).items()} == {
+        "stem": {"fwd"}, "a": {"fwd"}, "b": {"fwd"}, "down": {"fwd"}, "seq": {"fwd"},
+        "up (transposed)": {"bwd-data"}}
     assert by_layer(cap)["a"].calls == {"fwd": 2}
 
 
@@ -82,7 +123,8 @@ def test_amp_gives_the_dtype_cudnn_gets(amp, dtype):
 def test_channels_last_strides_give_nhwc():
     cap = run(ModelSpec(**SPEC, channels_last=True))
     layout = {layer: u.problem.layout for layer, u in by_layer(cap).items()}
-    assert layout == {"stem": "nhwc", "a": "nhwc", "b": "nhwc", "down": "nhwc", "seq": "nchw"}
+    assert layout == {"stem": "nhwc", "a": "nhwc", "b": "nhwc", "down": "nhwc", "seq": "nchw",
+                      "up (transposed)": "nhwc"}
     plain = run(ModelSpec(**SPEC))
     assert {u.problem.layout for u in plain.problems} == {"nchw"}
     # different layouts are different problems to PyTorch's cache
@@ -140,15 +182,18 @@ def test_sizes_merge_and_count_new_problems():
 
     # after the adaptive pool every size runs the same problem; before it, each its own
     net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.AdaptiveAvgPool2d(4),
-                        nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1))
+                        nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1),
+                        nn.ConvTranspose2d(8, 2, 2, stride=2))
     sizes = [16, 24, 32]
     caps = [run(ModelSpec(name="net", input_shape=[3, s, s], batch=2), model=net)
             for s in sizes]
     merged = merge_sizes(caps, sizes, ModelSpec(name="net", input_shape=[3, 16, 16], batch=2,
                                                 sizes=sizes))
-    assert [len(s.new) for s in merged.sizes] == [2, 1, 1]
-    assert [len(s.problems) for s in merged.sizes] == [2, 2, 2]
-    assert len(merged.problems) == 4 and merged.conv_calls == sum(c.conv_calls for c in caps)
+    assert [len(s.new) for s in merged.sizes] == [3, 1, 1]
+    assert [len(s.problems) for s in merged.sizes] == [3, 3, 3]
+    assert len(merged.problems) == 5 and merged.conv_calls == sum(c.conv_calls for c in caps)
+    up = next(u for u in merged.problems if u.layers == ["4 (transposed)"])
+    assert up.calls == up.transposed_calls == {"bwd-data": 3, "fwd": 3, "bwd-filter": 3}
     shared = next(u for u in merged.problems if u.problem.input_shape == (2, 8, 4, 4))
     assert shared.calls == {"fwd": 6, "bwd-data": 6, "bwd-filter": 6}  # 2 layers x 3 sizes
     assert shared.layers == ["2", "3"]

@@ -58,6 +58,71 @@ def test_probe_times_every_call_splits_backward_and_keeps_gradients():
     assert all(c["ms"] >= 0 and c["log_span"] == [0, 0] for c in calls)
 
 
+def test_probe_names_a_transposed_convolutions_calls_by_the_problem_pytorch_runs():
+    """Note [transposed]: the forward is its problem's backward-data, the input's gradient
+    its forward; the split backward keeps the gradients."""
+    def net():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2, padding=1),
+                                   torch.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1,
+                                                            output_padding=1))
+
+    spec = ModelSpec(name="up", input_shape=[3, 8, 8], batch=2)
+    x = torch.randn(2, 3, 8, 8)
+    plain = net()
+    iteration(plain, [x], spec, "cpu")
+    probed = net()
+    probe = _Probe(_NoGpu(), None, True, set())
+    first_iteration(torch, probed, [x], spec, "cpu", probe)
+    for a, b in zip(plain.parameters(), probed.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    assert [(c["direction"], c["layer"]) for c in probe.calls] == [
+        ("fwd", "0"), ("bwd-data", "1 (transposed)"), ("fwd", ""), ("bwd-filter", ""),
+        ("bwd-filter", "")]
+    cap = capture(net(), [x], spec, "cpu")
+    up = ConvProblem.from_dict(probe.calls[1]["problem"])
+    assert up.input_shape == (2, 4, 8, 8) and up.output_shape == (2, 8, 4, 4)
+    assert {ConvProblem.from_dict(c["problem"]) for c in probe.calls} == {
+        u.problem for u in cap.problems}
+
+
+def test_a_problem_both_passes_run_is_searched_once_per_pass():
+    """A strided convolution and the transposed one that undoes it run one problem; the
+    forward pass runs its forward and backward-data (the transposed forward), and so does
+    the backward pass: PyTorch's plan caches are per thread, so each pass searches them."""
+    from cudnn_explorer.core.advice import plans_needed
+
+    def net():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1),
+                                   torch.nn.Conv2d(4, 8, 2, stride=2),
+                                   torch.nn.ConvTranspose2d(8, 4, 2, stride=2))
+
+    spec = ModelSpec(name="updown", input_shape=[3, 8, 8], batch=2)
+    x = torch.randn(2, 3, 8, 8)
+    probe = _Probe(_NoGpu(), None, True, set())
+    first_iteration(torch, net(), [x], spec, "cpu", probe)
+    shared = ConvProblem.from_dict(probe.calls[1]["problem"])
+    assert [(c["direction"], c["first"]) for c in probe.calls
+            if ConvProblem.from_dict(c["problem"]) == shared] == [
+        ("fwd", True), ("bwd-data", True),                                 # forward pass
+        ("fwd", True), ("bwd-filter", True), ("bwd-data", True), ("bwd-filter", False)]
+    cap = capture(net(), [x], spec, "cpu")
+    assert len(cap.problems) == 2
+    u = next(u for u in cap.problems if u.problem == shared)
+    assert u.layers == ["1", "2 (transposed)"]
+    assert u.calls == {"fwd": 2, "bwd-data": 2, "bwd-filter": 2}
+    assert u.transposed_calls == {"bwd-data": 1, "fwd": 1, "bwd-filter": 1}
+    assert [u.passes(d) for d in u.directions] == [["forward", "backward"]] * 2 + [["backward"]]
+    assert plans_needed(cap) == ((3, 4), (3, 4))
+    assert Capture.from_json_dict(json.loads(cap.to_json())).problems == cap.problems
+    # PyTorch's pick of a direction both passes searched is the first search's
+    result = {"settings": {}, "sizes": [{"calls": probe.calls}]}
+    per = pytorch_run._per_problem(result, {p.problem: i for i, p in enumerate(cap.problems)},
+                                   b"")
+    assert [d["direction"] for d in per[1]["directions"]] == ["fwd", "bwd-data", "bwd-filter"]
+
+
 def _fixture_child_result():
     """A model child's result for a one-layer model of the default problem, built from the
     real per-problem child's measurements and log (H200, benchmark mode)."""

@@ -132,11 +132,12 @@ class ShapeCost:
 def plans_needed(capture: Capture) -> Tuple[Tuple[int, int], Tuple[int, int]]:
     """The plans PyTorch's cache holds, one per unique problem and direction, as
     ((forward, backward) for one pass over every input size, (forward, backward) for the
-    size that needs the most). The caches are per thread: forward calls fill the calling
-    thread's, backward calls the autograd engine's worker thread's."""
+    size that needs the most). The caches are per thread: the forward pass fills the
+    calling thread's, the backward pass the autograd engine's worker thread's
+    (UniqueConv.passes: a transposed convolution's backward-data is in the forward pass)."""
     def count(problems) -> Tuple[int, int]:
-        return (sum(1 for u in problems if u.calls.get("fwd")),
-                sum(1 for u in problems for d in ("bwd-data", "bwd-filter") if u.calls.get(d)))
+        return tuple(sum(1 for u in problems for d in u.directions if p in u.passes(d))
+                     for p in ("forward", "backward"))
 
     every = count(capture.problems)
     per = [count([capture.problems[i] for i in s.problems]) for s in capture.sizes]

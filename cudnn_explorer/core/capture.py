@@ -26,19 +26,37 @@ class UniqueConv(_Record):
     """One problem as PyTorch's convolution cache keys it (sizes, layout, dtype, padding,
     stride, dilation, groups, TF32), with ``calls``: per direction ("fwd", "bwd-data",
     "bwd-filter"), how many times one iteration runs it, and ``layers``: the modules that
-    run it (fully qualified names, first seen first)."""
+    run it (fully qualified names, first seen first). ``transposed_calls``: of ``calls``,
+    those of transposed convolutions, which PyTorch runs as this problem (its forward as
+    this problem's backward-data, in the forward pass; Note [transposed] in
+    model/capture.py)."""
 
     problem: ConvProblem
     calls: Dict[str, int] = field(default_factory=dict)
     layers: List[str] = field(default_factory=list)
+    transposed_calls: Dict[str, int] = field(default_factory=dict)
 
     @property
     def directions(self) -> List[str]:
         return [d for d in DIRECTIONS if self.calls.get(d)]
 
+    def passes(self, direction: str) -> List[str]:
+        """The passes ("forward", "backward") whose calls run ``direction``: each has a
+        plan cache of its own (PyTorch's caches are per thread, and the autograd engine
+        runs the backward pass on a thread of its own)."""
+        t = self.transposed_calls.get(direction, 0)
+        own = self.calls.get(direction, 0) - t
+        normal = "forward" if direction == "fwd" else "backward"
+        mapped = "forward" if direction == "bwd-data" else "backward"
+        return [p for p in ("forward", "backward")
+                if (own > 0 and p == normal) or (t > 0 and p == mapped)]
+
     def to_dict(self) -> dict:
-        return {"problem": self.problem.to_dict(), "calls": dict(self.calls),
-                "layers": list(self.layers)}
+        d = {"problem": self.problem.to_dict(), "calls": dict(self.calls),
+             "layers": list(self.layers)}
+        if self.transposed_calls:
+            d["transposed_calls"] = dict(self.transposed_calls)
+        return d
 
 
 @dataclass
@@ -150,6 +168,8 @@ def merge_sizes(captures: List[Capture], sizes: List[int], spec: ModelSpec) -> C
             m = problems[index[u.problem]]
             for d, n in u.calls.items():
                 m.calls[d] = m.calls.get(d, 0) + n
+            for d, n in u.transposed_calls.items():
+                m.transposed_calls[d] = m.transposed_calls.get(d, 0) + n
             m.layers += [x for x in u.layers if x not in m.layers]
             used.append(index[u.problem])
         for x in cap.uncovered:

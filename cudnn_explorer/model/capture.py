@@ -5,8 +5,9 @@ TorchDispatchMode. The mode sits below autocast, so each ``aten.convolution`` an
 ``aten.convolution_backward`` arrives with the dtypes and strides cuDNN gets.
 ForwardTracker names the layer of each forward call; a backward call is named by its
 forward call, which runs the same problem. Backward calls follow ``output_mask``: the first
-layer computes no gradient of its input, so it has no backward-data problem. No cuDNN is
-needed, so this runs, and is tested, on the CPU.
+layer computes no gradient of its input, so it has no backward-data problem. A transposed
+convolution is recorded as the convolution PyTorch runs it as (Note [transposed]). No
+cuDNN is needed, so this runs, and is tested, on the CPU.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..core.errors import ResourceError, UserError, described
 from ..core.problem import DTYPES, ConvProblem
 
 __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "ForwardTracker",
-           "not_covered", "explored"]
+           "not_covered", "explored", "forward_direction", "backward_directions", "layer_name"]
 
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
                 "torch.bfloat16": "bfloat16", "torch.float64": "float64"}
@@ -39,10 +40,8 @@ def layout_of(x, w) -> str:
     return "nhwc" if channels_last(x) or channels_last(w) else "nchw"
 
 
-def not_covered(x, transposed: bool) -> str:
+def not_covered(x) -> str:
     """Why a convolution with input ``x`` is not one the tool explores, or "" when it is."""
-    if transposed:
-        return "transposed convolution (not explored: the tool runs forward convolutions)"
     if str(x.dtype) not in _DTYPE_NAMES:
         return f"dtype {x.dtype} (cuDNN convolutions here take {', '.join(DTYPES)})"
     if x.dim() not in (3, 4, 5):
@@ -50,28 +49,72 @@ def not_covered(x, transposed: bool) -> str:
     return ""
 
 
-def explored(x, w, stride, padding, dilation, transposed: bool, groups: int,
+# Note [transposed]: PyTorch runs a transposed convolution as the convolution it is the
+# adjoint of, whose input has the transposed one's output shape (ATen
+# cudnn/ConvShared.cpp): its forward as that convolution's backward-data, its input's
+# gradient as that one's forward, its weight's gradient as that one's backward-filter,
+# with the same tensors, so under the same cache keys. The capture records it as that
+# problem and those directions; its layer is named "<layer> (transposed)".
+def forward_direction(transposed: bool) -> str:
+    """The direction cuDNN runs for an ``aten.convolution`` call."""
+    return "bwd-data" if transposed else "fwd"
+
+
+def backward_directions(transposed: bool) -> Tuple[str, str]:
+    """The directions cuDNN runs for an ``aten.convolution_backward`` call's input
+    gradient and weight gradient (its output_mask[0] and [1])."""
+    return ("fwd", "bwd-filter") if transposed else ("bwd-data", "bwd-filter")
+
+
+def layer_name(layer: str, transposed: bool) -> str:
+    return f"{layer} (transposed)" if transposed else layer
+
+
+def explored(x, w, stride, padding, dilation, transposed: bool, output_padding, groups: int,
              tf32: bool) -> Tuple[Optional[ConvProblem], str]:
     """(the call's problem, "") for a convolution call the tool explores, else (None, why
-    not): PyTorch ran it (its call comes first), the tool cannot."""
-    why = not_covered(x, transposed)
+    not): PyTorch ran it (its call comes first), the tool cannot. The arguments are
+    ``aten.convolution``'s."""
+    why = not_covered(x)
     if why:
         return None, why
     try:
-        return problem_of(x, w, stride, padding, dilation, groups, tf32), ""
+        return problem_of(x, w, stride, padding, dilation, groups, tf32, transposed,
+                          output_padding), ""
     except UserError as e:
         return None, f"not a problem the tool explores: {e}"
 
 
-def problem_of(x, w, stride, padding, dilation, groups: int, tf32: bool) -> ConvProblem:
+def _full(values, n: int) -> List[int]:
+    values = [int(v) for v in values]
+    return values * n if len(values) == 1 else values
+
+
+def problem_of(x, w, stride, padding, dilation, groups: int, tf32: bool,
+               transposed: bool = False, output_padding=()) -> ConvProblem:
     """The ConvProblem of one convolution call: input ``x`` and weight ``w`` as cuDNN
-    gets them."""
+    gets them; for a transposed call, the convolution PyTorch runs it as (Note
+    [transposed])."""
     dtype = _DTYPE_NAMES[str(x.dtype)]
-    return ConvProblem.create(tuple(x.shape), out_channels=int(w.shape[0]),
-                              kernel=tuple(w.shape[2:]), stride=tuple(stride),
-                              padding=tuple(padding), dilation=tuple(dilation),
-                              groups=int(groups), dtype=dtype, layout=layout_of(x, w),
-                              tf32=bool(tf32) if dtype == "float32" else None)
+    shape = tuple(int(v) for v in x.shape)
+    if transposed:  # the input of the convolution it is the adjoint of: x's output shape
+        n = x.dim() - 2
+        s, p, d = _full(stride, n), _full(padding, n), _full(dilation, n)
+        o = _full(output_padding or [0], n)
+        k = [int(v) for v in w.shape[2:]]
+        shape = (shape[0], int(w.shape[1]) * int(groups),
+                 *[(shape[2 + i] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + o[i] + 1
+                   for i in range(n)])
+    problem = ConvProblem.create(shape, out_channels=int(w.shape[0]),
+                                 kernel=tuple(w.shape[2:]), stride=tuple(stride),
+                                 padding=tuple(padding), dilation=tuple(dilation),
+                                 groups=int(groups), dtype=dtype, layout=layout_of(x, w),
+                                 tf32=bool(tf32) if dtype == "float32" else None)
+    if transposed and tuple(problem.output_shape[2:]) != tuple(x.shape[2:]):
+        raise UserError(f"a transposed convolution whose output_padding "
+                        f"{list(output_padding)} is not smaller than its stride "
+                        f"{list(stride)}: no convolution has it as its adjoint")
+    return problem
 
 
 class _Recorder:
@@ -84,12 +127,17 @@ class _Recorder:
         self.calls = 0
 
     def add(self, layer: Optional[str], direction_mask: Tuple[Tuple[str, bool], ...], x, w, stride,
-            padding, dilation, transposed: bool, groups: int) -> None:
+            padding, dilation, transposed: bool, output_padding, groups: int) -> None:
+        """One call of ``aten.convolution`` (``x``: its input) or of its backward, whose
+        directions ``direction_mask`` names (Note [transposed])."""
         n = sum(1 for _, on in direction_mask if on)
         if n == 0:
             return
         self.calls += n
-        p, why = explored(x, w, stride, padding, dilation, transposed, groups, self.tf32)
+        p, why = explored(x, w, stride, padding, dilation, transposed, output_padding,
+                          groups, self.tf32)
+        if layer is not None:
+            layer = layer_name(layer, transposed)
         if p is None:
             key = (why, tuple(x.shape), tuple(w.shape))
             u = self.uncovered.setdefault(key, Uncovered(
@@ -101,6 +149,8 @@ class _Recorder:
         for d, on in direction_mask:
             if on:
                 u.calls[d] = u.calls.get(d, 0) + 1
+                if transposed:
+                    u.transposed_calls[d] = u.transposed_calls.get(d, 0) + 1
         if layer is not None and layer not in u.layers:
             u.layers.append(layer)
 
@@ -168,14 +218,16 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
             # with PyTorch's message (below), before the tool records anything of it.
             out = func(*args, **kwargs)
             if func is aten.convolution.default:
-                x, w, _, stride, padding, dilation, transposed, _, groups = args
-                rec.add(tracker.layer(), (("fwd", True),), x, w, stride, padding,
-                        dilation, transposed, groups)
+                x, w, _, stride, padding, dilation, transposed, out_pad, groups = args
+                rec.add(tracker.layer(), ((forward_direction(transposed), True),), x, w,
+                        stride, padding, dilation, transposed, out_pad, groups)
             elif func is aten.convolution_backward.default:
-                (_, x, w, _, stride, padding, dilation, transposed, _, groups, mask) = args
+                (_, x, w, _, stride, padding, dilation, transposed, out_pad, groups,
+                 mask) = args
                 # a backward call is named by its forward call (the same problem)
-                rec.add(None, (("bwd-data", bool(mask[0])), ("bwd-filter", bool(mask[1]))),
-                        x, w, stride, padding, dilation, transposed, groups)
+                d_input, d_weight = backward_directions(transposed)
+                rec.add(None, ((d_input, bool(mask[0])), (d_weight, bool(mask[1]))),
+                        x, w, stride, padding, dilation, transposed, out_pad, groups)
             return out
 
     model.train(spec.train)

@@ -47,7 +47,8 @@ from ..core.capture import ModelSpec
 from ..core.errors import described
 from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
-from .capture import ForwardTracker, explored, iteration
+from .capture import (ForwardTracker, backward_directions, explored, forward_direction,
+                      iteration, layer_name)
 
 
 def _mean(xs) -> float:
@@ -108,7 +109,12 @@ class _Probe:
         self.other_peak_reserved = max(self.other_peak_reserved, cuda.max_memory_reserved())
         cuda.reset_peak_memory_stats()
 
-    def call(self, fn, problem, direction: str, layer: str):
+    def call(self, fn, problem, direction: str, layer: str, backward: bool):
+        """``fn()``, a call of ``problem`` in ``direction`` from the forward pass, or from
+        the backward pass (``backward``): PyTorch's plan caches are per thread, and the
+        autograd engine runs the backward pass on its own, so each pass searches a
+        problem-direction once (they differ only where a transposed convolution runs it:
+        Note [transposed] in model/capture.py)."""
         cuda = self.cuda
         self._fold()
         a0, r0, s0 = cuda.memory_allocated(), cuda.memory_reserved(), (log_size(self.log) or 0)
@@ -116,7 +122,7 @@ class _Probe:
         out = fn()
         cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
-        key = (problem, direction)
+        key = (problem, direction, backward)
         self.calls.append({
             "problem": problem.to_dict(), "direction": direction, "layer": layer,
             "first": key not in self.seen, "ms": ms, "alloc_before": a0,
@@ -140,32 +146,36 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
     aten = torch.ops.aten
     tracker = ForwardTracker(model)
 
-    def problem(x, w, stride, padding, dilation, transposed, groups):
+    def problem(x, w, stride, padding, dilation, transposed, output_padding, groups):
         """The call's problem, or None for one the capture lists as not covered."""
-        return explored(x, w, stride, padding, dilation, transposed, groups, probe.tf32)[0]
+        return explored(x, w, stride, padding, dilation, transposed, output_padding, groups,
+                        probe.tf32)[0]
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func is aten.convolution.default:
-                x, w, _, stride, padding, dilation, transposed, _, groups = args
-                p = problem(x, w, stride, padding, dilation, transposed, groups)
+                x, w, _, stride, padding, dilation, transposed, out_pad, groups = args
+                p = problem(x, w, stride, padding, dilation, transposed, out_pad, groups)
                 if p is not None:
-                    return probe.call(lambda: func(*args, **kwargs), p, "fwd",
-                                      tracker.layer())
+                    return probe.call(lambda: func(*args, **kwargs), p,
+                                      forward_direction(transposed),
+                                      layer_name(tracker.layer(), transposed), False)
             elif func is aten.convolution_backward.default:
-                (_, x, w, _, stride, padding, dilation, transposed, _, groups, mask) = args
-                p = problem(x, w, stride, padding, dilation, transposed, groups)
+                (_, x, w, _, stride, padding, dilation, transposed, out_pad, groups,
+                 mask) = args
+                p = problem(x, w, stride, padding, dilation, transposed, out_pad, groups)
                 if p is not None and (mask[0] or mask[1]):
                     head = list(args[:10])
+                    d_input, d_weight = backward_directions(transposed)
                     if mask[0] and mask[1]:  # Note [split backward]
                         gi = probe.call(lambda: func(*head, [True, False, mask[2]]),
-                                        p, "bwd-data", "")
+                                        p, d_input, "", True)
                         gw = probe.call(lambda: func(*head, [False, True, False]),
-                                        p, "bwd-filter", "")
+                                        p, d_weight, "", True)
                         return gi[0], gw[1], gi[2]
-                    d = "bwd-data" if mask[0] else "bwd-filter"
-                    return probe.call(lambda: func(*args, **kwargs), p, d, "")
+                    return probe.call(lambda: func(*args, **kwargs), p,
+                                      d_input if mask[0] else d_weight, "", True)
             return func(*args, **kwargs)
 
     with tracker, Mode():

@@ -177,7 +177,9 @@ def _size_run(raw: dict, index: Dict[ConvProblem, int], log: bytes) -> SizeRun:
 
 def _per_problem(result: dict, index: Dict[ConvProblem, int], log: bytes) -> Dict[int, dict]:
     """Per unique problem, its first calls as a per-problem child reports them
-    (measure/child.py's RESULT), with the log those calls wrote."""
+    (measure/child.py's RESULT), with the log those calls wrote. A direction that both
+    passes search (a transposed convolution's problem, see _Probe.call) is the first
+    search's."""
     out: Dict[int, dict] = {}
     for size in result.get("sizes", []):
         for c in size["calls"]:
@@ -186,6 +188,8 @@ def _per_problem(result: dict, index: Dict[ConvProblem, int], log: bytes) -> Dic
                 continue
             r = out.setdefault(i, {"settings": result.get("settings", {}), "directions": [],
                                    "log_text": ""})
+            if any(d["direction"] == c["direction"] for d in r["directions"]):
+                continue
             r["directions"].append({
                 "direction": c["direction"], "first_call_ms": c["ms"],
                 "first_peak_alloc_bytes": max(c["peak_alloc"] - c["alloc_before"], 0),

@@ -102,8 +102,8 @@ def render_advice(adv: Advice) -> str:
     (fwd, bwd), (fwd1, bwd1) = plans_needed(cap)
     several = (fwd, bwd) != (fwd1, bwd1)
     lines += wrap(f"plans: {'one pass over the sizes' if several else 'the workload'} needs "
-                  f"{fwd} forward plans (the calling thread's cache) and {bwd} backward ones "
-                  f"(the autograd thread's)"
+                  f"{fwd} plans in the forward pass (the calling thread's cache) and {bwd} in "
+                  f"the backward pass (the autograd thread's)"
                   + (f", one size at most {fwd1} and {bwd1}" if several else "")
                   + f"; PyTorch keeps up to {PLAN_CACHE_LIMIT} per thread "
                   f"(TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT, left at that default here), so a "

@@ -35,10 +35,13 @@ def _layers(names: List[str], most: int = 2) -> str:
 
 
 def _problem_text(p) -> str:
-    """A compact problem: input, weight, stride, groups, dtype, layout."""
+    """A compact problem: input, weight, then what is not the default (padding p, stride s,
+    dilation d, groups g), dtype, layout."""
     x = "x".join(map(str, p.input_shape))
     w = "x".join(map(str, p.weight_shape))
-    extra = "" if set(p.stride) == {1} else f" s{'x'.join(map(str, p.stride))}"
+    extra = "" if set(p.padding) == {0} else f" p{'x'.join(map(str, p.padding))}"
+    extra += "" if set(p.stride) == {1} else f" s{'x'.join(map(str, p.stride))}"
+    extra += "" if set(p.dilation) == {1} else f" d{'x'.join(map(str, p.dilation))}"
     extra += "" if p.groups == 1 else f" g{p.groups}"
     return f"{x} * {w}{extra} {p.dtype} {p.layout}"
 
@@ -72,6 +75,11 @@ def render_capture(cap: Capture) -> str:
                               str(len(s.new)), str(seen)])
         lines.append(table(size_rows, headers=["size", "conv calls", "unique", "new",
                                                "unique so far"]))
+    if any(u.transposed_calls for u in cap.problems):
+        lines += wrap("(transposed): a transposed convolution, counted as the convolution "
+                      "PyTorch runs it as, the one it is the adjoint of: its forward is that "
+                      "problem's bwd-d, its input's gradient that problem's fwd, its "
+                      "weight's gradient that problem's bwd-f")
     for u in cap.uncovered:
         lines += wrap(f"not covered: {u.layer}: {u.why}; input "
                       f"{'x'.join(map(str, u.input_shape))}, weight "
