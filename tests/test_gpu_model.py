@@ -32,6 +32,34 @@ def test_small_model_end_to_end(tmp_path):
     assert r.returncode == 0 and "left on the table" in r.stdout, r.stderr
 
 
+UPSAMPLING = '''
+import torch
+
+def updown():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, stride=2, padding=1),
+                               torch.nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1))
+'''
+
+
+def test_a_transposed_convolution_is_explored_with_pytorchs_picks(tmp_path):
+    """A training step through a transposed convolution: its forward is found as its
+    problem's backward-data in PyTorch's run of the model, its input's gradient as the
+    forward, its weight's gradient as the backward-filter (Note [transposed]): every
+    problem-direction has PyTorch's pick and a time."""
+    (tmp_path / "upnets.py").write_text(UPSAMPLING)
+    out = tmp_path / "sweep.json"
+    r = run_cli("model", "--model", "upnets:updown", "--batch", "4", "--input", "3x32x32",
+                "--amp", "fp16", "--channels-last", "--budget-ms", "5", "--engine-configs",
+                "1", "--engine-budget-s", "10", "--no-store", "--quiet", "--json", str(out),
+                env={"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")},
+                timeout=400)
+    assert r.returncode == 0, r.stderr
+    assert "2 unique problems" in r.stdout and "1 (transposed)" in r.stdout, r.stdout
+    assert "not covered" not in r.stdout
+    # conv: fwd and bwd-filter (its input needs no gradient); the transposed one: all three
+    assert "model totals (5 of 5 problem-directions" in r.stdout, r.stdout
+
+
 def test_advise_small_model_two_sizes_with_repeats(tmp_path):
     """advise end to end on the GPU: two input sizes, a graph of the whole training step,
     a repeat of the benchmark-on run, the verdict, and the saved advice rendered again."""
