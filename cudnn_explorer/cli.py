@@ -820,8 +820,9 @@ def build_model_parser() -> argparse.ArgumentParser:
                     "PyTorch's pick, the best legacy algorithm and the best engine config, "
                     "in ms per iteration.")
     m = p.add_argument_group("model")
-    add_model_args(m, "variable input sizes: capture at each square size (320:640:32 or "
-                      "320,416,512) and count the new problems each one brings")
+    add_model_args(m, "variable input sizes: capture at each size S (320:640:32 or "
+                      "320,416,512), the input 3xSxS or --input's shape with its height and "
+                      "width set to S, and count the new problems each one brings")
     m.add_argument("--capture-only", action="store_true",
                    help="list the unique problems and their layers; explore nothing")
     m.add_argument("--target", metavar="GPUS",
@@ -882,9 +883,9 @@ def model_spec(a):
                         "(one of them)")
     if a.input and a.image:
         raise UserError("--image would be ignored: --input gives the whole shape; drop one")
-    if a.sizes and (a.input or a.image):
-        raise UserError(f"{'--input' if a.input else '--image'} would be ignored: --sizes "
-                        f"gives the input sizes (3xSxS); drop one")
+    if a.sizes and a.image:
+        raise UserError("--image would be ignored: --sizes gives the input sizes (3xSxS, or "
+                        "--input's shape with its height and width set to S); drop one")
     if a.image:
         (n,) = parse_int_list(a.image, "--image")
         shape = zoo.parse_input(f"3x{n}x{n}")
@@ -896,12 +897,9 @@ def model_spec(a):
     batch = _int(a.batch, "--batch", lo=1)
     if batch > 1 << 20:
         raise UserError(f"--batch {batch}: valid: an integer from 1 to 1048576")
-    sizes = zoo.parse_sizes(a.sizes) if a.sizes else []
-    if sizes:
-        shape = (3, sizes[0], sizes[0])
-    return ModelSpec(name=a.name or "", factory=a.model or "", input_shape=list(shape),
-                     batch=batch, amp=amp, channels_last=a.channels_last, train=not a.eval,
-                     sizes=sizes)
+    spec = ModelSpec(name=a.name or "", factory=a.model or "", input_shape=list(shape),
+                     batch=batch, amp=amp, channels_last=a.channels_last, train=not a.eval)
+    return spec.over_sizes(zoo.parse_sizes(a.sizes)) if a.sizes else spec
 
 
 def _model_targets(a, cap, profiles, pipeline) -> int:
@@ -1093,10 +1091,11 @@ def build_advise_parser() -> argparse.ArgumentParser:
                     "at every input size, and weighs the first calls' cost against the "
                     "steady-state saving over --iterations iterations.")
     m = p.add_argument_group("workload")
-    add_model_args(m, "variable square input sizes, equally frequent (320:640:32 or "
-                      "320,416,512)")
+    add_model_args(m, "variable input sizes S, equally frequent (320:640:32 or "
+                      "320,416,512): the input 3xSxS or --input's shape with its height and "
+                      "width set to S")
     m.add_argument("--shape-dist", default=None, metavar="FILE",
-                   help="variable square input sizes with their frequencies: one "
+                   help="variable input sizes with their frequencies, as --sizes: one "
                         "'SIZE COUNT' per line")
     m.add_argument("--iterations", default="10000",
                    help="how many iterations the workload runs (default 10000)")
@@ -1149,15 +1148,14 @@ def _run_advise(argv: List[str]) -> int:
     flags = given_flags(parser, argv)
     if a.load:
         return render_saved(a, flags, "advice", Advice.from_json, render_advice)
-    if a.shape_dist and (a.sizes or a.input or a.image):
-        which = "--sizes" if a.sizes else ("--input" if a.input else "--image")
+    if a.shape_dist and (a.sizes or a.image):
+        which = "--sizes" if a.sizes else "--image"
         raise UserError(f"{which} would be ignored: --shape-dist gives the input sizes; "
                         f"drop one")
     spec = model_spec(a)
     if a.shape_dist:
         dist = parse_shape_dist(read_text(a.shape_dist, "--shape-dist"), a.shape_dist)
-        spec = replace(spec, sizes=[s for s, _ in dist],
-                       input_shape=[3, dist[0][0], dist[0][0]])
+        spec = spec.over_sizes([s for s, _ in dist])
     elif spec.sizes:
         dist = [(s, 1.0) for s in spec.sizes]
     else:

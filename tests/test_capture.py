@@ -281,3 +281,14 @@ def test_forward_tracker_names_the_innermost_module_and_leaves_no_hook():
         assert tracker.layer() == "(outside any module)"
     assert seen == ["0.1"]
     assert (len(mod._global_forward_pre_hooks), len(mod._global_forward_hooks)) == before
+
+
+def test_a_spec_over_sizes_keeps_channels_and_frames():
+    image = ModelSpec(name="m", input_shape=[1, 64, 48], batch=2).over_sizes([32, 40])
+    assert image.input_shape == [1, 32, 32] and image.at_size(40).input_shape == [1, 40, 40]
+    assert "input 2x1xSxS for S in 32, 40" in image.describe()
+    video = ModelSpec(name="m", input_shape=[3, 8, 112, 112]).over_sizes([96])
+    assert video.input_shape == [3, 8, 96, 96] and video.at_size(96).sizes == []
+    signal = ModelSpec(name="m", input_shape=[2, 1000]).over_sizes([500, 800])
+    assert signal.at_size(800).input_shape == [2, 800]
+    assert "input 1x2xS for S in 500, 800" in signal.describe()

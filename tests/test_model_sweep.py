@@ -2,6 +2,7 @@
 fake bench (real child processes, the real engine driver), save after every problem, and
 render the per-iteration report, also from the saved file and after an interruption."""
 import json
+import os
 
 import pytest
 
@@ -108,6 +109,29 @@ def test_capture_report_fits_and_names_layers():
     assert all(len(line) <= 120 for line in text.splitlines())
 
 
+def test_sizes_set_the_height_and_width_of_inputs_shape(tmp_path):
+    """--sizes with --input: a 1-channel image model and a video model at each size S,
+    their channels (and frames) kept."""
+    (tmp_path / "graynets.py").write_text(
+        "import torch\n"
+        "def gray():\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Conv2d(4, 4, 3))\n"
+        "def video():\n"
+        "    return torch.nn.Conv3d(2, 4, 3)\n")
+    env = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(tmp_path) + os.pathsep +
+           os.environ.get("PYTHONPATH", "")}
+    r = run_cli("model", "--model", "graynets:gray", "--input", "1x64x64", "--sizes", "16,24",
+                "--batch", "2", "--capture-only", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "input 2x1xSxS for S in 16, 24" in r.stdout
+    assert "2x1x16x16 * 4x1x3x3" in r.stdout and "2x4x22x22 * 4x4x3x3" in r.stdout
+    r = run_cli("model", "--model", "graynets:video", "--input", "2x5x9x9", "--sizes", "8,12",
+                "--batch", "1", "--capture-only", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "input 1x2x5xSxS for S in 8, 12" in r.stdout
+    assert "1x2x5x8x8 * 4x2x3x3x3" in r.stdout and "1x2x5x12x12 * 4x2x3x3x3" in r.stdout
+
+
 @pytest.mark.parametrize("args,match", [
     (["model"], "give a model"),
     (["model", "resnet18", "--model", "m:f"], "one of them"),
@@ -116,6 +140,7 @@ def test_capture_report_fits_and_names_layers():
     (["model", "resnet18", "--batch", "0"], "--batch 0"),
     (["model", "resnet18", "--input", "3x0x4"], "--input '3x0x4'"),
     (["model", "resnet18", "--input", "3x8x8", "--image", "8"], "--image would be ignored"),
+    (["model", "resnet18", "--sizes", "8,16", "--image", "8"], "--image would be ignored"),
     (["model", "resnet18", "--capture-only", "--budget-ms", "5"], "--budget-ms would be"),
     (["model", "--model", "nomodule:f", "--capture-only"], "cannot import nomodule"),
     (["model", "resnet18", "--profile", "fast"], "--profile 'fast': valid: quick, deep"),

@@ -86,7 +86,22 @@ class ModelSpec(_Record):
     channels_last: bool = False
     train: bool = True
 
-    sizes: List[int] = field(default_factory=list)  # --sizes: square inputs, in order
+    sizes: List[int] = field(default_factory=list)  # --sizes: input sizes, in order
+
+    def shape_at(self, size) -> List:
+        """``input_shape`` at input size ``size`` (--sizes): its height and width set to it
+        (C x S x S, C x D x S x S), or its length (C x S) for a 1-D input."""
+        shape = list(self.input_shape)
+        k = 1 if len(shape) <= 2 else 2
+        return shape[:len(shape) - k] + [size] * k
+
+    def at_size(self, size: int) -> "ModelSpec":
+        """The spec of one input size of ``sizes``."""
+        return replace(self, input_shape=self.shape_at(size), sizes=[])
+
+    def over_sizes(self, sizes: List[int]) -> "ModelSpec":
+        """This spec over input sizes ``sizes``; its input shape is the first's."""
+        return replace(self, input_shape=self.shape_at(sizes[0]), sizes=list(sizes))
 
     def describe(self) -> str:
         what = self.name or self.factory
@@ -95,7 +110,7 @@ class ModelSpec(_Record):
         layout = "channels_last" if self.channels_last else "contiguous"
         shape = "x".join(map(str, [self.batch] + list(self.input_shape)))
         if self.sizes:
-            shape = (f"{self.batch}x{self.input_shape[0]}xSxS for S in "
+            shape = (f"{'x'.join(map(str, [self.batch] + self.shape_at('S')))} for S in "
                      f"{', '.join(map(str, self.sizes))}")
         return f"{what}, input {shape}, {mode}, {amp}, {layout}"
 

@@ -258,7 +258,7 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
 
 def capture_model(spec: ModelSpec, device: str) -> Capture:
     """Build ``spec``'s model on ``device`` and capture one iteration, at each of its
-    ``sizes`` when it has them (3 x S x S inputs); the model's memory is given back."""
+    ``sizes`` when it has them (ModelSpec.at_size); the model's memory is given back."""
     import torch
     from dataclasses import replace
 
@@ -268,7 +268,7 @@ def capture_model(spec: ModelSpec, device: str) -> Capture:
     if spec.sizes:
         caps = []
         for size in spec.sizes:
-            one = replace(spec, input_shape=[3, size, size], sizes=[])
+            one = spec.at_size(size)
             caps.append(capture(model, zoo.make_inputs(one, device), one, device))
         cap = merge_sizes(caps, spec.sizes, spec)
     else:

@@ -47,7 +47,7 @@ def model_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
 
 def _shapes(capture: Capture) -> List[List[int]]:
     spec = capture.model
-    return [[3, s, s] for s in spec.sizes] if spec.sizes else [list(spec.input_shape)]
+    return [spec.shape_at(s) for s in spec.sizes] if spec.sizes else [list(spec.input_shape)]
 
 
 def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
