@@ -156,3 +156,27 @@ def test_model_bad_input_is_one_line_exit_2(args, match):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and match in lines[-1], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_pick_whose_first_call_searched_no_plan_is_named_and_explained():
+    """A problem-direction PyTorch ran without cuDNN (no plan search in its run of the
+    model) reads 'no search' in the pick column, with why, not a bare '-'."""
+    import gzip
+
+    ref = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                       "reference", "h200-resnet50-b32-amp-fp16-nhwc.json.gz")
+    d = json.loads(gzip.decompress(open(ref, "rb").read()))
+    first = d["entries"][0]["exploration"]["directions"][0]  # conv1, fwd
+    for p in first["pytorch"]:
+        if p["mode"] == "benchmark":
+            p.update(engine_tag=None, error="no plan search for this direction in the "
+                                            "cudnn-frontend log")
+    text = render_sweep(ModelSweep.from_dict(d))
+    row = next(ln for ln in text.splitlines() if ln.startswith("1   fwd"))
+    assert row.split()[3:5] == ["no", "search"], row
+    assert "no search: 1 problem-direction(s) whose first call in PyTorch's run of the " \
+           "model logged no cuDNN plan search" in " ".join(text.split())
+    assert "== model totals (67 of 68 problem-directions" in text
+    plain = render_sweep(ModelSweep.from_dict(json.loads(gzip.decompress(
+        open(ref, "rb").read()))))
+    assert "no search" not in plain

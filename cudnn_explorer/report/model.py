@@ -113,6 +113,7 @@ def render_sweep(sw: ModelSweep) -> str:
     by_mode = {m: 0.0 for m in _MODES}  # per iteration, where every mode has a time
     det_gaps = []
     mode_n = 0
+    unlogged = 0  # benchmark picks with no plan search in PyTorch's log
     for i, u in enumerate(cap.problems):
         e = sw.entry(i)
         if e is None or e.exploration is None:
@@ -143,6 +144,10 @@ def render_sweep(sw: ModelSweep) -> str:
                     by_mode[m] += v * calls
                 det_gaps.append(((times["deterministic"] - times["benchmark"]) * calls, i,
                                  d.direction))
+            no_search = bench is None and sw.pytorch_run is not None and any(
+                p.mode == "benchmark" and p.error.startswith("no plan search")
+                for p in d.pytorch)
+            unlogged += no_search
             heur = d.pytorch_pick("heuristic", api=None)
             if bench and heur and bench.first_call_ms is not None \
                     and heur.first_call_ms is not None:
@@ -151,7 +156,9 @@ def render_sweep(sw: ModelSweep) -> str:
                 first_n += 1
             rows.append([str(i + 1) if d is e.exploration.directions[0] else "",
                          _SHORT[d.direction], str(calls),
-                         short_choice(bench) if bench else "-", _per_iter(pick, calls),
+                         short_choice(bench) if bench else ("no search" if no_search
+                                                            else "-"),
+                         _per_iter(pick, calls),
                          short_algo(leg_row.algo_name, leg_row.math_type, 24)
                          if leg_row else "-", _per_iter(legacy, calls),
                          short_tag(eng.tag, 20) if eng else "-", _per_iter(engine, calls)])
@@ -166,6 +173,12 @@ def render_sweep(sw: ModelSweep) -> str:
                   f"explored on its own, {source}{scope}; profile {sw.profile}):", "")
     lines.append(table(rows, headers=["#", "dir", "calls", "PyTorch's pick", "ms/iter",
                                       "best legacy", "ms/iter", "best engine", "ms/iter"]))
+    if unlogged:
+        lines += wrap(f"no search: {unlogged} problem-direction(s) whose first call in "
+                      f"PyTorch's run of the model logged no cuDNN plan search: PyTorch ran "
+                      f"them without a cuDNN engine config (ATen runs some convolutions with "
+                      f"kernels of its own, e.g. float32 depthwise ones), so its time is not "
+                      f"known here")
     lines.append("")
     lines.append(f"== model totals ({covered} of {counted} problem-directions with PyTorch's "
                  f"pick and a time)")
