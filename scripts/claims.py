@@ -306,8 +306,8 @@ def missing(rows, path, cmd, claim) -> bool:
     """False (and a row saying so) when the step's file is not there; True to go on."""
     if os.path.exists(path):
         return True
-    rows.append([claim, "not measured: the command failed or did not run (see log.txt)",
-                 "untested", cmd])
+    rows.append([claim, "not measured: the command failed or did not run (its output: "
+                        "log.txt beside the results)", "untested", cmd])
     return False
 
 
