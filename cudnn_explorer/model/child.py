@@ -30,9 +30,10 @@ RESULT: {"torch", "cudnn", "settings", "error" ("" or why it stopped), "sizes": 
 "input_shape", "first_ms", "before_alloc", "before_reserved", "first_peak_alloc",
 "first_peak_reserved", "other_peak_alloc" (the peak outside convolution calls),
 "conv_calls", "conv_ms", "calls": [{"problem" (ConvProblem dict), "direction", "layer",
-"first", "ms", "alloc_before", "peak_alloc", "reserved_before", "reserved_after",
-"peak_reserved", "log_span"}], "steady_ms": [...], "warmup", "steady_method" ("eager" or
-"graph"), "steady_note", "steady_eager_ms" (with a graph: eager iterations beside it),
+"first" (its pass's first call of that problem and direction: _Probe.call), "ms",
+"alloc_before", "peak_alloc", "reserved_before", "reserved_after", "peak_reserved",
+"log_span"}], "steady_ms": [...], "warmup", "steady_method" ("eager" or "graph"),
+"steady_note", "steady_eager_ms" (with a graph: eager iterations beside it),
 "steady_peak_alloc", "steady_peak_reserved" (of eager steady iterations)}]}; with
 ``steady_only``, no first-iteration keys.
 The result is rewritten after every shape, so a child that dies keeps what finished.
