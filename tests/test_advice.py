@@ -331,3 +331,7 @@ def test_h200_resnet50_advice_renders_from_its_file():
             "cache) and 45 in the backward pass (the autograd thread's); PyTorch keeps up to "
             "10000 per thread") in text
     assert "== pick stability: 3 fresh processes with benchmark on (0 failed)" in text
+    # a row per plan, whole tags: two plans of one engine are told apart
+    assert "eng68_k2=0_k13=0_k18=1_k25=0_k27=1_k28=1" in text
+    assert "eng68_k2=0_k13=0_k18=1_k25=0_k27=1_k28=2" in text
+    assert all(len(line) <= 120 for line in r.stdout.splitlines())

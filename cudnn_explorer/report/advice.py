@@ -147,19 +147,22 @@ def render_stability(adv: Advice) -> str:
     cap = adv.capture
     for s in unstable:
         u = cap.problems[s.problem]
-        plans = "; ".join(f"{short_tag(t, 22)} x{n}"
-                          + (f" {s.times[t]:.4f}" if t in s.times else "")
-                          for t, n in s.counts.items())
         spread = s.spread
         if spread is not None and spread > TIE:
             lottery += 1
-        rows.append([f"#{s.problem + 1}", s.direction, u.layers[0] if u.layers else "",
-                     plans, "-" if spread is None else f"{100 * spread:.1f}%"])
+        for j, (t, n) in enumerate(s.counts.items()):  # a row per plan, the problem's first
+            head = [f"#{s.problem + 1}", s.direction, u.layers[0] if u.layers else ""]
+            rows.append((head if j == 0 else ["", "", ""])
+                        + [short_tag(t, 44), f"x{n}",
+                           f"{s.times[t]:.4f}" if t in s.times else "-",
+                           ("-" if spread is None else f"{100 * spread:.1f}%") if j == 0
+                           else ""])
     if rows:
         lines += wrap("where it differs: each plan, how often it was picked and its "
                       "steady-state median re-timed here (ms); spread = slowest / fastest - 1:",
                       "- ")
-        lines.append(table(rows, headers=["#", "dir", "layer", "plans picked", "spread"]))
+        lines.append(table(rows, headers=["#", "dir", "layer", "plan", "picked", "ms",
+                                          "spread"]))
         lines += wrap(f"benchmark mode is a lottery for {lottery} of these: its picks differ "
                       f"by more than {100 * TIE:.0f}% in steady time, because PyTorch times "
                       f"each candidate once" if lottery else
