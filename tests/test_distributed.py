@@ -184,3 +184,9 @@ def test_consistency_report_names_where_identical_gpus_differ(tmp_path, monkeypa
     assert "agrees on every rank for 4 of 5" in text and "#2" in text
     t0, t1 = d.pick_timing(pick).median_ms, alt.time
     assert f"{100 * (max(t0, t1) / min(t0, t1) - 1):.1f}%" in text
+    # a row per pick, with its whole tag and the ranks that made it
+    from cudnn_explorer.report.format import short_tag
+
+    for tag, rank in ((pick.engine_tag, "r0"), (alt.tag, "r1")):
+        assert any(f" {short_tag(tag, 44)} " in ln and f" {rank} " in ln
+                   for ln in text.splitlines()), text

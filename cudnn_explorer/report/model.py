@@ -389,8 +389,8 @@ def render_consistency(sweeps: List[ModelSweep]) -> str:
         return "no rank's sweep could be read\n"
     cap = sweeps[0].capture
     gpus = sorted({s.environment.gpu_name for s in sweeps})
-    lines = [f"== consistency: {len(sweeps)} ranks ({', '.join(gpus)}), every unique "
-             f"problem of {cap.model.describe()} on each"]
+    lines = wrap(f"== consistency: {len(sweeps)} ranks ({', '.join(gpus)}), every unique "
+                 f"problem of {cap.model.describe()} on each", "")
     same_pick = same_best = n = 0
     rows = []
     for i, u in enumerate(cap.problems):
@@ -418,13 +418,17 @@ def render_consistency(sweeps: List[ModelSweep]) -> str:
                 groups: dict = {}
                 for r, p in enumerate(per):
                     groups.setdefault(p[0], []).append((r, p[1]))
-                cell = "; ".join(f"{short_tag(tag, 18)} on r{','.join(str(r) for r, _ in rs)} "
-                                 f"({_fastest(rs)})" for tag, rs in groups.items())
-                rows.append([f"#{i + 1}", _SHORT[d], _layers(u.layers, 1), cell, spread])
-    lines.append(f"- PyTorch's benchmark pick agrees on every rank for {same_pick} of {n} "
-                 f"problem-directions; the best engine config for {same_best} of {n}")
+                for j, (tag, rs) in enumerate(groups.items()):  # a row per pick
+                    head = [f"#{i + 1}", _SHORT[d], _layers(u.layers, 1)] if j == 0 \
+                        else ["", "", ""]
+                    rows.append(head + [short_tag(tag, 44),
+                                        ",".join(f"r{r}" for r, _ in rs), _fastest(rs),
+                                        spread if j == 0 else ""])
+    lines += wrap(f"PyTorch's benchmark pick agrees on every rank for {same_pick} of {n} "
+                  f"problem-directions; the best engine config for {same_best} of {n}", "- ")
     if rows:
-        lines.append("- where the picks differ (each pick, the ranks that made it and its "
-                     "fastest median ms there; spread = slowest / fastest - 1):")
-        lines.append(table(rows, headers=["#", "dir", "layer", "picks by rank", "spread"]))
+        lines += wrap("where the picks differ (each pick, the ranks that made it and its "
+                      "fastest median ms there; spread = slowest / fastest - 1):", "- ")
+        lines.append(table(rows, headers=["#", "dir", "layer", "pick", "ranks", "ms",
+                                          "spread"]))
     return "\n".join(lines) + "\n"
