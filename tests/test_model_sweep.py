@@ -177,6 +177,10 @@ def test_a_pick_whose_first_call_searched_no_plan_is_named_and_explained():
     assert "no search: 1 problem-direction(s) whose first call in PyTorch's run of the " \
            "model logged no cuDNN plan search" in " ".join(text.split())
     assert "== model totals (67 of 68 problem-directions" in text
+    # where PyTorch's pick is the best engine config, the row says so (tags are cut)
+    row = next(ln for ln in text.splitlines() if ln.startswith("    bwd-f  1"))
+    assert "= PyTorch's" in row and "= PyTorch's: the best engine config is PyTorch's pick" \
+        in text
     plain = render_sweep(ModelSweep.from_dict(json.loads(gzip.decompress(
         open(ref, "rb").read()))))
     assert "no search" not in plain

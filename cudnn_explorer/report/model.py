@@ -161,7 +161,9 @@ def render_sweep(sw: ModelSweep) -> str:
                          _per_iter(pick, calls),
                          short_algo(leg_row.algo_name, leg_row.math_type, 24)
                          if leg_row else "-", _per_iter(legacy, calls),
-                         short_tag(eng.tag, 20) if eng else "-", _per_iter(engine, calls)])
+                         ("= PyTorch's" if bench and eng.tag == bench.engine_tag
+                          else short_tag(eng.tag, 20)) if eng else "-",
+                         _per_iter(engine, calls)])
     lines.append("")
     source = ("PyTorch's pick from its own run of the model in benchmark mode, timed as "
               "the engine config of the same tag" if sw.pytorch_run is not None else
@@ -173,6 +175,8 @@ def render_sweep(sw: ModelSweep) -> str:
                   f"explored on its own, {source}{scope}; profile {sw.profile}):", "")
     lines.append(table(rows, headers=["#", "dir", "calls", "PyTorch's pick", "ms/iter",
                                       "best legacy", "ms/iter", "best engine", "ms/iter"]))
+    if any(r[7] == "= PyTorch's" for r in rows):
+        lines.append("= PyTorch's: the best engine config is PyTorch's pick")
     if unlogged:
         lines += wrap(f"no search: {unlogged} problem-direction(s) whose first call in "
                       f"PyTorch's run of the model logged no cuDNN plan search: PyTorch ran "
