@@ -341,6 +341,24 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         assert s.steady.method == "eager" and len(s.steady.samples_ms) == 3
         assert s.steady.note == ("the steady timing's own process failed (exit code 1): boom"
                                  "; one round of eager steps from the first process instead")
+
+    # the steady process stopping after the first size: that size is its own, the next
+    # keeps the first process's round, with the steady process's reason
+    def steady_stops(spec, *args):
+        if spec.get("steady_only"):
+            result, _ = real(spec, *args)
+            oom = "out of GPU memory at input 3x12x12: try a smaller --batch"
+            return dict(result, sizes=result["sizes"][:1], error=oom), oom
+        return real(spec, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pytorch_run, "_run_child", steady_stops)
+        part, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1,
+                                        modes=mode, graph=True)
+    first, second = part.modes[0].sizes
+    assert first.steady.note == "no CUDA graphs on the CPU; timed eagerly"
+    assert second.steady.note == ("out of GPU memory at input 3x12x12: try a smaller --batch; "
+                                  "one round of eager steps from the first process instead")
     from cudnn_explorer.report.model import render_model_run
 
     text = render_model_run(run, cap)
