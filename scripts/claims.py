@@ -7,11 +7,14 @@ the problem command for Winograd's workspace, and the results store's `compare` 
 its 95% confidence interval where there is one, verdict, and the command.
 
 Usage: python scripts/claims.py [--out docs/claims.md] [--keep DIR] [--batch 32]
-           [--steps r50,sizes,dist80,winograd] [--device N] [--table-only]
+           [--steps r50,sizes,dist80,winograd] [--device N] [--store PATH] [--table-only]
 Needs a GPU; about 20 minutes on an H200. Each step's result is a JSON file in --keep:
 a step whose file is there is not measured again, so a run cut short goes on where it
 stopped, and the steps can run on several GPUs at once (one --steps list and --device
 each, the same --keep), then --table-only writes the table from the files (no GPU).
+The commands keep their results in the results store --store, by default results.db in
+--keep: a step cut short in the middle answers what had finished from it (advise's runs
+of the model), also on another machine given the same folder.
 """
 import argparse
 import json
@@ -45,14 +48,16 @@ def shown_command(args, keep):
         keep + os.sep, "")
 
 
-def measure(path, args, keep, device):
+def measure(path, args, keep, device, store):
     """Run the product's command ``args`` (which writes ``path``; a command whose output is
-    the result writes it to ``path``, a .txt) on ``device``, unless ``path`` is there from
-    an earlier run."""
+    the result writes it to ``path``, a .txt) on ``device`` with the results store
+    ``store``, unless ``path`` is there from an earlier run."""
     if os.path.exists(path):
         return
     if device is not None and args[0] != "compare" and "--target" not in args:
         args = [*args, "--device", str(device)]  # (those two need no GPU)
+    if "--target" not in args:  # (it explores nothing, so it keeps nothing)
+        args = [*args, "--store", store]
     p = cli(args, keep)
     if path.endswith(".txt") and p.returncode == 0:
         with open(path, "w") as f:
@@ -117,6 +122,9 @@ def main() -> int:
     ap.add_argument("--steps", default=",".join(STEPS),
                     help=f"the steps to measure (default all: {','.join(STEPS)})")
     ap.add_argument("--device", type=int, default=None, help="the GPU the steps run on")
+    ap.add_argument("--store", default=None, metavar="PATH",
+                    help="the results store the commands keep their results in (default: "
+                         "results.db in --keep)")
     ap.add_argument("--table-only", action="store_true",
                     help="measure nothing: the table from the files in --keep")
     a = ap.parse_args()
@@ -133,7 +141,7 @@ def main() -> int:
     cmds = commands(keep, a.batch)
     shown = {step: shown_command(args, keep) for step, (_, args) in cmds.items()}
     for step in steps if not a.table_only else ():
-        measure(*cmds[step], keep, a.device)
+        measure(*cmds[step], keep, a.device, a.store or os.path.join(keep, "results.db"))
     if not a.table_only and set(steps) != set(STEPS):
         print(f"measured {', '.join(steps)} into {keep}; the table: --table-only --keep {keep}")
         return 0

@@ -172,8 +172,9 @@ part_claims() {
 }
 # The same in two halves for two GPUs, or calls of at most 10 minutes: each step's result
 # stays in CLAIMS_KEEP (a step done is not measured again; advise's runs of the model are
-# in the results store), then claims-table writes the table from them.
-# compare reads the results store after winograd's exploration has gone into it.
+# in the results store results.db there, so a step cut short goes on where it stopped, on a
+# fresh machine too, given the folder), then claims-table writes the table from them.
+# compare reads that store after winograd's exploration has gone into it.
 part_claims-a() { claims_steps claims-a r50,winograd,compare,targets; }
 part_claims-b() { claims_steps claims-b sizes,dist80; }
 claims_steps() {  # LOGNAME STEPS

@@ -53,3 +53,30 @@ def test_table_from_an_h200_advice(tmp_path):
     sizes = rows["with variable input sizes benchmark mode runs about 8% slower"]
     assert sizes[0].startswith("not measured") and sizes[1] == "untested"
     assert "advise resnet50 --batch 32" in speed[2] and str(tmp_path) not in text
+
+
+def test_every_measuring_command_keeps_its_results_in_the_store_given(tmp_path, monkeypatch):
+    """A step cut short resumes from the store in --keep (advise's runs of the model), so
+    every command that keeps results gets it; the deviceless heuristics keep none, and
+    take none; the table shows the commands as a user types them."""
+    claims = _claims()
+    ran = []
+    monkeypatch.setattr(claims, "cli", lambda args, keep: ran.append(args) or
+                        subprocess.CompletedProcess(args, 1, "", ""))
+    keep, store = str(tmp_path), str(tmp_path / "results.db")
+    cmds = claims.commands(keep, "32")
+    for step in claims.STEPS:
+        claims.measure(*cmds[step], keep, 1, store)
+    assert sorted(a[0] for a in ran) == ["--shape", "advise", "advise", "advise", "compare",
+                                         "model"]
+    for args in ran:
+        if "--target" in args:
+            assert "--store" not in args and "--device" not in args, args
+        else:
+            assert args[args.index("--store") + 1] == store, args
+    assert all("--store" not in claims.shown_command(a, keep) for _, a in cmds.values())
+    # a step whose file is there runs nothing
+    ran.clear()
+    (tmp_path / "winograd.json").write_text("{}")
+    claims.measure(*cmds["winograd"], keep, 1, store)
+    assert ran == []
