@@ -15,7 +15,7 @@ from .problem import DIRECTIONS, ConvProblem
 from .records import _Record, _shown
 
 __all__ = ["CAPTURE_SCHEMA", "CAPTURE_VERSION", "UniqueConv", "Uncovered", "ModelSpec",
-           "SizeCapture", "Capture", "merge_sizes"]
+           "SizeCapture", "Capture", "merge_sizes", "add_counts"]
 
 CAPTURE_SCHEMA = "cudnn_explorer.capture"
 CAPTURE_VERSION = 1
@@ -165,6 +165,12 @@ class Capture(_Record):
         return cls.from_dict(d)
 
 
+def add_counts(into: Dict[str, int], counts: Dict[str, int]) -> None:
+    """Add ``counts`` (calls per direction) into ``into``."""
+    for d, n in counts.items():
+        into[d] = into.get(d, 0) + n
+
+
 def merge_sizes(captures: List[Capture], sizes: List[int], spec: ModelSpec) -> Capture:
     """One capture of a model run at several input sizes: the union of their unique
     problems (first seen first), calls summed (one iteration at each size), and per size
@@ -181,10 +187,8 @@ def merge_sizes(captures: List[Capture], sizes: List[int], spec: ModelSpec) -> C
                 problems.append(UniqueConv(problem=u.problem))
                 new.append(index[u.problem])
             m = problems[index[u.problem]]
-            for d, n in u.calls.items():
-                m.calls[d] = m.calls.get(d, 0) + n
-            for d, n in u.transposed_calls.items():
-                m.transposed_calls[d] = m.transposed_calls.get(d, 0) + n
+            add_counts(m.calls, u.calls)
+            add_counts(m.transposed_calls, u.transposed_calls)
             m.layers += [x for x in u.layers if x not in m.layers]
             used.append(index[u.problem])
         for x in cap.uncovered:

@@ -12,14 +12,16 @@ cuDNN is needed, so this runs, and is tested, on the CPU.
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from ..core.capture import Capture, ModelSpec, Uncovered, UniqueConv, merge_sizes
+from ..core.capture import (Capture, ModelSpec, Uncovered, UniqueConv, add_counts,
+                            merge_sizes)
 from ..core.errors import ResourceError, UserError, described
 from ..core.problem import DTYPES, ConvProblem
 
 __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "ForwardTracker",
-           "not_covered", "explored", "forward_direction", "backward_directions", "layer_name"]
+           "not_covered", "explored", "forward_direction", "backward_directions", "layer_name",
+           "ConvArgs", "conv_args"]
 
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
                 "torch.bfloat16": "bfloat16", "torch.float64": "float64"}
@@ -70,17 +72,38 @@ def layer_name(layer: str, transposed: bool) -> str:
     return f"{layer} (transposed)" if transposed else layer
 
 
-def explored(x, w, stride, padding, dilation, transposed: bool, output_padding, groups: int,
-             tf32: bool) -> Tuple[Optional[ConvProblem], str]:
+class ConvArgs(NamedTuple):
+    """What a convolution call runs on: ``aten.convolution``'s input, weight and geometry."""
+
+    x: Any
+    w: Any
+    stride: Any
+    padding: Any
+    dilation: Any
+    transposed: bool
+    output_padding: Any
+    groups: int
+
+
+def conv_args(args, backward: bool) -> ConvArgs:
+    """The ConvArgs of an ``aten.convolution`` call's ``args``, or (``backward``) of an
+    ``aten.convolution_backward`` call's."""
+    if backward:
+        _, x, w, _, stride, padding, dilation, transposed, out_pad, groups, _ = args
+    else:
+        x, w, _, stride, padding, dilation, transposed, out_pad, groups = args
+    return ConvArgs(x, w, stride, padding, dilation, bool(transposed), out_pad, groups)
+
+
+def explored(c: ConvArgs, tf32: bool) -> Tuple[Optional[ConvProblem], str]:
     """(the call's problem, "") for a convolution call the tool explores, else (None, why
-    not): PyTorch ran it (its call comes first), the tool cannot. The arguments are
-    ``aten.convolution``'s."""
-    why = not_covered(x)
+    not): PyTorch ran it (its call comes first), the tool cannot."""
+    why = not_covered(c.x)
     if why:
         return None, why
     try:
-        return problem_of(x, w, stride, padding, dilation, groups, tf32, transposed,
-                          output_padding), ""
+        return problem_of(c.x, c.w, c.stride, c.padding, c.dilation, c.groups, tf32,
+                          c.transposed, c.output_padding), ""
     except UserError as e:
         return None, f"not a problem the tool explores: {e}"
 
@@ -126,31 +149,29 @@ class _Recorder:
         self.uncovered: Dict[Tuple, Uncovered] = {}
         self.calls = 0
 
-    def add(self, layer: Optional[str], direction_mask: Tuple[Tuple[str, bool], ...], x, w, stride,
-            padding, dilation, transposed: bool, output_padding, groups: int) -> None:
-        """One call of ``aten.convolution`` (``x``: its input) or of its backward, whose
-        directions ``direction_mask`` names (Note [transposed])."""
+    def add(self, layer: Optional[str], direction_mask: Tuple[Tuple[str, bool], ...],
+            c: ConvArgs) -> None:
+        """One call of ``aten.convolution`` or of its backward, whose directions
+        ``direction_mask`` names (Note [transposed])."""
         n = sum(1 for _, on in direction_mask if on)
         if n == 0:
             return
         self.calls += n
-        p, why = explored(x, w, stride, padding, dilation, transposed, output_padding,
-                          groups, self.tf32)
+        p, why = explored(c, self.tf32)
         if layer is not None:
-            layer = layer_name(layer, transposed)
+            layer = layer_name(layer, c.transposed)
         if p is None:
-            key = (why, tuple(x.shape), tuple(w.shape))
+            key = (why, tuple(c.x.shape), tuple(c.w.shape))
             u = self.uncovered.setdefault(key, Uncovered(
-                layer=layer or "(backward)", why=why, input_shape=list(x.shape),
-                weight_shape=list(w.shape), dtype=str(x.dtype).replace("torch.", "")))
+                layer=layer or "(backward)", why=why, input_shape=list(c.x.shape),
+                weight_shape=list(c.w.shape), dtype=str(c.x.dtype).replace("torch.", "")))
             u.calls += n
             return
         u = self.unique.setdefault(p, UniqueConv(problem=p))
-        for d, on in direction_mask:
-            if on:
-                u.calls[d] = u.calls.get(d, 0) + 1
-                if transposed:
-                    u.transposed_calls[d] = u.transposed_calls.get(d, 0) + 1
+        counted = {d: 1 for d, on in direction_mask if on}
+        add_counts(u.calls, counted)
+        if c.transposed:
+            add_counts(u.transposed_calls, counted)
         if layer is not None and layer not in u.layers:
             u.layers.append(layer)
 
@@ -218,16 +239,13 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
             # with PyTorch's message (below), before the tool records anything of it.
             out = func(*args, **kwargs)
             if func is aten.convolution.default:
-                x, w, _, stride, padding, dilation, transposed, out_pad, groups = args
-                rec.add(tracker.layer(), ((forward_direction(transposed), True),), x, w,
-                        stride, padding, dilation, transposed, out_pad, groups)
+                c = conv_args(args, backward=False)
+                rec.add(tracker.layer(), ((forward_direction(c.transposed), True),), c)
             elif func is aten.convolution_backward.default:
-                (_, x, w, _, stride, padding, dilation, transposed, out_pad, groups,
-                 mask) = args
+                c, mask = conv_args(args, backward=True), args[10]
                 # a backward call is named by its forward call (the same problem)
-                d_input, d_weight = backward_directions(transposed)
-                rec.add(None, ((d_input, bool(mask[0])), (d_weight, bool(mask[1]))),
-                        x, w, stride, padding, dilation, transposed, out_pad, groups)
+                d_input, d_weight = backward_directions(c.transposed)
+                rec.add(None, ((d_input, bool(mask[0])), (d_weight, bool(mask[1]))), c)
             return out
 
     model.train(spec.train)

@@ -48,8 +48,8 @@ from ..core.capture import ModelSpec
 from ..core.errors import described
 from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
-from .capture import (ForwardTracker, backward_directions, explored, forward_direction,
-                      iteration, layer_name)
+from .capture import (ForwardTracker, backward_directions, conv_args, explored,
+                      forward_direction, iteration, layer_name)
 
 
 def _mean(xs) -> float:
@@ -147,28 +147,23 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
     aten = torch.ops.aten
     tracker = ForwardTracker(model)
 
-    def problem(x, w, stride, padding, dilation, transposed, output_padding, groups):
-        """The call's problem, or None for one the capture lists as not covered."""
-        return explored(x, w, stride, padding, dilation, transposed, output_padding, groups,
-                        probe.tf32)[0]
-
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            # a call the capture lists as not covered has no problem: it just runs
             if func is aten.convolution.default:
-                x, w, _, stride, padding, dilation, transposed, out_pad, groups = args
-                p = problem(x, w, stride, padding, dilation, transposed, out_pad, groups)
+                c = conv_args(args, backward=False)
+                p = explored(c, probe.tf32)[0]
                 if p is not None:
                     return probe.call(lambda: func(*args, **kwargs), p,
-                                      forward_direction(transposed),
-                                      layer_name(tracker.layer(), transposed), False)
+                                      forward_direction(c.transposed),
+                                      layer_name(tracker.layer(), c.transposed), False)
             elif func is aten.convolution_backward.default:
-                (_, x, w, _, stride, padding, dilation, transposed, out_pad, groups,
-                 mask) = args
-                p = problem(x, w, stride, padding, dilation, transposed, out_pad, groups)
+                c, mask = conv_args(args, backward=True), args[10]
+                p = explored(c, probe.tf32)[0]
                 if p is not None and (mask[0] or mask[1]):
                     head = list(args[:10])
-                    d_input, d_weight = backward_directions(transposed)
+                    d_input, d_weight = backward_directions(c.transposed)
                     if mask[0] and mask[1]:  # Note [split backward]
                         gi = probe.call(lambda: func(*head, [True, False, mask[2]]),
                                         p, d_input, "", True)
