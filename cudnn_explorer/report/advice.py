@@ -9,7 +9,7 @@ from typing import List
 from ..core.advice import (PLAN_CACHE_LIMIT, Advice, comparable, costs_from_run, plans_needed,
                            steady_difference, verdict)
 from .engines import TIE
-from .format import describe_environment, short_tag, table, wrap
+from .format import describe_environment, grouped_rows, short_tag, table, wrap
 from .model import render_model_run
 
 __all__ = ["render_advice"]
@@ -150,13 +150,11 @@ def render_stability(adv: Advice) -> str:
         spread = s.spread
         if spread is not None and spread > TIE:
             lottery += 1
-        for j, (t, n) in enumerate(s.counts.items()):  # a row per plan, the problem's first
-            head = [f"#{s.problem + 1}", s.direction, u.layers[0] if u.layers else ""]
-            rows.append((head if j == 0 else ["", "", ""])
-                        + [short_tag(t, 44), f"x{n}",
-                           f"{s.times[t]:.4f}" if t in s.times else "-",
-                           ("-" if spread is None else f"{100 * spread:.1f}%") if j == 0
-                           else ""])
+        rows += grouped_rows(  # a row per plan
+            [f"#{s.problem + 1}", s.direction, u.layers[0] if u.layers else ""],
+            [[short_tag(t, 44), f"x{n}", f"{s.times[t]:.4f}" if t in s.times else "-"]
+             for t, n in s.counts.items()],
+            ["-" if spread is None else f"{100 * spread:.1f}%"])
     if rows:
         lines += wrap("where it differs: each plan, how often it was picked and its "
                       "steady-state median re-timed here (ms); spread = slowest / fastest - 1:",

@@ -11,7 +11,7 @@ from ..core.records import MIB, Environment
 __all__ = ["fmt_ms", "fmt_mib", "fmt_err", "fmt_version", "fmt_cuda", "describe_environment",
            "short_status", "short_math", "short_tag", "short_algo", "short_choice", "eager_ms",
            "timing_cells", "DIRECTION_TITLES", "FIND_CALLS", "MATH_ORDER", "TAG_WIDTH", "WIDTH",
-           "wrap", "table"]
+           "wrap", "table", "grouped_rows"]
 
 WIDTH = 120  # every default table and line fits a terminal this wide
 
@@ -129,6 +129,14 @@ def wrap(text: str, first: str = "", width: int = WIDTH) -> List[str]:
     return textwrap.wrap(first + text if first else text, width=width,
                          subsequent_indent=indent + ("  " if not first else ""),
                          break_long_words=False, break_on_hyphens=False) or [first + text]
+
+
+def grouped_rows(head: List[str], rows: List[List[str]], tail: List[str]) -> List[List[str]]:
+    """Table rows of one group (a problem's plans, say): ``head`` before the first row and
+    ``tail`` after it, blank cells in their place on the others."""
+    blank_head, blank_tail = [""] * len(head), [""] * len(tail)
+    return [(head if j == 0 else blank_head) + row + (tail if j == 0 else blank_tail)
+            for j, row in enumerate(rows)]
 
 
 def table(rows, headers) -> str:

@@ -15,8 +15,8 @@ from ..core.capture import Capture
 from ..core.modelrun import ConvCall, ModelRun, SizeRun
 from ..core.sweep import ModelSweep
 from .engines import chosen
-from .format import (describe_environment, fmt_ms, short_algo, short_choice, short_tag,
-                     table, wrap)
+from .format import (describe_environment, fmt_ms, grouped_rows, short_algo, short_choice,
+                     short_tag, table, wrap)
 
 __all__ = ["render_capture", "render_sweep", "render_model_run"]
 
@@ -114,6 +114,7 @@ def render_sweep(sw: ModelSweep) -> str:
     det_gaps = []
     mode_n = 0
     unlogged = 0  # benchmark picks with no plan search in PyTorch's log
+    pick_is_best = False  # some best engine config is PyTorch's pick
     for i, u in enumerate(cap.problems):
         e = sw.entry(i)
         if e is None or e.exploration is None:
@@ -148,6 +149,8 @@ def render_sweep(sw: ModelSweep) -> str:
                 p.mode == "benchmark" and p.error.startswith("no plan search")
                 for p in d.pytorch)
             unlogged += no_search
+            same = bool(bench and eng and eng.tag == bench.engine_tag)
+            pick_is_best |= same
             heur = d.pytorch_pick("heuristic", api=None)
             if bench and heur and bench.first_call_ms is not None \
                     and heur.first_call_ms is not None:
@@ -161,8 +164,7 @@ def render_sweep(sw: ModelSweep) -> str:
                          _per_iter(pick, calls),
                          short_algo(leg_row.algo_name, leg_row.math_type, 24)
                          if leg_row else "-", _per_iter(legacy, calls),
-                         ("= PyTorch's" if bench and eng.tag == bench.engine_tag
-                          else short_tag(eng.tag, 20)) if eng else "-",
+                         "= PyTorch's" if same else short_tag(eng.tag, 20) if eng else "-",
                          _per_iter(engine, calls)])
     lines.append("")
     source = ("PyTorch's pick from its own run of the model in benchmark mode, timed as "
@@ -175,7 +177,7 @@ def render_sweep(sw: ModelSweep) -> str:
                   f"explored on its own, {source}{scope}; profile {sw.profile}):", "")
     lines.append(table(rows, headers=["#", "dir", "calls", "PyTorch's pick", "ms/iter",
                                       "best legacy", "ms/iter", "best engine", "ms/iter"]))
-    if any(r[7] == "= PyTorch's" for r in rows):
+    if pick_is_best:
         lines.append("= PyTorch's: the best engine config is PyTorch's pick")
     if unlogged:
         lines += wrap(f"no search: {unlogged} problem-direction(s) whose first call in "
@@ -422,12 +424,10 @@ def render_consistency(sweeps: List[ModelSweep]) -> str:
                 groups: dict = {}
                 for r, p in enumerate(per):
                     groups.setdefault(p[0], []).append((r, p[1]))
-                for j, (tag, rs) in enumerate(groups.items()):  # a row per pick
-                    head = [f"#{i + 1}", _SHORT[d], _layers(u.layers, 1)] if j == 0 \
-                        else ["", "", ""]
-                    rows.append(head + [short_tag(tag, 44),
-                                        ",".join(f"r{r}" for r, _ in rs), _fastest(rs),
-                                        spread if j == 0 else ""])
+                rows += grouped_rows(  # a row per pick
+                    [f"#{i + 1}", _SHORT[d], _layers(u.layers, 1)],
+                    [[short_tag(tag, 44), ",".join(f"r{r}" for r, _ in rs), _fastest(rs)]
+                     for tag, rs in groups.items()], [spread])
     lines += wrap(f"PyTorch's benchmark pick agrees on every rank for {same_pick} of {n} "
                   f"problem-directions; the best engine config for {same_best} of {n}", "- ")
     if rows:
