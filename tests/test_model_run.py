@@ -34,17 +34,23 @@ def tiny():
                                torch.nn.Conv2d(8, 8, 3, padding=1))
 
 
-def test_probe_times_every_call_splits_backward_and_keeps_gradients():
-    spec = ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2)
-    x = torch.randn(2, 3, 8, 8)
-    plain = tiny()
+def probed_iteration(net, spec, x):
+    """The probe of one iteration of ``net()`` (a fresh model each call), after checking
+    that the probed iteration's gradients are a plain iteration's."""
+    plain = net()
     iteration(plain, [x], spec, "cpu")
-    probed = tiny()
+    probed = net()
     probe = _Probe(_NoGpu(), None, True, set())
     first_iteration(torch, probed, [x], spec, "cpu", probe)
     for a, b in zip(plain.parameters(), probed.parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-6)
-    calls = probe.calls
+    return probe
+
+
+def test_probe_times_every_call_splits_backward_and_keeps_gradients():
+    spec = ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2)
+    x = torch.randn(2, 3, 8, 8)
+    calls = probed_iteration(tiny, spec, x).calls
     # 3 forward calls; backward: the first layer computes no input gradient (1 call), the
     # others both gradients, each split into one call per direction.
     assert [c["direction"] for c in calls] == [
@@ -69,13 +75,7 @@ def test_probe_names_a_transposed_convolutions_calls_by_the_problem_pytorch_runs
 
     spec = ModelSpec(name="up", input_shape=[3, 8, 8], batch=2)
     x = torch.randn(2, 3, 8, 8)
-    plain = net()
-    iteration(plain, [x], spec, "cpu")
-    probed = net()
-    probe = _Probe(_NoGpu(), None, True, set())
-    first_iteration(torch, probed, [x], spec, "cpu", probe)
-    for a, b in zip(plain.parameters(), probed.parameters()):
-        assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    probe = probed_iteration(net, spec, x)
     assert [(c["direction"], c["layer"]) for c in probe.calls] == [
         ("fwd", "0"), ("bwd-data", "1 (transposed)"), ("fwd", ""), ("bwd-filter", ""),
         ("bwd-filter", "")]
