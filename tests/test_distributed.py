@@ -185,8 +185,36 @@ def test_consistency_report_names_where_identical_gpus_differ(tmp_path, monkeypa
     t0, t1 = d.pick_timing(pick).median_ms, alt.time
     assert f"{100 * (max(t0, t1) / min(t0, t1) - 1):.1f}%" in text
     # a row per pick, with its whole tag and the ranks that made it
-    from cudnn_explorer.report.format import short_tag
+    from cudnn_explorer.report.format import fmt_ms, short_tag
 
     for tag, rank in ((pick.engine_tag, "r0"), (alt.tag, "r1")):
         assert any(f" {short_tag(tag, 44)} " in ln and f" {rank} " in ln
                    for ln in text.splitlines()), text
+    # each plan timed on every rank: the alternative from its engine config on both, rank
+    # 0's pick (no engine config of its tag) from its own child's re-timing
+    assert any(f" {short_tag(alt.tag, 44)} " in ln
+               and f"{fmt_ms(alt.time)} / {fmt_ms(alt.time)}" in ln
+               for ln in text.splitlines()), text
+    assert any(f" {short_tag(pick.engine_tag, 44)} " in ln
+               and ln.split("  r0  ")[-1].strip().startswith(f"{fmt_ms(t0)} / ")
+               for ln in text.splitlines()), text
+    # the best engine configs agree: no table of them
+    assert "best engine configs found differ" not in text
+    # on rank 1 problem 1's best forward config measured 5% slower than the runner-up
+    third = ModelSweep.from_json(sw.to_json())
+    d3 = third.entry(0).exploration.direction("fwd")
+    best, runner = d3.engines.ranked()[:2]
+    slower = dataclasses.replace(best.timing, median_ms=runner.time * 1.05)
+    d3.engines.configs[d3.engines.configs.index(best)] = dataclasses.replace(
+        best, timing=slower)
+    text = render_consistency([sw, third])
+    assert "the best engine config for 4 of 5" in text, text
+    at = text.index("best engine configs found differ")
+    rows = text[at:].splitlines()
+    spread = max(runner.time / best.time - 1, 0.05)
+    assert any(f" {short_tag(best.tag, 44)} " in ln and " r0 " in ln
+               and f"{fmt_ms(best.time)} / {fmt_ms(runner.time * 1.05)}" in ln
+               and f"{100 * spread:.1f}%" in ln for ln in rows), text
+    assert any(f" {short_tag(runner.tag, 44)} " in ln and " r1 " in ln
+               and f"{fmt_ms(runner.time)} / {fmt_ms(runner.time)}" in ln
+               for ln in rows), text

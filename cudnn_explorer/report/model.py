@@ -13,6 +13,7 @@ from typing import List, Optional
 
 from ..core.capture import Capture
 from ..core.modelrun import ConvCall, ModelRun, SizeRun
+from ..core.records import rankable
 from ..core.sweep import ModelSweep
 from .engines import chosen
 from .format import (describe_environment, fmt_ms, grouped_rows, short_algo, short_choice,
@@ -382,57 +383,80 @@ def render_model_run(run: ModelRun, cap: Capture) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fastest(ranks_times) -> str:
-    ts = [t for _, t in ranks_times if t is not None]
-    return fmt_ms(min(ts)) if ts else "-"
+def _tag_ms(dr, tag: Optional[str]) -> Optional[float]:
+    """The steady-state median (ms) of the engine config ``tag`` in one rank's exploration
+    of a direction: every rank explores the same candidates, so each rank's pick is timed
+    on every other rank too."""
+    c = dr.engines.config(tag) if dr.engines is not None and tag else None
+    if c is not None and rankable(c):
+        return c.time
+    own = next((p for p in dr.pytorch if p.ok and tag and p.engine_tag == tag), None)
+    return dr.pick_ms(own)  # (a pick re-timed in its own child, not among the configs)
+
+
+def _differ_rows(head: List[str], tags: List[Optional[str]], drs) -> List[List[str]]:
+    """A row per distinct plan in ``tags`` (one per rank): the ranks that chose it and its
+    time on every rank; after the first, how much the slowest of these plans costs over
+    the fastest on one GPU (the most over the ranks): what the choice alone is worth,
+    with the differences between the GPUs taken out."""
+    groups: dict = {}
+    for r, tag in enumerate(tags):
+        groups.setdefault(tag, []).append(r)
+    worst = []
+    for dr in drs:
+        ts = [_tag_ms(dr, tag) for tag in groups]
+        if all(t is not None for t in ts):
+            worst.append(max(ts) / min(ts) - 1)
+    spread = f"{100 * max(worst):.1f}%" if worst else "-"
+    return grouped_rows(
+        head, [[short_tag(tag, 44) if tag else "?", ",".join(f"r{r}" for r in rs),
+                " / ".join(fmt_ms(t) if t is not None else "-"
+                           for t in (_tag_ms(dr, tag) for dr in drs))]
+               for tag, rs in groups.items()], [spread])
 
 
 def render_consistency(sweeps: List[ModelSweep]) -> str:
     """Identical GPUs side by side (one sweep per rank, every problem on every rank):
     per problem and direction, whether PyTorch's benchmark pick and the best engine config
-    agree across ranks, and where they differ, the picks' times on each rank."""
+    agree across ranks, and where they differ, each rank's choice timed on every rank."""
     if not sweeps:
         return "no rank's sweep could be read\n"
     cap = sweeps[0].capture
     gpus = sorted({s.environment.gpu_name for s in sweeps})
     lines = wrap(f"== consistency: {len(sweeps)} ranks ({', '.join(gpus)}), every unique "
                  f"problem of {cap.model.describe()} on each", "")
-    same_pick = same_best = n = 0
-    rows = []
+    n = 0
+    pick_rows, best_rows = [], []
+    same_pick = same_best = 0
     for i, u in enumerate(cap.problems):
         for d in u.directions:
-            per = []
+            drs = []
             for s in sweeps:
                 e = s.entry(i)
-                dr = e.exploration.direction(d) if e and e.exploration else None
-                if dr is None:
-                    per.append(None)
-                    continue
-                bench, _, eng = chosen(dr)
-                per.append((bench.engine_tag if bench else None, dr.pick_ms(bench),
-                            eng.tag if eng else None))
-            if any(p is None for p in per):
+                drs.append(e.exploration.direction(d) if e and e.exploration else None)
+            if any(dr is None for dr in drs):
                 continue
             n += 1
-            picks = {p[0] for p in per}
-            bests = {p[2] for p in per}
-            same_pick += len(picks) == 1
-            same_best += len(bests) == 1
-            if len(picks) > 1:
-                times = [p[1] for p in per if p[1] is not None]
-                spread = f"{100 * (max(times) / min(times) - 1):.1f}%" if times else "-"
-                groups: dict = {}
-                for r, p in enumerate(per):
-                    groups.setdefault(p[0], []).append((r, p[1]))
-                rows += grouped_rows(  # a row per pick
-                    [f"#{i + 1}", _SHORT[d], _layers(u.layers, 1)],
-                    [[short_tag(tag, 44), ",".join(f"r{r}" for r, _ in rs), _fastest(rs)]
-                     for tag, rs in groups.items()], [spread])
+            chosen_by = [chosen(dr) for dr in drs]
+            picks = [b.engine_tag if b else None for b, _, _ in chosen_by]
+            bests = [eng.tag if eng else None for _, _, eng in chosen_by]
+            head = [f"#{i + 1}", _SHORT[d], _layers(u.layers, 1)]
+            same_pick += len(set(picks)) == 1
+            same_best += len(set(bests)) == 1
+            if len(set(picks)) > 1:
+                pick_rows += _differ_rows(head, picks, drs)
+            if len(set(bests)) > 1:
+                best_rows += _differ_rows(head, bests, drs)
     lines += wrap(f"PyTorch's benchmark pick agrees on every rank for {same_pick} of {n} "
                   f"problem-directions; the best engine config for {same_best} of {n}", "- ")
-    if rows:
-        lines += wrap("where the picks differ (each pick, the ranks that made it and its "
-                      "fastest median ms there; spread = slowest / fastest - 1):", "- ")
-        lines.append(table(rows, headers=["#", "dir", "layer", "pick", "ranks", "ms",
-                                          "spread"]))
+    ranks = "/".join(f"r{r}" for r in range(len(sweeps)))
+    headers = ["#", "dir", "layer", "plan", "chosen on", f"ms on {ranks}", "spread"]
+    for rows, what in ((pick_rows, "PyTorch's benchmark picks"),
+                       (best_rows, "the best engine configs found")):
+        if rows:
+            lines += wrap(f"where {what} differ: each plan, the ranks that chose it and its "
+                          f"steady-state median on every rank; spread = the slowest of "
+                          f"these plans over the fastest on one GPU, the most over the "
+                          f"ranks (what the choice alone costs):", "- ")
+            lines.append(table(rows, headers=headers))
     return "\n".join(lines) + "\n"
