@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from cudnn_explorer.core.advice import (Advice, comparable, costs_from_run,  # noqa: E402
-                                        expected_total_ms, steady_difference, verdict)
+                                        steady_difference, verdict)
 from cudnn_explorer.report.format import fmt_version  # noqa: E402
 
 GIB = 2**30
@@ -223,13 +223,23 @@ def table_rows(keep, cmds, shown):
                                "slower"):
         adv = load_advice(var)
         costs = costs_from_run(adv.pytorch_run, adv.workload, adv.repeats)
-        t_on = expected_total_ms(costs, True, adv.iterations)
-        t_off = expected_total_ms(costs, False, adv.iterations)
-        ratio = t_on / t_off - 1
+        v = verdict(costs, adv.iterations)
+        ratio = v.total_on_ms / v.total_off_ms - 1
+        savings = [(c.mean_off - c.mean_on) / c.mean_off for c in costs]
+        first = [c.overhead_on_ms for c in costs]
         rows.append(["with variable input sizes benchmark mode runs about 8% slower",
-                     f"{pct(ratio)} expected total for 1000 iterations over 5 sizes "
-                     f"({t_on / 1e3:.1f} s on, {t_off / 1e3:.1f} s off)",
-                     "holds" if 0.0 < ratio <= 0.16 else "does not hold", cmd])
+                     f"{pct(ratio)} expected total for {adv.iterations} iterations over "
+                     f"{len(costs)} sizes ({v.total_on_ms / 1e3:.1f} s on, "
+                     f"{v.total_off_ms / 1e3:.1f} s off): each new size's first iteration "
+                     f"costs {min(first) / 1e3:.1f}-{max(first) / 1e3:.1f} s more with "
+                     f"benchmark on, while its steady iterations are "
+                     f"{pct(min(savings))} to {pct(max(savings))} faster ({methods(costs)})",
+                     "holds" if 0.0 < ratio <= 0.16 else
+                     "depends on the iterations per size: " + (
+                         f"slower by far more here; benchmark on pays off only after "
+                         f"{v.break_even} iterations" if v.break_even else
+                         "slower by far more here, and never pays off")
+                     if ratio > 0.16 else "does not hold: faster with benchmark on", cmd])
 
     # 5: the 80% rule
     rule, cmd = cmds["dist80"][0], shown["dist80"]
@@ -288,16 +298,28 @@ def table_rows(keep, cmds, shown):
                      "see the comparison", shown["compare"]])
     elif heur:
         n, same, total = heur.groups()
+        version = re.search(r"from cuDNN ([\d.]+)'s deviceless heuristics", text)
         rows.append(["different cards choose differently",
-                     f"measured on this GPU only. cuDNN's deviceless heuristics (not measured) "
-                     f"for {n} GPU profiles give PyTorch's heuristic pick the same engine on "
-                     f"all {n} for {same} of {total} ResNet-50 problem-directions",
+                     f"measured on this GPU only. cuDNN's deviceless heuristics (not measured"
+                     f"{', cuDNN ' + version.group(1) if version else ''}) for {n} GPU "
+                     f"profiles give PyTorch's heuristic pick the same engine on all {n} for "
+                     f"{same} of {total} ResNet-50 problem-directions",
                      "untested beyond this GPU; the heuristics say "
                      + ("yes" if int(same) < int(total) else "no"), shown["targets"]])
     else:
         rows.append(["different cards choose differently", "not measured", "untested",
                      shown["targets"]])
     return rows
+
+
+def methods(costs) -> str:
+    """How the sizes' steady iterations were timed, as the table says it."""
+    by = {}
+    for c in costs:
+        by.setdefault(c.method, []).append(str(c.size))
+    if len(by) == 1:
+        return STEPS_BY[next(iter(by))]
+    return "; ".join(f"{STEPS_BY[m]} for size {', '.join(sizes)}" for m, sizes in by.items())
 
 
 def range_verdict(lo: float, hi: float, claim_lo: float, claim_hi: float) -> str:
@@ -311,11 +333,18 @@ def range_verdict(lo: float, hi: float, claim_lo: float, claim_hi: float) -> str
 
 
 def missing(rows, path, cmd, claim) -> bool:
-    """False (and a row saying so) when the step's file is not there; True to go on."""
+    """False (and a row saying so) when the step's file is not there; True to go on. The
+    log in the results folder tells a command that failed (its exit status is logged)
+    from one that never ended."""
     if os.path.exists(path):
         return True
-    rows.append([claim, "not measured: the command failed or did not run (its output: "
-                        "log.txt beside the results)", "untested", cmd])
+    log = os.path.join(os.path.dirname(path), "log.txt")
+    text = open(log).read() if os.path.exists(log) else ""
+    failed = re.findall(rf"^\$ {re.escape(cmd)}(?: .*)?\nexit (\d+)$", text, re.M)
+    rows.append([claim, f"not measured: the command exited {failed[-1]} (its output: log.txt "
+                        f"in the results folder)" if failed else
+                        "not measured: the command has not run to its end here",
+                 "untested", cmd])
     return False
 
 

@@ -317,8 +317,8 @@ def test_plans_needed_per_thread_and_per_size():
 
 
 def test_h200_resnet50_advice_renders_from_its_file():
-    """A real advice (ResNet-50, batch 32, fp32, 3 repeats; measured on an H200) loads
-    from its gzip file and renders without a GPU."""
+    """A real advice (ResNet-50, batch 32, fp32, 3 repeats, steps as CUDA-graph replays;
+    measured on an H200) loads from its gzip file and renders without a GPU."""
     import os
 
     from conftest import REPO
@@ -331,7 +331,31 @@ def test_h200_resnet50_advice_renders_from_its_file():
             "cache) and 45 in the backward pass (the autograd thread's); PyTorch keeps up to "
             "10000 per thread") in text
     assert "== pick stability: 3 fresh processes with benchmark on (0 failed)" in text
+    # the steps were graph replays and the repeats' eager: no spread between processes
+    assert ("95% CI: the noise within each process only; how much one process's steady "
+            "iterations differ from another's (CPU placement, other load) is not in it: no "
+            "repeat has steady times of the same method to compare") in text
     # a row per plan, whole tags: two plans of one engine are told apart
     assert "eng68_k2=0_k13=0_k18=1_k25=0_k27=1_k28=1" in text
     assert "eng68_k2=0_k13=0_k18=1_k25=0_k27=1_k28=2" in text
+    assert all(len(line) <= 120 for line in r.stdout.splitlines())
+
+
+def test_h200_multi_size_advice_names_the_sizes_timed_eagerly():
+    """A real advice over five sizes (ResNet-50, batch 16, measured on an H200) whose
+    whole-step CUDA graph could not be captured at three of them: those sizes' steps are
+    eager, and the report says which and why, beside the graph-timed ones."""
+    import os
+
+    from conftest import REPO
+    path = os.path.join(REPO, "tests", "fixtures", "advice_r50_b16_sizes_h200.json.gz")
+    r = run_cli("advise", "--load", path)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "== verdict for 1000 iterations: leave benchmark mode OFF" in text
+    assert ("steady iterations: replays of a CUDA graph of the whole step, the GPU's time "
+            "without the host's") in text
+    assert ("steady iterations run eagerly, between CUDA events, host time included, for "
+            "size 448 (CUDA graph capture failed") in text
+    assert "first iteration at each new input size with benchmark, in order: 320x320:" in text
     assert all(len(line) <= 120 for line in r.stdout.splitlines())

@@ -10,6 +10,7 @@ import sys
 from conftest import REPO
 
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "advice_r50_b32_fp32_h200.json.gz")
+SIZES = os.path.join(REPO, "tests", "fixtures", "advice_r50_b16_sizes_h200.json.gz")
 
 
 def _claims():
@@ -30,8 +31,9 @@ def test_range_verdict():
 
 
 def test_table_from_an_h200_advice(tmp_path):
-    with gzip.open(FIXTURE) as f, open(tmp_path / "resnet50_224.json", "wb") as g:
-        shutil.copyfileobj(f, g)
+    for src, name in ((FIXTURE, "resnet50_224.json"), (SIZES, "resnet50_sizes.json")):
+        with gzip.open(src) as f, open(tmp_path / name, "wb") as g:
+            shutil.copyfileobj(f, g)
     out = tmp_path / "claims.md"
     r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
                         "--table-only", "--keep", str(tmp_path), "--out", str(out)],
@@ -43,15 +45,36 @@ def test_table_from_an_h200_advice(tmp_path):
             for cells in (ln.split("|") for ln in text.splitlines()[6:]) if len(cells) > 4}
     assert len(rows) == 8
     speed = rows["ResNet-50 at 224 runs 15-23% faster per iteration with benchmark on"]
-    assert "(95% CI -22.3% to +16.3%)" in speed[0] and speed[1].startswith("undecided")
+    assert "(95% CI -0.6% to -0.4%)" in speed[0] and "CUDA-graph replays" in speed[0]
+    assert speed[1] == "does not hold"
     memory = rows["memory is basically unchanged with benchmark on"]
     assert "7.51 GiB on vs 3.44 GiB off" in memory[0] and memory[1] == "does not hold"
     det = rows["deterministic mode costs about 20%"]
-    assert det[0].startswith("-3.2% per iteration") and det[1] == "does not hold"
+    assert det[0].startswith("-0.5% per iteration") and det[1] == "does not hold"
     stable = rows["(measured here) PyTorch's benchmark pick is stable from run to run"]
-    assert stable[0].startswith("37 of 68 problem-directions") and stable[1] == "does not hold"
+    assert stable[0].startswith("29 of 68 problem-directions") and stable[1] == "does not hold"
+    # five sizes: far slower than the claim over 1000 iterations, the steady iterations a
+    # little faster; two sizes' steps were graph replays, three eager
     sizes = rows["with variable input sizes benchmark mode runs about 8% slower"]
-    assert sizes[0].startswith("not measured") and sizes[1] == "untested"
+    assert sizes[0].startswith("+92.8% expected total for 1000 iterations over 5 sizes "
+                               "(65.9 s on, 34.2 s off)"), sizes
+    assert "steady iterations are +0.7% to +1.6% faster" in sizes[0]
+    assert "GPU time for size 320, 384; eager steps" in sizes[0]
+    assert sizes[1] == ("depends on the iterations per size: slower by far more here; "
+                        "benchmark on pays off only after 96588 iterations")
+    rule = rows["turn benchmark on when at least 80% of inputs share one shape"]
+    assert rule == ["not measured: the command has not run to its end here", "untested",
+                    f"`{rule[2].strip('`')}`"]
+    # a step whose command failed says so, with its exit status from the log
+    with open(tmp_path / "log.txt", "w") as f:
+        f.write(f"$ {rule[2].strip('`')} --store results.db\nexit 3\nout\nerr\n")
+    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
+                        "--table-only", "--keep", str(tmp_path), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert ("| turn benchmark on when at least 80% of inputs share one shape | not measured: "
+            "the command exited 3 (its output: log.txt in the results folder) | untested"
+            ) in out.read_text()
     assert "advise resnet50 --batch 32" in speed[2] and str(tmp_path) not in text
 
 

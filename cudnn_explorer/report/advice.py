@@ -60,7 +60,10 @@ def render_advice(adv: Advice) -> str:
                   if spread >= 2 else
                   "95% CI: the noise within each process only; how much one process's "
                   "steady iterations differ from another's (CPU placement, other load) is "
-                  "not in it: --repeats K measures that too", "")
+                  "not in it: " + ("no repeat has steady times of the same method to "
+                                   "compare"
+                                   if adv.repeats is not None else
+                                   "--repeats K measures that too"), "")
     rows = []
     for c in costs:
         d, lo, hi = steady_difference([replace(c, share=1.0)])
