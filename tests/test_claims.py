@@ -103,3 +103,25 @@ def test_every_measuring_command_keeps_its_results_in_the_store_given(tmp_path, 
     (tmp_path / "winograd.json").write_text("{}")
     claims.measure(*cmds["winograd"], keep, 1, store)
     assert ran == []
+
+
+def test_winograd_row_weighs_its_workspace_against_the_tensors(tmp_path):
+    """The Winograd claim from a real exploration (the H200 reference of 32x3x224x224 with
+    a 3x3 kernel, float32): per direction, the largest Winograd workspace, legacy or
+    engine config, over the direction's tensors (x, w, y: 410.4 MiB), beside the other
+    algorithms' median workspace."""
+    shutil.copy(os.path.join(REPO, "data", "reference", "h200-default-fp32.json"),
+                tmp_path / "winograd.json")
+    out = tmp_path / "claims.md"
+    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
+                        "--table-only", "--keep", str(tmp_path), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    row = next(ln for ln in out.read_text().splitlines()
+               if ln.startswith("| Winograd takes 20-30% more memory |"))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[2].startswith("fwd: Winograd's workspace up to 923.4 MiB, +225.0% over the "
+                               "410.4 MiB of its tensors (the other algorithms' median "
+                               "workspace 0.0 MiB); bwd-data:"), cells[2]
+    assert "bwd-filter: Winograd's workspace up to 923.4 MiB" in cells[2]
+    assert cells[3] == "does not hold"
