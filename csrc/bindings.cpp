@@ -189,7 +189,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         [](const std::string& d, int algo) {
           return ce::algo_name(ce::direction_from_name(d), algo);
         });
-  m.def("capture_status", &ce::capture_status, py::arg("stream"));
   m.def("build_info", &ce::build_info);
   m.def("runtime_info", &ce::runtime_info);
 }

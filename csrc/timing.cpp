@@ -245,13 +245,4 @@ TimingResult time_algorithm(Direction d, Problem& p, int algo, const std::string
   return dispatch(d, TimeFn{p, algo, math_type_from_name(math_type), opt});
 }
 
-int capture_status(std::uintptr_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return -1;
-  }
-  return static_cast<int>(status);
-}
-
 }  // namespace cudnn_explorer

@@ -49,11 +49,4 @@ using Launch = std::function<cudnnStatus_t()>;
 TimingResult time_launches(cudnnHandle_t h, cudaStream_t stream, c10::Device device,
                            const Launch& run, const TimingOptions& opt, const std::string& ctx);
 
-// cudaStreamIsCapturing on a raw stream handle: 0 not capturing, 1 capturing, 2 a capture
-// that an earlier call invalidated; -1 where the query itself fails (its error cleared).
-// The model's steady process reads it after every op of a step whose capture failed, to
-// name the op that invalidated it (PyTorch's is_current_stream_capturing cannot tell 1
-// from 2).
-int capture_status(std::uintptr_t stream);
-
 }  // namespace cudnn_explorer

@@ -20,8 +20,7 @@ from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
 from cudnn_explorer.measure.children import pick_of  # noqa: E402
 from cudnn_explorer.model import pytorch_run  # noqa: E402
 from cudnn_explorer.model.capture import capture, iteration  # noqa: E402
-from cudnn_explorer.model.child import (_NoGpu, _Probe, first_invalidating_op,  # noqa: E402
-                                        first_iteration)
+from cudnn_explorer.model.child import _NoGpu, _Probe, first_iteration  # noqa: E402
 from cudnn_explorer.report.model import render_model_run, render_sweep  # noqa: E402
 from fakes import ENV, FIX  # noqa: E402
 
@@ -63,51 +62,6 @@ def test_probe_times_every_call_splits_backward_and_keeps_gradients():
     assert {ConvProblem.from_dict(c["problem"]) for c in calls} == {
         u.problem for u in cap.problems}
     assert all(c["ms"] >= 0 and c["log_span"] == [0, 0] for c in calls)
-
-
-def test_a_failed_capture_is_traced_to_the_first_op_that_invalidated_it():
-    """The diagnosis of a whole-step capture that failed: every op of the step, the
-    backward pass's included, then the capture status; the first op after which it reads
-    invalidated (2) is named, one that raised is named as raising, and a step whose ops
-    all left it capturing says the cause is outside them."""
-    spec = ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2)
-    x = torch.randn(2, 3, 8, 8)
-    net = tiny()
-    ops = []
-
-    def step():
-        iteration(net, [x], spec, "cpu")
-
-    # the status of a capture that an op of the backward pass invalidates: count the ops
-    # first, then flip the status after the last convolution_backward
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
-    with Count():
-        step()
-    at = max(i for i, name in enumerate(ops) if "convolution_backward" in name)
-    calls = iter(range(10**6))
-    where = first_invalidating_op(step, lambda: 2 if next(calls) >= at else 1)
-    assert where == f"{ops[at]} left it invalidated (op {at + 1} of the step)"
-    # an op that raises during the capture is the culprit, and the step stops there
-    seen = []
-
-    def failing():
-        a, b = torch.ones(2), torch.ones(3)
-        a.add_(1)
-        a + b  # raises: the sizes do not match
-        seen.append("after")
-
-    where = first_invalidating_op(failing, lambda: 1)
-    assert where == "aten.add.Tensor raised (op 4 of the step)", where
-    assert seen == []
-    where = first_invalidating_op(step, lambda: 1)
-    assert where == (f"none of the step's {len(ops)} ops left it invalidated (outside "
-                     f"them: the capture's end, or another thread)")
 
 
 def test_probe_names_a_transposed_convolutions_calls_by_the_problem_pytorch_runs():

@@ -178,61 +178,6 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
         iteration(model, inputs, spec, device)
 
 
-def first_invalidating_op(step, status) -> str:
-    """Run ``step()`` under a dispatch mode that reads ``status()`` (the capture status of
-    the calling thread's current stream: 1 capturing, 2 invalidated) after every op, the
-    backward pass's included; the first op that raised or after which the capture reads
-    invalidated, as a phrase for the report, else what was seen instead. The mode is the
-    dispatch level the model's own ops reach, after autocast, so an op named here is one
-    PyTorch ran (its CUDA calls inside it; the caching allocator's included)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    seen = {"ops": 0, "culprit": None}
-
-    class Mode(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            seen["ops"] += 1
-            try:
-                out = func(*args, **(kwargs or {}))
-            except Exception:
-                if seen["culprit"] is None:
-                    seen["culprit"] = f"{func} raised (op {seen['ops']} of the step)"
-                raise
-            if seen["culprit"] is None and status() == 2:
-                seen["culprit"] = f"{func} left it invalidated (op {seen['ops']} of the step)"
-            return out
-
-    try:
-        with Mode():
-            step()
-    except Exception:  # noqa: BLE001  (the op that raised is named; the step is not rerun)
-        pass
-    return seen["culprit"] or (f"none of the step's {seen['ops']} ops left it invalidated "
-                               f"(outside them: the capture's end, or another thread)")
-
-
-def _diagnose_capture(torch, model, inputs, spec: ModelSpec, device: str) -> str:
-    """Where a failed capture went wrong: a second capture of the step, every op's status
-    read (first_invalidating_op); never raises."""
-    try:
-        from .. import _C
-
-        model.zero_grad(set_to_none=True)
-        graph = torch.cuda.CUDAGraph()
-        where = "no op ran"
-        try:
-            with torch.cuda.graph(graph):
-                where = first_invalidating_op(
-                    lambda: iteration(model, inputs, spec, device, autocast_cache=False),
-                    lambda: _C.capture_status(torch.cuda.current_stream().cuda_stream))
-        except Exception:  # noqa: BLE001  (the capture fails again, as expected)
-            pass
-        torch.cuda.synchronize()
-        return where
-    except Exception as e:  # noqa: BLE001
-        return f"no diagnosis ({described(e, 100)})"
-
-
 def _graph_step(torch, model, inputs, spec: ModelSpec, device: str):
     """(replay, "") where one whole step (gradients reset, forward, backward) is captured
     as a CUDA graph, ``replay`` running it again; (None, why) where it cannot be (a sync
@@ -263,10 +208,7 @@ def _graph_step(torch, model, inputs, spec: ModelSpec, device: str):
     except Exception as e:  # noqa: BLE001  (any capture failure: the step is timed eagerly)
         torch.cuda.synchronize()
         generator.graphsafe_set_state(saved)
-        why = described(e, 200)
-        where = _diagnose_capture(torch, model, inputs, spec, device)
-        generator.graphsafe_set_state(saved)
-        return None, f"CUDA graph capture failed ({why}; {where}); timed eagerly"
+        return None, f"CUDA graph capture failed ({described(e, 200)}); timed eagerly"
 
 
 def _timed(cuda, step, iterations: int, target, max_timed_s: float):
