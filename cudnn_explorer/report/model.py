@@ -387,10 +387,12 @@ def _tag_ms(dr, tag: Optional[str]) -> Optional[float]:
     """The steady-state median (ms) of the engine config ``tag`` in one rank's exploration
     of a direction: every rank explores the same candidates, so each rank's pick is timed
     on every other rank too."""
-    c = dr.engines.config(tag) if dr.engines is not None and tag else None
+    if not tag:
+        return None
+    c = dr.engines.config(tag) if dr.engines is not None else None
     if c is not None and rankable(c):
         return c.time
-    own = next((p for p in dr.pytorch if p.ok and tag and p.engine_tag == tag), None)
+    own = next((p for p in dr.pytorch if p.ok and p.engine_tag == tag), None)
     return dr.pick_ms(own)  # (a pick re-timed in its own child, not among the configs)
 
 
@@ -402,16 +404,12 @@ def _differ_rows(head: List[str], tags: List[Optional[str]], drs) -> List[List[s
     groups: dict = {}
     for r, tag in enumerate(tags):
         groups.setdefault(tag, []).append(r)
-    worst = []
-    for dr in drs:
-        ts = [_tag_ms(dr, tag) for tag in groups]
-        if all(t is not None for t in ts):
-            worst.append(max(ts) / min(ts) - 1)
+    times = {tag: [_tag_ms(dr, tag) for dr in drs] for tag in groups}  # [plan][rank]
+    worst = [max(ts) / min(ts) - 1 for ts in zip(*times.values()) if None not in ts]
     spread = f"{100 * max(worst):.1f}%" if worst else "-"
     return grouped_rows(
         head, [[short_tag(tag, 44) if tag else "?", ",".join(f"r{r}" for r in rs),
-                " / ".join(fmt_ms(t) if t is not None else "-"
-                           for t in (_tag_ms(dr, tag) for dr in drs))]
+                " / ".join(fmt_ms(t) if t is not None else "-" for t in times[tag])]
                for tag, rs in groups.items()], [spread])
 
 
