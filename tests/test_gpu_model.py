@@ -113,6 +113,8 @@ def test_advise_goes_on_after_a_failed_capture(tmp_path):
                 timeout=300)
     assert r.returncode == 0, r.stderr + r.stdout[-3000:]
     assert "CUDA graph capture failed" in r.stdout and "no result" not in r.stdout
-    # both sizes timed by the steady process itself: it lived on after the first failure
+    # each size captured once more in a fresh process (Note [failed capture]), then timed
+    # eagerly by it: no size falls back to the first process's round
     assert "from the first process instead" not in r.stdout, r.stdout[-3000:]
+    assert "and again in a fresh process that began at this size" in r.stdout, r.stdout
     assert "== verdict for 100 iterations: " in r.stdout

@@ -370,6 +370,64 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
                                                                 None)
 
 
+def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size():
+    """Note [failed capture]: a steady process stops at a size whose capture failed; the
+    next begins there with that size marked as retried, and the sizes after it go on
+    there. A size that fails twice is timed eagerly, both tries named; a process that
+    fails keeps the rest out, with why."""
+    shapes = [[3, s, s] for s in (8, 12, 16, 20)]
+    calls = []
+
+    def child(fail, fail_twice=(), crash_at=None):
+        def run(spec, env, tmp, timeout_s, python, what):
+            calls.append(([s[1] for s in spec["shapes"]], [s[1] for s in spec["retried"]]))
+            sizes = []
+            for shape in spec["shapes"]:
+                if shape[1] == crash_at:
+                    return {"sizes": sizes}, f"{what} failed (killed by SIGSEGV)"
+                retry = shape in spec["retried"]
+                if shape[1] in fail and not retry:
+                    sizes.append(dict(input_shape=shape, steady_ms=[1.0], steady_method="eager",
+                                      capture_failed=f"CUDA graph capture failed ({shape[1]})"))
+                    return {"sizes": sizes}, ""
+                if shape[1] in fail_twice:
+                    note = f"CUDA graph capture failed ({shape[1]}{'b' * (shape[1] > 12)})"
+                    sizes.append(dict(input_shape=shape, steady_ms=[2.0, 2.0],
+                                      steady_method="eager", steady_note=note))
+                    return {"sizes": sizes}, ""
+                sizes.append(dict(input_shape=shape, steady_ms=[0.5], steady_method="graph"))
+            return {"sizes": sizes}, ""
+        return run
+
+    said = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pytorch_run, "_run_child", child(fail={12, 20}, fail_twice={20}))
+        timed, why = pytorch_run._steady({}, shapes, 60, None, "steady", said.append)
+    assert why == ""
+    assert calls == [([8, 12, 16, 20], []), ([12, 16, 20], [12]), ([20], [12, 20])]
+    assert [timed[tuple(s)]["steady_method"] for s in shapes] == ["graph"] * 3 + ["eager"]
+    assert timed[(3, 12, 12)]["steady_note"] == (
+        "CUDA graph capture failed (12); captured in a fresh process that began at this size")
+    assert "steady_note" not in timed[(3, 16, 16)]
+    assert timed[(3, 20, 20)]["steady_note"] == (
+        "CUDA graph capture failed (20), and again in a fresh process that began at this "
+        "size (CUDA graph capture failed (20b)); timed eagerly")
+    assert said == ["steady: CUDA graph capture failed (12) at input 3x12x12; captured once "
+                    "more in a fresh process",
+                    "steady: CUDA graph capture failed (20) at input 3x20x20; captured once "
+                    "more in a fresh process"]
+    # the same reason twice is said once
+    assert pytorch_run._after_failure("x", {"steady_note": "x"}) == \
+        "x, and again in a fresh process that began at this size; timed eagerly"
+    # a process that dies: what finished stays, the rest is left with why (no endless retry)
+    calls.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pytorch_run, "_run_child", child(fail={8}, crash_at=16))
+        timed, why = pytorch_run._steady({}, shapes, 60, None, "steady", said.append)
+    assert calls == [([8, 12, 16, 20], []), ([8, 12, 16, 20], [8])]
+    assert sorted(timed) == [(3, 8, 8), (3, 12, 12)] and "SIGSEGV" in why
+
+
 @pytest.mark.ext
 def test_pytorchs_configs_are_timed_first_whatever_their_engine():
     """A time budget must never cut PyTorch's own configs: they go before every other

@@ -9,14 +9,17 @@ CUDNN_FRONTEND_LOG_FILE) before this process starts.
 SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, in order),
 "mode": "benchmark" | "heuristic" | "deterministic", "benchmark_limit": int | null,
 "tf32": bool, "device": int, "seed": int, "iterations": int, "warmup": int,
-"log_file": path, "target_ci": float | null, "max_timed_s": float, "steady_only": bool}.
+"log_file": path, "target_ci": float | null, "max_timed_s": float, "steady_only": bool,
+"retried": [[C, H, W], ...]}.
 With ``target_ci``, timed iterations go on in rounds of ``iterations`` until the 95%
 confidence interval of their mean is within +-target_ci of it, or ``max_timed_s`` of
 timing has passed. With ``steady_only`` (the parent's second process, Note [steady
 process] in model/pytorch_run.py) the first iteration is neither probed nor timed, and
 the timed iterations are replays of a CUDA graph of the whole step (_graph_step), one
-round of eager iterations timed beside them; a step that cannot be captured is timed
-eagerly, with the reason.
+round of eager iterations timed beside them. A capture that fails ends the process
+(Note [failed capture]): the size keeps its eager round and says why ("capture_failed"),
+for the parent to capture it once more in a fresh process; a shape in ``retried`` (that
+second try) whose capture fails is timed eagerly to the target instead, with the reason.
 
 Per shape, in order: the model's first iteration at that shape, synchronised around every
 convolution call (its time, the allocator's peak during it, the reserve before and after,
@@ -34,12 +37,13 @@ RESULT: {"torch", "cudnn", "settings", "error" ("" or why it stopped), "sizes": 
 "alloc_before", "peak_alloc", "reserved_before", "reserved_after", "peak_reserved",
 "log_span"}], "steady_ms": [...], "warmup", "steady_method" ("eager" or "graph"),
 "steady_note", "steady_eager_ms" (with a graph: eager iterations beside it),
-"steady_peak_alloc", "steady_peak_reserved" (of eager steady iterations)}]}; with
-``steady_only``, no first-iteration keys.
+"steady_peak_alloc", "steady_peak_reserved" (of eager steady iterations),
+"capture_failed" (why)}]}; with ``steady_only``, no first-iteration keys.
 The result is rewritten after every shape, so a child that dies keeps what finished.
 """
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from dataclasses import replace
@@ -184,10 +188,18 @@ def _graph_step(torch, model, inputs, spec: ModelSpec, device: str):
     on the host, data-dependent shapes, ...). As PyTorch's whole-network capture: warmed
     on a side stream first, gradients set to None so that the graph owns them, autocast's
     weight cache off. Every plan is in PyTorch's cache already (the first iteration
-    searched), so the capture records the kernels the eager step runs."""
-    # A capture that fails leaves the default CUDA generator marked as capturing, and
-    # every later random number of the process fails ("Offset increment outside graph
-    # capture"): its state is put back from a copy taken before.
+    searched), so the capture records the kernels the eager step runs.
+
+    Note [failed capture]: a capture that fails leaves the process changed. The default
+    CUDA generator stays marked as capturing (every later random number fails with
+    "Offset increment outside graph capture"): its state is put back from a copy taken
+    before. torch.cuda.graph ends the capture before it restores the caller's stream, so
+    a failed end leaves the capture stream current: the outer stream context restores it.
+    What else a failed capture leaves behind is not known (on the H200 the sizes after a
+    failed one failed too, and memory grew until one ran out), so the steady process stops
+    after it (run). Python's garbage collector is held off during the capture: a collection
+    there may run destructors that call CUDA (an event, an earlier graph), which a capture
+    in PyTorch's global mode forbids."""
     generator = torch.cuda.default_generators[torch.device(device).index or 0]
     saved = generator.clone_state()
     try:
@@ -200,15 +212,20 @@ def _graph_step(torch, model, inputs, spec: ModelSpec, device: str):
         torch.cuda.current_stream().wait_stream(side)
         model.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            iteration(model, inputs, spec, device, autocast_cache=False)
+        gc.collect()
+        gc.disable()
+        try:
+            with torch.cuda.stream(torch.cuda.current_stream()), torch.cuda.graph(graph):
+                iteration(model, inputs, spec, device, autocast_cache=False)
+        finally:
+            gc.enable()
         graph.replay()
         torch.cuda.synchronize()
         return graph.replay, ""
     except Exception as e:  # noqa: BLE001  (any capture failure: the step is timed eagerly)
         torch.cuda.synchronize()
         generator.graphsafe_set_state(saved)
-        return None, f"CUDA graph capture failed ({described(e, 200)}); timed eagerly"
+        return None, f"CUDA graph capture failed ({described(e, 200)})"
 
 
 def _timed(cuda, step, iterations: int, target, max_timed_s: float):
@@ -288,10 +305,11 @@ def run(spec: dict, write) -> dict:
     target = spec.get("target_ci")
     max_timed_s = float(spec.get("max_timed_s", 60.0))
     steady_only = bool(spec.get("steady_only"))
+    retried = [list(s) for s in spec.get("retried", [])]
     for shape in spec["shapes"]:
         one = replace(mspec, input_shape=list(shape), sizes=[])
         size = {"input_shape": list(shape)}
-        inputs = None
+        inputs, stop = None, False
         try:
             inputs = zoo.make_inputs(one, device)
             model.zero_grad(set_to_none=True)
@@ -327,9 +345,13 @@ def run(spec: dict, write) -> dict:
                 if replay is not None:
                     size.update(steady_ms=_timed(cuda, replay, iterations, target, max_timed_s),
                                 steady_method="graph", steady_eager_ms=eager)
-                else:  # the eager steps, timed to the target
+                elif device_index < 0 or list(shape) in retried:
+                    # the eager steps, timed to the target
                     size.update(steady_ms=_timed(cuda, step, iterations, target, max_timed_s),
                                 steady_note=note)
+                else:  # Note [failed capture]: a fresh process captures it once more
+                    size.update(capture_failed=note)
+                stop = replay is None and device_index >= 0
                 replay = None  # the graph and its memory pool go before the next size
         except torch.OutOfMemoryError:
             out["error"] = (f"out of GPU memory at input {'x'.join(map(str, shape))}: try a "
@@ -338,7 +360,7 @@ def run(spec: dict, write) -> dict:
         if "first_ms" in size or steady_only and "steady_ms" in size:
             out["sizes"].append(size)
         write(out)
-        if out["error"]:
+        if out["error"] or stop:
             break
     return out
 

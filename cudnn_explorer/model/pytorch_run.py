@@ -80,15 +80,11 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
         error = error or (f"{what} wrote no cudnn-frontend log "
                           f"(CUDNN_FRONTEND_LOG_INFO); cannot tell what PyTorch chose")
     if graph and result.get("sizes"):
-        shapes = [s["input_shape"] for s in result["sizes"]]
         say(f"PyTorch's run of the model: {mode.label}: steady steps as a CUDA graph, in a "
             f"process of their own")
-        with tempfile.TemporaryDirectory(prefix="cudnn_explorer_steady_") as tmp:
-            steady, why = _run_child(
-                dict(spec, shapes=shapes, target_ci=target_ci, steady_only=True, log_file=None),
-                child_env(drop=LOG_VARS), tmp, timeout_s, python,
-                f"the steady timing's own process ({mode.label})")
-        timed = {tuple(s["input_shape"]): s for s in steady.get("sizes", [])}
+        timed, why = _steady(dict(spec, target_ci=target_ci, steady_only=True, log_file=None),
+                             [s["input_shape"] for s in result["sizes"]], timeout_s, python,
+                             f"the steady timing's own process ({mode.label})", say)
         for size in result["sizes"]:
             t = timed.get(tuple(size["input_shape"]))
             if t is None:
@@ -98,6 +94,52 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
                 size.update({k: t[k] for k in ("steady_ms", "steady_method", "steady_note",
                                                "steady_eager_ms") if k in t})
     return result, text, error
+
+
+def _steady(spec: dict, shapes: List[List[int]], timeout_s: float, python: Optional[str],
+            what: str, say: Callable[[str], None]) -> Tuple[Dict[tuple, dict], str]:
+    """Per shape, its steady timing from steady processes (model/child.py's
+    "steady_only"), and why the shapes missing from it are missing. Note [failed capture]:
+    a failed capture ends its process; the next one begins at that size and captures it
+    once more (on the H200 a size whose capture failed after others in one process was
+    captured in a process of its own), timing it eagerly if that fails too; the sizes
+    after it go on there. At most two processes per size."""
+    timed: Dict[tuple, dict] = {}
+    first_failure: Dict[tuple, str] = {}
+    todo, why = list(shapes), ""
+    while todo:
+        with tempfile.TemporaryDirectory(prefix="cudnn_explorer_steady_") as tmp:
+            steady, why = _run_child(
+                dict(spec, shapes=todo, retried=[list(k) for k in first_failure]),
+                child_env(drop=LOG_VARS), tmp, timeout_s, python, what)
+        done = steady.get("sizes", [])
+        for t in done:
+            key = tuple(t["input_shape"])
+            if "capture_failed" in t:
+                first_failure[key] = t["capture_failed"]
+                say(f"{what}: {t['capture_failed']} at input {'x'.join(map(str, key))}; "
+                    f"captured once more in a fresh process")
+                continue
+            if key in first_failure:
+                t = dict(t, steady_note=_after_failure(first_failure[key], t))
+            timed[key] = t
+        last = done[-1] if done else None
+        if last is None or why and "capture_failed" not in last:
+            break  # the process failed: the rest keep the first process's round, with why
+        todo = todo[todo.index(list(last["input_shape"])) + ("capture_failed" not in last):]
+    return timed, why
+
+
+def _after_failure(first: str, t: dict) -> str:
+    """The note of a size whose first capture failed (Note [failed capture]), from its
+    second try's result ``t``."""
+    again = "in a fresh process that began at this size"
+    if t.get("steady_method") == "graph":
+        return f"{first}; captured {again}"
+    second = t.get("steady_note")
+    if second is None or second == first:
+        return f"{first}, and again {again}; timed eagerly"
+    return f"{first}, and again {again} ({second}); timed eagerly"
 
 
 def _run_child(spec: dict, env: dict, tmp: str, timeout_s: float, python: Optional[str],

@@ -26,12 +26,13 @@ def _steady_method(run, costs) -> List[str]:
     graph, eager = [], []
     for c, a, b in zip(costs, on.sizes, off.sizes):
         ta, tb = a.steady, b.steady
+        # why eager; with a graph, a capture that failed once (Note [failed capture])
+        why = "; ".join(dict.fromkeys(t.note for t in (ta, tb) if t.note))
         if c.method == "graph":
             both = ta.eager_ms and tb.eager_ms
             graph.append(f"{c.size}" + (f": {ta.eager_median_ms:.2f}/{tb.eager_median_ms:.2f}"
-                                        if both else ""))
+                                        if both else "") + (f" ({why})" if why else ""))
         else:
-            why = next((t.note for t in (ta, tb) if t.note), "")
             eager.append(f"{c.size}" + (f" ({why})" if why else ""))
     lines = []
     if graph:

@@ -285,7 +285,7 @@ def _steady_methods(run: ModelRun) -> List[str]:
                 graphed = True
                 if t.eager_median_ms is not None:
                     eager.append(f"{m.label} {shape}: {t.eager_median_ms:.2f}")
-            elif t.note:
+            if t.note:  # why eager; with a graph, a capture that failed once
                 notes.setdefault(t.note, []).append(f"{m.label} {shape}")
     if graphed:
         lines += wrap("g: replays of a CUDA graph of the whole step, between CUDA events: the "
