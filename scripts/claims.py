@@ -241,13 +241,25 @@ def table_rows(keep, cmds, shown):
     if missing(rows, rule, cmd, "turn benchmark on when at least 80% of inputs share one "
                                 "shape"):
         adv = load_advice(rule)
-        v = verdict(costs_from_run(adv.pytorch_run, adv.workload, adv.repeats), adv.iterations)
+        costs = costs_from_run(adv.pytorch_run, adv.workload, adv.repeats)
+        v = verdict(costs, adv.iterations)
+        top = max(costs, key=lambda c: c.share)
+        mean_off = sum(c.share * c.mean_off for c in costs)
+        rest = sorted({f"{100 * c.share:.0f}%" for c in costs if c is not top})
+        extra = sum(c.overhead_on_ms - c.overhead_off_ms for c in costs)
         rows.append(["turn benchmark on when at least 80% of inputs share one shape",
-                     f"80% at 224, 5% at each of four others, 10000 iterations: verdict "
-                     f"'{v.choice}' ({v.total_on_ms / 1e3:.1f} s on, "
-                     f"{v.total_off_ms / 1e3:.1f} s off)",
-                     "holds here" if v.choice == "on" else "does not hold here",
-                     cmd])
+                     f"{100 * top.share:.0f}% of inputs at {top.size}, "
+                     f"{' or '.join(rest)} at each of {len(costs) - 1} others, "
+                     f"{adv.iterations} iterations: benchmark on saves "
+                     f"{pct(v.saving_ms / mean_off)} of the steady iteration (95% CI "
+                     f"{pct(v.saving_low_ms / mean_off)} to {pct(v.saving_high_ms / mean_off)}; "
+                     f"{methods(costs)}), its first iterations cost "
+                     f"{extra / 1e3:.1f} s more over the {len(costs)} sizes than with it off; "
+                     f"expected total {v.total_on_ms / 1e3:.1f} s on, "
+                     f"{v.total_off_ms / 1e3:.1f} s off: the advice is '{v.choice}'"
+                     + (f" (benchmark on pays off after {v.break_even} iterations)"
+                        if v.break_even else " (benchmark on never pays off)"),
+                     "holds here" if v.choice == "on" else "does not hold here", cmd])
 
     # 6: Winograd's workspace
     wino, cmd = cmds["winograd"][0], shown["winograd"]
