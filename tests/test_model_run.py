@@ -212,6 +212,24 @@ def test_report_explains_the_first_iteration_and_its_memory_peak():
     assert max(len(line) for line in text.splitlines()) <= 120
 
 
+def test_steady_on_vs_off_says_when_its_spread_is_too_wide_to_act_on():
+    run, cap = _model_run()
+    bench, heur = run.mode("benchmark").sizes[0], run.mode("heuristic").sizes[0]
+    bench.steady.samples_ms = [10.0, 10.1, 10.2, 10.3]     # IQR / median 1%
+    heur.steady.samples_ms = [9.0, 9.05, 9.1, 9.15]
+    text = " ".join(render_model_run(run, cap).split())
+    assert "steady 10.15 vs 9.07 ms per iteration" in text and "noisy" not in text
+    bench.steady.samples_ms = [8.0, 10.0, 14.0, 20.0]      # IQR 6 over median 12: 50%
+    text = " ".join(render_model_run(run, cap).split())
+    assert "steady 12.00 vs 9.07 ms per iteration, but noisy (IQR / median on 50%, " \
+           "above 10%): not a difference to act on" in text
+    assert max(len(line) for line in render_model_run(run, cap).splitlines()) <= 120
+    heur.steady.samples_ms = []                             # a mode with no steady times
+    text = " ".join(render_model_run(run, cap).split())
+    assert "first iteration with benchmark on vs off: 1700 vs 900 ms" in text
+    assert "ms per iteration" not in text.split("first iteration with benchmark on")[1][:200]
+
+
 def test_sweep_file_version_2_round_trips_and_version_1_loads():
     run, cap = _model_run()
     sw = ModelSweep(capture=cap, entries=[], profile="quick", environment=ENV,

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from ..core.analysis import NOISY_SPREAD
 from ..core.capture import Capture
-from ..core.modelrun import ConvCall, ModelRun, SizeRun
+from ..core.modelrun import ConvCall, IterationTiming, ModelRun, SizeRun
 from ..core.records import rankable
 from ..core.sweep import ModelSweep
 from .engines import chosen
@@ -299,6 +300,22 @@ def _steady_methods(run: ModelRun) -> List[str]:
     return lines
 
 
+def _steady_on_off(on: Optional[IterationTiming], off: Optional[IterationTiming]) -> str:
+    """The steady iterations with benchmark on vs off, and whether their spread lets the
+    two be told apart: a noisy side (IQR / median above NOISY_SPREAD) makes the difference
+    one to measure again, not to act on."""
+    if on is None or off is None or on.median_ms is None or off.median_ms is None:
+        return ""
+    text = f"; steady {on.median_ms:.2f} vs {off.median_ms:.2f} ms per iteration"
+    noisy = [f"{side} {100 * t.spread:.0f}%" for side, t in (("on", on), ("off", off))
+             if t.spread is not None and t.spread > NOISY_SPREAD]
+    if noisy:
+        text += (f", but noisy (IQR / median {', '.join(noisy)}, above "
+                 f"{100 * NOISY_SPREAD:.0f}%): not a difference to act on; 'advise' times "
+                 f"the whole step as a CUDA graph until its confidence interval is narrow")
+    return text
+
+
 def _how_many(run: ModelRun) -> str:
     if run.target_ci is None:
         return str(run.iterations)
@@ -339,15 +356,14 @@ def render_model_run(run: ModelRun, cap: Capture) -> str:
         lines += wrap("from the results store (--refresh runs them again): "
                       + "; ".join(stored), "- ")
     bench, heur = run.mode("benchmark"), run.mode("heuristic")
-    if bench is not None and heur is not None:
+    if bench is not None and heur is not None and bench.sizes and heur.sizes:
         b, h = bench.sizes[0], heur.sizes[0]
         lines += wrap(
             f"first iteration with benchmark on vs off: {b.first_ms:.0f} vs "
             f"{h.first_ms:.0f} ms; peak allocated {_gib(b.first_peak_alloc_bytes)} vs "
             f"{_gib(h.first_peak_alloc_bytes)} GiB, reserved "
             f"{_gib(b.first_peak_reserved_bytes)} vs {_gib(h.first_peak_reserved_bytes)} GiB"
-            + (f"; steady {b.steady.median_ms:.2f} vs {h.steady.median_ms:.2f} ms per "
-               f"iteration" if b.steady and h.steady else ""), "- ")
+            + _steady_on_off(b.steady, h.steady), "- ")
     for m in (bench, heur):
         if m is None:
             continue
