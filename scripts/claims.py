@@ -226,13 +226,13 @@ def table_rows(keep, cmds, shown):
         v = verdict(costs, adv.iterations)
         ratio = v.total_on_ms / v.total_off_ms - 1
         savings = [(c.mean_off - c.mean_on) / c.mean_off for c in costs]
-        first = [c.overhead_on_ms for c in costs]
+        first = [c.overhead_on_ms - c.overhead_off_ms for c in costs]
         rows.append(["with variable input sizes benchmark mode runs about 8% slower",
                      f"{pct(ratio)} expected total for {adv.iterations} iterations over "
                      f"{len(costs)} sizes ({v.total_on_ms / 1e3:.1f} s on, "
                      f"{v.total_off_ms / 1e3:.1f} s off): each new size's first iteration "
                      f"costs {min(first) / 1e3:.1f}-{max(first) / 1e3:.1f} s more with "
-                     f"benchmark on, while its steady iterations are "
+                     f"benchmark on than off, while its steady iterations are "
                      f"{pct(min(savings))} to {pct(max(savings))} faster ({methods(costs)})",
                      sizes_verdict(ratio, v.break_even), cmd])
 

@@ -60,6 +60,8 @@ def test_table_from_an_h200_advice(tmp_path):
     sizes = rows["with variable input sizes benchmark mode runs about 8% slower"]
     assert sizes[0].startswith("+92.8% expected total for 1000 iterations over 5 sizes "
                                "(65.9 s on, 34.2 s off)"), sizes
+    # the search's cost: each size's first iteration over its steady ones, on less off
+    assert "first iteration costs 4.5-7.8 s more with benchmark on than off" in sizes[0]
     assert "steady iterations are +0.7% to +1.6% faster" in sizes[0]
     assert "GPU time for size 320, 384; eager steps" in sizes[0]
     assert sizes[1] == ("depends on the iterations per size: slower by far more here; "
