@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from .analysis import NOISY_SPREAD
 from .records import Signed, _Record
 
 __all__ = ["IterationTiming", "ConvCall", "SizeRun", "ModelModeRun", "ModelRun"]
@@ -58,6 +59,11 @@ class IterationTiming(_Record):
         if not m:
             return None
         return (self.quantile_ms(0.75) - self.quantile_ms(0.25)) / m
+
+    @property
+    def noisy(self) -> bool:
+        """IQR / median above NOISY_SPREAD, as a per-problem Timing's."""
+        return self.spread is not None and self.spread > NOISY_SPREAD
 
 
 @dataclass

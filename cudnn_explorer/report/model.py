@@ -308,7 +308,7 @@ def _steady_on_off(on: Optional[IterationTiming], off: Optional[IterationTiming]
         return ""
     text = f"; steady {on.median_ms:.2f} vs {off.median_ms:.2f} ms per iteration"
     noisy = [f"{side} {100 * t.spread:.0f}%" for side, t in (("on", on), ("off", off))
-             if t.spread is not None and t.spread > NOISY_SPREAD]
+             if t.noisy]
     if noisy:
         text += (f", but noisy (IQR / median {', '.join(noisy)}, above "
                  f"{100 * NOISY_SPREAD:.0f}%): not a difference to act on; 'advise' times "
