@@ -29,8 +29,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from cudnn_explorer.core.advice import (Advice, comparable, costs_from_run,  # noqa: E402
-                                        steady_difference, verdict)
+from cudnn_explorer.core.advice import (Advice, comparable, steady_difference,  # noqa: E402
+                                        verdict)
 from cudnn_explorer.report.format import fmt_version  # noqa: E402
 
 GIB = 2**30
@@ -178,7 +178,7 @@ def table_rows(keep, cmds, shown):
     if missing(rows, r50, cmd, "ResNet-50 at 224 runs 15-23% faster per iteration with "
                                "benchmark on"):
         adv = load_advice(r50)
-        costs = costs_from_run(adv.pytorch_run, adv.workload, adv.repeats)
+        costs = adv.costs()
         d, lo, hi = steady_difference(costs)
         off = costs[0].mean_off
         rows.append(["ResNet-50 at 224 runs 15-23% faster per iteration with benchmark on",
@@ -222,11 +222,11 @@ def table_rows(keep, cmds, shown):
     if missing(rows, var, cmd, "with variable input sizes benchmark mode runs about 8% "
                                "slower"):
         adv = load_advice(var)
-        costs = costs_from_run(adv.pytorch_run, adv.workload, adv.repeats)
+        costs = adv.costs()
         v = verdict(costs, adv.iterations)
         ratio = v.total_on_ms / v.total_off_ms - 1
         savings = [(c.mean_off - c.mean_on) / c.mean_off for c in costs]
-        first = [c.overhead_on_ms - c.overhead_off_ms for c in costs]
+        first = [c.search_cost_ms for c in costs]
         rows.append(["with variable input sizes benchmark mode runs about 8% slower",
                      f"{pct(ratio)} expected total for {adv.iterations} iterations over "
                      f"{len(costs)} sizes ({v.total_on_ms / 1e3:.1f} s on, "
@@ -241,12 +241,12 @@ def table_rows(keep, cmds, shown):
     if missing(rows, rule, cmd, "turn benchmark on when at least 80% of inputs share one "
                                 "shape"):
         adv = load_advice(rule)
-        costs = costs_from_run(adv.pytorch_run, adv.workload, adv.repeats)
+        costs = adv.costs()
         v = verdict(costs, adv.iterations)
         top = max(costs, key=lambda c: c.share)
         mean_off = sum(c.share * c.mean_off for c in costs)
         rest = sorted({f"{100 * c.share:.0f}%" for c in costs if c is not top})
-        extra = sum(c.overhead_on_ms - c.overhead_off_ms for c in costs)
+        extra = sum(c.search_cost_ms for c in costs)
         rows.append(["turn benchmark on when at least 80% of inputs share one shape",
                      f"{100 * top.share:.0f}% of inputs at {top.size}, "
                      f"{' or '.join(rest)} at each of {len(costs) - 1} others, "

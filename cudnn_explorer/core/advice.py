@@ -128,6 +128,12 @@ class ShapeCost:
     def mean_off(self) -> float:
         return _mean(self.steady_off)
 
+    @property
+    def search_cost_ms(self) -> float:
+        """What this size's first iteration costs with benchmark on beyond what it costs
+        with it off, each over its own steady iteration: the search, paid once."""
+        return self.overhead_on_ms - self.overhead_off_ms
+
 
 def plans_needed(capture: Capture) -> Tuple[Tuple[int, int], Tuple[int, int]]:
     """The plans PyTorch's cache holds, one per unique problem and direction, as
@@ -395,6 +401,11 @@ class Advice(_Record):
     @property
     def workload(self) -> List[Tuple[int, float]]:
         return [(int(s), float(c)) for s, c in self.sizes]
+
+    def costs(self) -> List[ShapeCost]:
+        """Per size of the workload, what it costs with benchmark on and off
+        (costs_from_run over this advice's runs)."""
+        return costs_from_run(self.pytorch_run, self.workload, self.repeats)
 
     def to_dict(self) -> dict:
         d = {"schema": self.schema, "schema_version": self.schema_version,

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import replace
 from typing import List
 
-from ..core.advice import (PLAN_CACHE_LIMIT, Advice, comparable, costs_from_run, plans_needed,
+from ..core.advice import (PLAN_CACHE_LIMIT, Advice, comparable, plans_needed,
                            steady_difference, verdict)
 from .engines import TIE
 from .format import describe_environment, grouped_rows, short_tag, table, wrap
@@ -48,7 +48,7 @@ def _steady_method(run, costs) -> List[str]:
 
 def render_advice(adv: Advice) -> str:
     cap, run = adv.capture, adv.pytorch_run
-    costs = costs_from_run(run, adv.workload, adv.repeats)
+    costs = adv.costs()
     n = adv.iterations
     lines = [f"model: {cap.model.describe()}"]
     lines += wrap("environment: " + describe_environment(adv.environment))
