@@ -499,8 +499,12 @@ class DirectionResult(_Record):
         single call; the same plan runs the same kernels)."""
         if pick.steady is not None:
             return pick.steady
-        c = self.engines.config(pick.engine_tag) if (
-            self.engines is not None and pick.engine_tag) else None
+        return self.config_timing(pick.engine_tag)
+
+    def config_timing(self, tag: Optional[str]) -> Optional[Timing]:
+        """Our steady-state timing of the engine config ``tag``; None when it was not
+        explored, did not run or is not rankable."""
+        c = self.engines.config(tag) if self.engines is not None and tag else None
         return c.timing if c is not None and rankable(c) else None
 
     def pick_ms(self, pick: Optional[PyTorchPick]) -> Optional[float]:

@@ -14,7 +14,6 @@ from typing import List, Optional
 from ..core.analysis import NOISY_SPREAD
 from ..core.capture import Capture
 from ..core.modelrun import ConvCall, IterationTiming, ModelRun, SizeRun
-from ..core.records import rankable
 from ..core.sweep import ModelSweep
 from .engines import chosen
 from .format import (describe_environment, fmt_ms, grouped_rows, short_algo, short_choice,
@@ -405,9 +404,9 @@ def _tag_ms(dr, tag: Optional[str]) -> Optional[float]:
     on every other rank too."""
     if not tag:
         return None
-    c = dr.engines.config(tag) if dr.engines is not None else None
-    if c is not None and rankable(c):
-        return c.time
+    t = dr.config_timing(tag)
+    if t is not None:
+        return t.median_ms
     own = next((p for p in dr.pytorch if p.ok and p.engine_tag == tag), None)
     return dr.pick_ms(own)  # (a pick re-timed in its own child, not among the configs)
 
