@@ -14,8 +14,8 @@ from .core.errors import (ChildError, CudnnError, ExplorerError, GpuError,
                           MissingDependencyError, ResourceError, UserError)
 from .core.options import ExploreOptions
 from .core.problem import DIRECTIONS, ConvProblem
-from .core.records import (SCHEMA_NAME, SCHEMA_VERSION, AlgoResult, DirectionResult,
-                           Environment, Exploration, WorkspaceEntry)
+from .core.exploration import SCHEMA_NAME, SCHEMA_VERSION, Environment, Exploration
+from .core.records import AlgoResult, DirectionResult, WorkspaceEntry
 
 from .core.version import __version__
 

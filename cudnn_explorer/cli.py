@@ -19,7 +19,7 @@ from .core.errors import ExplorerError, MissingDependencyError, UserError
 from .core.files import read_bytes
 from .core.options import ExploreOptions
 from .core.problem import ConvProblem
-from .core.records import Exploration
+from .core.exploration import Exploration
 
 __all__ = ["main", "build_parser"]
 

@@ -265,7 +265,7 @@ def table_rows(keep, cmds, shown):
     wino, cmd = cmds["winograd"][0], shown["winograd"]
     if missing(rows, wino, cmd, "Winograd takes 20-30% more memory"):
         from cudnn_explorer.core.analysis import min_bytes
-        from cudnn_explorer.core.records import Exploration
+        from cudnn_explorer.core.exploration import Exploration
 
         with open(wino) as f:
             exp = Exploration.from_json(f.read())

@@ -8,9 +8,9 @@ import textwrap
 from types import SimpleNamespace as NS
 
 from cudnn_explorer.core.problem import ConvProblem
-from cudnn_explorer.core.records import (MIB, AlgoResult, DirectionResult, Environment,
-                                         Exploration, Measurement, Timing, WorkspaceEntry,
-                                         find_row_note)
+from cudnn_explorer.core.exploration import Environment, Exploration, Measurement
+from cudnn_explorer.core.records import (MIB, AlgoResult, DirectionResult, Timing,
+                                         WorkspaceEntry, find_row_note)
 
 OK = "CUDNN_STATUS_SUCCESS"
 NS_ = "CUDNN_STATUS_NOT_SUPPORTED"

@@ -5,7 +5,7 @@ import pytest
 
 from cudnn_explorer.core import analysis
 from cudnn_explorer.core.problem import ConvProblem
-from cudnn_explorer.core.records import Exploration
+from cudnn_explorer.core.exploration import Exploration
 from cudnn_explorer.report.export import rows_from_csv, rows_to_csv
 from cudnn_explorer.report.tables import render_exploration
 

@@ -3,7 +3,7 @@ import json
 import os
 
 from conftest import REPO, run_cli
-from cudnn_explorer.core.records import Exploration
+from cudnn_explorer.core.exploration import Exploration
 from cudnn_explorer.report.compare import render_compare
 from cudnn_explorer.store.db import Store
 from cudnn_explorer.core.options import ExploreOptions

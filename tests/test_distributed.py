@@ -63,7 +63,7 @@ def _rank(rank, init_file, store_path, mode, out_dir):
 
 
 def _rank_job(world, rank, store_path, mode, out_dir):
-    from cudnn_explorer.core.records import Exploration
+    from cudnn_explorer.core.exploration import Exploration
     from cudnn_explorer.store.db import Store
 
     if mode == "samegpu":  # both ranks say they run on one device

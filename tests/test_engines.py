@@ -3,7 +3,8 @@
 from cudnn_explorer.core import knobs
 from cudnn_explorer.report import engines
 from cudnn_explorer.core.logs import parse_tag
-from cudnn_explorer.core.records import EngineConfig, EngineSpace, Exploration, PyTorchPick
+from cudnn_explorer.core.records import EngineConfig, EngineSpace, PyTorchPick
+from cudnn_explorer.core.exploration import Exploration
 
 from fakes import exploration, timing
 

@@ -5,7 +5,7 @@ import pytest
 from cudnn_explorer.core.errors import UserError
 from cudnn_explorer.core.options import ExploreOptions
 from cudnn_explorer.core.problem import ConvProblem
-from cudnn_explorer.core.records import Exploration
+from cudnn_explorer.core.exploration import Exploration
 from cudnn_explorer.report.tables import render_exploration
 
 from conftest import requires_ext

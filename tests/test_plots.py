@@ -7,7 +7,8 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from conftest import run_cli  # noqa: E402
-from cudnn_explorer.core.records import Exploration, rankable  # noqa: E402
+from cudnn_explorer.core.records import rankable  # noqa: E402
+from cudnn_explorer.core.exploration import Exploration
 from cudnn_explorer.report import plots  # noqa: E402
 from cudnn_explorer.report.format import short_tag  # noqa: E402
 

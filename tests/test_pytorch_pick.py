@@ -10,7 +10,8 @@ from cudnn_explorer.core.errors import ChildError
 from cudnn_explorer.core.options import ExploreOptions
 from cudnn_explorer.measure import children
 from cudnn_explorer.core.problem import ConvProblem
-from cudnn_explorer.core.records import MIB, AlgoResult, Exploration
+from cudnn_explorer.core.records import MIB, AlgoResult
+from cudnn_explorer.core.exploration import Exploration
 from cudnn_explorer.report.pytorch import pareto_frontier, render_pytorch, verdicts
 
 from fakes import exploration, timing

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from cudnn_explorer.core.errors import UserError
-from cudnn_explorer.core.records import MIB, SCHEMA_VERSION, Exploration
+from cudnn_explorer.core.records import MIB
+from cudnn_explorer.core.exploration import SCHEMA_VERSION, Exploration
 from cudnn_explorer.report.export import rows_from_csv, rows_to_csv
 from cudnn_explorer.report.format import fmt_cuda, fmt_version
 

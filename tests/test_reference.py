@@ -5,7 +5,7 @@ import os
 import pytest
 
 from conftest import REPO
-from cudnn_explorer.core.records import Exploration
+from cudnn_explorer.core.exploration import Exploration
 from cudnn_explorer.report.tables import render_exploration
 
 FILES = sorted(glob.glob(os.path.join(REPO, "data", "reference", "*.json")))

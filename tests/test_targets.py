@@ -144,7 +144,7 @@ def test_measured_time_beside_a_target_pick_from_the_store(tmp_path):
     """The H200 reference results in a store: the h200 target's forward pick shows its
     measured median; the A100's shows none (nothing measured there)."""
     from cudnn_explorer.core.options import ExploreOptions
-    from cudnn_explorer.core.records import Exploration
+    from cudnn_explorer.core.exploration import Exploration
     from cudnn_explorer.store.db import Store
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -34,7 +34,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .capture import Capture
 from .errors import UserError
 from .modelrun import ModelRun
-from .records import Environment, _Record, _shown, parse_json
+from .exploration import Environment
+from .schema import Record, parse_json, shown
 
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost", "Stability",
            "comparable", "pick_stability",
@@ -65,7 +66,7 @@ def parse_shape_dist(text: str, name: str) -> List[Tuple[int, float]]:
             continue
 
         def bad(why: str) -> UserError:
-            return UserError(f"--shape-dist '{name}': line {n} {_shown(raw.strip())}: {why}")
+            return UserError(f"--shape-dist '{name}': line {n} {shown(raw.strip())}: {why}")
 
         parts = [p for p in re.split(r"[\s,:]+", line) if p]
         if len(parts) != 2:
@@ -342,7 +343,7 @@ def verdict(costs: Sequence[ShapeCost], n: int) -> Verdict:
 
 
 @dataclass
-class Stability(_Record):
+class Stability(Record):
     """One problem and direction over repeated fresh processes with benchmark on: how often
     each plan was PyTorch's pick (``counts``), and each plan's steady-state median re-timed
     here (``times``, ms; absent when it could not be timed)."""
@@ -381,7 +382,7 @@ def pick_stability(repeats: ModelRun) -> List[Stability]:
 
 
 @dataclass
-class Advice(_Record):
+class Advice(Record):
     """A saved advice: the workload (``sizes``: [size, count]; ``iterations`` N), the
     capture, PyTorch's runs of the model, and where they were measured. The verdict is
     computed from these when rendered."""
@@ -425,9 +426,9 @@ class Advice(_Record):
         d = parse_json(data)
         if not isinstance(d, dict) or d.get("schema") != ADVICE_SCHEMA:
             raise UserError("not a cudnn_explorer advice: schema is "
-                            f"{_shown(d.get('schema') if isinstance(d, dict) else d)}")
+                            f"{shown(d.get('schema') if isinstance(d, dict) else d)}")
         if d.get("schema_version") != ADVICE_VERSION:
-            raise UserError(f"advice schema_version {_shown(d.get('schema_version'))}: this "
+            raise UserError(f"advice schema_version {shown(d.get('schema_version'))}: this "
                             f"cudnn_explorer reads version {ADVICE_VERSION}")
         try:
             capture = Capture.from_json_dict(d.get("capture"))
@@ -437,7 +438,7 @@ class Advice(_Record):
                              | {"capture": capture.to_dict()})
         for s in rest.sizes:
             if len(s) != 2 or s[0] < 1 or s[1] <= 0 or int(s[0]) != s[0]:
-                raise UserError(f"sizes: {_shown(s)} is not [size, count]")
+                raise UserError(f"sizes: {shown(s)} is not [size, count]")
         n = len(capture.problems)
         for s in rest.stability:
             if not 0 <= s.problem < n:

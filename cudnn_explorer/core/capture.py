@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 from .errors import UserError
 from .problem import DIRECTIONS, ConvProblem
-from .records import _Record, _shown
+from .schema import Record, shown
 
 __all__ = ["CAPTURE_SCHEMA", "CAPTURE_VERSION", "UniqueConv", "Uncovered", "ModelSpec",
            "SizeCapture", "Capture", "merge_sizes", "add_counts"]
@@ -22,7 +22,7 @@ CAPTURE_VERSION = 1
 
 
 @dataclass
-class UniqueConv(_Record):
+class UniqueConv(Record):
     """One problem as PyTorch's convolution cache keys it (sizes, layout, dtype, padding,
     stride, dilation, groups, TF32), with ``calls``: per direction ("fwd", "bwd-data",
     "bwd-filter"), how many times one iteration runs it, and ``layers``: the modules that
@@ -60,7 +60,7 @@ class UniqueConv(_Record):
 
 
 @dataclass
-class Uncovered(_Record):
+class Uncovered(Record):
     """A convolution the tool does not explore (a transposed one, or a dtype cuDNN's
     convolution does not take), listed so that nothing is dropped silently."""
 
@@ -73,7 +73,7 @@ class Uncovered(_Record):
 
 
 @dataclass
-class ModelSpec(_Record):
+class ModelSpec(Record):
     """Which model ran and how: ``name`` (torchvision) or ``factory`` ("pkg.mod:fn"),
     ``input_shape`` per sample (C, H, W), ``batch``, ``amp`` ("off", "fp16", "bf16"),
     ``channels_last``, ``train`` (forward and backward) or inference."""
@@ -116,7 +116,7 @@ class ModelSpec(_Record):
 
 
 @dataclass
-class SizeCapture(_Record):
+class SizeCapture(Record):
     """One input size of a capture over several (``--sizes``): its convolution calls, the
     unique problems it runs (indices into Capture.problems) and those it is the first to
     run: each new problem costs PyTorch a first call (a benchmark search when benchmark
@@ -129,7 +129,7 @@ class SizeCapture(_Record):
 
 
 @dataclass
-class Capture(_Record):
+class Capture(Record):
     """Every convolution one iteration of a model ran: unique problems (first seen first),
     what was not covered, and the settings they were captured under (``tf32``,
     ``deterministic``: torch.backends.cudnn's flags; ``device``)."""
@@ -158,9 +158,9 @@ class Capture(_Record):
     def from_json_dict(cls, d: dict) -> "Capture":
         if not isinstance(d, dict) or d.get("schema") != CAPTURE_SCHEMA:
             raise UserError(f"not a cudnn_explorer capture: schema is "
-                            f"{_shown(d.get('schema') if isinstance(d, dict) else d)}")
+                            f"{shown(d.get('schema') if isinstance(d, dict) else d)}")
         if d.get("schema_version") != CAPTURE_VERSION:
-            raise UserError(f"capture schema_version {_shown(d.get('schema_version'))}: "
+            raise UserError(f"capture schema_version {shown(d.get('schema_version'))}: "
                             f"this cudnn_explorer reads version {CAPTURE_VERSION}")
         return cls.from_dict(d)
 

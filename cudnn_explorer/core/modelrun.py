@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from .analysis import NOISY_SPREAD
-from .records import Signed, _Record
+from .schema import Record, Signed
 
 __all__ = ["IterationTiming", "ConvCall", "SizeRun", "ModelModeRun", "ModelRun"]
 
 
 @dataclass
-class IterationTiming(_Record):
+class IterationTiming(Record):
     """Time per iteration of the steady iterations (forward and backward, or forward
     alone), each between two CUDA events. ``method`` "eager": the model run as it runs,
     host time included; "graph": replays of a CUDA graph of the whole step, the GPU's time
@@ -67,7 +67,7 @@ class IterationTiming(_Record):
 
 
 @dataclass
-class ConvCall(_Record):
+class ConvCall(Record):
     """One convolution call of the first iteration, synchronised before and after.
 
     ``problem``: index into the capture's unique problems (-1: a problem the capture did
@@ -100,7 +100,7 @@ class ConvCall(_Record):
 
 
 @dataclass
-class SizeRun(_Record):
+class SizeRun(Record):
     """One input shape: its first iteration (``first_ms``; peaks absolute, with the
     memory held ``before`` it: weights, input, CUDA and cuDNN state), its convolutions'
     first calls, the call that set the peak (None: the peak was outside any convolution),
@@ -127,7 +127,7 @@ class SizeRun(_Record):
 
 
 @dataclass
-class ModelModeRun(_Record):
+class ModelModeRun(Record):
     """One mode's fresh process: its settings, or the error that stopped it."""
 
     label: str
@@ -144,7 +144,7 @@ class ModelModeRun(_Record):
 
 
 @dataclass
-class ModelRun(_Record):
+class ModelRun(Record):
     """Every mode's run of the model (``modes``, in the order they ran), each with
     ``iterations`` steady iterations after ``warmup`` ones."""
 

@@ -1,4 +1,5 @@
-"""Result records and their JSON schema. Pure Python (no torch import).
+"""The records of one direction: cuDNN's rows, engine configs, PyTorch's picks, timings.
+Pure Python (no torch import); an Exploration (core/exploration.py) holds them.
 
 Schema ``cudnn_explorer.exploration``, version 6 (see docs/usage.md); versions 1 (Find
 only), 2 (no PyTorch comparison), 3 (no engine configs), 4 (no options, no eager times)
@@ -10,160 +11,19 @@ configs, whole models) without breaking saved files.
 """
 from __future__ import annotations
 
-import datetime
-import json
-import math
-import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .analysis import FIND_DISAGREE, NOISY_SPREAD, timing_stats
 from .errors import UserError
-from .problem import DIRECTIONS, ConvProblem
+from .problem import DIRECTIONS
+from .schema import Record, Signed, shown
 
-__all__ = [
-    "SCHEMA_NAME",
-    "SCHEMA_VERSION",
-    "AlgoResult",
-    "WorkspaceEntry",
-    "DirectionResult",
-    "Environment",
-    "Timing",
-    "Measurement",
-    "PyTorchPick",
-    "EngineConfig",
-    "EngineSpace",
-    "Exploration",
-    "MIB",
-    "SUCCESS",
-    "rankable",
-    "find_row_note",
-]
+__all__ = ["AlgoResult", "WorkspaceEntry", "DirectionResult", "Timing", "PyTorchPick",
+           "EngineConfig", "EngineSpace", "MIB", "SUCCESS", "rankable", "find_row_note"]
 
-SCHEMA_NAME = "cudnn_explorer.exploration"
-SCHEMA_VERSION = 6
 MIB = 1024 * 1024
 SUCCESS = "CUDNN_STATUS_SUCCESS"
-
-
-def _what(hint) -> str:
-    """What a value of type ``hint`` must be, in words."""
-    if hint is bool:
-        return "true or false"
-    if hint is int:
-        return "an integer >= 0"
-    if hint is Signed:
-        return "an integer"
-    if hint is float:
-        return "a finite number >= 0"
-    if hint is str:
-        return "a string"
-    origin = typing.get_origin(hint)
-    if origin is typing.Union:
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return f"{_what(inner[0])} or null"
-    if hint is list or origin in (list, tuple):
-        return "a list"
-    if hint is object:
-        return "plain JSON with finite numbers"
-    return "an object"
-
-
-def _convert(value, hint, path: str):
-    """``value`` read from JSON as the annotated type ``hint``, or UserError naming
-    ``path``. Every number a result holds is a count, a size, a time or an error bound:
-    finite and >= 0. Records nest by their annotations (List[AlgoResult], Optional[Timing])."""
-    origin = typing.get_origin(hint)
-    if origin is typing.Union:
-        if value is None:
-            return None
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _convert(value, inner, path)
-    if isinstance(hint, type) and issubclass(hint, _Record):
-        if not isinstance(value, dict):
-            raise UserError(f"{path}: expected an object, got {_shown(value)}")
-        return hint.from_dict(value, path)
-    if hint is ConvProblem:
-        try:
-            return ConvProblem.from_dict(value)
-        except UserError as e:  # its messages start with "problem"
-            raise UserError(f"{path}{str(e)[len('problem'):]}") from None
-    ok = {bool: lambda v: isinstance(v, bool),
-          int: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX,
-          Signed: lambda v: isinstance(v, int) and not isinstance(v, bool)
-          and -INT64_MAX <= v <= INT64_MAX,
-          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-          and 0 <= v <= FLOAT_MAX,
-          str: lambda v: isinstance(v, str),
-          object: _plain}.get(hint)
-    if ok is not None:
-        if not ok(value):
-            raise UserError(f"{path}: {_shown(value)} is not {_what(hint)}")
-        return float(value) if hint is float else value
-    if origin is tuple:
-        items = typing.get_args(hint)
-        if not isinstance(value, list) or len(value) != len(items):
-            raise UserError(f"{path}: expected a list of {len(items)}, got {_shown(value)}")
-        return [_convert(v, h, f"{path}[{i}]") for i, (v, h) in enumerate(zip(value, items))]
-    if hint is list or origin is list:
-        if not isinstance(value, list):
-            raise UserError(f"{path}: expected a list, got {_shown(value)}")
-        (item,) = typing.get_args(hint) or (object,)
-        return [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
-    if hint is dict or origin is dict:
-        if not isinstance(value, dict):
-            raise UserError(f"{path}: expected an object, got {_shown(value)}")
-        _, item = typing.get_args(hint) or (str, object)
-        return {k: _convert(v, item, f"{path}.{k}") for k, v in value.items()}
-    raise TypeError(f"records: no reading rule for {hint!r}")  # a record type we wrote
-
-
-INT64_MAX = 2**63 - 1
-FLOAT_MAX = 1e300
-Signed = typing.NewType("Signed", int)  # an int64 that may be negative (a knob's value)
-
-
-def _plain(v) -> bool:
-    """Free-form JSON (knob lists, engine summaries, options): any structure, but every
-    number finite and within int64."""
-    if isinstance(v, dict):
-        return all(isinstance(k, str) and _plain(x) for k, x in v.items())
-    if isinstance(v, list):
-        return all(_plain(x) for x in v)
-    if isinstance(v, float):
-        return math.isfinite(v)
-    if isinstance(v, int) and not isinstance(v, bool):
-        return -INT64_MAX <= v <= INT64_MAX
-    return v is None or isinstance(v, (str, bool))
-
-
-def _shown(value) -> str:
-    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) \
-        else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-class _Record:
-    """``from_dict`` for every record: known keys only (newer files may carry more), each
-    value checked against its field's annotation and converted (nested records
-    included), so a malformed file fails on load with the path of the bad field."""
-
-    @classmethod
-    def from_dict(cls, d: dict, path: str = ""):
-        path = path or cls.__name__
-        if not isinstance(d, dict):
-            raise UserError(f"{path}: expected an object, got {_shown(d)}")
-        hints = typing.get_type_hints(cls)
-        kw = {}
-        for f in fields(cls):
-            if f.name in d:
-                kw[f.name] = _convert(d[f.name], hints[f.name], f"{path}.{f.name}")
-            elif f.default is MISSING and f.default_factory is MISSING:
-                raise UserError(f"{path}.{f.name}: missing")
-        return cls(**kw)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class _Checked:
@@ -194,26 +54,13 @@ def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool,
     return f"needs {need_bytes / MIB:.2f} MiB workspace > {given_bytes / MIB:.2f} MiB given{why}"
 
 
-def utc_now() -> str:
-    """Now, in UTC, ISO 8601 to the second: every record's ``created``."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def parse_json(data):
-    """The JSON value of a saved file's text or bytes; UserError when it is not JSON."""
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as e:
-        raise UserError(f"not valid JSON: {str(e)[:80]}") from None
-
-
 def rankable(r) -> bool:
     """A row (AlgoResult) or engine config that ran, has a time, and is not WRONG."""
     return r.ok and r.time is not None and r.correct is not False
 
 
 @dataclass
-class Timing(_Record):
+class Timing(Record):
     """Our steady-state re-timing of one row (all times in ms per launch).
 
     ``method``: "graph" (events around replays of a CUDA graph of
@@ -259,7 +106,7 @@ class Timing(_Record):
 
 
 @dataclass
-class EngineConfig(_Checked, _Record):
+class EngineConfig(_Checked, Record):
     """One cuDNN 9 engine config (an engine and its knob choices), built and timed by us.
 
     ``tag`` uses cudnn-frontend's/PyTorch's format, e.g. ``ConvFwd_eng46_k2=4_k5=2_k14=3``.
@@ -297,7 +144,7 @@ class EngineConfig(_Checked, _Record):
 
 
 @dataclass
-class EngineSpace(_Record):
+class EngineSpace(Record):
     """Every engine of one direction's operation graph and the configs we tried.
 
     ``engines``: per engine {engine, status, knobs: [[type, min, max, stride]] (type: cuDNN's
@@ -331,7 +178,7 @@ class EngineSpace(_Record):
 
 
 @dataclass
-class PyTorchPick(_Checked, _Record):
+class PyTorchPick(_Checked, Record):
     """What PyTorch itself ran for one direction in one mode, measured in a fresh child
     process (times in ms, memory in bytes), with the same timing options and the same
     check against the float64 reference as our own rows.
@@ -383,7 +230,7 @@ class PyTorchPick(_Checked, _Record):
 
 
 @dataclass
-class AlgoResult(_Checked, _Record):
+class AlgoResult(_Checked, Record):
     """One (algorithm, math type) row from cudnnFind*Ex or cudnnGet*_v7.
 
     ``time_ms``: cudnnFind's own single measurement in milliseconds (None for heuristic
@@ -439,7 +286,7 @@ class AlgoResult(_Checked, _Record):
 
 
 @dataclass
-class WorkspaceEntry(_Record):
+class WorkspaceEntry(Record):
     """cudnnGet*WorkspaceSize for one (algorithm, math type); bytes None if it failed."""
 
     algo: int
@@ -450,7 +297,7 @@ class WorkspaceEntry(_Record):
 
 
 @dataclass
-class DirectionResult(_Record):
+class DirectionResult(Record):
     """Everything the legacy API says about one direction of the problem."""
 
     direction: str                   # fwd | bwd-data | bwd-filter
@@ -560,137 +407,8 @@ class DirectionResult(_Record):
         # find, heuristics and workspace are required fields: absent lists load as empty.
         path = path or cls.__name__
         if not isinstance(d, dict):
-            raise UserError(f"{path}: expected an object, got {_shown(d)}")
+            raise UserError(f"{path}: expected an object, got {shown(d)}")
         if d.get("direction") not in DIRECTIONS:
-            raise UserError(f"{path}.direction: {_shown(d.get('direction'))} is not one of "
+            raise UserError(f"{path}.direction: {shown(d.get('direction'))} is not one of "
                             f"{', '.join(DIRECTIONS)}")
         return super().from_dict({"find": [], "heuristics": [], "workspace": [], **d}, path)
-
-
-@dataclass
-class Environment(_Record):
-    """Where the numbers were measured. Versions are cuDNN-style integers as strings
-    (e.g. cuDNN 91900 = 9.19.0; CUDA 13000 = 13.0)."""
-
-    gpu_name: str = ""
-    compute_capability: str = ""
-    device_index: int = 0
-    sm_count: Optional[int] = None  # streaming multiprocessors (None: files before it)
-    torch_version: str = ""
-    torch_cuda: str = ""
-    cudnn_torch: str = ""        # torch.backends.cudnn.version()
-    cudnn_runtime: str = ""      # cudnnGetVersion() in our extension
-    cudnn_built: str = ""        # CUDNN_VERSION the extension was compiled against
-    torch_built: str = ""        # torch the extension was compiled against
-    cuda_runtime: str = ""
-    cuda_driver: str = ""
-    cudnn_frontend: str = ""     # the cudnn-frontend headers the extension was built with
-    hostname: str = ""
-    extra: Dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Measurement(_Record):
-    """How the rows were re-timed and checked (None fields: not done). ``options``: the
-    ExploreOptions of the run, applied unchanged to legacy rows, engine configs and
-    PyTorch's children; ``method``: the timing method they ask for ("graph", "eager" or
-    "eager+flush"); each row's Timing says the method it really got."""
-
-    retimed: bool = False
-    budget_ms: Optional[float] = None  # sampling budget per row
-    flush_l2: bool = False
-    graph: bool = True
-    method: str = ""
-    eager_budget_ms: Optional[float] = None  # sampling budget of the eager wall-clock loop
-    options: Dict[str, object] = field(default_factory=dict)
-    reference: str = ""                # what the outputs were checked against
-    peak_source: str = ""
-    bandwidth_gbs: Optional[float] = None
-
-
-@dataclass
-class Exploration:
-    """A whole run: problem, environment and one DirectionResult per direction."""
-
-    problem: ConvProblem
-    environment: Environment
-    directions: List[DirectionResult]
-    tool_version: str = ""
-    created: str = ""
-    schema: str = SCHEMA_NAME
-    schema_version: int = SCHEMA_VERSION
-    measurement: Measurement = field(default_factory=Measurement)
-
-    def direction(self, name: str) -> DirectionResult:
-        for d in self.directions:
-            if d.direction == name:
-                return d
-        raise KeyError(name)
-
-    def to_dict(self) -> dict:
-        return {
-            "schema": self.schema,
-            "schema_version": self.schema_version,
-            "tool_version": self.tool_version,
-            "created": self.created,
-            "problem": self.problem.to_dict(),
-            "environment": asdict(self.environment),
-            "measurement": asdict(self.measurement),
-            "directions": [d.to_dict() for d in self.directions],
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Exploration":
-        """A saved exploration, every field checked: UserError names the first bad one
-        (its path, e.g. ``directions[0].find[2].timing.median_ms``) and what is valid."""
-        if d.get("schema") != SCHEMA_NAME:
-            raise UserError(f"not a cudnn_explorer result: schema is {_shown(d.get('schema'))}, "
-                            f"expected {SCHEMA_NAME!r}")
-        version = d.get("schema_version")
-        if not isinstance(version, int) or isinstance(version, bool) or not \
-                1 <= version <= SCHEMA_VERSION:
-            raise UserError(
-                f"schema_version {_shown(version)}: this cudnn_explorer reads versions 1 to "
-                f"{SCHEMA_VERSION}" + ("; upgrade cudnn_explorer" if isinstance(version, int)
-                                       and version > SCHEMA_VERSION else ""))
-        directions = d.get("directions")
-        if not isinstance(directions, list) or not directions:
-            raise UserError(f"directions: {_shown(directions)} is not a non-empty list")
-        loaded = [DirectionResult.from_dict(x, f"directions[{i}]")
-                  for i, x in enumerate(directions)]
-        names = [x.direction for x in loaded]
-        if len(set(names)) != len(names):
-            raise UserError(f"directions: {', '.join(names)} lists a direction twice")
-        for key in ("tool_version", "created"):
-            _convert(d.get(key, ""), str, key)
-        return cls(
-            problem=ConvProblem.from_dict(d.get("problem")),
-            environment=Environment.from_dict(d.get("environment") or {}, "environment"),
-            directions=loaded,
-            tool_version=d.get("tool_version", ""),
-            created=d.get("created", ""),
-            schema=d["schema"],
-            schema_version=version,
-            measurement=Measurement.from_dict(d.get("measurement") or {}, "measurement"),
-        )
-
-    @classmethod
-    def from_json(cls, text) -> "Exploration":
-        """From the text (or bytes) of a saved --json file; UserError when it is not one."""
-        if isinstance(text, bytes):
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise UserError(f"not a text file: byte {e.start} is not UTF-8") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise UserError(f"not valid JSON: {e}") from None
-        except RecursionError:
-            raise UserError("not a cudnn_explorer result: nested too deeply") from None
-        if not isinstance(data, dict):
-            raise UserError("not a cudnn_explorer result: top level is not an object")
-        return cls.from_dict(data)

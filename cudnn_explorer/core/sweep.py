@@ -18,7 +18,8 @@ from typing import List, Optional
 from .capture import Capture
 from .errors import UserError
 from .modelrun import ModelRun
-from .records import Environment, Exploration, _shown, parse_json
+from .exploration import Environment, Exploration
+from .schema import parse_json, shown
 
 __all__ = ["SWEEP_SCHEMA", "SWEEP_VERSION", "SweepEntry", "ModelSweep"]
 
@@ -80,9 +81,9 @@ class ModelSweep:
     def from_dict(cls, d: dict) -> "ModelSweep":
         """A saved sweep, every part checked; UserError names the bad one."""
         if d.get("schema") != SWEEP_SCHEMA:
-            raise UserError(f"not a cudnn_explorer sweep: schema is {_shown(d.get('schema'))}")
+            raise UserError(f"not a cudnn_explorer sweep: schema is {shown(d.get('schema'))}")
         if d.get("schema_version") not in READS_VERSIONS:
-            raise UserError(f"sweep schema_version {_shown(d.get('schema_version'))}: this "
+            raise UserError(f"sweep schema_version {shown(d.get('schema_version'))}: this "
                             f"cudnn_explorer reads versions "
                             f"{', '.join(map(str, READS_VERSIONS))}")
         try:
@@ -92,14 +93,14 @@ class ModelSweep:
         entries, seen = [], set()
         raw = d.get("entries")
         if not isinstance(raw, list):
-            raise UserError(f"entries: {_shown(raw)} is not a list")
+            raise UserError(f"entries: {shown(raw)} is not a list")
         for k, e in enumerate(raw):
             if not isinstance(e, dict):
-                raise UserError(f"entries[{k}]: expected an object, got {_shown(e)}")
+                raise UserError(f"entries[{k}]: expected an object, got {shown(e)}")
             i = e.get("index")
             if not isinstance(i, int) or isinstance(i, bool) or not \
                     0 <= i < len(capture.problems) or i in seen:
-                raise UserError(f"entries[{k}].index: {_shown(i)} is not a new index of "
+                raise UserError(f"entries[{k}].index: {shown(i)} is not a new index of "
                                 f"the {len(capture.problems)} captured problems")
             seen.add(i)
             exp = None
@@ -115,7 +116,7 @@ class ModelSweep:
                                     f"problem {i}")
             secs = e.get("seconds")
             if secs is not None and (not isinstance(secs, (int, float)) or secs < 0):
-                raise UserError(f"entries[{k}].seconds: {_shown(secs)} is not a time")
+                raise UserError(f"entries[{k}].seconds: {shown(secs)} is not a time")
             if not isinstance(e.get("error", ""), str):
                 raise UserError(f"entries[{k}].error: not a string")
             entries.append(SweepEntry(i, exp, e.get("error", ""), secs))
@@ -125,7 +126,7 @@ class ModelSweep:
         if not isinstance(d.get("options", {}), dict):
             raise UserError("options: not an object")
         if d.get("profile", "deep") not in ("quick", "deep"):
-            raise UserError(f"profile: {_shown(d.get('profile'))}: valid: quick, deep")
+            raise UserError(f"profile: {shown(d.get('profile'))}: valid: quick, deep")
         run = None
         if d.get("pytorch_run") is not None:
             run = ModelRun.from_dict(d["pytorch_run"], "pytorch_run")

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .errors import UserError
 from .files import read_text
 from .knobs import allowed_by_pytorch
-from .records import _Record
+from .schema import Record
 
 __all__ = ["PROFILE_FIELDS", "DeviceProfile", "TargetPlan", "TargetRanking", "load_profile",
            "shipped_profiles", "resolve_targets", "cudnn_strides", "DEFAULT_BENCHMARK_LIMIT"]
@@ -147,14 +147,14 @@ def cudnn_strides(shape: Sequence[int], layout: str) -> Tuple[int, ...]:
 
 
 @dataclass
-class TargetPlan(_Record):
+class TargetPlan(Record):
     name: str
     numeric_notes: List[str] = field(default_factory=list)
     behavior_notes: List[str] = field(default_factory=list)
 
 
 @dataclass
-class TargetRanking(_Record):
+class TargetRanking(Record):
     """cuDNN's heuristic lists for one direction of a problem on one target device:
     ``a``, ``b`` and ``fallback`` (modes A, B and FALLBACK, in their order). ``status``:
     "OK", or why there are none (the query's error, or the worker process's death)."""

@@ -23,7 +23,7 @@ from typing import List, Optional
 
 from ..core.errors import UserError
 from ..core.files import cache_home
-from ..core.records import Environment
+from ..core.exploration import Environment
 
 __all__ = ["fingerprint", "cached_environment", "remember", "cache_dir"]
 

@@ -16,8 +16,9 @@ from ..core.errors import MissingDependencyError, ResourceError, UserError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.version import __version__
-from ..core.records import (DirectionResult, EngineSpace, Environment, Exploration,
-                            Measurement, utc_now)
+from ..core.exploration import Environment, Exploration, Measurement
+from ..core.records import DirectionResult, EngineSpace
+from ..core.schema import utc_now
 from . import native
 from .children import ModeRun, pick_of, run_children
 from .engine_worker import EngineWorker, explore_isolated

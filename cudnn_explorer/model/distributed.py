@@ -26,7 +26,8 @@ from ..core.capture import Capture, UniqueConv
 from ..core.errors import ExplorerError, ResourceError, UserError, first_line
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
-from ..core.records import Environment, Exploration, utc_now
+from ..core.exploration import Environment, Exploration
+from ..core.schema import utc_now
 from ..core.sweep import ModelSweep, SweepEntry
 from ..core.version import __version__
 

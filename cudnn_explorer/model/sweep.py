@@ -16,7 +16,8 @@ from ..core.errors import ChildError, CudnnError, ExplorerError, ResourceError, 
 from ..core.modelrun import ModelRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
-from ..core.records import Exploration, utc_now
+from ..core.exploration import Exploration
+from ..core.schema import utc_now
 from ..core.sweep import ModelSweep, SweepEntry
 from ..core.version import __version__
 from ..measure import pipeline

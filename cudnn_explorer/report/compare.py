@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from ..core.problem import DIRECTIONS, ConvProblem
-from ..core.records import DirectionResult, Environment
+from ..core.records import DirectionResult
+from ..core.exploration import Environment
 from .engines import chosen
 from .format import fmt_ms, fmt_version, short_algo, short_tag, table, wrap
 

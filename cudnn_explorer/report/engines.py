@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 
-from ..core.records import MIB, DirectionResult, Exploration
+from ..core.records import MIB, DirectionResult
+
+
+from ..core.exploration import Exploration
 from .format import (eager_ms, fmt_mib, fmt_ms, short_algo, short_choice, short_tag, table,
                      timing_cells)
 

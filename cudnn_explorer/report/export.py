@@ -8,7 +8,8 @@ import io
 from typing import List, Optional
 
 from ..core.errors import UserError
-from ..core.records import AlgoResult, Exploration, Timing
+from ..core.records import AlgoResult, Timing
+from ..core.exploration import Exploration
 
 __all__ = ["CSV_COLUMNS", "rows_to_csv", "rows_from_csv"]
 

@@ -6,7 +6,9 @@ from typing import List, Optional
 
 import tabulate as _tabulate
 
-from ..core.records import MIB, Environment
+from ..core.records import MIB
+
+from ..core.exploration import Environment
 
 __all__ = ["fmt_ms", "fmt_mib", "fmt_err", "fmt_version", "fmt_cuda", "describe_environment",
            "short_status", "short_math", "short_tag", "short_algo", "short_choice", "eager_ms",

@@ -20,7 +20,8 @@ import os
 from typing import List, Optional, Tuple
 
 from ..core import analysis
-from ..core.records import DirectionResult, Exploration, rankable
+from ..core.records import DirectionResult, rankable
+from ..core.exploration import Exploration
 from ..core.sweep import ModelSweep
 from .engines import chosen
 from .format import short_tag

@@ -10,7 +10,8 @@ from typing import List
 
 
 from ..core.analysis import FIND_DISAGREE, NOISY_SPREAD
-from ..core.records import DirectionResult, Exploration
+from ..core.records import DirectionResult
+from ..core.exploration import Exploration
 from .engines import engines_table, summary_lines, summary_table
 from .format import (DIRECTION_TITLES, FIND_CALLS, MATH_ORDER, describe_environment, fmt_err,
                      fmt_mib, fmt_ms, fmt_version, short_math, short_status, table, wrap)

@@ -24,7 +24,9 @@ from ..core.errors import ExplorerError
 from ..core.files import cache_home
 from ..core.options import ExploreOptions
 from ..core.problem import DIRECTIONS, ConvProblem
-from ..core.records import DirectionResult, Environment, Exploration, Measurement, utc_now
+from ..core.records import DirectionResult
+from ..core.exploration import Environment, Exploration, Measurement
+from ..core.schema import utc_now
 from ..core.version import __version__
 
 __all__ = ["Store", "StoreError", "SCHEMA_VERSION", "default_path", "env_key", "options_key",

@@ -1,0 +1,148 @@
+"""One exploration: a problem, the environment it ran in, how it was measured, and its
+directions; the ``cudnn_explorer.exploration`` schema (version 6; versions 1 to 5 still
+load, see core/records.py). Pure Python (no torch import).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+from .errors import UserError
+from .problem import ConvProblem
+from .records import DirectionResult
+from .schema import Record, convert, shown
+
+__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "Environment", "Measurement", "Exploration"]
+
+SCHEMA_NAME = "cudnn_explorer.exploration"
+SCHEMA_VERSION = 6
+
+
+@dataclass
+class Environment(Record):
+    """Where the numbers were measured. Versions are cuDNN-style integers as strings
+    (e.g. cuDNN 91900 = 9.19.0; CUDA 13000 = 13.0)."""
+
+    gpu_name: str = ""
+    compute_capability: str = ""
+    device_index: int = 0
+    sm_count: Optional[int] = None  # streaming multiprocessors (None: files before it)
+    torch_version: str = ""
+    torch_cuda: str = ""
+    cudnn_torch: str = ""        # torch.backends.cudnn.version()
+    cudnn_runtime: str = ""      # cudnnGetVersion() in our extension
+    cudnn_built: str = ""        # CUDNN_VERSION the extension was compiled against
+    torch_built: str = ""        # torch the extension was compiled against
+    cuda_runtime: str = ""
+    cuda_driver: str = ""
+    cudnn_frontend: str = ""     # the cudnn-frontend headers the extension was built with
+    hostname: str = ""
+    extra: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Measurement(Record):
+    """How the rows were re-timed and checked (None fields: not done). ``options``: the
+    ExploreOptions of the run, applied unchanged to legacy rows, engine configs and
+    PyTorch's children; ``method``: the timing method they ask for ("graph", "eager" or
+    "eager+flush"); each row's Timing says the method it really got."""
+
+    retimed: bool = False
+    budget_ms: Optional[float] = None  # sampling budget per row
+    flush_l2: bool = False
+    graph: bool = True
+    method: str = ""
+    eager_budget_ms: Optional[float] = None  # sampling budget of the eager wall-clock loop
+    options: Dict[str, object] = field(default_factory=dict)
+    reference: str = ""                # what the outputs were checked against
+    peak_source: str = ""
+    bandwidth_gbs: Optional[float] = None
+
+
+@dataclass
+class Exploration:
+    """A whole run: problem, environment and one DirectionResult per direction."""
+
+    problem: ConvProblem
+    environment: Environment
+    directions: List[DirectionResult]
+    tool_version: str = ""
+    created: str = ""
+    schema: str = SCHEMA_NAME
+    schema_version: int = SCHEMA_VERSION
+    measurement: Measurement = field(default_factory=Measurement)
+
+    def direction(self, name: str) -> DirectionResult:
+        for d in self.directions:
+            if d.direction == name:
+                return d
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": self.schema,
+            "schema_version": self.schema_version,
+            "tool_version": self.tool_version,
+            "created": self.created,
+            "problem": self.problem.to_dict(),
+            "environment": asdict(self.environment),
+            "measurement": asdict(self.measurement),
+            "directions": [d.to_dict() for d in self.directions],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Exploration":
+        """A saved exploration, every field checked: UserError names the first bad one
+        (its path, e.g. ``directions[0].find[2].timing.median_ms``) and what is valid."""
+        if d.get("schema") != SCHEMA_NAME:
+            raise UserError(f"not a cudnn_explorer result: schema is {shown(d.get('schema'))}, "
+                            f"expected {SCHEMA_NAME!r}")
+        version = d.get("schema_version")
+        if not isinstance(version, int) or isinstance(version, bool) or not \
+                1 <= version <= SCHEMA_VERSION:
+            raise UserError(
+                f"schema_version {shown(version)}: this cudnn_explorer reads versions 1 to "
+                f"{SCHEMA_VERSION}" + ("; upgrade cudnn_explorer" if isinstance(version, int)
+                                       and version > SCHEMA_VERSION else ""))
+        directions = d.get("directions")
+        if not isinstance(directions, list) or not directions:
+            raise UserError(f"directions: {shown(directions)} is not a non-empty list")
+        loaded = [DirectionResult.from_dict(x, f"directions[{i}]")
+                  for i, x in enumerate(directions)]
+        names = [x.direction for x in loaded]
+        if len(set(names)) != len(names):
+            raise UserError(f"directions: {', '.join(names)} lists a direction twice")
+        for key in ("tool_version", "created"):
+            convert(d.get(key, ""), str, key)
+        return cls(
+            problem=ConvProblem.from_dict(d.get("problem")),
+            environment=Environment.from_dict(d.get("environment") or {}, "environment"),
+            directions=loaded,
+            tool_version=d.get("tool_version", ""),
+            created=d.get("created", ""),
+            schema=d["schema"],
+            schema_version=version,
+            measurement=Measurement.from_dict(d.get("measurement") or {}, "measurement"),
+        )
+
+    @classmethod
+    def from_json(cls, text) -> "Exploration":
+        """From the text (or bytes) of a saved --json file; UserError when it is not one."""
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(f"not a text file: byte {e.start} is not UTF-8") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(f"not valid JSON: {e}") from None
+        except RecursionError:
+            raise UserError("not a cudnn_explorer result: nested too deeply") from None
+        if not isinstance(data, dict):
+            raise UserError("not a cudnn_explorer result: top level is not an object")
+        return cls.from_dict(data)

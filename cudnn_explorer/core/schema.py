@@ -1,0 +1,150 @@
+"""The reading rules of every saved record: a record is a dataclass whose fields are
+annotated; ``from_dict`` checks each value against its annotation (nested records
+included) and names the path of a bad field. Pure Python (no torch import): the saved
+files, the results store and the child processes' results all go through it.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import typing
+from dataclasses import MISSING, asdict, fields
+
+from .errors import UserError
+from .problem import ConvProblem
+
+__all__ = ["Record", "Signed", "INT64_MAX", "FLOAT_MAX", "shown", "parse_json", "utc_now",
+           "convert"]
+
+def what(hint) -> str:
+    """What a value of type ``hint`` must be, in words."""
+    if hint is bool:
+        return "true or false"
+    if hint is int:
+        return "an integer >= 0"
+    if hint is Signed:
+        return "an integer"
+    if hint is float:
+        return "a finite number >= 0"
+    if hint is str:
+        return "a string"
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return f"{what(inner[0])} or null"
+    if hint is list or origin in (list, tuple):
+        return "a list"
+    if hint is object:
+        return "plain JSON with finite numbers"
+    return "an object"
+
+
+def convert(value, hint, path: str):
+    """``value`` read from JSON as the annotated type ``hint``, or UserError naming
+    ``path``. Every number a result holds is a count, a size, a time or an error bound:
+    finite and >= 0. Records nest by their annotations (List[AlgoResult], Optional[Timing])."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return convert(value, inner, path)
+    if isinstance(hint, type) and issubclass(hint, Record):
+        if not isinstance(value, dict):
+            raise UserError(f"{path}: expected an object, got {shown(value)}")
+        return hint.from_dict(value, path)
+    if hint is ConvProblem:
+        try:
+            return ConvProblem.from_dict(value)
+        except UserError as e:  # its messages start with "problem"
+            raise UserError(f"{path}{str(e)[len('problem'):]}") from None
+    ok = {bool: lambda v: isinstance(v, bool),
+          int: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX,
+          Signed: lambda v: isinstance(v, int) and not isinstance(v, bool)
+          and -INT64_MAX <= v <= INT64_MAX,
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+          and 0 <= v <= FLOAT_MAX,
+          str: lambda v: isinstance(v, str),
+          object: plain}.get(hint)
+    if ok is not None:
+        if not ok(value):
+            raise UserError(f"{path}: {shown(value)} is not {what(hint)}")
+        return float(value) if hint is float else value
+    if origin is tuple:
+        items = typing.get_args(hint)
+        if not isinstance(value, list) or len(value) != len(items):
+            raise UserError(f"{path}: expected a list of {len(items)}, got {shown(value)}")
+        return [convert(v, h, f"{path}[{i}]") for i, (v, h) in enumerate(zip(value, items))]
+    if hint is list or origin is list:
+        if not isinstance(value, list):
+            raise UserError(f"{path}: expected a list, got {shown(value)}")
+        (item,) = typing.get_args(hint) or (object,)
+        return [convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+    if hint is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{path}: expected an object, got {shown(value)}")
+        _, item = typing.get_args(hint) or (str, object)
+        return {k: convert(v, item, f"{path}.{k}") for k, v in value.items()}
+    raise TypeError(f"records: no reading rule for {hint!r}")  # a record type we wrote
+
+
+INT64_MAX = 2**63 - 1
+FLOAT_MAX = 1e300
+Signed = typing.NewType("Signed", int)  # an int64 that may be negative (a knob's value)
+
+
+def plain(v) -> bool:
+    """Free-form JSON (knob lists, engine summaries, options): any structure, but every
+    number finite and within int64."""
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and plain(x) for k, x in v.items())
+    if isinstance(v, list):
+        return all(plain(x) for x in v)
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return -INT64_MAX <= v <= INT64_MAX
+    return v is None or isinstance(v, (str, bool))
+
+
+def shown(value) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) \
+        else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class Record:
+    """``from_dict`` for every record: known keys only (newer files may carry more), each
+    value checked against its field's annotation and converted (nested records
+    included), so a malformed file fails on load with the path of the bad field."""
+
+    @classmethod
+    def from_dict(cls, d: dict, path: str = ""):
+        path = path or cls.__name__
+        if not isinstance(d, dict):
+            raise UserError(f"{path}: expected an object, got {shown(d)}")
+        hints = typing.get_type_hints(cls)
+        kw = {}
+        for f in fields(cls):
+            if f.name in d:
+                kw[f.name] = convert(d[f.name], hints[f.name], f"{path}.{f.name}")
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise UserError(f"{path}.{f.name}: missing")
+        return cls(**kw)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def utc_now() -> str:
+    """Now, in UTC, ISO 8601 to the second: every record's ``created``."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def parse_json(data):
+    """The JSON value of a saved file's text or bytes; UserError when it is not JSON."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise UserError(f"not valid JSON: {str(e)[:80]}") from None
