@@ -173,5 +173,5 @@ setup(
     install_requires=["torch", "numpy", "tabulate", "tqdm"],
     # model names (--model factories need none); heatmaps (--plot)
     extras_require={"models": ["torchvision"], "plots": ["matplotlib"]},
-    entry_points={"console_scripts": ["cudnn-explorer = cudnn_explorer.cli:console"]},
+    entry_points={"console_scripts": ["cudnn-explorer = cudnn_explorer.cli.main:console"]},
 )

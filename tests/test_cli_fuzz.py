@@ -17,6 +17,8 @@ import signal
 import pytest
 
 from cudnn_explorer import cli
+from cudnn_explorer.cli import explore as explore_verb
+from cudnn_explorer.jobs import gpu
 from cudnn_explorer.core.records import EngineConfig, EngineSpace, PyTorchPick
 from fakes import retimed_exploration, timing
 
@@ -69,12 +71,13 @@ def _bad_values():
 
 def _conflicts():
     shape = ["--shape", "2,4,8,8"]
-    for flag, ignored, _ in cli.CONFLICTS:
-        for other in ignored[:8]:
+    for rule in explore_verb.CONFLICTS:
+        flag = rule.flag
+        for other in rule.others[:8]:
             args = [flag] if flag not in ("--load",) else [flag, "saved.json"]
-            action = cli.build_parser()._option_string_actions[other]
+            action = explore_verb.build_parser().flags[other]
             args += [other] if action.nargs == 0 else [other, "1"]
-            if flag not in ("--load", "--info") and other not in cli.PROBLEM_FLAGS:
+            if flag not in ("--load", "--info") and other not in explore_verb.PROBLEM_FLAGS:
                 args = shape + args
             yield args
     yield shape + ["--json", "-", "--csv", "-"]
@@ -224,7 +227,7 @@ def no_measuring(monkeypatch):
     """A malformed invocation must be refused before the measuring layer is reached."""
     def reached():
         raise AssertionError("reached the measuring layer")
-    monkeypatch.setattr(cli, "_measure_layer", reached)
+    monkeypatch.setattr(gpu, "measuring", reached)
     monkeypatch.delenv("CUDNN_EXPLORER_DEBUG", raising=False)
 
 

@@ -139,6 +139,7 @@ def test_cli_answers_a_repeat_from_the_store(tmp_path, monkeypatch):
     from contextlib import redirect_stderr, redirect_stdout
 
     from cudnn_explorer import cli
+    from cudnn_explorer.jobs import gpu
     from cudnn_explorer.measure import pipeline
     from fakes import FakeBench
 
@@ -152,7 +153,7 @@ def test_cli_answers_a_repeat_from_the_store(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "explore", explore)
     monkeypatch.setattr(pipeline, "environment", lambda device=0: bench.environment())
-    monkeypatch.setattr(cli, "_frontend_built", lambda device: True)
+    monkeypatch.setattr(gpu, "frontend_built", lambda device: True)
     store = str(tmp_path / "s.db")
     argv = ["--shape", "8,64,28,28", "--dtype", "float16", "--layout", "nhwc", "--direction",
             "fwd", "--budget-ms", "5", "--child-timeout", "30", "--engine-budget-s", "30",

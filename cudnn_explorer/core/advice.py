@@ -400,6 +400,12 @@ class Advice(Record):
     schema_version: int = ADVICE_VERSION
 
     @property
+    def decidable(self) -> bool:
+        """Whether the runs with benchmark on and off both finished: a verdict needs both."""
+        return (self.pytorch_run.mode("benchmark") is not None
+                and self.pytorch_run.mode("heuristic") is not None)
+
+    @property
     def workload(self) -> List[Tuple[int, float]]:
         return [(int(s), float(c)) for s, c in self.sizes]
 

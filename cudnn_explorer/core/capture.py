@@ -72,6 +72,10 @@ class Uncovered(Record):
     calls: int = 0
 
 
+_FLAGS = {"model": "--model", "amp": "--amp", "batch": "--batch", "input_shape": "--input",
+          "sizes": "--sizes"}
+
+
 @dataclass
 class ModelSpec(Record):
     """Which model ran and how: ``name`` (torchvision) or ``factory`` ("pkg.mod:fn"),
@@ -87,6 +91,46 @@ class ModelSpec(Record):
     train: bool = True
 
     sizes: List[int] = field(default_factory=list)  # --sizes: input sizes, in order
+
+    @classmethod
+    def create(cls, model: str, batch=32, input_shape=(3, 224, 224), sizes=None,
+               amp: str = "off", channels_last: bool = False, train: bool = True,
+               source: str = "api") -> "ModelSpec":
+        """A spec from values, validated: ``model`` a torchvision name or
+        "pkg.module:factory" (a function that takes no arguments); ``input_shape`` one
+        sample's (C x L, C x H x W or C x D x H x W); ``sizes``: variable input sizes, the
+        input's height and width (its length in 1-D) set to each. UserError naming the
+        parameter (``source="api"``) or the flag (``source="cli"``) and what is valid."""
+        def name(param: str) -> str:
+            return _FLAGS[param] if source == "cli" else param
+
+        if not isinstance(model, str) or not model.strip():
+            raise UserError(f"{name('model')} {shown(model)}: valid: a torchvision model "
+                            f"name or pkg.module:factory")
+        amp_ = str(amp).strip().lower()
+        if amp_ not in ("off", "fp16", "bf16"):
+            raise UserError(f"{name('amp')} '{amp}': valid: off, fp16, bf16")
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 1 << 20:
+            raise UserError(f"{name('batch')} {shown(batch)}: valid: an integer from 1 to "
+                            f"1048576")
+        shape = list(input_shape)
+        if len(shape) not in (2, 3, 4) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in shape):
+            raise UserError(f"{name('input_shape')} {shown(shape)}: valid: C x L, C x H x W "
+                            f"or C x D x H x W, each an integer >= 1")
+        factory = ":" in model
+        spec = cls(name="" if factory else model, factory=model if factory else "",
+                   input_shape=shape, batch=batch, amp=amp_, channels_last=bool(channels_last),
+                   train=bool(train))
+        if not sizes:
+            return spec
+        sizes = list(sizes)
+        if (len(sizes) > 256 or len(set(sizes)) != len(sizes) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 65536
+                for v in sizes)):
+            raise UserError(f"{name('sizes')} {shown(sizes)}: valid: 1 to 256 different "
+                            f"sizes, each an integer from 1 to 65536")
+        return spec.over_sizes(sizes)
 
     def shape_at(self, size) -> List:
         """``input_shape`` at input size ``size`` (--sizes): its height and width set to it

@@ -13,10 +13,22 @@ from .problem import ConvProblem
 from .records import DirectionResult
 from .schema import Record, convert, shown
 
-__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "Environment", "Measurement", "Exploration"]
+__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "Environment", "Measurement", "Exploration",
+           "cudnn_version"]
 
 SCHEMA_NAME = "cudnn_explorer.exploration"
 SCHEMA_VERSION = 6
+
+
+def cudnn_version(v: str) -> str:
+    """cuDNN integer version "91900" -> "9.19.0" (unchanged if not an integer)."""
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if n >= 90000:  # cuDNN 9: major*10000 + minor*100 + patch
+        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
+    return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"  # cuDNN <= 8
 
 
 @dataclass
@@ -39,6 +51,16 @@ class Environment(Record):
     cudnn_frontend: str = ""     # the cudnn-frontend headers the extension was built with
     hostname: str = ""
     extra: Dict[str, str] = field(default_factory=dict)
+
+    def matches(self, gpus=(), cudnns=()) -> bool:
+        """Whether this environment passes the filters: a part of the GPU name (any of
+        ``gpus``, case-insensitive) and a cuDNN version (any of ``cudnns``, as 9.19.0 or
+        91900); an empty filter passes all."""
+        if gpus and not any(g.lower() in self.gpu_name.lower() for g in gpus):
+            return False
+        want = {c.strip() for c in cudnns}
+        return not want or self.cudnn_runtime in want or cudnn_version(self.cudnn_runtime) \
+            in want
 
 
 @dataclass

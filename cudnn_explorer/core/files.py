@@ -1,11 +1,13 @@
-"""Reading the user's files: one UserError that names the option and the file; where the
-tool keeps its own files. Pure."""
+"""Reading the user's files (one UserError that names the option and the file), writing
+files atomically, and where the tool keeps its own files. Pure."""
 from __future__ import annotations
 
+import gzip
 import os
+import tempfile
 import zlib
 
-__all__ = ["read_bytes", "read_text", "cache_home", "GZIP_MAGIC"]
+__all__ = ["read_bytes", "read_text", "write_atomic", "cache_home", "GZIP_MAGIC"]
 
 from .errors import UserError
 
@@ -52,3 +54,35 @@ def read_text(path: str, what: str) -> str:
         return read_bytes(path, what).decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{what} '{path}': not a text file") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: set it straight back
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: str, data, compress: bool = False) -> None:
+    """``data`` (bytes or text, UTF-8) into ``path`` atomically: a temporary file in the
+    same directory, then a rename, so a reader never sees half a file, and a file that
+    was there stays whole when writing fails. The file gets the mode a plain ``open``
+    would give it (0666 less the user's umask), not the temporary file's 0600. With
+    ``compress``, gzip (mtime 0: the same content gives the same bytes). OSError when the
+    directory cannot take it; nothing is left behind."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if compress:
+        data = gzip.compress(data, compresslevel=9, mtime=0)
+    where = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".cudnn_explorer.", dir=where)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

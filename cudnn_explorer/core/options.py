@@ -17,7 +17,7 @@ from typing import Optional, Tuple
 from .errors import UserError
 from .problem import DIRECTIONS, clip
 
-__all__ = ["ExploreOptions", "TimingSpec"]
+__all__ = ["ExploreOptions", "TimingSpec", "PROFILES", "parse_int"]
 
 
 INT32_MAX = 2**31 - 1
@@ -114,6 +114,18 @@ class ExploreOptions:
             values[f.name] = _parse(f, v, source)
         return cls(**values)
 
+    def updated(self, source: str = "api", **kw) -> "ExploreOptions":
+        """These options with ``kw`` changed, validated as create() validates them."""
+        return ExploreOptions.create(source, **{**self.to_dict(), **kw})
+
+    def profiled(self, profile: str, keep=()) -> "ExploreOptions":
+        """These options as a model sweep's ``profile`` (PROFILES) sets them, except the
+        fields named in ``keep`` (those the user chose). UserError for another name."""
+        name = str(profile).strip().lower()
+        if name not in PROFILES:
+            raise UserError(f"--profile '{profile}': valid: {', '.join(PROFILES)}")
+        return self.updated(**{k: v for k, v in PROFILES[name].items() if k not in keep})
+
     @property
     def timing(self) -> TimingSpec:
         return TimingSpec(retime=self.retime, budget_ms=self.budget_ms,
@@ -135,6 +147,19 @@ class ExploreOptions:
         return cls.create(**{k: v for k, v in d.items() if k in names})
 
 
+# How a model sweep's profile sets the options: quick (the default) re-times with 25 ms
+# budgets and explores only the listed engine configs; deep keeps every option as given.
+PROFILES = {"quick": dict(budget_ms=25.0, engine_budget_s=60.0, engine_sampling=False),
+            "deep": {}}
+
+
+def parse_int(text, flag: str, lo: int = 0, hi: int = 2**63 - 1) -> int:
+    """An integer option as typed, or UserError naming ``flag`` and what is valid."""
+    what = f"an integer >= {lo}" if hi >= 2**63 - 1 else f"an integer from {lo} to {hi}"
+    return _parse_value(flag, dict(flag=flag, kind="int", lo=lo, strict=False,
+                                   optional=False, hi=hi, what=what), text, "cli")
+
+
 _INT = r"\s*[+-]?[0-9]{1,30}\s*"
 _FLOAT = r"\s*[+-]?([0-9]{1,30}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?\s*"
 
@@ -142,12 +167,15 @@ _FLOAT = r"\s*[+-]?([0-9]{1,30}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?\s*"
 def _parse(f, v, source: str):
     """One option's value as ``f.metadata`` says, or UserError naming the parameter or the
     flag and what is valid."""
-    m = f.metadata
+    return _parse_value(f.name, f.metadata, v, source)
+
+
+def _parse_value(name: str, m, v, source: str):
 
     def bad() -> UserError:
         if source == "cli":  # the flag and the text as typed
             return UserError(f"{m['flag']} {clip(str(v))}: valid: {m['what']}")
-        return UserError(f"{f.name} {clip(repr(v))}: valid: {m['what']}")
+        return UserError(f"{name} {clip(repr(v))}: valid: {m['what']}")
 
     kind = m["kind"]
     if v is None and m["optional"]:
@@ -169,7 +197,7 @@ def _parse(f, v, source: str):
             raise bad()
         if len(set(dirs)) != len(dirs):
             twice = next(d for d in dirs if dirs.count(d) > 1)
-            raise UserError(f"{m['flag'] if source == 'cli' else f.name} {v}: {twice} is "
+            raise UserError(f"{m['flag'] if source == 'cli' else name} {v}: {twice} is "
                             f"listed twice; valid: {m['what']}")
         return dirs
     if isinstance(v, bool):

@@ -22,7 +22,7 @@ import sys
 from typing import List, Optional
 
 from ..core.errors import UserError
-from ..core.files import cache_home
+from ..core.files import cache_home, write_atomic
 from ..core.exploration import Environment
 
 __all__ = ["fingerprint", "cached_environment", "remember", "cache_dir"]
@@ -115,8 +115,6 @@ def remember(env: Environment, where: Optional[str] = None) -> None:
     path = _path(fp, where)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "w") as f:
-            json.dump(env.to_dict(), f)
-        os.replace(path + ".tmp", path)
+        write_atomic(path, json.dumps(env.to_dict()))
     except OSError:
         pass

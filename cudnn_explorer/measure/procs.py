@@ -8,6 +8,8 @@ import signal
 import sys
 from typing import Optional
 
+from ..core.files import write_atomic
+
 __all__ = ["child_env", "describe_rc", "read_spec", "write_result", "log_size"]
 
 _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,9 +47,7 @@ def read_spec(argv, usage: str) -> Optional[dict]:
 def write_result(path: str, result) -> None:
     """A child's result as JSON, atomically: a temporary file, then a rename, so the
     parent never reads a half-written file."""
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f)
-    os.replace(path + ".tmp", path)
+    write_atomic(path, json.dumps(result))
 
 
 def log_size(path: Optional[str]) -> Optional[int]:

@@ -16,6 +16,7 @@ import sys
 import tempfile
 from typing import Dict, List, Tuple
 
+from ..core.files import write_atomic
 from ..core.problem import ConvProblem
 from ..core.targets import DeviceProfile, TargetPlan, TargetRanking, cudnn_strides
 from .procs import child_env, describe_rc
@@ -137,9 +138,7 @@ def _worker(spec_path: str, out_path: str) -> int:
         except Exception as e:  # noqa: BLE001  (recorded for the parent, which reports it)
             res = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
         out.append(dict(item=q["item"], direction=d, result=res))
-        with open(out_path + ".tmp", "w") as f:  # after each query: a crash keeps these
-            json.dump(out, f)
-        os.replace(out_path + ".tmp", out_path)
+        write_atomic(out_path, json.dumps(out))  # after each query: a crash keeps these
     return 0
 
 

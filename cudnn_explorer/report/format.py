@@ -8,7 +8,7 @@ import tabulate as _tabulate
 
 from ..core.records import MIB
 
-from ..core.exploration import Environment
+from ..core.exploration import Environment, cudnn_version
 
 __all__ = ["fmt_ms", "fmt_mib", "fmt_err", "fmt_version", "fmt_cuda", "describe_environment",
            "short_status", "short_math", "short_tag", "short_algo", "short_choice", "eager_ms",
@@ -99,13 +99,7 @@ def timing_cells(t) -> List[str]:
 
 def fmt_version(v: str) -> str:
     """cuDNN integer version "91900" -> "9.19.0" (unchanged if not an integer)."""
-    try:
-        n = int(v)
-    except (TypeError, ValueError):
-        return str(v)
-    if n >= 90000:  # cuDNN 9: major*10000 + minor*100 + patch
-        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
-    return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"  # cuDNN <= 8
+    return cudnn_version(v)
 
 
 def fmt_cuda(v: str) -> str:

@@ -1,0 +1,60 @@
+"""The entry point: the verb, its module imported only when it runs (so ``--help`` stays
+fast), and exit codes.
+
+Results go to stdout (tables, or --json / --csv); errors are one line on stderr with a
+non-zero exit code (2: bad input or a problem cuDNN cannot run; 3: missing GPU, driver,
+extension or memory; 1: anything unexpected; 130: interrupted). --debug shows tracebacks.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import List, Optional
+
+from ..core.errors import ExplorerError
+
+__all__ = ["main", "console", "VERBS"]
+
+# verb -> its module under cudnn_explorer.cli; a command line without a verb explores one
+# problem (the default verb)
+VERBS = {"model": "model", "advise": "advise", "compare": "compare", "history": "history",
+         "export": "export", "plot": "plot"}
+DEFAULT = "explore"
+
+
+def run(argv: List[str]) -> int:
+    """The exit code of the command line ``argv`` (ExplorerError propagates)."""
+    verb = VERBS.get(argv[0]) if argv else None
+    module = importlib.import_module(f".{verb or DEFAULT}", __package__)
+    return module.run(argv[1:] if verb else argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or bool(os.environ.get("CUDNN_EXPLORER_DEBUG"))
+    try:
+        return run(argv)
+    except ExplorerError as e:
+        if debug:
+            raise
+        print(f"cudnn_explorer: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("cudnn_explorer: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # an internal error: still one line unless --debug
+        if debug:
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        if "out of memory" in first.lower():  # torch's OutOfMemoryError, a CUDA error
+            print(f"cudnn_explorer: error: out of GPU memory: {first}", file=sys.stderr)
+            return 3
+        print(f"cudnn_explorer: internal error: {type(e).__name__}: {first} "
+              f"(rerun with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+def console() -> None:
+    """The ``cudnn-explorer`` console script."""
+    sys.exit(main())

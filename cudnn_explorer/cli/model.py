@@ -1,0 +1,211 @@
+"""``model NAME``: capture every convolution of one iteration of a model, then explore each
+unique problem; also --capture-only, --target, --load, and one rank of a torchrun sweep."""
+from __future__ import annotations
+
+import sys
+from typing import List
+
+from ..core.errors import UserError
+from ..core.options import parse_int
+from .args import Needs, Parser, Refuse, check_rules
+from .groups import (HARMLESS, RUN_FLAGS, add_model_args, add_run_args, model_spec_from_args,
+                     options_from_args, positional, store_choice)
+from .output import check_output_path, error, say, write_output
+
+__all__ = ["build_parser", "run", "conflicts"]
+
+MODEL_RUN_FLAGS = ("--profile", "--timed-iterations")
+_MEASURING = tuple(f for f in RUN_FLAGS + MODEL_RUN_FLAGS
+                   if f not in HARMLESS and f != "--device")
+RULES = [
+    Refuse("--quiet", ("--verbose",), "--quiet turns progress off"),
+    Refuse("--no-pytorch", ("--benchmark-limit", "--child-timeout", "--timed-iterations"),
+           "--no-pytorch runs none of PyTorch's modes"),
+    Refuse("--no-engines", ("--engine-configs", "--engine-config-timeout", "--engine-budget-s"),
+           "--no-engines explores no engine configs"),
+    Refuse("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph"),
+           "--no-retime times nothing"),
+    Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store"),
+    Refuse("--target", _MEASURING,
+           "--target ranks heuristics for other GPUs and measures nothing"),
+    Refuse("--capture-only", _MEASURING + ("--target",), "--capture-only explores nothing"),
+    Needs("--plot", ("--target",), "--plot needs --target (the heatmap is of the targets' picks)"),
+    Refuse("--input", ("--image",), "--input gives the whole shape", drop="drop one"),
+    Refuse("--sizes", ("--image",), "--sizes gives the input sizes (3xSxS, or --input's shape "
+                                    "with its height and width set to S)", drop="drop one"),
+    Refuse("--resume", ("--refresh", "--no-store"), "",
+           text="--resume needs the results store: drop {bad} or --resume"),
+]
+UNDER_TORCHRUN = [  # checked under torchrun, with the pseudo-flag TORCHRUN
+    Refuse("TORCHRUN", ("--device",), "", text="--device would be ignored: under torchrun "
+                                               "each rank uses the GPU of its LOCAL_RANK"),
+]
+
+
+def build_parser() -> Parser:
+    p = Parser(
+        prog="python -m cudnn_explorer model",
+        description="Capture every convolution of one iteration of a model (what cuDNN "
+                    "really gets, after autocast), then explore each unique problem: "
+                    "PyTorch's pick, the best legacy algorithm and the best engine config, "
+                    "in ms per iteration.")
+    m = p.group("model")
+    add_model_args(m, "variable input sizes: capture at each size S (320:640:32 or "
+                      "320,416,512), the input 3xSxS or --input's shape with its height and "
+                      "width set to S, and count the new problems each one brings")
+    m.add("--capture-only", action="store_true",
+          help="list the unique problems and their layers; explore nothing")
+    m.add("--target", metavar="GPUS",
+          help="no measurement: PyTorch's heuristic pick for every unique problem on other "
+               "GPUs, from cuDNN's deviceless heuristics (e.g. h200,a100,l4)")
+    m.add("--plot", metavar="PNG", help="with --target: a heatmap of the picks")
+    m.add("--profile", default="quick",
+          help="quick (default): Find and re-timing of the legacy rows, PyTorch's picks and "
+               "every engine config its heuristics and fallbacks list, re-timed with 25 ms "
+               "budgets; deep: every engine's knob space sampled too, 100 ms budgets (any "
+               "--budget-ms, --engine-budget-s given wins)")
+    m.add("--consistency", action="store_true",
+          help="under torchrun: every rank runs every problem, and rank 0 reports where "
+               "identical GPUs differ (needs --json PATH: each rank writes PATH.rankN.json)")
+    m.add("--resume", action="store_true",
+          help="measure only what the results store lacks (the default whenever the store "
+               "is on; after a run that was interrupted or lost a rank)")
+    m.add("--timed-iterations", default="20",
+          help="steady iterations timed in PyTorch's own run of the model, per mode "
+               "(default 20, after 5 warm-up ones)")
+    add_run_args(p)
+    p.set_defaults(direction="all")
+    o = p.group("output")
+    o.add("--json", default=None, metavar="PATH",
+          help="write the sweep (or the capture) to PATH, after every problem")
+    o.add("--load", metavar="PATH", help="render a saved sweep (no GPU needed)")
+    o.add("--debug", action="store_true", help="show Python tracebacks on errors")
+    return p
+
+
+def conflicts(parser: Parser, what: str) -> Refuse:
+    """--load of a model command: every other flag (but the harmless ones) and a NAME."""
+    return Refuse("--load", tuple(f for f in parser.flags if f not in ("--load",) + HARMLESS)
+                  + ("NAME",), f"--load renders a saved {what}")
+
+
+def render_saved(path: str, parse, render) -> int:
+    """--load of a model command: read the file, render it (no GPU needed)."""
+    from ..core.files import read_bytes
+
+    data = read_bytes(path, "--load")  # its errors name the file already
+    try:
+        saved = parse(data)
+    except UserError as e:
+        raise UserError(f"--load '{path}': {e}") from None
+    sys.stdout.write(render(saved))
+    return 0
+
+
+def run(argv: List[str]) -> int:
+    parser = build_parser()
+    if not argv:
+        sys.stderr.write(parser.format_usage())
+        raise UserError("model: give a model, e.g. model resnet50 --batch 32 --amp fp16")
+    a, flags = parser.parse(argv)
+    if a.load:
+        from ..core.sweep import ModelSweep
+        from ..report.model import render_sweep
+
+        check_rules([conflicts(parser, "sweep")], positional(flags, a))
+        return render_saved(a.load, ModelSweep.from_json, render_sweep)
+    check_rules(RULES, flags)
+    check_output_path(a.plot, "--plot")
+    from .targets import profiles
+
+    target_profiles = profiles(a.target) if a.target else None
+    spec = model_spec_from_args(a)
+    keep = [k for k, f in (("budget_ms", "--budget-ms"), ("engine_budget_s", "--engine-budget-s"))
+            if f in flags]
+    options = options_from_args(a, engines=not a.no_engines).profiled(a.profile, keep)
+    profile = str(a.profile).strip().lower()
+    iterations = parse_int(a.timed_iterations, "--timed-iterations", 1, 10000)
+    check_output_path(a.json, "--json")
+    from ..model import distributed
+
+    world = distributed.world_from_env()
+    if a.consistency and world is None:
+        raise UserError("--consistency compares the GPUs of a torchrun sweep; start it with "
+                        "torchrun --nproc-per-node N -m cudnn_explorer model ...")
+    if world is not None and not (a.capture_only or a.target):
+        from .ranks import run_rank
+
+        check_rules(UNDER_TORCHRUN, ["TORCHRUN"] + flags)
+        return run_rank(a, world, spec, options, profile, iterations)
+    return _run_here(a, spec, options, profile, iterations, target_profiles)
+
+
+def _run_here(a, spec, options, profile, iterations, target_profiles) -> int:
+    from ..jobs import gpu
+    from ..jobs.sweep import capture, sweep_model
+    from ..report.model import render_capture, render_sweep
+    from .output import notify
+
+    gpu.measuring()
+    import torch
+
+    device = "cpu" if (a.capture_only or a.target) and not torch.cuda.is_available() \
+        else f"cuda:{options.device}"
+    cap = capture(spec, device, notify)
+    if a.target and cap.problems:
+        from .targets import run_model_targets
+
+        return run_model_targets(a, cap, target_profiles)
+    if a.capture_only or not cap.problems:
+        sys.stdout.write(render_capture(cap))
+        if a.json:
+            write_output(cap.to_json() + "\n", a.json, "--json")
+        return 0
+    bar = None
+    if not a.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(cap.problems), unit="problem", file=sys.stderr,
+                   dynamic_ncols=True, disable=None if not a.verbose else False)
+
+    def progress(done, total, msg):
+        if bar is not None:
+            bar.n = done
+            bar.set_postfix_str(msg[:60], refresh=True)
+
+    def told(kind, text):  # with a bar, the store's answers show in it
+        if bar is None or kind != "info":
+            notify(kind, text)
+
+    def save(sw):
+        if a.json:
+            write_output(sw.to_json() + "\n", a.json, "--json", quiet=True)
+
+    store = store_choice(a)
+    try:
+        sw = sweep_model(cap, options, profile=profile, iterations=iterations, store=store,
+                         save=save, progress=progress, notify=told)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        kept = [f"'{a.json}'"] if a.json else []
+        if store.use:
+            from ..store.db import default_path
+
+            kept.append(f"the results store '{store.path or default_path()}'")
+        say("interrupted: every direction that finished is in "
+            + (" and ".join(kept) if kept else "nothing (no --json, no store)")
+            + "; run the same command again to measure only the rest")
+        return 130
+    finally:
+        if bar is not None:
+            bar.close()
+    sys.stdout.write(render_sweep(sw))
+    if a.json:
+        print(f"wrote {a.json}", file=sys.stderr)
+    failed = [e for e in sw.entries if e.error]
+    if failed:
+        error(f"{len(failed)} of {len(cap.problems)} problems were not explored; the report "
+              f"lists why")
+        return 3
+    return 0

@@ -1,0 +1,95 @@
+"""Where a verb's output goes: files written atomically (checked before anything is
+measured), the notes and warnings of a job as one line each on stderr, and progress."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from typing import Callable, List, Optional
+
+from ..core.errors import UserError
+from ..core.files import write_atomic
+
+__all__ = ["check_output_path", "write_output", "say", "notify", "progress_lines",
+           "plot_paths", "error"]
+
+
+def check_output_path(path: Optional[str], flag: str) -> None:
+    """UserError, before anything is measured, when ``path`` cannot be written."""
+    if path in (None, "-"):
+        return
+    where = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UserError(f"{flag} '{path}': is a directory")
+    if not os.path.isdir(where):
+        raise UserError(f"{flag} '{path}': directory '{where}' does not exist")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise UserError(f"{flag} '{path}': not a regular file")
+    try:  # the very way write_output writes: a temporary file beside it
+        fd, tmp = tempfile.mkstemp(prefix=".cudnn_explorer.", dir=where)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise UserError(f"{flag} '{path}': cannot write there: {e.strerror}") from None
+
+
+def write_output(text: str, path: Optional[str], flag: str, quiet: bool = False) -> None:
+    """``text`` to stdout ("-" or None) or to ``path`` atomically (core.files.write_atomic;
+    a path ending in .gz is written gzip-compressed: every reader of saved files takes
+    either)."""
+    if path in (None, "-"):
+        sys.stdout.write(text)
+        return
+    try:
+        write_atomic(path, text, compress=path.endswith(".gz"))
+    except OSError as e:
+        raise UserError(f"{flag} '{path}': cannot write: {e.strerror}") from None
+    if not quiet:
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def say(text: str) -> None:
+    """One line of the tool's on stderr."""
+    print(f"cudnn_explorer: {text}", file=sys.stderr, flush=True)
+
+
+def error(text: str) -> None:
+    say(f"error: {text}")
+
+
+def notify(kind: str, text: str) -> None:
+    """A job's notify: "cudnn_explorer: [KIND: ]TEXT" on stderr (info has no kind)."""
+    say(text if kind == "info" else f"{kind}: {text}")
+
+
+def progress_lines(verbose: bool, quiet: bool):
+    """(progress, done) for explore's progress: plain timed lines with ``verbose``, one
+    line overwritten in place on a terminal, else none; ``done()`` clears the line."""
+    t_start = time.perf_counter()
+
+    def plain(msg):
+        print(f"cudnn_explorer: [{time.perf_counter() - t_start:6.1f} s] {msg}",
+              file=sys.stderr, flush=True)
+
+    def overwrite(msg):
+        sys.stderr.write(f"\r\033[K{msg}")
+        sys.stderr.flush()
+
+    progress: Optional[Callable[[str], None]] = plain if verbose else (
+        overwrite if not quiet and sys.stderr.isatty() else None)
+
+    def done():
+        if progress is overwrite:
+            sys.stderr.write("\r\033[K")
+    return progress, done
+
+
+def plot_paths(out: str, flag: str) -> List[str]:
+    """The files a plot at ``out`` writes (PATH.png, PATH.svg and the data, PATH.json),
+    each checked as writable."""
+    base = os.path.splitext(out)[0] if out.lower().endswith((".png", ".svg")) else out
+    paths = [base + ".png", base + ".svg", base + ".json"]
+    for path in paths:
+        check_output_path(path, flag)
+    return paths

@@ -1,0 +1,90 @@
+"""``plot KIND FILE``: a saved result as PNG and SVG, with the data beside (no GPU needed)."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import List
+
+from ..core.errors import UserError
+from ..core.options import parse_int
+from .args import Parser
+
+__all__ = ["build_parser", "run", "PLOTS"]
+
+PLOTS = {"pareto": "time against workspace per direction, with the Pareto frontier and "
+                   "PyTorch's picks (a saved exploration)",
+         "roofline": "achieved TFLOP/s against arithmetic intensity, under the GPU's "
+                     "ceilings (a saved exploration)",
+         "gaps": "per problem-direction, the time PyTorch's pick leaves per iteration, "
+                 "sorted, with the cumulative sum (a saved model sweep)"}
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="python -m cudnn_explorer plot",
+               description="Plot a saved result as PNG and SVG (no GPU needed): "
+                           + "; ".join(f"{k}: {v}" for k, v in PLOTS.items()))
+    p.add("kind", nargs="?", help=" | ".join(PLOTS))
+    p.add("file", nargs="?", help="a saved exploration (--json) or model sweep")
+    p.add("--store", nargs="?", const="", default=None, metavar="PATH",
+          help="plot a result from the results store instead of FILE (pareto, roofline; "
+               "default store ~/.cache/cudnn_explorer/results.db)")
+    p.add("--pick", default="1", metavar="N",
+          help="with --store: the N-th most recently measured result (default 1)")
+    p.add("--out", default=None, metavar="PATH",
+          help="where to write (PATH.png, PATH.svg and PATH.json; default: beside FILE, or "
+               "plot-KIND in this directory with --store)")
+    p.add("--debug", action="store_true", help="show Python tracebacks on errors")
+    return p
+
+
+def run(argv: List[str]) -> int:
+    from .output import plot_paths
+
+    p = build_parser()
+    if not argv:
+        sys.stderr.write(p.format_usage())
+        raise UserError(f"plot: give a kind ({', '.join(PLOTS)}) and a saved file")
+    a, _ = p.parse(argv)
+    if a.kind not in PLOTS:
+        raise UserError(f"plot kind '{a.kind}': valid: {', '.join(PLOTS)}")
+    if a.store is not None and a.file:
+        raise UserError("FILE would be ignored: --store plots a stored result; drop one")
+    if a.store is not None and a.kind == "gaps":
+        raise UserError("plot gaps needs a saved model sweep (model --json); the store keeps "
+                        "problems, not sweeps")
+    if a.store is None and not a.file:
+        raise UserError(f"plot {a.kind}: give a saved file, e.g. data/reference/"
+                        f"h200-default-fp32.json, or --store")
+    pick = parse_int(a.pick, "--pick", 1)
+    out = a.out or (os.path.splitext(a.file)[0] + f".{a.kind}" if a.file else f"plot-{a.kind}")
+    plot_paths(out, "--out")
+    from ..report import plots
+
+    if a.kind == "gaps":
+        from ..core.files import read_bytes
+        from ..core.sweep import ModelSweep
+
+        data = read_bytes(a.file, "plot")
+        try:
+            sw = ModelSweep.from_json(data)
+        except UserError as e:
+            raise UserError(f"plot gaps '{a.file}': {e} (gaps plots a model sweep)") from None
+        fig = plots.gaps(sw)
+    else:
+        fig = (plots.pareto if a.kind == "pareto" else plots.roofline)(_exploration(a, pick))
+    for path in plots.save(fig, out):
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _exploration(a, pick: int):
+    if a.file:
+        from ..core.documents import load_exploration
+
+        return load_exploration(a.file, f"plot {a.kind}")
+    from ..jobs.saved import stored_exploration
+
+    exp = stored_exploration(a.store or None, pick)
+    print(f"plotting {exp.problem.describe()} on {exp.environment.gpu_name}, measured "
+          f"{exp.created}", file=sys.stderr)
+    return exp

@@ -1,0 +1,98 @@
+"""The saved documents that hold other records: an export of many explorations, the
+heuristic rankings of ``--target`` and ``model --target``, and the sniffing that tells a
+user which command reads a file of another kind. Pure Python (no torch import).
+"""
+from __future__ import annotations
+
+import json
+from typing import List, Optional, Sequence
+
+from .advice import ADVICE_SCHEMA
+from .capture import CAPTURE_SCHEMA, Capture
+from .errors import UserError
+from .exploration import Exploration
+from .files import read_bytes
+from .problem import ConvProblem
+from .sweep import SWEEP_SCHEMA, ModelSweep
+
+__all__ = ["EXPORT_SCHEMA", "TARGETS_SCHEMA", "MODEL_TARGETS_SCHEMA", "export_document",
+           "targets_document", "model_targets_document", "kind_hint", "load_exploration",
+           "saved_explorations"]
+
+EXPORT_SCHEMA = "cudnn_explorer.export"
+TARGETS_SCHEMA = "cudnn_explorer.targets"
+MODEL_TARGETS_SCHEMA = "cudnn_explorer.model_targets"
+HEURISTIC = "heuristic, not measured"
+
+
+def _json(doc: dict) -> str:
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def export_document(explorations: Sequence[Exploration], store_path: str) -> str:
+    """The ``export --json`` file: every exploration of the store at ``store_path``."""
+    return _json({"schema": EXPORT_SCHEMA, "schema_version": 1, "store": store_path,
+                  "explorations": [e.to_dict() for e in explorations]})
+
+
+def targets_document(problem: ConvProblem, rankings, cudnn: str,
+                     benchmark_limit: Optional[int]) -> str:
+    """The ``--target --json`` file: one problem's heuristic rankings per target GPU."""
+    return _json({"schema": TARGETS_SCHEMA, "schema_version": 1, "cudnn": cudnn,
+                  "kind": HEURISTIC, "problem": problem.to_dict(),
+                  "benchmark_limit": benchmark_limit,
+                  "rankings": [r.to_dict() for r in rankings]})
+
+
+def model_targets_document(capture: Capture, rankings, cudnn: str) -> str:
+    """The ``model --target --json`` file: per unique problem, its rankings per target."""
+    return _json({"schema": MODEL_TARGETS_SCHEMA, "schema_version": 1, "kind": HEURISTIC,
+                  "cudnn": cudnn, "capture": capture.to_dict(),
+                  "rankings": [[r.to_dict() for r in rs] for rs in rankings]})
+
+
+_OTHER_KINDS = {
+    SWEEP_SCHEMA: "a model sweep: render it with 'model --load FILE', plot it with "
+                  "'plot gaps FILE', compare it with 'compare --file FILE'",
+    ADVICE_SCHEMA: "an advice: render it with 'advise --load FILE'",
+    CAPTURE_SCHEMA: "a model's capture: its problems, not measured",
+}
+
+
+def kind_hint(data: bytes) -> str:
+    """" (<what the file is and what reads it>)" for a saved file of another kind than an
+    exploration, else ""."""
+    try:
+        schema = json.loads(data).get("schema")
+    except (ValueError, RecursionError, AttributeError):
+        return ""
+    hint = _OTHER_KINDS.get(schema) if isinstance(schema, str) else None
+    return f" ({hint})" if hint else ""
+
+
+def load_exploration(path: str, flag: str = "--load") -> Exploration:
+    """The Exploration saved at ``path``; UserError naming the file and the bad field."""
+    data = read_bytes(path, flag)
+    try:
+        return Exploration.from_json(data)
+    except UserError as e:
+        raise UserError(f"{flag} '{path}': {e}{kind_hint(data)}") from None
+
+
+def saved_explorations(path: str, flag: str) -> List[Exploration]:
+    """The explorations of a saved file: one result (--json), an export of many, or a
+    model sweep (one per unique problem measured)."""
+    data = read_bytes(path, flag)
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        doc = None
+    try:
+        if isinstance(doc, dict) and doc.get("schema") == EXPORT_SCHEMA:
+            return [Exploration.from_dict(e) for e in doc.get("explorations") or []]
+        if isinstance(doc, dict) and doc.get("schema") == SWEEP_SCHEMA:
+            sw = ModelSweep.from_dict(doc)
+            return [e.exploration for e in sw.entries if e.exploration is not None]
+        return [Exploration.from_json(data)]
+    except UserError as e:
+        raise UserError(f"{flag} '{path}': {e}") from None

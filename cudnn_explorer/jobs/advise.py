@@ -1,0 +1,81 @@
+"""The advise job: should torch.backends.cudnn.benchmark be on for a workload? The model
+runs in fresh processes with benchmark on, off and deterministic, at every input size;
+the Advice it returns weighs the first calls' cost against the steady-state saving."""
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence, Tuple, Union
+
+from ..core.advice import Advice, pick_stability
+from ..core.capture import ModelSpec
+from ..core.errors import UserError
+from ..core.options import ExploreOptions
+from ..core.schema import utc_now
+from ..core.version import __version__
+from .events import Notify, notifier, quiet_progress
+from . import gpu
+from .stores import StoreChoice, opened
+from .sweep import capture, model_spec, store_cache
+
+__all__ = ["advise"]
+
+
+def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
+           sizes: Optional[Sequence[Tuple[int, float]]] = None,
+           options: Optional[ExploreOptions] = None, target_ci: float = 0.005,
+           graph: bool = True, repeats: int = 0, store=None, refresh: bool = False,
+           progress: Optional[Callable[[str], None]] = None,
+           notify: Optional[Notify] = None, **kw) -> Advice:
+    """The Advice for a workload of ``iterations`` iterations of ``model`` (model_spec
+    says what ``model`` and the keywords may be). ``sizes``: the input sizes with their
+    frequencies, [(size, count)] (default: the spec's sizes, equally frequent, or its
+    one input size). Steady iterations are timed until each mean's 95% confidence
+    interval is within +-``target_ci`` (a fraction) of it, as replays of a CUDA graph of
+    the whole step (``graph``), else eagerly. ``repeats`` (0, or 2 to 50): that many more
+    runs with benchmark on, each in a fresh process, for the stability of its picks.
+    ``options``: device, seed, child timeout and benchmark limit. ``store`` as in
+    sweep_model. Where the runs with benchmark on and off did not both finish, the
+    Advice has no verdict (``decidable`` is False) and its runs say why."""
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or \
+            not 1 <= iterations <= 10**12:
+        raise UserError(f"iterations {iterations!r}: valid: an integer from 1 to 10**12")
+    if not 0.0001 <= target_ci <= 0.5:
+        raise UserError(f"target_ci {target_ci!r}: valid: a fraction from 0.0001 to 0.5")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats == 1 \
+            or not 0 <= repeats <= 50:
+        raise UserError(f"repeats {repeats!r}: valid: 0 (off) or 2 to 50 fresh processes")
+    spec = model_spec(model, **kw)
+    if sizes:
+        dist = [(int(s), float(c)) for s, c in sizes]
+        spec = spec.over_sizes([s for s, _ in dist])
+    elif spec.sizes:
+        dist = [(s, 1.0) for s in spec.sizes]
+    else:
+        dist = [(spec.input_shape[-1], 1.0)]
+    options = options or ExploreOptions.create()
+    notify = notifier(notify)
+    say = quiet_progress(progress)
+    pipeline = gpu.measuring()
+    from ..measure.children import ModeSpec
+    from ..model.pytorch_run import model_modes, retime_plans, run_model
+
+    cap = capture(spec, f"cuda:{options.device}", notify)
+    env = pipeline.environment(options.device)
+    choice = StoreChoice.of(store, refresh)
+    with opened(choice, notify) as db:
+        cache = store_cache(db, env, cap, notify, not choice.refresh)
+        modes = [m for m in model_modes(options.benchmark_limit)
+                 if not (m.mode == "benchmark" and m.benchmark_limit == 0
+                         and options.benchmark_limit != 0)]
+        run, _ = run_model(cap, options, iterations=10, progress=say, modes=modes,
+                           target_ci=target_ci, cache=cache, graph=graph)
+        rep, stability = None, []
+        if repeats:
+            again: List[ModeSpec] = [ModeSpec(f"benchmark, repeat {k + 1}", "benchmark",
+                                              False, options.benchmark_limit)
+                                     for k in range(repeats)]
+            rep, _ = run_model(cap, options, iterations=3, warmup=1, progress=say,
+                               modes=again, cache=cache, graph=graph)
+            stability = retime_plans(cap, pick_stability(rep), options, say)
+    return Advice(capture=cap, pytorch_run=run, sizes=[[s, c] for s, c in dist],
+                  iterations=iterations, environment=env, tool_version=__version__,
+                  created=utc_now(), repeats=rep, stability=stability)

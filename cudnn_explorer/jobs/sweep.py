@@ -1,0 +1,128 @@
+"""The model jobs: capture every convolution of one iteration of a model, and sweep a
+model: PyTorch's own run of it (one fresh process per mode), then every unique problem
+explored, the sweep handed to ``save`` after every problem and each finished direction
+kept in the results store, so Ctrl-C or a kill loses only the problem in flight."""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Union
+
+from ..core.capture import Capture, ModelSpec
+from ..core.options import ExploreOptions
+from ..core.sweep import ModelSweep
+from .events import Notify, notifier
+from . import gpu
+from .stores import StoreChoice, opened, saver, without_store
+
+__all__ = ["model_spec", "capture", "sweep_model", "SweepProgress"]
+
+# progress(done, total, message): problems done of total; a message of the step in hand
+SweepProgress = Callable[[int, int, str], None]
+
+
+def model_spec(model: Union[str, ModelSpec], **kw) -> ModelSpec:
+    """``model`` as a ModelSpec: one already built (then no keywords), or a torchvision
+    name or "pkg.module:factory" with ModelSpec.create's keywords (batch, input_shape,
+    sizes, amp, channels_last, train)."""
+    if isinstance(model, ModelSpec):
+        if kw:
+            from ..core.errors import UserError
+
+            raise UserError(f"pass either a ModelSpec or keywords, not both "
+                            f"({', '.join(kw)})")
+        return model
+    return ModelSpec.create(model, **kw)
+
+
+def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
+            notify: Optional[Notify] = None, **kw) -> Capture:
+    """Every convolution one iteration of ``model`` runs (model_spec says what ``model``
+    and the keywords may be), as cuDNN gets it after autocast: its unique problems, each
+    with its layers and its calls per iteration. ``device``: "cuda:N" (the default,
+    cuda:0), or "cpu" where there is no GPU (a note says that autocast and layouts may
+    differ from the GPU's)."""
+    spec = model_spec(model, **kw)
+    gpu.measuring()
+    import torch
+
+    from ..measure import native
+    from ..model.capture import capture_model
+
+    if device is None:
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        notifier(notify)("note", "no GPU: captured on the CPU, where autocast and layouts "
+                                 "may differ from the GPU's")
+    else:
+        native.require_gpu(int(device.partition(":")[2] or 0))  # says what is missing
+    return capture_model(spec, device)
+
+
+def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[ExploreOptions] = None,
+                *, profile: str = "quick", keep: Sequence[str] = (), iterations: int = 20,
+                store=None, refresh: bool = False,
+                save: Optional[Callable[[ModelSweep], None]] = None,
+                progress: Optional[SweepProgress] = None, notify: Optional[Notify] = None,
+                **kw) -> ModelSweep:
+    """Sweep ``model``: a torchvision name or "pkg.module:factory" with model_spec's
+    keywords, a ModelSpec, or a Capture made before. Returns the ModelSweep: per unique
+    problem its Exploration (PyTorch's pick in each mode, the best legacy algorithm, the
+    engine configs; ms per call, to be weighed by the capture's calls per iteration), and
+    PyTorch's own run of the model in each mode (``iterations`` steady iterations each).
+
+    ``options`` (default ExploreOptions.create()) as ``profile`` sets them ("quick": 25 ms
+    budgets and only the listed engine configs; "deep": the options as given), except the
+    fields named in ``keep``. ``store``: None (no store, the default), True (the default
+    file) or a path: what it holds is not measured again (unless ``refresh``), and what
+    finishes is kept there. ``save`` hears the sweep after every problem (write it to a
+    file there); ``progress(done, total, message)`` hears every step. An interrupted sweep
+    raises KeyboardInterrupt after ``save`` heard what finished."""
+    notify = notifier(notify)
+    options = (options or ExploreOptions.create()).profiled(profile, keep)
+    cap = model if isinstance(model, Capture) else capture(
+        model, f"cuda:{options.device}", notify, **kw)
+    pipeline = gpu.measuring()
+    from ..model.sweep import sweep
+
+    tell = progress or (lambda done, total, msg: None)
+    total = len(cap.problems)
+    choice = StoreChoice.of(store, refresh)
+    with opened(choice, notify) as db:
+        env = pipeline.environment(options.device) if db is not None else None
+        run, bench = None, None
+        if options.pytorch and cap.problems:  # the model's own run, one child per mode
+            def say(msg):
+                tell(0, total, msg)
+                if "from the results store" in msg:
+                    notify("info", msg)
+
+            run, bench = pytorch_run(cap, options, iterations, say,
+                                     store_cache(db, env, cap, notify, not choice.refresh))
+
+        def cached(problem, one):
+            if db is None or choice.refresh:
+                return None
+            return db.lookup(problem, env, one, partial=True)
+
+        return sweep(cap, options, save=save or (lambda sw: None), progress=tell,
+                     cached=cached, saver=lambda problem, one: saver(db, problem, one, notify),
+                     bench=bench, profile=str(profile).strip().lower(), pytorch_run=run)
+
+
+def store_cache(db, env, cap: Capture, notify: Notify, read: bool = True):
+    """PyTorch's runs of the model kept in the results store ``db`` (with ``read`` False
+    it only keeps the new ones), or None without a store."""
+    if db is None:
+        return None
+    from ..model.pytorch_run import StoreCache
+
+    return StoreCache(db, env, cap.model.describe(), lambda e: without_store(notify, e),
+                      read=read)
+
+
+def pytorch_run(cap: Capture, options: ExploreOptions, iterations: int, say, cache):
+    """PyTorch's own run of the model, and the pipeline's bench that takes its picks."""
+    from ..model.pytorch_run import ModelBench, run_model
+
+    run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
+                                 cache=cache)
+    return run, ModelBench(options.device, per_problem)
