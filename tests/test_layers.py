@@ -63,12 +63,50 @@ def test_no_import_circle():
     assert not circles, circles
 
 
+# Each layer and what it may import (besides the standard library and its own package):
+# core, measure, model, store, jobs, report, cli; the package itself re-exports.
+ALLOWED = {
+    "core": {"core"},
+    "measure": {"core", "measure", "torch"},
+    "model": {"core", "measure", "model", "torch"},
+    "store": {"core", "store"},
+    "jobs": {"core", "measure", "model", "store", "jobs", "torch"},
+    "report": {"core", "report"},
+    "cli": {"core", "jobs", "report", "cli", "model", "store", "torch"},
+}
+
+
+def _layer(name):
+    if name == "torch":
+        return "torch"
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_module_is_in_a_layer_and_imports_only_what_its_layer_may():
+    graph = _graph()
+    for m, deps in graph.items():
+        layer = _layer(m)
+        if m in ("cudnn_explorer", "cudnn_explorer.__main__", "cudnn_explorer._C"):
+            continue
+        assert layer in ALLOWED, f"{m}: in no layer ({', '.join(ALLOWED)})"
+        bad = {d for d in deps if _layer(d) not in ALLOWED[layer] | {""}}
+        assert not bad, (m, bad)
+
+
 def test_layers_import_only_the_layers_before_them():
     graph = _graph()
     for m, deps in graph.items():
         if m.startswith("cudnn_explorer.core"):
             assert not any(d == "torch" or d.startswith(("cudnn_explorer.measure",
-                                                          "cudnn_explorer.report"))
+                                                          "cudnn_explorer.report",
+                                                          "cudnn_explorer.model",
+                                                          "cudnn_explorer.store",
+                                                          "cudnn_explorer.jobs",
+                                                          "cudnn_explorer.cli"))
+                           for d in deps), (m, deps)
+        if m.startswith("cudnn_explorer.jobs"):  # the jobs return records; none renders
+            assert not any(d.startswith(("cudnn_explorer.report", "cudnn_explorer.cli"))
                            for d in deps), (m, deps)
         if m.startswith("cudnn_explorer.report"):
             assert not any(d == "torch" or d.startswith(("cudnn_explorer.measure",

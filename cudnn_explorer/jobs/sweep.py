@@ -62,7 +62,7 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
                 store=None, refresh: bool = False,
                 save: Optional[Callable[[ModelSweep], None]] = None,
                 progress: Optional[SweepProgress] = None, notify: Optional[Notify] = None,
-                **kw) -> ModelSweep:
+                bench=None, **kw) -> ModelSweep:
     """Sweep ``model``: a torchvision name or "pkg.module:factory" with model_spec's
     keywords, a ModelSpec, or a Capture made before. Returns the ModelSweep: per unique
     problem its Exploration (PyTorch's pick in each mode, the best legacy algorithm, the
@@ -75,7 +75,9 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     file) or a path: what it holds is not measured again (unless ``refresh``), and what
     finishes is kept there. ``save`` hears the sweep after every problem (write it to a
     file there); ``progress(done, total, message)`` hears every step. An interrupted sweep
-    raises KeyboardInterrupt after ``save`` heard what finished."""
+    raises KeyboardInterrupt after ``save`` heard what finished. ``bench``: the measuring
+    bench (measure.pipeline.GpuBench's methods; tests give a fake one): PyTorch's picks
+    then come from its children per problem, not from a run of the whole model."""
     notify = notifier(notify)
     options = (options or ExploreOptions.create()).profiled(profile, keep)
     cap = model if isinstance(model, Capture) else capture(
@@ -87,9 +89,10 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     total = len(cap.problems)
     choice = StoreChoice.of(store, refresh)
     with opened(choice, notify) as db:
-        env = pipeline.environment(options.device) if db is not None else None
-        run, bench = None, None
-        if options.pytorch and cap.problems:  # the model's own run, one child per mode
+        env = None if db is None else (
+            bench.environment() if bench is not None else pipeline.environment(options.device))
+        run = None
+        if options.pytorch and cap.problems and bench is None:  # one child per mode
             def say(msg):
                 tell(0, total, msg)
                 if "from the results store" in msg:

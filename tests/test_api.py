@@ -1,0 +1,165 @@
+"""The Python API of the jobs (explore, sweep_model, advise, capture) on the CPU, through
+the fake native layer: they return the records the command line renders, keep what
+finishes in the results store, and validate their arguments by name."""
+import gzip
+import json
+import logging
+import os
+import stat
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import cudnn_explorer as ce  # noqa: E402
+from conftest import requires_ext  # noqa: E402
+from cudnn_explorer.core.advice import Advice  # noqa: E402
+from cudnn_explorer.core.errors import UserError  # noqa: E402
+from cudnn_explorer.core.exploration import Exploration  # noqa: E402
+from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
+from cudnn_explorer.report.advice import render_advice  # noqa: E402
+from cudnn_explorer.report.model import render_sweep  # noqa: E402
+from cudnn_explorer.store.db import Store  # noqa: E402
+from fakes import FIX, FakeBench  # noqa: E402
+
+OPTS = ce.ExploreOptions.create(budget_ms=5, child_timeout_s=30, engine_budget_s=30,
+                                directions="fwd")
+TINY = ("import torch\n"
+        "def tiny():\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),\n"
+        "                               torch.nn.Conv2d(8, 8, 3, padding=1),\n"
+        "                               torch.nn.Conv2d(8, 8, 3, padding=1))\n")
+
+
+def test_the_jobs_are_the_packages_api_and_import_leanly():
+    from cudnn_explorer import advise, explore, sweep_model  # noqa: F401
+
+    assert {"explore", "sweep_model", "advise", "capture", "ModelSpec"} <= set(ce.__all__)
+    for name in ("explore", "sweep_model", "advise", "capture"):
+        assert getattr(ce, name).__doc__ and callable(getattr(ce, name))
+    import subprocess
+    import sys
+
+    code = ("import sys, cudnn_explorer as ce; from cudnn_explorer import explore, "
+            "sweep_model, advise; print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stderr
+
+
+@requires_ext
+def test_explore_returns_an_exploration_and_answers_a_repeat_from_the_store(
+        tmp_path, monkeypatch, caplog):
+    from cudnn_explorer.measure import pipeline
+
+    bench = FakeBench(tmp_path, monkeypatch)
+    monkeypatch.setattr(pipeline, "environment", lambda device=0: bench.environment())
+    p = ce.ConvProblem.create("8,64,28,28", dtype="float16", layout="nhwc")
+    db = tmp_path / "s.db"
+    exp = ce.explore(p, OPTS, store=str(db), bench=bench)
+    assert isinstance(exp, Exploration) and [d.direction for d in exp.directions] == ["fwd"]
+    assert exp.direction("fwd").best().algo_name == "WINOGRAD_NONFUSED"
+    with Store(str(db)) as store:
+        assert store.count() == 1
+    calls = len(bench.calls)
+    with caplog.at_level(logging.INFO, logger="cudnn_explorer"):
+        again = ce.explore(p, OPTS, store=str(db), bench=bench)
+    assert len(bench.calls) == calls  # nothing measured again
+    assert again.to_dict()["directions"] == exp.to_dict()["directions"]
+    assert "answered from the results store" in caplog.text
+    seen = []
+    ce.explore(p, OPTS, store=str(db), refresh=True, bench=bench,
+               notify=lambda kind, text: seen.append(kind),
+               on_direction=lambda env, m, d: seen.append(d.direction))
+    assert len(bench.calls) > calls and seen == ["fwd"]
+    with pytest.raises(UserError, match="either options or keywords"):
+        ce.explore(p, OPTS, budget_ms=3)
+    with pytest.raises(UserError, match="store 5: valid"):
+        ce.explore(p, OPTS, store=5, bench=bench)
+
+
+@requires_ext
+def test_a_tiny_model_swept_end_to_end_from_a_factory(tmp_path, monkeypatch):
+    """capture() on the CPU, then sweep_model() through the fake bench, into a store and a
+    file after every problem; the sweep renders as the CLI renders it, and a second sweep
+    answers every problem from the store."""
+    (tmp_path / "tinyapi.py").write_text(TINY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cap = ce.capture("tinyapi:tiny", device="cpu", batch=2, input_shape=(3, 8, 8), train=False)
+    assert len(cap.problems) == 2 and cap.model.factory == "tinyapi:tiny"
+    assert [sorted(u.calls.items()) for u in cap.problems] == [[("fwd", 1)], [("fwd", 2)]]
+    bench = FakeBench(tmp_path, monkeypatch)
+    saved, steps = [], []
+    db = str(tmp_path / "m.db")
+    opts = ce.ExploreOptions.create(budget_ms=5, child_timeout_s=30, engine_budget_s=30)
+    sw = ce.sweep_model(cap, opts, store=db, bench=bench, save=saved.append,
+                        progress=lambda done, total, msg: steps.append((done, total)))
+    assert isinstance(sw, ModelSweep) and sw.complete and len(saved) == 3
+    assert sw.profile == "quick" and sw.options["budget_ms"] == 25.0  # the profile's
+    assert sw.options["engine_sampling"] is False
+    assert (2, 2) in steps and all(t == 2 for _, t in steps)
+    assert [e.exploration.directions[0].direction for e in sw.entries] == ["fwd", "fwd"]
+    assert render_sweep(ModelSweep.from_json(sw.to_json())) == render_sweep(sw)
+    rows = [{"problem": e.index + 1, "direction": d.direction, "calls": cap.problems[
+        e.index].calls[d.direction], "pytorch_ms": d.pick_ms(d.pytorch_pick("benchmark"))}
+        for e in sw.entries for d in e.exploration.directions]
+    assert [r["calls"] for r in rows] == [1, 2] and all(r["pytorch_ms"] for r in rows)
+    measured = len(bench.calls)
+    again = ce.sweep_model(cap, opts, store=db, bench=bench)
+    assert len(bench.calls) == measured and again.complete
+    kept = ce.sweep_model(cap, opts, profile="deep", keep=("budget_ms",), bench=bench)
+    assert kept.profile == "deep" and kept.options["budget_ms"] == 5.0
+    with pytest.raises(UserError, match="--profile 'fast': valid: quick, deep"):
+        ce.sweep_model(cap, opts, profile="fast", bench=bench)
+    with pytest.raises(UserError, match="batch 0: valid"):
+        ce.sweep_model("tinyapi:tiny", opts, batch=0, bench=bench)
+
+
+def test_advise_assembles_the_advice_from_the_runs(tmp_path, monkeypatch):
+    """advise() with the model's runs replaced by a saved H200 advice's: the Advice it
+    returns is that workload's, and renders as the saved one does."""
+    from cudnn_explorer.jobs import advise as job
+    from cudnn_explorer.measure import pipeline
+    from cudnn_explorer.model import pytorch_run
+
+    saved = Advice.from_json(gzip.decompress(open(os.path.join(
+        FIX, "advice_r50_b16_dist80_h200.json.gz"), "rb").read()))
+    seen = {}
+
+    def run_model(cap, options, iterations, progress, modes, target_ci, cache, graph):
+        seen.update(modes=[m.label for m in modes], target_ci=target_ci, graph=graph)
+        return saved.pytorch_run, {}
+
+    monkeypatch.setattr(job, "capture", lambda spec, device, notify: saved.capture)
+    monkeypatch.setattr(pipeline, "environment", lambda device=0: saved.environment)
+    monkeypatch.setattr(pytorch_run, "run_model", run_model)
+    adv = ce.advise(saved.capture.model, iterations=saved.iterations,
+                    sizes=[tuple(s) for s in saved.sizes], target_ci=0.01)
+    assert isinstance(adv, Advice) and adv.decidable
+    assert adv.sizes == saved.sizes and adv.iterations == saved.iterations
+    assert seen == {"modes": ["benchmark", "heuristics (benchmark off)", "deterministic"],
+                    "target_ci": 0.01, "graph": True}
+    strip = lambda t: t.split("\n", 3)[3]  # noqa: E731  (the header names the date)
+    assert strip(render_advice(adv)) == strip(render_advice(saved))
+    for kw, match in [(dict(iterations=0), "iterations 0: valid"),
+                      (dict(repeats=1), "repeats 1: valid"),
+                      (dict(target_ci=2.0), "target_ci 2.0: valid")]:
+        with pytest.raises(UserError, match=match):
+            ce.advise("resnet50", **kw)
+
+
+def test_the_atomic_writer_keeps_the_users_umask(tmp_path):
+    from cudnn_explorer.core.files import write_atomic
+
+    old = os.umask(0o027)
+    try:
+        write_atomic(str(tmp_path / "a.json"), json.dumps({"a": 1}))
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE(os.stat(tmp_path / "a.json").st_mode)
+    assert mode == 0o640 and json.loads((tmp_path / "a.json").read_text()) == {"a": 1}
+    write_atomic(str(tmp_path / "b.json.gz"), "x", compress=True)
+    assert gzip.decompress((tmp_path / "b.json.gz").read_bytes()) == b"x"
+    assert [p.name for p in tmp_path.iterdir()] and not [
+        p for p in tmp_path.iterdir() if p.name.startswith(".cudnn_explorer")]
+    with pytest.raises(OSError):
+        write_atomic(str(tmp_path / "missing" / "c.json"), "x")
