@@ -102,7 +102,7 @@ def store_choice(a) -> StoreChoice:
 def add_model_args(m: Group, sizes_help: str) -> None:
     """The model and its input, as ``model`` and ``advise`` take them (model_spec_from_args
     reads them)."""
-    m.parser.add("name", nargs="?", help="a torchvision model name, e.g. resnet50")
+    m.add("name", nargs="?", help="a torchvision model name, e.g. resnet50")
     m.add("--model", metavar="PKG.MODULE:FACTORY",
           help="your own nn.Module: a function that takes no arguments")
     m.add("--batch", default="32", help="batch size (default 32)")
