@@ -252,6 +252,8 @@ class FakeBench:
     def engines(self, problem, direction, options, legacy_rows, preferred_tags, say):
         from cudnn_explorer.measure.engines import explore_engines
 
+        self.preferred = getattr(self, "preferred", {})
+        self.preferred[direction] = list(preferred_tags)
         self.legacy_seen = getattr(self, "legacy_seen", {})
         self.legacy_seen[direction] = [f"{r.algo_name} ({r.math_type})" for r in legacy_rows
                                        if r.kernels]

@@ -82,7 +82,8 @@ def test_records_built_once_and_complete(tmp_path, monkeypatch):
     assert bench_pick.same_kernels_as == ["IMPLICIT_PRECOMP_GEMM (TENSOR_OP_MATH)"]
     assert bench_pick.correct is True and bench_pick.engine_tag.startswith("ConvFwd_eng")
     # the engine search was seeded with PyTorch's pick and saw our legacy rows' kernels
-    assert d.engines.config(bench_pick.engine_tag) is not None or d.engines.configs
+    assert bench.preferred["fwd"][0] == bench_pick.engine_tag  # its pick first, then
+    assert bench_pick.timed and {t for t, _ in bench_pick.timed} <= set(bench.preferred["fwd"])
     assert "IMPLICIT_PRECOMP_GEMM (TENSOR_OP_MATH)" in bench.legacy_seen["fwd"]
     assert d.engines.legacy_map == {}  # the fake reads no kernels: no map, not an empty one
     # a saved result loads back equal
