@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from cudnn_explorer import ConvProblem  # noqa: E402
-from cudnn_explorer.core.analysis import timing_stats  # noqa: E402
+from cudnn_explorer.core.stats import timing_stats  # noqa: E402
 from cudnn_explorer.core.options import TimingSpec  # noqa: E402
 from cudnn_explorer.measure import kernels, timing  # noqa: E402
 from cudnn_explorer.measure import native as _native  # noqa: E402

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from cudnn_explorer.core.advice import (Z95, Advice, ShapeCost, _met, best_bucketing, break_even,
+from cudnn_explorer.core.stats import Z95
+from cudnn_explorer.core.advice import (Advice, ShapeCost, _met, best_bucketing, break_even,
                                         costs_from_run, expected_total_ms, parse_shape_dist,
                                         steady_difference, verdict)
 from cudnn_explorer.core.capture import Capture, ModelSpec

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from cudnn_explorer.core import analysis
+from cudnn_explorer.core import analysis, stats
 from cudnn_explorer.core.problem import ConvProblem
 from cudnn_explorer.core.exploration import Exploration
 from cudnn_explorer.report.export import rows_from_csv, rows_to_csv
@@ -13,11 +13,11 @@ from fakes import retimed_exploration
 
 
 def test_timing_stats_known_values():
-    st = analysis.timing_stats([5, 1, 4, 2, 3])
+    st = stats.timing_stats([5, 1, 4, 2, 3])
     assert st["median_ms"] == 3 and st["p25_ms"] == 2 and st["p75_ms"] == 4
     assert st["min_ms"] == 1 and st["samples"] == 5 and st["spread"] == pytest.approx(2 / 3)
     with pytest.raises(ValueError):
-        analysis.timing_stats([])
+        stats.timing_stats([])
 
 
 def test_timing_stats_interpolate_between_samples():
@@ -25,13 +25,13 @@ def test_timing_stats_interpolate_between_samples():
     for n = 8 sorted samples the 25th percentile sits at rank 1.75 (0-based), the median
     at 3.5 and the 75th percentile at 5.25; order of the input does not matter."""
     v = [10.0, 1.0, 7.0, 3.0, 15.0, 4.0, 2.0, 8.0]  # sorted: 1 2 3 4 7 8 10 15
-    st = analysis.timing_stats(v)
+    st = stats.timing_stats(v)
     assert st["p25_ms"] == pytest.approx(2 + 0.75 * (3 - 2))     # 2.75
     assert st["median_ms"] == pytest.approx(4 + 0.5 * (7 - 4))   # 5.5
     assert st["p75_ms"] == pytest.approx(8 + 0.25 * (10 - 8))    # 8.5
     assert st["min_ms"] == 1.0 and st["samples"] == 8
     assert st["spread"] == pytest.approx((8.5 - 2.75) / 5.5)
-    one = analysis.timing_stats([0.25])
+    one = stats.timing_stats([0.25])
     assert one["median_ms"] == one["p25_ms"] == one["p75_ms"] == 0.25 and one["spread"] == 0
 
 

@@ -214,7 +214,7 @@ def test_cli_bad_device_is_one_line():
 
 # ----------------------------------------------------------------------------- timing
 def _timed(shape, **kw):
-    from cudnn_explorer.core import analysis
+    from cudnn_explorer.core import stats
     from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure import native as _native, pipeline as gpu
 
@@ -223,7 +223,7 @@ def _timed(shape, **kw):
     np_ = gpu.native_problem(p, t)
     # algorithm 1: IMPLICIT_PRECOMP_GEMM
     res = _native.time_algorithm("fwd", np_, 1, p.math_type, TimingSpec(budget_ms=50.0))
-    return res, analysis.timing_stats(res.per_launch_ms)
+    return res, stats.timing_stats(res.per_launch_ms)
 
 
 def test_larger_problem_takes_longer():
@@ -275,14 +275,14 @@ def test_time_callable_matches_extension_for_the_same_kernels():
     GPU-bound medians of the same kernels, so they must agree within 15%."""
 
 
-    from cudnn_explorer.core import analysis
+    from cudnn_explorer.core import stats
     from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure import native as _native, pipeline as gpu, timing
 
     p = ConvProblem.create("32,64,56,56", out_channels=64)
     t = gpu.make_tensors(p, "fwd")
     np_ = gpu.native_problem(p, t)
-    ours = analysis.timing_stats(
+    ours = stats.timing_stats(
         _native.time_algorithm("fwd", np_, 1, "DEFAULT_MATH",
                                TimingSpec(budget_ms=50.0)).per_launch_ms)
     again = timing.time_callable(lambda: _native.run_algorithm("fwd", np_, 1, "DEFAULT_MATH"),

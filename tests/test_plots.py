@@ -9,6 +9,7 @@ pytest.importorskip("matplotlib")
 from conftest import run_cli  # noqa: E402
 from cudnn_explorer.core.records import rankable  # noqa: E402
 from cudnn_explorer.core.exploration import Exploration
+from cudnn_explorer.core.stats import pareto_front  # noqa: E402
 from cudnn_explorer.report import plots  # noqa: E402
 from cudnn_explorer.report.format import short_tag  # noqa: E402
 
@@ -23,7 +24,7 @@ def reference():
 
 def test_pareto_front_by_hand():
     pts = [(0, 5.0), (0, 4.0), (1, 4.5), (2, 3.0), (2, 3.5), (8, 1.0), (16, 2.0)]
-    assert plots.pareto_front(pts) == [(0, 4.0), (2, 3.0), (8, 1.0)]
+    assert pareto_front(pts) == [(0, 4.0), (2, 3.0), (8, 1.0)]
 
 
 def test_pareto_marks_every_row_the_frontier_and_pytorchs_picks():

@@ -35,6 +35,7 @@ from .capture import Capture
 from .errors import UserError
 from .modelrun import ModelRun
 from .exploration import Environment
+from . import stats
 from .schema import Record, parse_json, shown
 
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost", "Stability",
@@ -45,7 +46,6 @@ __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost", "
 
 ADVICE_SCHEMA = "cudnn_explorer.advice"
 ADVICE_VERSION = 1
-Z95 = 1.96
 MAX_N = 10**12
 # PyTorch's cache of cuDNN plans (aten/src/ATen/native/cudnn/Conv_v8.cpp): at most this
 # many per thread, least recently used evicted first; TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT
@@ -92,17 +92,6 @@ def parse_shape_dist(text: str, name: str) -> List[Tuple[int, float]]:
     return out
 
 
-def _mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs)
-
-
-def _var(xs: Sequence[float]) -> float:
-    if len(xs) < 2:
-        return 0.0
-    m = _mean(xs)
-    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
-
-
 @dataclass(frozen=True)
 class ShapeCost:
     """One input size of the workload: its share of the iterations and what it costs
@@ -123,11 +112,11 @@ class ShapeCost:
 
     @property
     def mean_on(self) -> float:
-        return _mean(self.steady_on)
+        return stats.mean(self.steady_on)
 
     @property
     def mean_off(self) -> float:
-        return _mean(self.steady_off)
+        return stats.mean(self.steady_off)
 
     @property
     def search_cost_ms(self) -> float:
@@ -173,11 +162,11 @@ def costs_from_run(run: ModelRun, sizes: Sequence[Tuple[int, float]],
         xa, xb, method = comparable(a.steady, b.steady)
         if not (xa and xb):
             raise UserError(f"size {size}: no eager steady iterations to compare")
-        ma, mb = _mean(xa), _mean(xb)
+        ma, mb = stats.mean(xa), stats.mean(xb)
         others = [_samples(r.sizes[k].steady, method)
                   for r in (repeats.modes if repeats is not None else [])
                   if r.ok and k < len(r.sizes) and r.sizes[k].steady]
-        means = [ma] + [_mean(x) for x in others if x]
+        means = [ma] + [stats.mean(x) for x in others if x]
         out.append(ShapeCost(
             size=size, share=count / total, overhead_on_ms=max(a.first_ms - ma, 0.0),
             overhead_off_ms=max(b.first_ms - mb, 0.0),
@@ -225,8 +214,9 @@ def _diff_var(c: ShapeCost) -> float:
     process, though, and processes differ (CPU placement, other load, for a model whose
     iteration waits on the host): with two or more processes with benchmark on, the
     variance of their means, taken for each mode, when it is the larger."""
-    within = _var(c.steady_on) / len(c.steady_on) + _var(c.steady_off) / len(c.steady_off)
-    between = 2 * _var(c.process_means_on) if len(c.process_means_on) >= 2 else 0.0
+    within = (stats.variance(c.steady_on) / len(c.steady_on)
+              + stats.variance(c.steady_off) / len(c.steady_off))
+    between = 2 * stats.variance(c.process_means_on) if len(c.process_means_on) >= 2 else 0.0
     return max(within, between)
 
 
@@ -235,7 +225,7 @@ def steady_difference(costs: Sequence[ShapeCost]) -> Tuple[float, float, float]:
     weighted by share, with its 95% confidence interval (_diff_var)."""
     d = sum(c.share * (c.mean_off - c.mean_on) for c in costs)
     se2 = sum(c.share ** 2 * _diff_var(c) for c in costs)
-    half = Z95 * math.sqrt(se2)
+    half = stats.Z95 * math.sqrt(se2)
     return d, d - half, d + half
 
 

@@ -6,30 +6,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 from .problem import ConvProblem
 
 __all__ = [
-    "NOISY_SPREAD", "FIND_DISAGREE", "timing_stats", "flops", "min_bytes", "tolerance",
+    "NOISY_SPREAD", "FIND_DISAGREE", "flops", "min_bytes", "tolerance",
     "Peak", "peak_for", "PEAK_SOURCE", "DTYPE_BYTES",
 ]
 
 NOISY_SPREAD = 0.10   # IQR / median above this marks a row noisy (torch.utils.benchmark's rule)
 FIND_DISAGREE = 0.20  # |Find / re-timed median - 1| above this flags the row
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
-
-
-def timing_stats(samples_ms: Sequence[float]) -> dict:
-    """median, p25, p75, min (ms), n and spread = IQR / median of per-launch samples."""
-    import numpy as np  # lazily: importing the package stays lean
-
-    if len(samples_ms) == 0:
-        raise ValueError("no samples")
-    v = np.asarray(samples_ms, dtype=float)
-    p25, med, p75 = (float(x) for x in np.percentile(v, [25, 50, 75]))
-    return {"median_ms": med, "p25_ms": p25, "p75_ms": p75, "min_ms": float(v.min()),
-            "samples": int(v.size), "spread": (p75 - p25) / med if med > 0 else float("inf")}
 
 
 def flops(p: ConvProblem, direction: str) -> int:

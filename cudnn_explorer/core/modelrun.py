@@ -11,7 +11,7 @@ and the steady iterations after it. Times in ms, memory in bytes.
 """
 from __future__ import annotations
 
-import statistics
+from . import stats
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -37,28 +37,19 @@ class IterationTiming(Record):
 
     @property
     def eager_median_ms(self) -> Optional[float]:
-        return statistics.median(self.eager_ms) if self.eager_ms else None
+        return stats.median(self.eager_ms)
 
     @property
     def median_ms(self) -> Optional[float]:
-        return statistics.median(self.samples_ms) if self.samples_ms else None
+        return stats.median(self.samples_ms)
 
     def quantile_ms(self, q: float) -> Optional[float]:
-        s = sorted(self.samples_ms)
-        if not s:
-            return None
-        x = q * (len(s) - 1)
-        lo = int(x)
-        hi = min(lo + 1, len(s) - 1)
-        return s[lo] + (s[hi] - s[lo]) * (x - lo)
+        return stats.quantile(self.samples_ms, q)
 
     @property
     def spread(self) -> Optional[float]:
         """(p75 - p25) / median."""
-        m = self.median_ms
-        if not m:
-            return None
-        return (self.quantile_ms(0.75) - self.quantile_ms(0.25)) / m
+        return stats.spread(self.samples_ms)
 
     @property
     def noisy(self) -> bool:

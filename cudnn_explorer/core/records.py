@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .analysis import FIND_DISAGREE, NOISY_SPREAD, timing_stats
+from .analysis import FIND_DISAGREE, NOISY_SPREAD
 from .errors import UserError
 from .problem import DIRECTIONS
 from .schema import Record, Signed, shown
+from .stats import timing_stats
 
 __all__ = ["AlgoResult", "WorkspaceEntry", "DirectionResult", "Timing", "PyTorchPick",
            "EngineConfig", "EngineSpace", "MIB", "SUCCESS", "rankable", "find_row_note"]
@@ -91,7 +92,7 @@ class Timing(Record):
     def from_samples(cls, per_launch_ms, launches_per_sample: int, method: str,
                      warmup_launches: int = 0, note: str = "", eager_ms=(),
                      eager_calls: int = 0) -> "Timing":
-        """Statistics (analysis.timing_stats) of per-launch samples in ms, with those of
+        """Statistics (stats.timing_stats) of per-launch samples in ms, with those of
         the eager wall-clock loop's samples (``eager_ms``, per call, ``eager_calls``
         calls each) as ``eager`` when there are any."""
         st = timing_stats(per_launch_ms)

@@ -48,25 +48,13 @@ import sys
 import time
 from dataclasses import replace
 
+from ..core import stats
 from ..core.capture import ModelSpec
 from ..core.errors import described
 from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
 from .capture import (ForwardTracker, backward_directions, conv_args, explored,
                       forward_direction, iteration, layer_name)
-
-
-def _mean(xs) -> float:
-    return sum(xs) / len(xs)
-
-
-def ci_halfwidth(xs) -> float:
-    """Half-width of the normal-approximation 95% confidence interval of the mean."""
-    if len(xs) < 2:
-        return float("inf")
-    m = _mean(xs)
-    var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
-    return 1.96 * (var / len(xs)) ** 0.5
 
 
 class _HostEvent:
@@ -243,7 +231,7 @@ def _timed(cuda, step, iterations: int, target, max_timed_s: float):
             end.record()
         cuda.synchronize()
         samples += [s.elapsed_time(e) for s, e in events]
-        if target is None or ci_halfwidth(samples) <= target * _mean(samples) or \
+        if target is None or stats.ci95_halfwidth(samples) <= target * stats.mean(samples) or \
                 time.perf_counter() - t_timed > max_timed_s:
             return samples
 

@@ -8,7 +8,7 @@ from typing import List
 
 from ..core.advice import (PLAN_CACHE_LIMIT, Advice, comparable, plans_needed,
                            steady_difference, verdict)
-from .engines import TIE
+from ..core.choices import TIE
 from .format import describe_environment, grouped_rows, short_tag, table, wrap
 from .model import render_model_run
 

@@ -9,7 +9,7 @@ from typing import Dict, List, Tuple
 from ..core.problem import DIRECTIONS, ConvProblem
 from ..core.records import DirectionResult
 from ..core.exploration import Environment
-from .engines import chosen
+from ..core.choices import chosen
 from .format import fmt_ms, fmt_version, short_algo, short_tag, table, wrap
 
 __all__ = ["env_label", "render_compare", "shared_groups"]

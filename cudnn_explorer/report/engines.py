@@ -5,17 +5,13 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 
-from ..core.records import MIB, DirectionResult
-
-
+from ..core.choices import TIE, best_legacy
 from ..core.exploration import Exploration
+from ..core.records import MIB, DirectionResult
 from .format import (eager_ms, fmt_mib, fmt_ms, short_algo, short_choice, short_tag, table,
                      timing_cells)
 
-__all__ = ["summary_lines", "summary_table", "engines_table", "TIE"]
-
-TIE = 0.03  # entries within 3% of the fastest are a tie (run-to-run noise is that large)
-
+__all__ = ["summary_lines", "summary_table", "engines_table"]
 
 def summary_lines(d: DirectionResult) -> List[str]:
     """Findings of one direction's engine exploration, one sentence each."""
@@ -135,25 +131,6 @@ def _entries(d: DirectionResult) -> List[Tuple[str, str, Optional[float], Option
         out.append(("PyTorch's benchmark pick", short_choice(bench),
                     t.median_ms if t else None, eager_ms(t)))
     return out
-
-
-def best_legacy(d: DirectionResult):
-    """(best legacy row, best among PyTorch's legacy candidates): the same row when the
-    overall best is not faster beyond a tie (TIE), so a difference is shown only when it
-    is one."""
-    best, pt = d.best(), d.best(pytorch_only=True)
-    if pt is None or best is None or best.time is None or pt.time is None \
-            or pt.time <= best.time * (1 + TIE):
-        return (pt or best), (pt or best)
-    return best, pt
-
-
-def chosen(d: DirectionResult):
-    """(PyTorch's benchmark pick, the best legacy row, the best engine config PyTorch's
-    rules allow) of one direction; each None when there is none."""
-    legacy, _ = best_legacy(d)
-    engine = d.engines.best(allowed_only=True) if d.engines is not None else None
-    return d.pytorch_pick("benchmark", api=None), legacy, engine
 
 
 def vs_fastest(t: Optional[float], fastest: Optional[float], all_within: bool) -> str:

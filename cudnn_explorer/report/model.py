@@ -15,14 +15,13 @@ from ..core.analysis import NOISY_SPREAD
 from ..core.capture import Capture
 from ..core.modelrun import ConvCall, IterationTiming, ModelRun, SizeRun
 from ..core.sweep import ModelSweep
-from .engines import chosen
+from ..core.choices import MODES, chosen, sweep_totals
 from .format import (describe_environment, fmt_ms, grouped_rows, short_algo, short_choice,
                      short_tag, table, wrap)
 
 __all__ = ["render_capture", "render_sweep", "render_model_run"]
 
 _SHORT = {"fwd": "fwd", "bwd-data": "bwd-d", "bwd-filter": "bwd-f"}
-_MODES = ("benchmark", "heuristic", "deterministic")
 
 
 def _pct(x: float, base: float) -> str:
@@ -88,10 +87,6 @@ def render_capture(cap: Capture) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _time(x) -> Optional[float]:
-    return x.time if x is not None else None
-
-
 def _first_calls_ms(exp) -> float:
     """PyTorch's first calls with benchmark on, summed over the directions of a problem."""
     picks = (d.pytorch_pick("benchmark", api=None) for d in exp.directions)
@@ -106,14 +101,11 @@ def render_sweep(sw: ModelSweep) -> str:
     cap = sw.capture
     lines = [render_capture(cap).rstrip("\n")]
     lines += wrap("environment: " + describe_environment(sw.environment))
-    rows, gaps = [], []
-    pt_total = best_total = 0.0
-    covered = counted = 0
+    totals = sweep_totals(sw)
+    cost = {(r.index, r.direction): r for r in totals.rows}
+    rows = []
     first_bench = first_heur = 0.0
     first_n = 0
-    by_mode = {m: 0.0 for m in _MODES}  # per iteration, where every mode has a time
-    det_gaps = []
-    mode_n = 0
     unlogged = 0  # benchmark picks with no plan search in PyTorch's log
     pick_is_best = False  # some best engine config is PyTorch's pick
     for i, u in enumerate(cap.problems):
@@ -123,29 +115,8 @@ def render_sweep(sw: ModelSweep) -> str:
             rows.append([str(i + 1), "", "", why[:60]] + [""] * 5)
             continue
         for d in e.exploration.directions:
-            calls = u.calls.get(d.direction, 0)
-            bench, leg_row, eng = chosen(d)
-            pick = d.pick_ms(bench)
-            legacy, engine = _time(leg_row), _time(eng)
-            found = [t for t in (pick, legacy, engine) if t is not None]
-            best = min(found) if found else None
-            counted += 1
-            gap = None
-            if pick is not None and best is not None:
-                covered += 1
-                pt_total += pick * calls
-                best_total += best * calls
-                gap = (pick - best) * calls
-                gaps.append((gap, i, d.direction))
-            times = {}
-            for m in _MODES:
-                times[m] = d.pick_ms(d.pytorch_pick(m, api=None))
-            if all(v is not None for v in times.values()):
-                mode_n += 1
-                for m, v in times.items():
-                    by_mode[m] += v * calls
-                det_gaps.append(((times["deterministic"] - times["benchmark"]) * calls, i,
-                                 d.direction))
+            r = cost[(i, d.direction)]
+            bench, leg_row, eng = r.pick, r.legacy, r.engine
             no_search = bench is None and sw.pytorch_run is not None and any(
                 p.mode == "benchmark" and p.error.startswith("no plan search")
                 for p in d.pytorch)
@@ -159,14 +130,16 @@ def render_sweep(sw: ModelSweep) -> str:
                 first_heur += heur.first_call_ms
                 first_n += 1
             rows.append([str(i + 1) if d is e.exploration.directions[0] else "",
-                         _SHORT[d.direction], str(calls),
+                         _SHORT[d.direction], str(r.calls),
                          short_choice(bench) if bench else ("no search" if no_search
                                                             else "-"),
-                         _per_iter(pick, calls),
+                         _per_iter(r.pick_ms, r.calls),
                          short_algo(leg_row.algo_name, leg_row.math_type, 24)
-                         if leg_row else "-", _per_iter(legacy, calls),
+                         if leg_row else "-", _per_iter(r.legacy_ms, r.calls),
                          "= PyTorch's" if same else short_tag(eng.tag, 20) if eng else "-",
-                         _per_iter(engine, calls)])
+                         _per_iter(r.engine_ms, r.calls)])
+    covered, counted, mode_n = totals.covered, totals.counted, totals.mode_n
+    pt_total, best_total = totals.pytorch_ms, totals.best_ms
     lines.append("")
     source = ("PyTorch's pick from its own run of the model in benchmark mode, timed as "
               "the engine config of the same tag" if sw.pytorch_run is not None else
@@ -201,19 +174,19 @@ def render_sweep(sw: ModelSweep) -> str:
                       f"{first_heur:.0f} ms with it off (the model pays these once per "
                       f"process; its own first iteration was not measured here)", "- ")
     if mode_n:
-        b, h, det = (by_mode[m] for m in _MODES)
+        b, h, det = (totals.by_mode[m] for m in MODES)
         lines += wrap(
             f"convolution time per iteration under each mode's picks ({mode_n} of {counted} "
             f"problem-directions where every mode's pick has a time): benchmark {b:.3f} ms, "
             f"heuristics (benchmark off) {h:.3f} ms ({_pct(h, b)}), deterministic "
             f"{det:.3f} ms ({_pct(det, b)})", "- ")
-        worst = sorted((g for g in det_gaps if g[0] > 0), reverse=True)[:3]
+        worst = totals.deterministic_costs(3)
         if worst:
             lines += wrap("where deterministic mode costs the most (ms per iteration over "
                           "benchmark's pick): " + "; ".join(
                               f"{g:.3f} #{i + 1} {d} ({_layers(cap.problems[i].layers, 2)})"
                               for g, i, d in worst), "- ")
-    top = sorted((g for g in gaps if g[0] > 0), reverse=True)[:5]
+    top = totals.largest_gaps(5)
     if top:
         lines.append("- where PyTorch leaves the most time (ms per iteration):")
         for gap, i, direction in top:

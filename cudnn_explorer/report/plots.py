@@ -20,13 +20,14 @@ import os
 from typing import List, Optional, Tuple
 
 from ..core import analysis
+from ..core.stats import pareto_front
 from ..core.records import DirectionResult, rankable
 from ..core.exploration import Exploration
 from ..core.sweep import ModelSweep
-from .engines import chosen
+from ..core.choices import sweep_totals
 from .format import short_tag
 
-__all__ = ["pareto", "roofline", "gaps", "environments", "save", "pareto_front"]
+__all__ = ["pareto", "roofline", "gaps", "environments", "save"]
 
 MIB = 2**20
 
@@ -49,16 +50,6 @@ def _points(d: DirectionResult) -> List[Tuple[float, float, str, str]]:
         pts += [(c.workspace_bytes / MIB, c.time, "engine", c.tag)
                 for c in d.engines.configs if rankable(c)]
     return pts
-
-
-def pareto_front(points: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
-    """The points no other point beats in both workspace and time (each point's time is
-    lower than that of every point with less or equal workspace), by workspace."""
-    front: List[Tuple[float, float]] = []
-    for ws, t in sorted(points, key=lambda p: (p[0], p[1])):
-        if not front or t < front[-1][1]:
-            front.append((ws, t))
-    return front
 
 
 def _pick_point(d: DirectionResult, mode: str) -> Optional[Tuple[float, float, str]]:
@@ -168,18 +159,11 @@ def gaps(sw: ModelSweep, title: str = ""):
     plt = _plt()
     cap = sw.capture
     items = []
-    for e in sw.entries:
-        if e.exploration is None:
+    for r in sweep_totals(sw).rows:  # those with a pick's time and a legacy or engine one
+        if r.gap_ms is None or (r.legacy_ms is None and r.engine_ms is None):
             continue
-        u = cap.problems[e.index]
-        for d in e.exploration.directions:
-            bench, leg, eng = chosen(d)
-            t = d.pick_ms(bench)
-            found = [x.time for x in (leg, eng) if x is not None and x.time is not None]
-            if t is None or not found:
-                continue
-            gap = (t - min(found + [t])) * u.calls.get(d.direction, 0)
-            items.append((gap, f"#{e.index + 1} {d.direction} {u.layers[0] if u.layers else ''}"))
+        u = cap.problems[r.index]
+        items.append((r.gap_ms, f"#{r.index + 1} {r.direction} {u.layers[0] if u.layers else ''}"))
     items.sort(reverse=True)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.25 * len(items) + 2), 4.5))
     xs = list(range(len(items)))

@@ -6,6 +6,7 @@ from typing import List, Optional
 
 
 from ..core.records import MIB, AlgoResult, DirectionResult
+from ..core.stats import pareto_front
 from .format import (eager_ms, fmt_err, fmt_mib, fmt_ms, short_algo, short_choice,
                      short_math, short_tag, table, wrap)
 
@@ -16,12 +17,7 @@ def pareto_frontier(rows: List[AlgoResult]) -> List[AlgoResult]:
     """Re-timed, correct rows that no other row beats on both time and workspace,
     by increasing workspace."""
     good = [r for r in rows if r.ok and r.timing is not None and r.correct is not False]
-    good.sort(key=lambda r: (r.workspace_bytes, r.timing.median_ms))
-    out: List[AlgoResult] = []
-    for r in good:
-        if not out or r.timing.median_ms < out[-1].timing.median_ms:
-            out.append(r)
-    return out
+    return pareto_front(good, key=lambda r: (r.workspace_bytes, r.timing.median_ms))
 
 
 def verdicts(d: DirectionResult) -> List[str]:
