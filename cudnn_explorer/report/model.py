@@ -15,7 +15,8 @@ from ..core.analysis import NOISY_SPREAD
 from ..core.capture import Capture
 from ..core.modelrun import ConvCall, IterationTiming, ModelRun, SizeRun
 from ..core.sweep import ModelSweep
-from ..core.choices import MODES, chosen, sweep_totals
+from ..core.choices import MODES, sweep_totals
+from ..core.consistency import PlanSpread, consistency
 from .format import (describe_environment, fmt_ms, grouped_rows, short_algo, short_choice,
                      short_tag, table, wrap)
 
@@ -371,74 +372,36 @@ def render_model_run(run: ModelRun, cap: Capture) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tag_ms(dr, tag: Optional[str]) -> Optional[float]:
-    """The steady-state median (ms) of the engine config ``tag`` in one rank's exploration
-    of a direction: every rank explores the same candidates, so each rank's pick is timed
-    on every other rank too."""
-    if not tag:
-        return None
-    t = dr.config_timing(tag)
-    if t is not None:
-        return t.median_ms
-    own = next((p for p in dr.pytorch if p.ok and p.engine_tag == tag), None)
-    return dr.pick_ms(own)  # (a pick re-timed in its own child, not among the configs)
-
-
-def _differ_rows(head: List[str], tags: List[Optional[str]], drs) -> List[List[str]]:
-    """A row per distinct plan in ``tags`` (one per rank): the ranks that chose it and its
-    time on every rank; after the first, how much the slowest of these plans costs over
-    the fastest on one GPU (the most over the ranks): what the choice alone is worth,
-    with the differences between the GPUs taken out."""
-    groups: dict = {}
-    for r, tag in enumerate(tags):
-        groups.setdefault(tag, []).append(r)
-    times = {tag: [_tag_ms(dr, tag) for dr in drs] for tag in groups}  # [plan][rank]
-    worst = [max(ts) / min(ts) - 1 for ts in zip(*times.values()) if None not in ts]
-    spread = f"{100 * max(worst):.1f}%" if worst else "-"
+def _differ_rows(cap: Capture, p: PlanSpread) -> List[List[str]]:
+    """A row per distinct plan: the ranks that chose it and its time on every rank; the
+    spread after the first."""
+    head = [f"#{p.index + 1}", _SHORT[p.direction], _layers(cap.problems[p.index].layers, 1)]
+    spread = f"{100 * p.spread:.1f}%" if p.spread is not None else "-"
     return grouped_rows(
         head, [[short_tag(tag, 44) if tag else "?", ",".join(f"r{r}" for r in rs),
-                " / ".join(fmt_ms(t) if t is not None else "-" for t in times[tag])]
-               for tag, rs in groups.items()], [spread])
+                " / ".join(fmt_ms(t) if t is not None else "-" for t in p.times[tag])]
+               for tag, rs in p.ranks.items()], [spread])
 
 
 def render_consistency(sweeps: List[ModelSweep]) -> str:
     """Identical GPUs side by side (one sweep per rank, every problem on every rank):
     per problem and direction, whether PyTorch's benchmark pick and the best engine config
-    agree across ranks, and where they differ, each rank's choice timed on every rank."""
+    agree across ranks, and where they differ, each rank's choice timed on every rank
+    (core/consistency.py)."""
     if not sweeps:
         return "no rank's sweep could be read\n"
     cap = sweeps[0].capture
-    gpus = sorted({s.environment.gpu_name for s in sweeps})
-    lines = wrap(f"== consistency: {len(sweeps)} ranks ({', '.join(gpus)}), every unique "
+    c = consistency(sweeps)
+    lines = wrap(f"== consistency: {c.ranks} ranks ({', '.join(c.gpus)}), every unique "
                  f"problem of {cap.model.describe()} on each", "")
-    n = 0
-    pick_rows, best_rows = [], []
-    same_pick = same_best = 0
-    for i, u in enumerate(cap.problems):
-        for d in u.directions:
-            drs = []
-            for s in sweeps:
-                e = s.entry(i)
-                drs.append(e.exploration.direction(d) if e and e.exploration else None)
-            if any(dr is None for dr in drs):
-                continue
-            n += 1
-            chosen_by = [chosen(dr) for dr in drs]
-            picks = [b.engine_tag if b else None for b, _, _ in chosen_by]
-            bests = [eng.tag if eng else None for _, _, eng in chosen_by]
-            head = [f"#{i + 1}", _SHORT[d], _layers(u.layers, 1)]
-            same_pick += len(set(picks)) == 1
-            same_best += len(set(bests)) == 1
-            if len(set(picks)) > 1:
-                pick_rows += _differ_rows(head, picks, drs)
-            if len(set(bests)) > 1:
-                best_rows += _differ_rows(head, bests, drs)
-    lines += wrap(f"PyTorch's benchmark pick agrees on every rank for {same_pick} of {n} "
-                  f"problem-directions; the best engine config for {same_best} of {n}", "- ")
+    n = c.compared
+    lines += wrap(f"PyTorch's benchmark pick agrees on every rank for {c.same_pick} of {n} "
+                  f"problem-directions; the best engine config for {c.same_best} of {n}", "- ")
     ranks = "/".join(f"r{r}" for r in range(len(sweeps)))
     headers = ["#", "dir", "layer", "plan", "chosen on", f"ms on {ranks}", "spread"]
-    for rows, what in ((pick_rows, "PyTorch's benchmark picks"),
-                       (best_rows, "the best engine configs found")):
+    for differ, what in ((c.picks_differ, "PyTorch's benchmark picks"),
+                         (c.bests_differ, "the best engine configs found")):
+        rows = [row for p in differ for row in _differ_rows(cap, p)]
         if rows:
             lines += wrap(f"where {what} differ: each plan, the ranks that chose it and its "
                           f"steady-state median on every rank; spread = the slowest of "
