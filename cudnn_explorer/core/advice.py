@@ -354,9 +354,10 @@ class Stability(Record):
         return max(ts) / min(ts) - 1 if len(ts) >= 2 and min(ts) > 0 else None
 
 
-def pick_stability(repeats: ModelRun) -> List[Stability]:
-    """Per problem and direction, the plans PyTorch picked in each repeated run (the first
-    calls of the first input size; each run a fresh process), in problem order."""
+def plan_counts(repeats: ModelRun) -> List[Tuple[int, str, Dict[str, int]]]:
+    """Per problem and direction, (problem, direction, plan -> how many of the repeated
+    runs picked it), from the first calls of the first input size of each run (each a
+    fresh process), in problem order, the most picked plan first."""
     counts: Dict[Tuple[int, str], Dict[str, int]] = {}
     for m in repeats.modes:
         if not m.ok:
@@ -366,9 +367,14 @@ def pick_stability(repeats: ModelRun) -> List[Stability]:
                 per = counts.setdefault((c.problem, c.direction), {})
                 per[c.plan] = per.get(c.plan, 0) + 1
     order = {"fwd": 0, "bwd-data": 1, "bwd-filter": 2}
-    return [Stability(p, d, dict(sorted(v.items(), key=lambda kv: -kv[1])))
+    return [(p, d, dict(sorted(v.items(), key=lambda kv: -kv[1])))
             for (p, d), v in sorted(counts.items(), key=lambda kv: (kv[0][0],
                                                                     order[kv[0][1]]))]
+
+
+def pick_stability(repeats: ModelRun) -> List[Stability]:
+    """plan_counts as Stability records, none of their plans re-timed."""
+    return [Stability(p, d, c) for p, d, c in plan_counts(repeats)]
 
 
 @dataclass

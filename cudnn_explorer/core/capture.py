@@ -218,33 +218,34 @@ def add_counts(into: Dict[str, int], counts: Dict[str, int]) -> None:
 def merge_sizes(captures: List[Capture], sizes: List[int], spec: ModelSpec) -> Capture:
     """One capture of a model run at several input sizes: the union of their unique
     problems (first seen first), calls summed (one iteration at each size), and per size
-    which problems it runs and which it is the first to run."""
+    which problems it runs and which it is the first to run. The sums are kept apart
+    and each record is built once, from them."""
     index: Dict[ConvProblem, int] = {}
-    problems: List[UniqueConv] = []
-    uncovered: Dict[tuple, Uncovered] = {}
+    sums: List[tuple] = []  # per problem: (problem, calls, transposed calls, layers)
+    uncovered: Dict[tuple, list] = {}  # key -> [the first seen, calls summed]
     per_size = []
     for size, cap in zip(sizes, captures):
         used, new = [], []
         for u in cap.problems:
             if u.problem not in index:
-                index[u.problem] = len(problems)
-                problems.append(UniqueConv(problem=u.problem))
+                index[u.problem] = len(sums)
+                sums.append((u.problem, {}, {}, []))
                 new.append(index[u.problem])
-            m = problems[index[u.problem]]
-            add_counts(m.calls, u.calls)
-            add_counts(m.transposed_calls, u.transposed_calls)
-            m.layers += [x for x in u.layers if x not in m.layers]
+            _, calls, transposed, layers = sums[index[u.problem]]
+            add_counts(calls, u.calls)
+            add_counts(transposed, u.transposed_calls)
+            layers += [x for x in u.layers if x not in layers]
             used.append(index[u.problem])
         for x in cap.uncovered:
             key = (x.layer, x.why, tuple(x.input_shape), tuple(x.weight_shape))
-            if key in uncovered:
-                uncovered[key].calls += x.calls
-            else:
-                uncovered[key] = replace(x)  # a copy: the sum grows in it
+            uncovered.setdefault(key, [x, 0])[1] += x.calls
         per_size.append(SizeCapture(size=size, conv_calls=cap.conv_calls, problems=used,
                                     new=new))
+    problems = [UniqueConv(problem=p, calls=c, layers=ls, transposed_calls=t)
+                for p, c, t, ls in sums]
+    kept = [replace(x, calls=n) for x, n in uncovered.values()]
     first = captures[0]
-    return Capture(model=spec, problems=problems, uncovered=list(uncovered.values()),
+    return Capture(model=spec, problems=problems, uncovered=kept,
                    conv_calls=sum(c.conv_calls for c in captures), tf32=first.tf32,
                    deterministic=first.deterministic, device=first.device,
                    seconds=sum(c.seconds or 0.0 for c in captures), sizes=per_size)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
-from ..core.advice import Advice, pick_stability
+from ..core.advice import Advice, plan_counts
 from ..core.capture import ModelSpec
 from ..core.errors import UserError
 from ..core.options import ExploreOptions
@@ -75,7 +75,7 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
                                      for k in range(repeats)]
             rep, _ = run_model(cap, options, iterations=3, warmup=1, progress=say,
                                modes=again, cache=cache, graph=graph)
-            stability = retime_plans(cap, pick_stability(rep), options, say)
+            stability = retime_plans(cap, plan_counts(rep), options, say)
     return Advice(capture=cap, pytorch_run=run, sizes=[[s, c] for s, c in dist],
                   iterations=iterations, environment=env, tool_version=__version__,
                   created=utc_now(), repeats=rep, stability=stability)

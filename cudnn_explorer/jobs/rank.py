@@ -63,8 +63,6 @@ def rank_sweep(spec: ModelSpec, world, options: ExploreOptions, *, profile: str 
     on the GPU of its local rank, inside a process group that is closed on every way out.
     ``options`` as the profile set them. The results store is needed (the ranks' results
     travel through it); with ``consistency``, ``json_path`` too."""
-    from dataclasses import replace
-
     from ..model import distributed
 
     store = store or StoreChoice()
@@ -76,7 +74,7 @@ def rank_sweep(spec: ModelSpec, world, options: ExploreOptions, *, profile: str 
         raise UserError("--consistency needs --json PATH: each rank writes PATH.rankN.json "
                         "and rank 0 compares them")
     pipeline = gpu.measuring()
-    options = replace(options, device=world.local_rank)
+    options = options.updated(device=world.local_rank)
     pipeline.native.require_gpu(world.local_rank)
     distributed.init(world, DAY_S)
     try:  # the process group is closed on every way out (else gloo aborts the process)

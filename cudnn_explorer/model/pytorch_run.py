@@ -375,37 +375,38 @@ class ModelBench(GpuBench):
         return self.runs[problem]
 
 
-def retime_plans(capture: Capture, stability: List[Stability], options: ExploreOptions,
+def retime_plans(capture: Capture, counts, options: ExploreOptions,
                  progress: Optional[Callable[[str], None]] = None) -> List[Stability]:
-    """``stability`` with each unstable problem-direction's plans re-timed in steady state
-    here (the engine-config worker, the listed configs only: the plans first, then those
+    """A Stability per (problem, direction, plan counts) of ``counts`` (plan_counts), each
+    unstable one's plans re-timed in steady state here (the engine-config worker, the listed configs only: the plans first, then those
     cuDNN's heuristics list), by ``options``' timing method."""
     from ..measure.engine_worker import EngineWorker
 
     say = progress or (lambda m: None)
     with EngineWorker() as worker:  # one worker for them all
-        return [_retime(capture, s, options, say, worker) for s in stability]
+        return [Stability(p, d, c, _retimed(capture, p, d, c, options, say, worker))
+                for p, d, c in counts]
 
 
-def _retime(capture: Capture, s: Stability, options: ExploreOptions, say,
-            worker) -> Stability:
+def _retimed(capture: Capture, problem: int, direction: str, counts: Dict[str, int],
+             options: ExploreOptions, say, worker) -> Dict[str, float]:
+    """The steady medians (ms) of the plans in ``counts``, where there are two or more."""
     from ..measure.engine_worker import explore_isolated
 
-    if s.stable:
-        return s
-    u = capture.problems[s.problem]
-    one = replace(options, directions=(s.direction,), engine_sampling=False)
-    say(f"re-timing the {len(s.counts)} plans PyTorch picked for #{s.problem + 1} "
-        f"{s.direction}")
+    if len(counts) <= 1:
+        return {}
+    u = capture.problems[problem]
+    one = options.updated(directions=(direction,), engine_sampling=False)
+    say(f"re-timing the {len(counts)} plans PyTorch picked for #{problem + 1} {direction}")
     try:
-        space = explore_isolated(u.problem, s.direction, one, preferred_tags=list(s.counts),
+        space = explore_isolated(u.problem, direction, one, preferred_tags=list(counts),
                                  progress=say, worker=worker)
     except ExplorerError as e:
-        say(f"#{s.problem + 1} {s.direction}: {e}")
-        return s
+        say(f"#{problem + 1} {direction}: {e}")
+        return {}
     times = {}
-    for tag in s.counts:
+    for tag in counts:
         c = space.config(tag)
         if c is not None and rankable(c):
             times[tag] = c.time
-    return replace(s, times=times)
+    return times

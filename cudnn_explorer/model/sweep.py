@@ -68,7 +68,7 @@ def sweep(capture: Capture, options: ExploreOptions,
     try:
         for k, i in enumerate(todo):
             u = capture.problems[i]
-            one = dataclasses.replace(options, directions=tuple(u.directions))
+            one = options.updated(directions=tuple(u.directions))
             start = time.perf_counter()
             say(k, total, f"problem {i + 1}/{len(capture.problems)}: "
                           f"{', '.join(u.layers[:2]) or '?'}")
@@ -78,7 +78,7 @@ def sweep(capture: Capture, options: ExploreOptions,
                 missing = [d for d in one.directions if d not in have]
                 exp = stored
                 if missing:  # only what is not stored yet: nothing finished runs twice
-                    rest = dataclasses.replace(one, directions=tuple(missing))
+                    rest = one.updated(directions=tuple(missing))
                     new = pipeline.explore(u.problem, rest, bench=bench,
                                            progress=lambda m, k=k: say(k, total, m),
                                            on_direction=saver(u.problem, rest))
