@@ -12,6 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cudnn_explorer.core import logs  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from cudnn_explorer.core.child_records import ModelChildResult, SizeResult  # noqa: E402
 from cudnn_explorer.core.capture import Capture, ModelSpec, UniqueConv  # noqa: E402
 from cudnn_explorer.core.modelrun import ModelRun  # noqa: E402
 from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
@@ -117,10 +119,19 @@ def test_a_problem_both_passes_run_is_searched_once_per_pass():
     assert plans_needed(cap) == ((3, 4), (3, 4))
     assert Capture.from_json_dict(json.loads(cap.to_json())).problems == cap.problems
     # PyTorch's pick of a direction both passes searched is the first search's
-    result = {"settings": {}, "sizes": [{"calls": probe.calls}]}
-    per = pytorch_run._per_problem(result, {p.problem: i for i, p in enumerate(cap.problems)},
-                                   b"")
-    assert [d["direction"] for d in per[1]["directions"]] == ["fwd", "bwd-data", "bwd-filter"]
+    result = {"settings": {}, "sizes": [{"input_shape": [3, 8, 8], "calls": probe.calls}]}
+    per = pytorch_run._per_problem(_typed(result),
+                                   {p.problem: i for i, p in enumerate(cap.problems)}, b"")
+    assert [d.direction for d in per[1].directions] == ["fwd", "bwd-data", "bwd-filter"]
+
+
+def _typed(result: dict) -> ModelChildResult:
+    """A model child's result as its parent reads it (the record on the wire)."""
+    return ModelChildResult.read(result, "test result")
+
+
+def _size(d: dict) -> SizeResult:
+    return SizeResult.from_dict(d, "test size")
 
 
 def _fixture_child_result():
@@ -153,7 +164,7 @@ def _fixture_child_result():
 def test_child_result_becomes_records_and_picks():
     problem, result, log = _fixture_child_result()
     index = {problem: 0}
-    size = pytorch_run._size_run(result["sizes"][0], index, log)
+    size = pytorch_run._size_run(_size(result["sizes"][0]), index, log)
     searches = {s.direction: s for s in logs.parse_frontend_log(log.decode())}
     assert [c.plan for c in size.calls] == [searches[d].winner for d in
                                           ("fwd", "bwd-data", "bwd-filter")]
@@ -164,7 +175,7 @@ def test_child_result_becomes_records_and_picks():
     assert size.peak_call.direction == "bwd-filter"
     assert size.peak_call.peak_above_bytes == 1543904256
     assert size.steady.median_ms == pytest.approx(10.05)
-    per = pytorch_run._per_problem(result, index, log)
+    per = pytorch_run._per_problem(_typed(result), index, log)
     mode = pytorch_run.model_modes()[0]
     run = pytorch_run.ModeRun(mode, per[0])
     for d in ("fwd", "bwd-data", "bwd-filter"):
@@ -173,13 +184,13 @@ def test_child_result_becomes_records_and_picks():
         assert pick.steady is None and pick.first_call_ms > 0
     # a peak outside every convolution call names no call
     result["sizes"][0]["other_peak_alloc"] = 5 * GIB
-    assert pytorch_run._size_run(result["sizes"][0], index, log).peak_call is None
+    assert pytorch_run._size_run(_size(result["sizes"][0]), index, log).peak_call is None
 
 
 def _model_run():
     problem, result, log = _fixture_child_result()
     index = {problem: 0}
-    bench = pytorch_run._size_run(result["sizes"][0], index, log)
+    bench = pytorch_run._size_run(_size(result["sizes"][0]), index, log)
     heur = json.loads(json.dumps(result["sizes"][0]))
     heur.update(first_ms=900.0, first_peak_alloc=3 * GIB + 200 * 2**20)
     for c in heur["calls"]:
@@ -189,7 +200,7 @@ def _model_run():
     run = ModelRun(modes=[
         ModelModeRun("benchmark", "benchmark", 10, sizes=[bench]),
         ModelModeRun("heuristics (benchmark off)", "heuristic",
-                     sizes=[pytorch_run._size_run(heur, index, log)]),
+                     sizes=[pytorch_run._size_run(_size(heur), index, log)]),
         ModelModeRun("deterministic", "deterministic", error="PyTorch's run of the model "
                      "(deterministic) failed (exit code 1): RuntimeError: boom")],
         iterations=4, warmup=5)
@@ -348,7 +359,7 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
 
     def steady_fails(spec, *args):
         if spec.get("steady_only"):
-            return {}, "the steady timing's own process failed (exit code 1): boom"
+            return ModelChildResult(), "the steady timing's own process failed (exit code 1): boom"
         return real(spec, *args)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -366,7 +377,7 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         if spec.get("steady_only"):
             result, _ = real(spec, *args)
             oom = "out of GPU memory at input 3x12x12: try a smaller --batch"
-            return dict(result, sizes=result["sizes"][:1], error=oom), oom
+            return replace(result, sizes=result.sizes[:1], error=oom), oom
         return real(spec, *args)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -402,19 +413,19 @@ def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size()
             sizes = []
             for shape in spec["shapes"]:
                 if shape[1] == crash_at:
-                    return {"sizes": sizes}, f"{what} failed (killed by SIGSEGV)"
+                    return _typed({"sizes": sizes}), f"{what} failed (killed by SIGSEGV)"
                 retry = shape in spec["retried"]
                 if shape[1] in fail and not retry:
                     sizes.append(dict(input_shape=shape, steady_ms=[1.0], steady_method="eager",
                                       capture_failed=f"CUDA graph capture failed ({shape[1]})"))
-                    return {"sizes": sizes}, ""
+                    return _typed({"sizes": sizes}), ""
                 if shape[1] in fail_twice:
                     note = f"CUDA graph capture failed ({shape[1]}{'b' * (shape[1] > 12)})"
                     sizes.append(dict(input_shape=shape, steady_ms=[2.0, 2.0],
                                       steady_method="eager", steady_note=note))
-                    return {"sizes": sizes}, ""
+                    return _typed({"sizes": sizes}), ""
                 sizes.append(dict(input_shape=shape, steady_ms=[0.5], steady_method="graph"))
-            return {"sizes": sizes}, ""
+            return _typed({"sizes": sizes}), ""
         return run
 
     said = []
@@ -423,11 +434,11 @@ def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size()
         timed, why = pytorch_run._steady({}, shapes, 60, None, "steady", said.append)
     assert why == ""
     assert calls == [([8, 12, 16, 20], []), ([12, 16, 20], [12]), ([20], [12, 20])]
-    assert [timed[tuple(s)]["steady_method"] for s in shapes] == ["graph"] * 3 + ["eager"]
-    assert timed[(3, 12, 12)]["steady_note"] == (
+    assert [timed[tuple(s)].steady_method for s in shapes] == ["graph"] * 3 + ["eager"]
+    assert timed[(3, 12, 12)].steady_note == (
         "CUDA graph capture failed (12); captured in a fresh process that began at this size")
-    assert "steady_note" not in timed[(3, 16, 16)]
-    assert timed[(3, 20, 20)]["steady_note"] == (
+    assert not timed[(3, 16, 16)].steady_note
+    assert timed[(3, 20, 20)].steady_note == (
         "CUDA graph capture failed (20), and again in a fresh process that began at this "
         "size (CUDA graph capture failed (20b)); timed eagerly")
     assert said == ["steady: CUDA graph capture failed (12) at input 3x12x12; captured once "
@@ -435,7 +446,7 @@ def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size()
                     "steady: CUDA graph capture failed (20) at input 3x20x20; captured once "
                     "more in a fresh process"]
     # the same reason twice is said once
-    assert pytorch_run._after_failure("x", {"steady_note": "x"}) == \
+    assert pytorch_run._after_failure("x", _size({"input_shape": [3], "steady_note": "x"})) == \
         "x, and again in a fresh process that began at this size; timed eagerly"
     # a process that dies: what finished stays, the rest is left with why (no endless retry)
     calls.clear()
@@ -473,17 +484,17 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
                   problems=[UniqueConv(problem, {"fwd": 1, "bwd-data": 1, "bwd-filter": 1},
                                        ["conv1"])], conv_calls=3)
     index = {problem: 0}
-    size = pytorch_run._size_run(result["sizes"][0], index, log)
+    size = pytorch_run._size_run(_size(result["sizes"][0]), index, log)
     from cudnn_explorer.core.modelrun import ModelModeRun
 
     opts = ExploreOptions.create()
     mode = pytorch_run.model_modes()[0]
-    per = pytorch_run._per_problem(result, index, log)
+    per = pytorch_run._per_problem(_typed(result), index, log)
     with Store(str(tmp_path / "r.db")) as store:
         cache = pytorch_run.StoreCache(store, ENV, "onelayer", warn=lambda e: None)
         key = pytorch_run.run_key(cap, mode, 0, opts, 20, 5, None)
         cache.save(key, mode.label, ModelModeRun(mode.label, mode.mode, 10, sizes=[size])
-                   .to_dict(), {str(i): r for i, r in per.items()})
+                   .to_dict(), {str(i): r.to_dict() for i, r in per.items()})
         never = tmp_path / "python"  # a child would fail loudly
         never.write_text("#!/bin/sh\nexit 99\n")
         never.chmod(0o755)

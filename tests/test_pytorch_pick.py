@@ -10,6 +10,7 @@ from cudnn_explorer.core.errors import ChildError
 from cudnn_explorer.core.options import ExploreOptions
 from cudnn_explorer.measure import children
 from cudnn_explorer.core.problem import ConvProblem
+from cudnn_explorer.core.child_records import ProblemChildResult
 from cudnn_explorer.core.records import MIB, AlgoResult
 from cudnn_explorer.core.exploration import Exploration
 from cudnn_explorer.report.pytorch import pareto_frontier, render_pytorch, verdicts
@@ -119,7 +120,7 @@ def _picks(mode_file, log_file, spec, rows=None):
     """One pick per direction of a saved H200 child result and its log, built once."""
     res = json.loads(fixture(mode_file))
     res["log_text"] = fixture(log_file)
-    run = children.ModeRun(spec, res)
+    run = children.ModeRun(spec, ProblemChildResult.read(res, mode_file))
     return [children.pick_of(run, x["direction"], (rows or {}).get(x["direction"], []))
             for x in res["directions"]]
 

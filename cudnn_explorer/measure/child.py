@@ -11,11 +11,9 @@ timing options, applied unchanged. The parent sets the logging environment
 (cudnn-frontend's CUDNN_FRONTEND_LOG_*, cuDNN's CUDNN_LOGLEVEL_DBG / CUDNN_LOGDEST_DBG,
 TORCH_CUDNN_V8_API_DISABLED) before this process starts.
 
-RESULT: {"directions": [{"direction", "first_call_ms", "first_peak_alloc_bytes",
-"first_reserved_growth_bytes", "steady" (Timing dict, null without re-timing),
-"steady_peak_alloc_bytes", "kernels", "check": {max_error, tolerance, output_finite} or
-null, "log_span": [start, end] byte offsets of the log written during the first call}],
-"torch": ..., "cudnn": ..., "settings": {...}}
+RESULT: a ProblemChildResult (core/child_records.py): per direction its FirstCall (the
+first call's cost, the steady Timing, the kernels, the check against the reference, the
+byte span of the log written during the first call), and the settings PyTorch ran under.
 """
 from __future__ import annotations
 
@@ -23,6 +21,7 @@ import os
 import sys
 import time
 
+from ..core.child_records import Checked, FirstCall, ProblemChildResult
 from .procs import log_size, read_spec, write_result
 
 
@@ -44,7 +43,7 @@ def torch_call(problem, direction, t):
         y, x, w, None, stride, padding, dilation, False, [0] * nsp, problem.groups, mask)
 
 
-def run(spec: dict) -> dict:
+def run(spec: dict) -> ProblemChildResult:
     import torch
 
     from ..core.options import TimingSpec
@@ -61,13 +60,12 @@ def run(spec: dict) -> dict:
         torch.backends.cudnn.benchmark_limit = int(spec["benchmark_limit"])
     torch.backends.cudnn.allow_tf32 = bool(problem.tf32) if problem.dtype == "float32" else True
     log = spec.get("log_file")
-    out = {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-           "settings": {"benchmark": torch.backends.cudnn.benchmark,
-                        "deterministic": torch.backends.cudnn.deterministic,
-                        "benchmark_limit": torch.backends.cudnn.benchmark_limit,
-                        "allow_tf32": torch.backends.cudnn.allow_tf32,
-                        "v8_api_disabled": os.environ.get("TORCH_CUDNN_V8_API_DISABLED") == "1"},
-           "directions": []}
+    settings = {"benchmark": torch.backends.cudnn.benchmark,
+                "deterministic": torch.backends.cudnn.deterministic,
+                "benchmark_limit": torch.backends.cudnn.benchmark_limit,
+                "allow_tf32": torch.backends.cudnn.allow_tf32,
+                "v8_api_disabled": os.environ.get("TORCH_CUDNN_V8_API_DISABLED") == "1"}
+    calls = []
     spec_t = TimingSpec(**spec["timing"])
     check = bool(spec.get("check", True))
     torch.zeros(1, device="cuda")  # CUDA context outside the first-call measurement
@@ -91,7 +89,8 @@ def run(spec: dict) -> dict:
             ref = tensors.reference(problem, d, t)
             got = next(o for o in result if o is not None) if isinstance(
                 result, (tuple, list)) else result  # the gradient output_mask asked for
-            checked = tensors.check_result(problem, got, ref, problem.math_type)._asdict()
+            checked = Checked(**tensors.check_result(problem, got, ref,
+                                                     problem.math_type)._asdict())
             del ref
         del result
         names = kernels.kernel_names(fn)
@@ -102,13 +101,14 @@ def run(spec: dict) -> dict:
             fn()
         torch.cuda.synchronize()
         steady_peak = torch.cuda.max_memory_allocated() - alloc1
-        steady = timing.time_callable(fn, spec_t).to_dict() if spec_t.retime else None
-        out["directions"].append({
-            "direction": d, "first_call_ms": first_ms, "first_peak_alloc_bytes": first_peak,
-            "first_reserved_growth_bytes": first_res, "steady": steady,
-            "steady_peak_alloc_bytes": steady_peak, "kernels": list(names),
-            "check": checked, "log_span": [start, end]})
-    return out
+        steady = timing.time_callable(fn, spec_t) if spec_t.retime else None
+        calls.append(FirstCall(
+            direction=d, first_call_ms=first_ms, first_peak_alloc_bytes=first_peak,
+            first_reserved_growth_bytes=first_res, steady=steady,
+            steady_peak_alloc_bytes=steady_peak, kernels=list(names), check=checked,
+            log_span=[start, end]))
+    return ProblemChildResult(directions=calls, settings=settings, torch=torch.__version__,
+                              cudnn=torch.backends.cudnn.version())
 
 
 def main(argv=None) -> int:
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     spec = read_spec(argv, "python -m cudnn_explorer.measure.child SPEC.json RESULT.json")
     if spec is None:
         return 2
-    write_result(argv[1], run(spec))
+    write_result(argv[1], run(spec).to_dict())
     return 0
 
 

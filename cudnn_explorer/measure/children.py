@@ -12,15 +12,17 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, List, NamedTuple, Optional, Sequence
 
 from ..core import logs
 from ..core.errors import ChildError
 from ..core.knobs import match_kernels
+from ..core.child_records import Checked, ProblemChildResult
+from ..core.errors import UserError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
-from ..core.records import AlgoResult, PyTorchPick, Timing
+from ..core.records import AlgoResult, PyTorchPick
 from .procs import child_env, describe_rc
 
 __all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", "pick_of"]
@@ -59,11 +61,11 @@ def default_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
 
 def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
               python: Optional[str] = None,
-              child_module: str = "cudnn_explorer.measure.child") -> dict:
+              child_module: str = "cudnn_explorer.measure.child") -> ProblemChildResult:
     """Run one mode in a fresh process, for ``options.directions``, timed and checked as
-    ``options`` say (the same TimingSpec as our rows). Returns the child's result dict
-    with "log_text" (the cudnn-frontend or cuDNN API log). Raises ChildError on a crash,
-    a hang (after ``options.child_timeout_s``), no result, or no log."""
+    ``options`` say (the same TimingSpec as our rows). Returns the child's result with
+    its log_text (the cudnn-frontend or cuDNN API log). Raises ChildError on a crash, a
+    hang (after ``options.child_timeout_s``), no result, a malformed one, or no log."""
     timeout_s = options.child_timeout_s
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer_") as tmp:
         log = os.path.join(tmp, "api.log" if spec.legacy else "frontend.log")
@@ -94,8 +96,11 @@ def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
                              f"{tail[-1] if tail else 'no output'}")
         if not os.path.exists(result_path):
             raise ChildError(f"{what} exited without writing its result")
-        with open(result_path) as f:
-            result = json.load(f)
+        try:
+            with open(result_path) as f:
+                result = ProblemChildResult.read(json.load(f), "result")
+        except (ValueError, UserError) as e:
+            raise ChildError(f"{what} wrote a malformed result: {e}") from None
         text = ""
         if os.path.exists(log):
             with open(log, errors="replace") as f:
@@ -104,15 +109,14 @@ def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
             which = ("cuDNN API log (CUDNN_LOGLEVEL_DBG)" if spec.legacy
                      else "cudnn-frontend log (CUDNN_FRONTEND_LOG_INFO)")
             raise ChildError(f"{what} wrote no {which}; cannot tell what PyTorch chose")
-        result["log_text"] = text
-        return result
+        return replace(result, log_text=text)
 
 
 class ModeRun(NamedTuple):
     """One mode's child: its result (None when it failed) or the error."""
 
     spec: ModeSpec
-    result: Optional[dict]
+    result: Optional[ProblemChildResult]
     error: str = ""
 
 
@@ -142,12 +146,12 @@ def pick_of(run: ModeRun, direction: str, legacy_rows: Sequence[AlgoResult] = ()
     if run.result is None:
         return PyTorchPick(**base, benchmark_limit=spec.benchmark_limit, error=run.error)
     result = run.result
-    limit = result.get("settings", {}).get("benchmark_limit")
+    limit = result.settings.get("benchmark_limit")
     base["benchmark_limit"] = limit if spec.mode == "benchmark" else None
-    dres = next((x for x in result["directions"] if x["direction"] == direction), None)
+    dres = result.direction(direction)
     if dres is None:
         return PyTorchPick(**base, error=f"the child measured no {direction}")
-    text = result.get("log_text", "")
+    text = result.log_text
     found: dict = {}
     error = ""
     if spec.legacy:
@@ -183,14 +187,12 @@ def pick_of(run: ModeRun, direction: str, legacy_rows: Sequence[AlgoResult] = ()
                              deterministic=w.deterministic)
             elif s.winner is None:
                 error = "the log shows no plan that ran"
-    check = dres.get("check") or {}
+    check = dres.check or Checked()
     return PyTorchPick(
-        **base, error=error, first_call_ms=dres["first_call_ms"],
-        first_peak_alloc_bytes=dres["first_peak_alloc_bytes"],
-        first_reserved_growth_bytes=dres["first_reserved_growth_bytes"],
-        steady=Timing.from_dict(dres["steady"]) if dres.get("steady") else None,
-        steady_peak_alloc_bytes=dres["steady_peak_alloc_bytes"],
-        kernels=list(dres["kernels"]),
-        same_kernels_as=match_kernels(dres["kernels"], legacy_rows),
-        max_error=check.get("max_error"), tolerance=check.get("tolerance"),
-        output_finite=check.get("output_finite"), **found)
+        **base, error=error, first_call_ms=dres.first_call_ms,
+        first_peak_alloc_bytes=dres.first_peak_alloc_bytes,
+        first_reserved_growth_bytes=dres.first_reserved_growth_bytes,
+        steady=dres.steady, steady_peak_alloc_bytes=dres.steady_peak_alloc_bytes,
+        kernels=list(dres.kernels), same_kernels_as=match_kernels(dres.kernels, legacy_rows),
+        max_error=check.max_error, tolerance=check.tolerance,
+        output_finite=check.output_finite, **found)

@@ -29,7 +29,8 @@ gradients runs as two calls here, one per direction (PyTorch's cuDNN path runs t
 separate cuDNN calls with separate plan searches anyway), so each search's cost and
 memory is its own.
 
-RESULT: {"torch", "cudnn", "settings", "error" ("" or why it stopped), "sizes": [{
+RESULT: a ModelChildResult (core/child_records.py), built from {"torch", "cudnn",
+"settings", "error" ("" or why it stopped), "sizes": [{
 "input_shape", "first_ms", "before_alloc", "before_reserved", "first_peak_alloc",
 "first_peak_reserved", "other_peak_alloc" (the peak outside convolution calls),
 "conv_calls", "conv_ms", "calls": [{"problem" (ConvProblem dict), "direction", "layer",
@@ -50,6 +51,7 @@ from dataclasses import replace
 
 from ..core import stats
 from ..core.capture import ModelSpec
+from ..core.child_records import ModelChildResult
 from ..core.errors import described
 from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
@@ -358,7 +360,10 @@ def main(argv=None) -> int:
     spec = read_spec(argv, "python -m cudnn_explorer.model.child SPEC.json RESULT.json")
     if spec is None:
         return 2
-    run(spec, lambda res: write_result(argv[1], res))
+    # every write goes through the record the parent reads (core/child_records.py): a
+    # malformed result fails here, naming its field, and carries its schema and version
+    run(spec, lambda res: write_result(
+        argv[1], ModelChildResult.from_dict(res, "model child result").to_dict()))
     return 0
 
 

@@ -8,9 +8,10 @@ cudnn-frontend's log on. From its result and its log this builds, once:
   time and peak memory, each convolution's first call (the plan PyTorch cached, the
   search's candidates, its cost), the call that set the memory peak, the steady
   iterations;
-* per unique problem, a ModeRun per mode in the form of a per-problem child's result, so
-  that the exploration pipeline names PyTorch's pick per direction (measure.children.pick_of)
-  exactly as it does for one problem. Its steady time is our re-timing of the engine
+* per unique problem, a ModeRun per mode holding the ProblemChildResult record a
+  per-problem child sends (core/child_records.py), so that the exploration pipeline
+  names PyTorch's pick per direction (measure.children.pick_of) exactly as it does for
+  one problem. Its steady time is our re-timing of the engine
   config with the same tag (DirectionResult.pick_timing).
 """
 from __future__ import annotations
@@ -26,8 +27,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core import logs
 from ..core.capture import Capture
+from ..core.child_records import (CallResult, FirstCall, ModelChildResult, ProblemChildResult,
+                                  SizeResult)
 from ..core.advice import Stability
-from ..core.errors import ChildError, ExplorerError
+from ..core.errors import ChildError, ExplorerError, UserError
 from ..core.modelrun import ConvCall, IterationTiming, ModelModeRun, ModelRun, SizeRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
@@ -53,7 +56,8 @@ def _shapes(capture: Capture) -> List[List[int]]:
 def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
            warmup: int, timeout_s: float, python: Optional[str],
            target_ci: Optional[float], device: int, graph: bool,
-           say: Callable[[str], None] = lambda m: None) -> Tuple[dict, bytes, str]:
+           say: Callable[[str], None] = lambda m: None
+           ) -> Tuple[ModelChildResult, bytes, str]:
     """(result, log text, error) of one mode's child; the result holds every shape that
     finished even when the child failed later (error then says why). With ``graph``,
     Note [steady process]: the steady iterations are timed by a second fresh process of
@@ -76,35 +80,40 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
         if os.path.exists(log):
             with open(log, "rb") as f:
                 text = f.read()
-    if result.get("sizes") and not text.strip():
+    if result.sizes and not text.strip():
         error = error or (f"{what} wrote no cudnn-frontend log "
                           f"(CUDNN_FRONTEND_LOG_INFO); cannot tell what PyTorch chose")
-    if graph and result.get("sizes"):
+    if graph and result.sizes:
         say(f"PyTorch's run of the model: {mode.label}: steady steps as a CUDA graph, in a "
             f"process of their own")
         timed, why = _steady(dict(spec, target_ci=target_ci, steady_only=True, log_file=None),
-                             [s["input_shape"] for s in result["sizes"]], timeout_s, python,
+                             [s.input_shape for s in result.sizes], timeout_s, python,
                              f"the steady timing's own process ({mode.label})", say)
-        for size in result["sizes"]:
-            t = timed.get(tuple(size["input_shape"]))
-            if t is None:
-                size["steady_note"] = f"{why}; one round of eager steps from the first " \
-                                      f"process instead"
-            else:
-                size.update({k: t[k] for k in ("steady_ms", "steady_method", "steady_note",
-                                               "steady_eager_ms") if k in t})
+        # each size's steady iterations are the steady process's where it timed them
+        result = replace(result, sizes=[_steady_of(s, timed.get(tuple(s.input_shape)), why)
+                                        for s in result.sizes])
     return result, text, error
 
 
+def _steady_of(size: SizeResult, t: Optional[SizeResult], why: str) -> SizeResult:
+    """``size`` of the first process with the steady iterations of the steady process's
+    ``t`` (None: it timed none, ``why``; the first process's eager round stays)."""
+    if t is None:
+        return replace(size, steady_note=f"{why}; one round of eager steps from the first "
+                                         f"process instead")
+    return replace(size, steady_ms=t.steady_ms, steady_method=t.steady_method,
+                   steady_note=t.steady_note, steady_eager_ms=t.steady_eager_ms)
+
+
 def _steady(spec: dict, shapes: List[List[int]], timeout_s: float, python: Optional[str],
-            what: str, say: Callable[[str], None]) -> Tuple[Dict[tuple, dict], str]:
+            what: str, say: Callable[[str], None]) -> Tuple[Dict[tuple, SizeResult], str]:
     """Per shape, its steady timing from steady processes (model/child.py's
     "steady_only"), and why the shapes missing from it are missing. Note [failed capture]:
     a failed capture ends its process; the next one begins at that size and captures it
     once more (on the H200 a size whose capture failed after others in one process was
     captured in a process of its own), timing it eagerly if that fails too; the sizes
     after it go on there. At most two processes per size."""
-    timed: Dict[tuple, dict] = {}
+    timed: Dict[tuple, SizeResult] = {}
     first_failure: Dict[tuple, str] = {}
     todo, why = list(shapes), ""
     while todo:
@@ -112,39 +121,40 @@ def _steady(spec: dict, shapes: List[List[int]], timeout_s: float, python: Optio
             steady, why = _run_child(
                 dict(spec, shapes=todo, retried=[list(k) for k in first_failure]),
                 child_env(drop=LOG_VARS), tmp, timeout_s, python, what)
-        done = steady.get("sizes", [])
+        done = steady.sizes
         for t in done:
-            key = tuple(t["input_shape"])
-            if "capture_failed" in t:
-                first_failure[key] = t["capture_failed"]
-                say(f"{what}: {t['capture_failed']} at input {'x'.join(map(str, key))}; "
+            key = tuple(t.input_shape)
+            if t.capture_failed is not None:
+                first_failure[key] = t.capture_failed
+                say(f"{what}: {t.capture_failed} at input {'x'.join(map(str, key))}; "
                     f"captured once more in a fresh process")
                 continue
             if key in first_failure:
-                t = dict(t, steady_note=_after_failure(first_failure[key], t))
+                t = replace(t, steady_note=_after_failure(first_failure[key], t))
             timed[key] = t
         last = done[-1] if done else None
-        if last is None or why and "capture_failed" not in last:
+        if last is None or why and last.capture_failed is None:
             break  # the process failed: the rest keep the first process's round, with why
-        todo = todo[todo.index(list(last["input_shape"])) + ("capture_failed" not in last):]
+        todo = todo[todo.index(list(last.input_shape)) + (last.capture_failed is None):]
     return timed, why
 
 
-def _after_failure(first: str, t: dict) -> str:
+def _after_failure(first: str, t: SizeResult) -> str:
     """The note of a size whose first capture failed (Note [failed capture]), from its
     second try's result ``t``."""
     again = "in a fresh process that began at this size"
-    if t.get("steady_method") == "graph":
+    if t.steady_method == "graph":
         return f"{first}; captured {again}"
-    second = t.get("steady_note")
-    if second is None or second == first:
+    second = t.steady_note
+    if not second or second == first:
         return f"{first}, and again {again}; timed eagerly"
     return f"{first}, and again {again} ({second}); timed eagerly"
 
 
 def _run_child(spec: dict, env: dict, tmp: str, timeout_s: float, python: Optional[str],
-               what: str) -> Tuple[dict, str]:
-    """(result, error) of one model/child.py process on ``spec``."""
+               what: str) -> Tuple[ModelChildResult, str]:
+    """(result, error) of one model/child.py process on ``spec``: the sizes that finished,
+    also when it failed later."""
     spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
@@ -160,12 +170,15 @@ def _run_child(spec: dict, env: dict, tmp: str, timeout_s: float, python: Option
     except subprocess.TimeoutExpired:
         error = f"{what} did not finish within {timeout_s:g} s and was killed; raise " \
                 f"--child-timeout"
-    result: dict = {}
+    result = ModelChildResult()
     if os.path.exists(result_path):
-        with open(result_path) as f:
-            result = json.load(f)
-    error = error or result.get("error", "")
-    if not result.get("sizes") and not error:
+        try:
+            with open(result_path) as f:
+                result = ModelChildResult.read(json.load(f), "result")
+        except (ValueError, UserError) as e:
+            error = error or f"{what} wrote a malformed result: {e}"
+    error = error or result.error
+    if not result.sizes and not error:
         error = f"{what} exited without a result"
     return result, error
 
@@ -175,15 +188,13 @@ def _search(log: bytes, span, direction: str) -> Optional[logs.FrontendSearch]:
     return next((s for s in logs.parse_frontend_log(text) if s.direction == direction), None)
 
 
-def _conv_call(raw: dict, index: Dict[ConvProblem, int], log: bytes) -> ConvCall:
-    problem = ConvProblem.from_dict(raw["problem"])
-    found = dict(problem=index.get(problem, -1), direction=raw["direction"],
-                 layer=raw["layer"], first=bool(raw["first"]), ms=float(raw["ms"]),
-                 alloc_before_bytes=int(raw["alloc_before"]),
-                 peak_alloc_bytes=int(raw["peak_alloc"]),
-                 reserved_before_bytes=int(raw["reserved_before"]),
-                 reserved_after_bytes=int(raw["reserved_after"]))
-    s = _search(log, raw["log_span"], raw["direction"]) if raw["first"] else None
+def _conv_call(raw: CallResult, index: Dict[ConvProblem, int], log: bytes) -> ConvCall:
+    found = dict(problem=index.get(raw.problem, -1), direction=raw.direction,
+                 layer=raw.layer or "", first=raw.first, ms=raw.ms,
+                 alloc_before_bytes=raw.alloc_before, peak_alloc_bytes=raw.peak_alloc,
+                 reserved_before_bytes=raw.reserved_before,
+                 reserved_after_bytes=raw.reserved_after)
+    s = _search(log, raw.log_span, raw.direction) if raw.first else None
     if s is not None:
         w = s.candidate(s.winner) if s.winner else None
         big = s.largest_workspace()
@@ -193,54 +204,54 @@ def _conv_call(raw: dict, index: Dict[ConvProblem, int], log: bytes) -> ConvCall
     return ConvCall(**found)
 
 
-def _size_run(raw: dict, index: Dict[ConvProblem, int], log: bytes) -> SizeRun:
-    calls = [_conv_call(c, index, log) for c in raw["calls"]]
+def _size_run(raw: SizeResult, index: Dict[ConvProblem, int], log: bytes) -> SizeRun:
+    if raw.first_ms is None:
+        raise ChildError(f"PyTorch's run of the model sent input "
+                         f"{'x'.join(map(str, raw.input_shape))} without its first iteration")
+    calls = [_conv_call(c, index, log) for c in raw.calls]
     peak = max(calls, key=lambda c: c.peak_alloc_bytes, default=None)
-    if peak is not None and peak.peak_alloc_bytes <= raw["other_peak_alloc"]:
+    if peak is not None and peak.peak_alloc_bytes <= (raw.other_peak_alloc or 0):
         peak = None  # the iteration peaked outside any convolution call
-    steady = raw.get("steady_ms")
+    steady = raw.steady_ms
     return SizeRun(
-        input_shape=list(raw["input_shape"]), first_ms=float(raw["first_ms"]),
-        before_alloc_bytes=int(raw["before_alloc"]),
-        before_reserved_bytes=int(raw["before_reserved"]),
-        first_peak_alloc_bytes=int(raw["first_peak_alloc"]),
-        first_peak_reserved_bytes=int(raw["first_peak_reserved"]),
+        input_shape=list(raw.input_shape), first_ms=raw.first_ms,
+        before_alloc_bytes=raw.before_alloc or 0, before_reserved_bytes=raw.before_reserved or 0,
+        first_peak_alloc_bytes=raw.first_peak_alloc or 0,
+        first_peak_reserved_bytes=raw.first_peak_reserved or 0,
         calls=[c for c in calls if c.first], peak_call=peak,
-        conv_calls=int(raw["conv_calls"]), conv_ms=float(raw["conv_ms"]),
-        steady=IterationTiming(samples_ms=[float(x) for x in steady],
-                               warmup=int(raw.get("warmup", 0)),
-                               method=raw.get("steady_method", "eager"),
-                               note=raw.get("steady_note", ""),
-                               eager_ms=[float(x) for x in raw.get("steady_eager_ms", [])])
+        conv_calls=raw.conv_calls or 0, conv_ms=raw.conv_ms or 0.0,
+        steady=IterationTiming(samples_ms=list(steady), warmup=raw.warmup,
+                               method=raw.steady_method, note=raw.steady_note,
+                               eager_ms=list(raw.steady_eager_ms))
         if steady else None,
-        steady_peak_alloc_bytes=raw.get("steady_peak_alloc"),
-        steady_peak_reserved_bytes=raw.get("steady_peak_reserved"))
+        steady_peak_alloc_bytes=raw.steady_peak_alloc,
+        steady_peak_reserved_bytes=raw.steady_peak_reserved)
 
 
-def _per_problem(result: dict, index: Dict[ConvProblem, int], log: bytes) -> Dict[int, dict]:
-    """Per unique problem, its first calls as a per-problem child reports them
-    (measure/child.py's RESULT), with the log those calls wrote. A direction that both
-    passes search (a transposed convolution's problem, see _Probe.call) is the first
-    search's."""
-    out: Dict[int, dict] = {}
-    for size in result.get("sizes", []):
-        for c in size["calls"]:
-            i = index.get(ConvProblem.from_dict(c["problem"]))
-            if i is None or not c["first"]:
+def _per_problem(result: ModelChildResult, index: Dict[ConvProblem, int],
+                 log: bytes) -> Dict[int, ProblemChildResult]:
+    """Per unique problem, its first calls as the record a per-problem child sends
+    (ProblemChildResult), with the log those calls wrote. A direction that both passes
+    search (a transposed convolution's problem, see _Probe.call) is the first search's."""
+    calls: Dict[int, List[FirstCall]] = {}
+    texts: Dict[int, List[str]] = {}
+    for size in result.sizes:
+        for c in size.calls:
+            i = index.get(c.problem)
+            if i is None or not c.first:
                 continue
-            r = out.setdefault(i, {"settings": result.get("settings", {}), "directions": [],
-                                   "log_text": ""})
-            if any(d["direction"] == c["direction"] for d in r["directions"]):
+            mine = calls.setdefault(i, [])
+            if any(d.direction == c.direction for d in mine):
                 continue
-            r["directions"].append({
-                "direction": c["direction"], "first_call_ms": c["ms"],
-                "first_peak_alloc_bytes": max(c["peak_alloc"] - c["alloc_before"], 0),
-                "first_reserved_growth_bytes": c["reserved_after"] - c["reserved_before"],
-                "steady": None, "steady_peak_alloc_bytes": None, "kernels": [],
-                "check": None})
-            a, b = c["log_span"]
-            r["log_text"] += log[a:b].decode("utf-8", "replace")
-    return out
+            mine.append(FirstCall(
+                direction=c.direction, first_call_ms=c.ms,
+                first_peak_alloc_bytes=max(c.peak_alloc - c.alloc_before, 0),
+                first_reserved_growth_bytes=c.reserved_after - c.reserved_before))
+            a, b = c.log_span
+            texts.setdefault(i, []).append(log[a:b].decode("utf-8", "replace"))
+    return {i: ProblemChildResult(directions=ds, settings=dict(result.settings),
+                                  log_text="".join(texts[i]))
+            for i, ds in calls.items()}
 
 
 def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
@@ -276,14 +287,12 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
         if share is not None and k not in share:
             continue
         key = run_key(capture, mode, k, options, iterations, warmup, target_ci, graph)
-        hit = cache.lookup(key) if cache is not None else None
+        hit = _stored(cache.lookup(key) if cache is not None else None, say)
         if hit is not None:  # answered from the results store
-            run_dict, per_raw, created = hit
+            stored, per = hit
             say(f"PyTorch's run of the model: {mode.label}: from the results store "
-                f"(measured {created})")
-            done.append(replace(ModelModeRun.from_dict(run_dict, "stored model run"),
-                                stored=created))
-            per = {int(i): r for i, r in per_raw.items()}
+                f"(measured {stored.stored})")
+            done.append(stored)
         else:
             say(f"PyTorch's run of the model: {mode.label}")
             t0 = time.perf_counter()
@@ -291,8 +300,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
                                         timeout_s, python, target_ci,
                                         options.device if device is None else device, graph,
                                         say)
-            sizes = [_size_run(s, index, log) for s in result.get("sizes", [])]
-            limit = result.get("settings", {}).get("benchmark_limit", mode.benchmark_limit)
+            sizes = [_size_run(s, index, log) for s in result.sizes]
+            limit = result.settings.get("benchmark_limit", mode.benchmark_limit)
             done.append(ModelModeRun(label=mode.label, mode=mode.mode,
                                      benchmark_limit=limit if mode.mode == "benchmark"
                                      else None, error=error, sizes=sizes,
@@ -301,7 +310,7 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
             per = _per_problem(result, index, log) if log.strip() else {}
             if cache is not None and done[-1].ok and not error:
                 cache.save(key, mode.label, done[-1].to_dict(),
-                           {str(i): r for i, r in per.items()})
+                           {str(i): r.to_dict() for i, r in per.items()})
         for u in capture.problems:
             i = index[u.problem]
             if i in per:
@@ -311,6 +320,22 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
                     f"{mode.label}: the model's run reached no call of this problem")))
     return ModelRun(modes=done, iterations=iterations, warmup=warmup,
                     target_ci=target_ci), runs
+
+
+def _stored(hit, say) -> Optional[Tuple[ModelModeRun, Dict[int, ProblemChildResult]]]:
+    """A stored mode's run as records: (its ModelModeRun, marked stored, and per problem
+    its ProblemChildResult), or None when there is none or it does not read (then the
+    mode runs again)."""
+    if hit is None:
+        return None
+    run_dict, per_raw, created = hit
+    try:
+        run = replace(ModelModeRun.from_dict(run_dict, "stored model run"), stored=created)
+        return run, {int(i): ProblemChildResult.read(r, f"stored model run, problem {i}")
+                     for i, r in per_raw.items()}
+    except (UserError, ValueError) as e:
+        say(f"a stored run of the model does not read ({e}); it runs again")
+        return None
 
 
 def run_key(capture: Capture, mode: ModeSpec, position: int, options: ExploreOptions,
