@@ -26,7 +26,7 @@ from cudnn_explorer.core.options import TimingSpec  # noqa: E402
 from cudnn_explorer.measure import kernels, timing  # noqa: E402
 from cudnn_explorer.measure import native as _native  # noqa: E402
 from cudnn_explorer.measure import pipeline as gpu  # noqa: E402
-from cudnn_explorer.measure.child import torch_call  # noqa: E402
+from cudnn_explorer.measure.problem_child import torch_call  # noqa: E402
 
 # (name, shape, out_channels, kernel, stride, dtype, tf32, layout)
 LAYERS = [

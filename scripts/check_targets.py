@@ -70,8 +70,8 @@ def main() -> int:
     from cudnn_explorer.core.options import ExploreOptions
     from cudnn_explorer.core.targets import load_profile
     from cudnn_explorer.measure import native
-    from cudnn_explorer.measure.children import ModeRun, ModeSpec, pick_of, run_child
-    from cudnn_explorer.measure.targets import dump_profile, rank_targets
+    from cudnn_explorer.measure.pytorch_picks import ModeRun, ModeSpec, pick_of, run_child
+    from cudnn_explorer.measure.deviceless import dump_profile, rank_targets
     from cudnn_explorer.measure.tensors import make_tensors, native_problem
 
     own = DeviceProfile.parse(dump_profile(a.device), "this GPU")

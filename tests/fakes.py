@@ -148,7 +148,7 @@ class FakeLab:
         self.calls.append(("close", self.direction))
 
 
-# A child of ours that behaves like measure/child.py without a GPU: it writes the logs
+# A child of ours that behaves like measure/problem_child.py without a GPU: it writes the logs
 # PyTorch would (saved H200 logs) and times by the spec it was given.
 FAKE_CHILD = textwrap.dedent("""\
     import json, os, shutil, sys
@@ -242,7 +242,7 @@ class FakeBench:
         return True
 
     def children(self, problem, options, say):
-        from cudnn_explorer.measure.children import run_children
+        from cudnn_explorer.measure.pytorch_picks import run_children
 
         return run_children(problem, options, say, child_module="fake_torch_child")
 

@@ -13,7 +13,7 @@ from cudnn_explorer.core.advice import (Advice, ShapeCost, _met, best_bucketing,
                                         steady_difference, verdict)
 from cudnn_explorer.core.capture import Capture, ModelSpec
 from cudnn_explorer.core.errors import UserError
-from cudnn_explorer.core.modelrun import IterationTiming, ModelModeRun, ModelRun, SizeRun
+from cudnn_explorer.core.pytorch_run import IterationTiming, ModelModeRun, ModelRun, SizeRun
 from cudnn_explorer.report.advice import render_advice
 from conftest import run_cli
 from fakes import ENV
@@ -252,7 +252,7 @@ def test_cli_renders_a_saved_advice_and_refuses_bad_input(tmp_path):
 
 def _repeat(plans):
     """A benchmark-mode run whose first calls picked ``plans`` ({(problem, dir): tag})."""
-    from cudnn_explorer.core.modelrun import ConvCall
+    from cudnn_explorer.core.pytorch_run import ConvCall
 
     calls = [ConvCall(problem=p, direction=d, first=True, ms=1.0, plan=t)
              for (p, d), t in plans.items()]

@@ -9,7 +9,7 @@ nn = torch.nn
 from cudnn_explorer.core.capture import Capture, ModelSpec  # noqa: E402
 from cudnn_explorer.core.errors import UserError  # noqa: E402
 from cudnn_explorer.model import zoo  # noqa: E402
-from cudnn_explorer.model.capture import capture  # noqa: E402
+from cudnn_explorer.model.tracer import capture  # noqa: E402
 
 
 class Net(nn.Module):
@@ -75,7 +75,7 @@ def test_a_transposed_convolution_is_the_adjoint_problem_pytorch_runs(
         nsp, stride, padding, output_padding, dilation, groups):
     """The problem recorded for a transposed convolution computes it: its backward-data
     of the transposed call's input is the transposed call's output."""
-    from cudnn_explorer.model.capture import problem_of
+    from cudnn_explorer.model.tracer import problem_of
 
     x = torch.randn(2, 8, *[5, 6, 7][:nsp], dtype=torch.float64)
     w = torch.randn(8, 12 // groups, *[3, 2, 3][:nsp], dtype=torch.float64)
@@ -225,7 +225,7 @@ def test_a_model_that_fails_on_its_input_is_a_user_error(model, shape, match):
 
 
 def test_a_convolution_pytorch_runs_but_the_tool_refuses_is_listed_not_fatal(monkeypatch):
-    from cudnn_explorer.model import capture as cap_mod
+    from cudnn_explorer.model import tracer as cap_mod
 
     real = cap_mod.problem_of
 
@@ -264,7 +264,7 @@ def test_forward_tracker_names_the_innermost_module_and_leaves_no_hook():
     import torch
     from torch.nn.modules import module as mod
 
-    from cudnn_explorer.model.capture import ForwardTracker
+    from cudnn_explorer.model.tracer import ForwardTracker
 
     seen = []
 

@@ -48,7 +48,7 @@ def test_a_malformed_result_names_its_bad_field(edit, match):
 def test_the_parent_refuses_a_malformed_childs_result(tmp_path, monkeypatch):
     from cudnn_explorer.core.options import ExploreOptions
     from cudnn_explorer.core.problem import ConvProblem
-    from cudnn_explorer.measure.children import ModeSpec, run_child
+    from cudnn_explorer.measure.pytorch_picks import ModeSpec, run_child
 
     (tmp_path / "bad_child.py").write_text(textwrap.dedent("""\
         import json, sys

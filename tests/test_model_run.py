@@ -12,17 +12,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cudnn_explorer.core import logs  # noqa: E402
-from dataclasses import replace  # noqa: E402
 from cudnn_explorer.core.child_records import ModelChildResult, SizeResult  # noqa: E402
 from cudnn_explorer.core.capture import Capture, ModelSpec, UniqueConv  # noqa: E402
-from cudnn_explorer.core.modelrun import ModelRun  # noqa: E402
+from cudnn_explorer.core.pytorch_run import ModelRun  # noqa: E402
 from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
 from cudnn_explorer.core.problem import ConvProblem  # noqa: E402
 from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
-from cudnn_explorer.measure.children import pick_of  # noqa: E402
+from cudnn_explorer.measure.pytorch_picks import pick_of  # noqa: E402
 from cudnn_explorer.model import pytorch_run  # noqa: E402
-from cudnn_explorer.model.capture import capture, iteration  # noqa: E402
-from cudnn_explorer.model.child import _NoGpu, _Probe, first_iteration  # noqa: E402
+from cudnn_explorer.model.tracer import capture, iteration  # noqa: E402
+from cudnn_explorer.model.model_child import _NoGpu, _Probe, first_iteration  # noqa: E402
 from cudnn_explorer.report.model import render_model_run, render_sweep  # noqa: E402
 from fakes import ENV, FIX  # noqa: E402
 
@@ -196,7 +195,7 @@ def _model_run():
     for c in heur["calls"]:
         c["peak_alloc"] = c["alloc_before"] + 50 * 2**20
     heur["other_peak_alloc"] = 3 * GIB + 200 * 2**20
-    from cudnn_explorer.core.modelrun import ModelModeRun
+    from cudnn_explorer.core.pytorch_run import ModelModeRun
     run = ModelRun(modes=[
         ModelModeRun("benchmark", "benchmark", 10, sizes=[bench]),
         ModelModeRun("heuristics (benchmark off)", "heuristic",
@@ -485,7 +484,7 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
                                        ["conv1"])], conv_calls=3)
     index = {problem: 0}
     size = pytorch_run._size_run(_size(result["sizes"][0]), index, log)
-    from cudnn_explorer.core.modelrun import ModelModeRun
+    from cudnn_explorer.core.pytorch_run import ModelModeRun
 
     opts = ExploreOptions.create()
     mode = pytorch_run.model_modes()[0]

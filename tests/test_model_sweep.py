@@ -12,7 +12,7 @@ from conftest import requires_ext, run_cli  # noqa: E402
 from cudnn_explorer.core.capture import ModelSpec  # noqa: E402
 from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
 from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
-from cudnn_explorer.model.capture import capture  # noqa: E402
+from cudnn_explorer.model.tracer import capture  # noqa: E402
 from cudnn_explorer.report.model import render_capture, render_sweep  # noqa: E402
 from fakes import FakeBench  # noqa: E402
 

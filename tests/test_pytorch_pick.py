@@ -8,7 +8,7 @@ import pytest
 from cudnn_explorer.core import logs
 from cudnn_explorer.core.errors import ChildError
 from cudnn_explorer.core.options import ExploreOptions
-from cudnn_explorer.measure import children
+from cudnn_explorer.measure import pytorch_picks as children
 from cudnn_explorer.core.problem import ConvProblem
 from cudnn_explorer.core.child_records import ProblemChildResult
 from cudnn_explorer.core.records import MIB, AlgoResult

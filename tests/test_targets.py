@@ -71,7 +71,7 @@ def test_pytorch_filters_and_order():
 @requires_ext
 def test_h200_profile_ranks_pytorchs_heuristic_pick_first():
     from cudnn_explorer.measure import native
-    from cudnn_explorer.measure.targets import rank_targets
+    from cudnn_explorer.measure.deviceless import rank_targets
 
     (r,) = rank_targets(DEFAULT, ["fwd"], [load_profile("h200")])
     cudnn = native.runtime_info().get("cudnn")
@@ -86,7 +86,7 @@ def test_h200_profile_ranks_pytorchs_heuristic_pick_first():
 
 @requires_ext
 def test_architectures_rank_differently_and_a_crash_is_reported(monkeypatch):
-    from cudnn_explorer.measure.targets import rank_targets
+    from cudnn_explorer.measure.deviceless import rank_targets
 
     monkeypatch.setenv("CUDNN_EXPLORER_TEST_CRASH_TARGET", "b200")
     p = ConvProblem.create("32,64,56,56", out_channels=64, dtype="float16", layout="nhwc")

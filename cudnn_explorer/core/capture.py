@@ -1,7 +1,7 @@
 """Records of a model's convolutions as cuDNN sees them: the unique problems of one
 training or inference iteration, with their layers and call counts. Pure Python.
 
-Schema ``cudnn_explorer.capture``, version 1. Built once by ``model/capture.py`` (which
+Schema ``cudnn_explorer.capture``, version 1. Built once by ``model/tracer.py`` (which
 runs the model under a TorchDispatchMode) and rendered by ``report/model.py``.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ class UniqueConv(Record):
     run it (fully qualified names, first seen first). ``transposed_calls``: of ``calls``,
     those of transposed convolutions, which PyTorch runs as this problem (its forward as
     this problem's backward-data, in the forward pass; Note [transposed] in
-    model/capture.py)."""
+    model/tracer.py)."""
 
     problem: ConvProblem
     calls: Dict[str, int] = field(default_factory=dict)

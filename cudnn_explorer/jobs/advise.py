@@ -55,7 +55,7 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     notify = notifier(notify)
     say = quiet_progress(progress)
     pipeline = gpu.measuring()
-    from ..measure.children import ModeSpec
+    from ..measure.pytorch_picks import ModeSpec
     from ..model.pytorch_run import model_modes, retime_plans, run_model
 
     cap = capture(spec, f"cuda:{options.device}", notify)

@@ -39,6 +39,6 @@ def info(device: int = 0) -> dict:
 def dump_device_profile(device: int = 0) -> str:
     """This GPU's cuDNN device profile as JSON text, for ``--target``."""
     measuring()
-    from ..measure.targets import dump_profile
+    from ..measure.deviceless import dump_profile
 
     return dump_profile(device).rstrip("\n") + "\n"

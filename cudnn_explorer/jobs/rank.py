@@ -87,7 +87,7 @@ def rank_sweep(spec: ModelSpec, world, options: ExploreOptions, *, profile: str 
 def _in_group(spec, world, options, profile, iterations, choice, consistency, json_path,
               say, notify, pipeline) -> RankOutcome:
     from ..model import distributed
-    from ..model.capture import capture_model
+    from ..model.tracer import capture_model
     from ..model.pytorch_run import StoreCache, model_modes, run_model
     from ..model.sweep import sweep
     from .sweep import store_cache

@@ -45,7 +45,7 @@ def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
     import torch
 
     from ..measure import native
-    from ..model.capture import capture_model
+    from ..model.tracer import capture_model
 
     if device is None:
         device = "cuda:0" if torch.cuda.is_available() else "cpu"

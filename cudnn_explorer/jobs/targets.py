@@ -54,7 +54,7 @@ def rank_targets(problem: ConvProblem, profiles: Sequence[DeviceProfile],
     with ``store``, our measured times of the configs it holds beside them."""
     options = options or ExploreOptions.create()
     gpu.measuring()
-    from ..measure.targets import rank_targets as rank
+    from ..measure.deviceless import rank_targets as rank
 
     rankings = rank(problem, options.directions, list(profiles))
     return TargetRankings(problem, rankings, _cudnn(), options.benchmark_limit,
@@ -66,7 +66,7 @@ def rank_capture(capture: Capture, profiles: Sequence[DeviceProfile]) -> ModelTa
     """Every unique problem of ``capture``, in the directions the model runs, ranked on
     every profile."""
     gpu.measuring()
-    from ..measure.targets import rank_many
+    from ..measure.deviceless import rank_many
 
     rankings = rank_many([(u.problem, u.directions) for u in capture.problems], list(profiles))
     return ModelTargetRankings(capture, rankings, _cudnn())

@@ -20,7 +20,7 @@ from ..core.exploration import Environment, Exploration, Measurement
 from ..core.records import DirectionResult, EngineSpace
 from ..core.schema import utc_now
 from . import native
-from .children import ModeRun, pick_of, run_children
+from .pytorch_picks import ModeRun, pick_of, run_children
 from .engine_worker import EngineWorker, explore_isolated
 from .legacy import LegacyLab, measure_legacy
 from .tensors import OUTPUT_OF, REFERENCE, make_tensors, native_problem, problem_view, reference

@@ -1,10 +1,10 @@
-"""PyTorch's own run of a whole model: one fresh child per mode (model/child.py), not one
+"""PyTorch's own run of a whole model: one fresh child per mode (model/model_child.py), not one
 per problem.
 
 Each child runs the model's first iteration and then steady iterations, with
 cudnn-frontend's log on. From its result and its log this builds, once:
 
-* the ModelRun record (core/modelrun.py): per mode and input size, the first iteration's
+* the ModelRun record (core/pytorch_run.py): per mode and input size, the first iteration's
   time and peak memory, each convolution's first call (the plan PyTorch cached, the
   search's candidates, its cost), the call that set the memory peak, the steady
   iterations;
@@ -31,11 +31,11 @@ from ..core.child_records import (CallResult, FirstCall, ModelChildResult, Probl
                                   SizeResult)
 from ..core.advice import Stability
 from ..core.errors import ChildError, ExplorerError, UserError
-from ..core.modelrun import ConvCall, IterationTiming, ModelModeRun, ModelRun, SizeRun
+from ..core.pytorch_run import ConvCall, IterationTiming, ModelModeRun, ModelRun, SizeRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import rankable
-from ..measure.children import LOG_VARS, ModeRun, ModeSpec, default_modes
+from ..measure.pytorch_picks import LOG_VARS, ModeRun, ModeSpec, default_modes
 from ..measure.pipeline import GpuBench
 from ..measure.procs import child_env, describe_rc
 
@@ -61,7 +61,7 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
     """(result, log text, error) of one mode's child; the result holds every shape that
     finished even when the child failed later (error then says why). With ``graph``,
     Note [steady process]: the steady iterations are timed by a second fresh process of
-    the same mode (model/child.py's "steady_only"), which runs no probe: on the H200 a
+    the same mode (model/model_child.py's "steady_only"), which runs no probe: on the H200 a
     CUDA-graph capture after the probed first iteration failed for each model tried (a
     3-layer net, ResNet-18, ResNet-50), and the same steps captured in processes without
     it. Its results replace the first child's one round of eager steps; where it fails,
@@ -107,7 +107,7 @@ def _steady_of(size: SizeResult, t: Optional[SizeResult], why: str) -> SizeResul
 
 def _steady(spec: dict, shapes: List[List[int]], timeout_s: float, python: Optional[str],
             what: str, say: Callable[[str], None]) -> Tuple[Dict[tuple, SizeResult], str]:
-    """Per shape, its steady timing from steady processes (model/child.py's
+    """Per shape, its steady timing from steady processes (model/model_child.py's
     "steady_only"), and why the shapes missing from it are missing. Note [failed capture]:
     a failed capture ends its process; the next one begins at that size and captures it
     once more (on the H200 a size whose capture failed after others in one process was
@@ -153,14 +153,14 @@ def _after_failure(first: str, t: SizeResult) -> str:
 
 def _run_child(spec: dict, env: dict, tmp: str, timeout_s: float, python: Optional[str],
                what: str) -> Tuple[ModelChildResult, str]:
-    """(result, error) of one model/child.py process on ``spec``: the sizes that finished,
+    """(result, error) of one model/model_child.py process on ``spec``: the sizes that finished,
     also when it failed later."""
     spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
     error = ""
     try:
-        proc = subprocess.run([python or sys.executable, "-m", "cudnn_explorer.model.child",
+        proc = subprocess.run([python or sys.executable, "-m", "cudnn_explorer.model.model_child",
                                spec_path, result_path], env=env, capture_output=True,
                               text=True, timeout=timeout_s)
         if proc.returncode != 0:
@@ -275,7 +275,7 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     (the others are left out of what is returned): a rank's part of the modes under
     torchrun, kept in ``cache`` for every rank to read. ``graph``: time the steady
     iterations as replays of a CUDA graph of the whole step where it can be captured
-    (model/child.py), a round of eager ones beside them."""
+    (model/model_child.py), a round of eager ones beside them."""
     say = progress or (lambda m: None)
     index = {u.problem: i for i, u in enumerate(capture.problems)}
     runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}

@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 
 from ..core.capture import Capture
 from ..core.errors import ChildError, CudnnError, ExplorerError, ResourceError, UserError
-from ..core.modelrun import ModelRun
+from ..core.pytorch_run import ModelRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.exploration import Exploration

@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from ..core.analysis import NOISY_SPREAD
 from ..core.capture import Capture
-from ..core.modelrun import ConvCall, IterationTiming, ModelRun, SizeRun
+from ..core.pytorch_run import ConvCall, IterationTiming, ModelRun, SizeRun
 from ..core.sweep import ModelSweep
 from ..core.choices import MODES, sweep_totals
 from ..core.consistency import PlanSpread, consistency

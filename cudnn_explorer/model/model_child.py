@@ -1,6 +1,6 @@
 """Child process: PyTorch's own run of a whole model in one mode, in a fresh process.
 
-    python -m cudnn_explorer.model.child SPEC.json RESULT.json
+    python -m cudnn_explorer.model.model_child SPEC.json RESULT.json
 
 PyTorch's benchmark cache lives per process, so each mode gets its own (docs/method.md).
 The parent (model/pytorch_run.py) sets cudnn-frontend's log (CUDNN_FRONTEND_LOG_INFO,
@@ -55,7 +55,7 @@ from ..core.child_records import ModelChildResult
 from ..core.errors import described
 from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
-from .capture import (ForwardTracker, backward_directions, conv_args, explored,
+from .tracer import (ForwardTracker, backward_directions, conv_args, explored,
                       forward_direction, iteration, layer_name)
 
 
@@ -109,7 +109,7 @@ class _Probe:
         the backward pass (``backward``): PyTorch's plan caches are per thread, and the
         autograd engine runs the backward pass on its own, so each pass searches a
         problem-direction once (they differ only where a transposed convolution runs it:
-        Note [transposed] in model/capture.py)."""
+        Note [transposed] in model/tracer.py)."""
         cuda = self.cuda
         self._fold()
         a0, r0, s0 = cuda.memory_allocated(), cuda.memory_reserved(), (log_size(self.log) or 0)
@@ -357,7 +357,7 @@ def run(spec: dict, write) -> dict:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    spec = read_spec(argv, "python -m cudnn_explorer.model.child SPEC.json RESULT.json")
+    spec = read_spec(argv, "python -m cudnn_explorer.model.model_child SPEC.json RESULT.json")
     if spec is None:
         return 2
     # every write goes through the record the parent reads (core/child_records.py): a

@@ -4,7 +4,7 @@ cuDNN can crash inside these queries (cuDNN 9.19 on an H200 died with SIGSEGV on
 capability 10.0 profile), so each target is asked in a worker process of its own: a
 target whose worker dies is reported with the signal, and the others go on.
 
-    python -m cudnn_explorer.measure.targets SPEC.json OUT.json   (the worker)
+    python -m cudnn_explorer.measure.deviceless SPEC.json OUT.json   (the worker)
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def _worker_run(items, todo, prof: DeviceProfile, timeout_s):
         with open(spec_path, "w") as f:
             json.dump(spec, f)
         try:
-            r = subprocess.run([sys.executable, "-m", "cudnn_explorer.measure.targets",
+            r = subprocess.run([sys.executable, "-m", "cudnn_explorer.measure.deviceless",
                                 spec_path, out_path], env=child_env(), capture_output=True,
                                text=True, timeout=timeout_s * max(1, len(todo)))
             rc, err = r.returncode, r.stderr

@@ -1,6 +1,6 @@
 """PyTorch's own run of a whole model, one fresh process per mode. Pure Python.
 
-Built once by ``model/pytorch_run.py`` from its children (``model/child.py``) and rendered
+Built once by ``model/pytorch_run.py`` from its children (``model/model_child.py``) and rendered
 by ``report/model.py``; part of a saved sweep (schema ``cudnn_explorer.sweep`` version 2).
 
 Per mode (benchmark, benchmark timing every candidate, heuristics, deterministic) and per

@@ -2,7 +2,7 @@
 cost. PyTorch's benchmark cache lives per process and ignores the benchmark flag once a
 shape has run (docs/method.md), so every mode runs in a fresh child:
 
-    python -m cudnn_explorer.measure.child SPEC.json RESULT.json
+    python -m cudnn_explorer.measure.problem_child SPEC.json RESULT.json
 
 SPEC: {"problem": ConvProblem.to_dict(), "directions": [...], "mode": "benchmark" |
 "heuristic" | "deterministic", "benchmark_limit": int | null, "device": int, "seed": int,
@@ -113,7 +113,7 @@ def run(spec: dict) -> ProblemChildResult:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    spec = read_spec(argv, "python -m cudnn_explorer.measure.child SPEC.json RESULT.json")
+    spec = read_spec(argv, "python -m cudnn_explorer.measure.problem_child SPEC.json RESULT.json")
     if spec is None:
         return 2
     write_result(argv[1], run(spec).to_dict())

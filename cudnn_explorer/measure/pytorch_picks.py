@@ -2,7 +2,7 @@
 
 PyTorch's benchmark cache lives per process and ignores the benchmark flag once a shape
 has run (docs/method.md, "PyTorch's choice"), so each mode runs in its own child
-process (measure/child.py) with cudnn-frontend's or cuDNN's log switched on; the parent reads
+process (measure/problem_child.py) with cudnn-frontend's or cuDNN's log switched on; the parent reads
 the child's measurements and its log, and names the plan or algorithm PyTorch ran.
 """
 from __future__ import annotations
@@ -61,7 +61,7 @@ def default_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
 
 def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
               python: Optional[str] = None,
-              child_module: str = "cudnn_explorer.measure.child") -> ProblemChildResult:
+              child_module: str = "cudnn_explorer.measure.problem_child") -> ProblemChildResult:
     """Run one mode in a fresh process, for ``options.directions``, timed and checked as
     ``options`` say (the same TimingSpec as our rows). Returns the child's result with
     its log_text (the cudnn-frontend or cuDNN API log). Raises ChildError on a crash, a
@@ -122,7 +122,7 @@ class ModeRun(NamedTuple):
 
 def run_children(problem: ConvProblem, options: ExploreOptions,
                  progress: Optional[Callable[[str], None]] = None,
-                 child_module: str = "cudnn_explorer.measure.child") -> List[ModeRun]:
+                 child_module: str = "cudnn_explorer.measure.problem_child") -> List[ModeRun]:
     """Every mode of default_modes(options.benchmark_limit), each in a fresh child. A mode
     whose child fails keeps its error; the other modes' results are kept."""
     runs = []
