@@ -7,8 +7,8 @@ from typing import List
 from ..core.errors import UserError
 from ..core.options import ExploreOptions, parse_int
 from .args import Parser, Refuse, check_rules
-from .groups import add_model_args, add_store_args, model_spec_from_args, positional, store_choice
-from .model import conflicts, render_saved
+from .groups import add_model_args, add_store_args, model_spec_from_args, store_choice
+from .model import parse_or_render
 from .output import check_output_path, error, notify, write_output
 
 __all__ = ["build_parser", "run", "RULES"]
@@ -70,18 +70,18 @@ def build_parser() -> Parser:
     return p
 
 
-def run(argv: List[str]) -> int:
+def _advice_reader():
     from ..core.advice import Advice
     from ..report.advice import render_advice
 
-    parser = build_parser()
-    if not argv:
-        sys.stderr.write(parser.format_usage())
-        raise UserError("advise: give a model, e.g. advise resnet50 --batch 32 --amp fp16")
-    a, flags = parser.parse(argv)
-    if a.load:
-        check_rules([conflicts(parser, "advice")], positional(flags, a))
-        return render_saved(a.load, Advice.from_json, render_advice)
+    return Advice.from_json, render_advice
+
+
+def run(argv: List[str]) -> int:
+    got = parse_or_render(build_parser(), argv, "advise", "advice", _advice_reader)
+    if isinstance(got, int):
+        return got
+    a, flags = got
     check_rules(RULES, flags)
     spec = model_spec_from_args(a)
     sizes = None
@@ -122,5 +122,5 @@ def run(argv: List[str]) -> int:
         error("the runs of the model with benchmark on and off are both needed for a "
               "verdict; see above")
         return 3
-    sys.stdout.write(render_advice(adv))
+    sys.stdout.write(_advice_reader()[1](adv))
     return 0

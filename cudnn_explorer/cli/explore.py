@@ -11,7 +11,8 @@ from ..core.options import parse_int
 from ..core.problem import ConvProblem
 from ..jobs import gpu
 from .args import Parser, Refuse, check_rules, tf32
-from .groups import HARMLESS, RUN_FLAGS, add_run_args, options_from_args, store_choice
+from .groups import (HARMLESS, RUN_FLAGS, add_run_args, options_from_args, run_rules,
+                     store_choice)
 from .output import check_output_path, error, notify, progress_lines, write_output
 
 __all__ = ["build_parser", "run", "CONFLICTS", "PROBLEM_FLAGS"]
@@ -25,14 +26,7 @@ CONFLICTS = [
     Refuse("--load", PROBLEM_FLAGS + _RUN + ("--info",), "--load renders a saved file"),
     Refuse("--info", PROBLEM_FLAGS + _RUN_NOT_DEVICE + ("--json", "--csv", "--engines"),
            "--info only prints versions and GPUs"),
-    Refuse("--quiet", ("--verbose",), "--quiet turns progress off"),
-    Refuse("--no-pytorch", ("--benchmark-limit", "--child-timeout"),
-           "--no-pytorch runs none of PyTorch's modes"),
-    Refuse("--no-engines", ("--engine-configs", "--engine-config-timeout", "--engine-budget-s"),
-           "--no-engines explores no engine configs"),
-    Refuse("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph"),
-           "--no-retime times nothing"),
-    Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store"),
+    *run_rules(),
     Refuse("--target", tuple(f for f in _RUN if f not in ("--direction", "--benchmark-limit",
                                                           "--store", "--no-store"))
            + ("--csv", "--load", "--info", "--engines", "--dump-device-profile"),

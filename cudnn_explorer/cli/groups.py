@@ -9,7 +9,7 @@ from ..core.capture import ModelSpec
 from ..core.options import ExploreOptions, parse_int
 from ..core.problem import parse_int_list
 from ..jobs.stores import StoreChoice
-from .args import Group, Parser
+from .args import Group, Parser, Refuse
 
 __all__ = ["RUN_FLAGS", "add_run_args", "options_from_args", "add_model_args",
            "model_spec_from_args", "add_env_filters", "store_choice"]
@@ -22,6 +22,21 @@ RUN_FLAGS = ("--direction", "--device", "--max-workspace", "--seed", "--budget-m
 # Flags that change nothing about what a run measures or where it keeps it: never
 # refused as "would be ignored" (a script may always pass them).
 HARMLESS = ("--quiet", "--verbose", "--debug")
+
+
+def run_rules(pytorch_flags=()) -> list:
+    """The conflicts between the run options (add_run_args), for every verb that takes
+    them; ``pytorch_flags``: the verb's own flags that only PyTorch's runs use."""
+    return [
+        Refuse("--quiet", ("--verbose",), "--quiet turns progress off"),
+        Refuse("--no-pytorch", ("--benchmark-limit", "--child-timeout") + tuple(pytorch_flags),
+               "--no-pytorch runs none of PyTorch's modes"),
+        Refuse("--no-engines", ("--engine-configs", "--engine-config-timeout",
+                                "--engine-budget-s"), "--no-engines explores no engine configs"),
+        Refuse("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph"),
+               "--no-retime times nothing"),
+        Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store"),
+    ]
 
 
 def add_run_args(p: Parser) -> Group:

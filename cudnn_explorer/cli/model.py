@@ -9,23 +9,16 @@ from ..core.errors import UserError
 from ..core.options import parse_int
 from .args import Needs, Parser, Refuse, check_rules
 from .groups import (HARMLESS, RUN_FLAGS, add_model_args, add_run_args, model_spec_from_args,
-                     options_from_args, positional, store_choice)
+                     options_from_args, positional, run_rules, store_choice)
 from .output import check_output_path, error, say, write_output
 
-__all__ = ["build_parser", "run", "conflicts"]
+__all__ = ["build_parser", "run", "conflicts", "parse_or_render"]
 
 MODEL_RUN_FLAGS = ("--profile", "--timed-iterations")
 _MEASURING = tuple(f for f in RUN_FLAGS + MODEL_RUN_FLAGS
                    if f not in HARMLESS and f != "--device")
 RULES = [
-    Refuse("--quiet", ("--verbose",), "--quiet turns progress off"),
-    Refuse("--no-pytorch", ("--benchmark-limit", "--child-timeout", "--timed-iterations"),
-           "--no-pytorch runs none of PyTorch's modes"),
-    Refuse("--no-engines", ("--engine-configs", "--engine-config-timeout", "--engine-budget-s"),
-           "--no-engines explores no engine configs"),
-    Refuse("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph"),
-           "--no-retime times nothing"),
-    Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store"),
+    *run_rules(("--timed-iterations",)),
     Refuse("--target", _MEASURING,
            "--target ranks heuristics for other GPUs and measures nothing"),
     Refuse("--capture-only", _MEASURING + ("--target",), "--capture-only explores nothing"),
@@ -89,31 +82,40 @@ def conflicts(parser: Parser, what: str) -> Refuse:
                   + ("NAME",), f"--load renders a saved {what}")
 
 
-def render_saved(path: str, parse, render) -> int:
-    """--load of a model command: read the file, render it (no GPU needed)."""
+def parse_or_render(parser: Parser, argv: List[str], verb: str, what: str, reader):
+    """A model command's (namespace, flags); with --load, the saved ``what`` rendered
+    instead (no GPU needed), and its exit code. ``reader()``: (parse, render)."""
     from ..core.files import read_bytes
 
-    data = read_bytes(path, "--load")  # its errors name the file already
+    if not argv:
+        sys.stderr.write(parser.format_usage())
+        raise UserError(f"{verb}: give a model, e.g. {verb} resnet50 --batch 32 --amp fp16")
+    a, flags = parser.parse(argv)
+    if not a.load:
+        return a, flags
+    check_rules([conflicts(parser, what)], positional(flags, a))
+    parse, render = reader()
+    data = read_bytes(a.load, "--load")  # its errors name the file already
     try:
         saved = parse(data)
     except UserError as e:
-        raise UserError(f"--load '{path}': {e}") from None
+        raise UserError(f"--load '{a.load}': {e}") from None
     sys.stdout.write(render(saved))
     return 0
 
 
-def run(argv: List[str]) -> int:
-    parser = build_parser()
-    if not argv:
-        sys.stderr.write(parser.format_usage())
-        raise UserError("model: give a model, e.g. model resnet50 --batch 32 --amp fp16")
-    a, flags = parser.parse(argv)
-    if a.load:
-        from ..core.sweep import ModelSweep
-        from ..report.model import render_sweep
+def _sweep_reader():
+    from ..core.sweep import ModelSweep
+    from ..report.model import render_sweep
 
-        check_rules([conflicts(parser, "sweep")], positional(flags, a))
-        return render_saved(a.load, ModelSweep.from_json, render_sweep)
+    return ModelSweep.from_json, render_sweep
+
+
+def run(argv: List[str]) -> int:
+    got = parse_or_render(build_parser(), argv, "model", "sweep", _sweep_reader)
+    if isinstance(got, int):
+        return got
+    a, flags = got
     check_rules(RULES, flags)
     check_output_path(a.plot, "--plot")
     from .targets import profiles
