@@ -134,3 +134,24 @@ def test_info_runs_without_gpu():
     assert r.returncode == 0, r.stderr
     assert "extension built against" in r.stdout and "cuDNN" in r.stdout
     assert "GPU: none usable" in r.stdout
+
+
+def test_harmless_flags_are_taken_where_they_change_nothing(tmp_path):
+    """--quiet (or --verbose) with --load, or with model --capture-only, changes nothing
+    asked for: it is taken, not refused as 'would be ignored' (scripts always pass it)."""
+    f = tmp_path / "r.json"
+    f.write_text(exploration().to_json())
+    r = run_cli("--load", str(f), "--quiet")
+    assert r.returncode == 0 and "IMPLICIT_PRECOMP_GEMM" in r.stdout, r.stderr
+    (tmp_path / "onenet.py").write_text("import torch\n"
+                                        "def net():\n"
+                                        "    return torch.nn.Conv2d(3, 4, 3)\n")
+    env = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(tmp_path)}
+    r = run_cli("model", "--model", "onenet:net", "--input", "3x8x8", "--batch", "2",
+                "--capture-only", "--quiet", env=env)
+    assert r.returncode == 0 and "1 unique problem" in r.stdout, r.stderr
+    # a flag that would change what was asked for is still refused
+    r = run_cli("model", "--model", "onenet:net", "--capture-only", "--budget-ms", "5", env=env)
+    assert r.returncode == 2 and "--budget-ms would be ignored" in r.stderr
+    r = run_cli("--load", str(f), "--quiet", "--verbose")
+    assert r.returncode == 2 and "--verbose would be ignored: --quiet" in r.stderr
