@@ -49,7 +49,8 @@ def build_parser() -> Parser:
                "  compare        results side by side across GPUs and versions\n"
                "  history        what the results store holds\n"
                "  export         the store as JSON or CSV\n"
-               "  plot KIND FILE pareto, roofline or gaps, as PNG and SVG")
+               "  plot KIND FILE pareto, roofline or gaps, as PNG and SVG\n"
+               "  plans          plan files: the engine config to run per convolution")
     g = p.group("problem")
     g.add("--shape", help="input N,C,L (1-D), N,C,H,W (2-D) or N,C,D,H,W (3-D)")
     g.add("--out-channels", default="64", help="output channels (default 64)")

@@ -19,7 +19,7 @@ __all__ = ["main", "console", "VERBS"]
 # verb -> its module under cudnn_explorer.cli; a command line without a verb explores one
 # problem (the default verb)
 VERBS = {"model": "model", "advise": "advise", "compare": "compare", "history": "history",
-         "export": "export", "plot": "plot"}
+         "export": "export", "plot": "plot", "plans": "plans"}
 DEFAULT = "explore"
 
 

@@ -10,7 +10,7 @@ from ..core.records import MIB
 
 from ..core.exploration import Environment, cudnn_version
 
-__all__ = ["fmt_ms", "fmt_mib", "fmt_err", "fmt_version", "fmt_cuda", "describe_environment",
+__all__ = ["problem_text", "fmt_ms", "fmt_mib", "fmt_err", "fmt_version", "fmt_cuda", "describe_environment",
            "short_status", "short_math", "short_tag", "short_algo", "short_choice", "eager_ms",
            "timing_cells", "DIRECTION_TITLES", "FIND_CALLS", "MATH_ORDER", "TAG_WIDTH", "WIDTH",
            "wrap", "table", "grouped_rows"]
@@ -145,3 +145,15 @@ def table(rows, headers) -> str:
                                   disable_numparse=True)
     finally:
         _tabulate.MIN_PADDING = saved
+
+
+def problem_text(p) -> str:
+    """A compact problem: input, weight, then what is not the default (padding p, stride s,
+    dilation d, groups g), dtype, layout."""
+    x = "x".join(map(str, p.input_shape))
+    w = "x".join(map(str, p.weight_shape))
+    extra = "" if set(p.padding) == {0} else f" p{'x'.join(map(str, p.padding))}"
+    extra += "" if set(p.stride) == {1} else f" s{'x'.join(map(str, p.stride))}"
+    extra += "" if set(p.dilation) == {1} else f" d{'x'.join(map(str, p.dilation))}"
+    extra += "" if p.groups == 1 else f" g{p.groups}"
+    return f"{x} * {w}{extra} {p.dtype} {p.layout}"

@@ -17,8 +17,8 @@ from ..core.pytorch_run import ConvCall, IterationTiming, ModelRun, SizeRun
 from ..core.sweep import ModelSweep
 from ..core.choices import MODES, sweep_totals
 from ..core.consistency import PlanSpread, consistency
-from .format import (describe_environment, fmt_ms, grouped_rows, short_algo, short_choice,
-                     short_tag, table, wrap)
+from .format import (describe_environment, fmt_ms, grouped_rows, problem_text, short_algo,
+                     short_choice, short_tag, table, wrap)
 
 __all__ = ["render_capture", "render_sweep", "render_model_run"]
 
@@ -35,18 +35,6 @@ def _layers(names: List[str], most: int = 2) -> str:
     return ", ".join(names[:most]) + f" +{len(names) - most}"
 
 
-def _problem_text(p) -> str:
-    """A compact problem: input, weight, then what is not the default (padding p, stride s,
-    dilation d, groups g), dtype, layout."""
-    x = "x".join(map(str, p.input_shape))
-    w = "x".join(map(str, p.weight_shape))
-    extra = "" if set(p.padding) == {0} else f" p{'x'.join(map(str, p.padding))}"
-    extra += "" if set(p.stride) == {1} else f" s{'x'.join(map(str, p.stride))}"
-    extra += "" if set(p.dilation) == {1} else f" d{'x'.join(map(str, p.dilation))}"
-    extra += "" if p.groups == 1 else f" g{p.groups}"
-    return f"{x} * {w}{extra} {p.dtype} {p.layout}"
-
-
 def render_capture(cap: Capture) -> str:
     """The unique problems of one iteration, their layers and calls per direction."""
     lines = [f"model: {cap.model.describe()}"]
@@ -58,7 +46,7 @@ def render_capture(cap: Capture) -> str:
     if not cap.problems and not cap.uncovered:
         lines.append("the model runs no convolution: nothing for cuDNN's convolutions to do")
         return "\n".join(lines) + "\n"
-    rows = [[str(i + 1), _problem_text(u.problem),
+    rows = [[str(i + 1), problem_text(u.problem),
              *(str(u.calls.get(d, 0) or "-") for d in ("fwd", "bwd-data", "bwd-filter")),
              _layers(u.layers)] for i, u in enumerate(cap.problems)]
     if rows:

@@ -1,0 +1,91 @@
+"""The plans job: a plan file from a model sweep, from saved explorations, or from the
+results store; and a plan file read back and checked against this machine."""
+from __future__ import annotations
+
+import json
+from typing import List, Optional, Sequence, Tuple
+
+from ..core.documents import saved_explorations
+from ..core.errors import UserError
+from ..core.exploration import Environment, Exploration
+from ..core.files import read_bytes
+from ..core.plans import PlanFile, plans_from
+from ..core.schema import utc_now
+from ..core.sweep import SWEEP_SCHEMA, ModelSweep
+from ..core.version import __version__
+
+__all__ = ["write_plans", "read_plans", "environment_here"]
+
+
+def _one_environment(exps: Sequence[Exploration], what: str) -> Environment:
+    from ..store.db import env_key
+
+    envs = {env_key(e.environment): e.environment for e in exps}
+    if not envs:
+        raise UserError(f"{what}: no measured problem to make plans of")
+    if len(envs) > 1:
+        names = sorted({f"{e.gpu_name} (cuDNN {e.cudnn_runtime})" for e in envs.values()})
+        raise UserError(f"{what}: results of {len(envs)} environments ({', '.join(names)}): "
+                        f"a plan file holds one; narrow them with --gpu / --cudnn")
+    return next(iter(envs.values()))
+
+
+def write_plans(source: Optional[str] = None, *, store: Optional[str] = None,
+                policy: str = "best", max_workspace_mib: Optional[float] = None,
+                deterministic: bool = False, gpus: Sequence[str] = (),
+                cudnns: Sequence[str] = ()) -> PlanFile:
+    """The PlanFile of a saved model sweep or exploration file at ``source`` (its layers
+    and calls per iteration kept with each plan for a sweep), or of the results store
+    at ``store`` (filtered by GPU name and cuDNN version to one environment)."""
+    cap = None if max_workspace_mib is None else int(max_workspace_mib * 2**20)
+    if (source is None) == (store is None):
+        raise UserError("plans write: give a saved sweep or exploration file, or --store")
+    items: List[Tuple] = []
+    if source is not None:
+        data = read_bytes(source, "plans write")
+        try:
+            doc = json.loads(data)
+        except (ValueError, RecursionError):
+            doc = None
+        if isinstance(doc, dict) and doc.get("schema") == SWEEP_SCHEMA:
+            try:
+                sw = ModelSweep.from_dict(doc)
+            except UserError as e:
+                raise UserError(f"plans write '{source}': {e}") from None
+            for e in sw.entries:
+                if e.exploration is None:
+                    continue
+                u = sw.capture.problems[e.index]
+                items += [(e.exploration.problem, d, u.layers, u.calls.get(d.direction, 0))
+                          for d in e.exploration.directions]
+            env, what = sw.environment, sw.capture.model.describe()
+        else:
+            exps = [e for e in saved_explorations(source, "plans write")
+                    if e.environment.matches(gpus, cudnns)]
+            env, what = _one_environment(exps, f"plans write '{source}'"), source
+            items = [(e.problem, d, [], 0) for e in exps for d in e.directions]
+    else:
+        from .saved import stored_explorations
+
+        exps = stored_explorations(store or None, gpus, cudnns)
+        env, what = _one_environment(exps, "plans write --store"), "the results store"
+        items = [(e.problem, d, [], 0) for e in exps for d in e.directions]
+    return plans_from(items, env, what, policy, cap, deterministic, __version__, utc_now())
+
+
+def read_plans(path: str) -> PlanFile:
+    """The plan file at ``path``, every field checked (UserError names the bad one)."""
+    try:
+        return PlanFile.read(read_bytes(path, "plan file"), "plan file")
+    except UserError as e:
+        if str(e).startswith("plan file '"):
+            raise
+        raise UserError(f"plan file '{path}': {e}") from None
+
+
+def environment_here(device: int = 0) -> Environment:
+    """This GPU's environment (measure.pipeline.environment; MissingDependencyError when
+    there is no GPU or extension)."""
+    from . import gpu
+
+    return gpu.measuring().environment(device)
