@@ -4,6 +4,7 @@ readers that more than one verb takes."""
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -35,6 +36,13 @@ class Parser(argparse.ArgumentParser):
     def _keep(self, action: argparse.Action) -> argparse.Action:
         self.flags.update({s: action for s in action.option_strings})
         return action
+
+    def parse_given(self, argv: Sequence[str], nothing: str):
+        """parse(), after the usage and UserError ``nothing`` when ``argv`` is empty."""
+        if not argv:
+            sys.stderr.write(self.format_usage())
+            raise UserError(nothing)
+        return self.parse(argv)
 
     def parse(self, argv: Sequence[str]):
         """(namespace, the long flags given) of ``argv``, a value that starts with '-'

@@ -95,12 +95,9 @@ def problem_from_args(a) -> ConvProblem:
 
 
 def run(argv: List[str]) -> int:
-    parser = build_parser()
-    if not argv:
-        sys.stderr.write(parser.format_usage())
-        raise UserError("nothing to do: give --shape (e.g. --shape 32,3,224,224 --kernel 3), "
-                        "--load FILE or --info; --help lists every option")
-    a, flags = parser.parse(argv)
+    a, flags = build_parser().parse_given(
+        argv, "nothing to do: give --shape (e.g. --shape 32,3,224,224 --kernel 3), --load FILE "
+              "or --info; --help lists every option")
     if a.version:
         from ..core.version import __version__
 

@@ -87,10 +87,8 @@ def parse_or_render(parser: Parser, argv: List[str], verb: str, what: str, reade
     instead (no GPU needed), and its exit code. ``reader()``: (parse, render)."""
     from ..core.files import read_bytes
 
-    if not argv:
-        sys.stderr.write(parser.format_usage())
-        raise UserError(f"{verb}: give a model, e.g. {verb} resnet50 --batch 32 --amp fp16")
-    a, flags = parser.parse(argv)
+    a, flags = parser.parse_given(argv, f"{verb}: give a model, e.g. {verb} resnet50 --batch "
+                                        f"32 --amp fp16")
     if not a.load:
         return a, flags
     check_rules([conflicts(parser, what)], positional(flags, a))

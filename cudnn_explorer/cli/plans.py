@@ -48,11 +48,7 @@ def build_parser() -> Parser:
 
 
 def run(argv: List[str]) -> int:
-    p = build_parser()
-    if not argv:
-        sys.stderr.write(p.format_usage())
-        raise UserError(f"plans: give an action ({', '.join(ACTIONS)})")
-    a, flags = p.parse(argv)
+    a, flags = build_parser().parse_given(argv, f"plans: give an action ({', '.join(ACTIONS)})")
     if a.action not in ACTIONS:
         raise UserError(f"plans action {a.action!r}: valid: {', '.join(ACTIONS)}")
     only_write = [f for f in ("--out", "--store", "--policy", "--max-workspace",

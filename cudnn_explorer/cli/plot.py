@@ -40,11 +40,8 @@ def build_parser() -> Parser:
 def run(argv: List[str]) -> int:
     from .output import plot_paths
 
-    p = build_parser()
-    if not argv:
-        sys.stderr.write(p.format_usage())
-        raise UserError(f"plot: give a kind ({', '.join(PLOTS)}) and a saved file")
-    a, _ = p.parse(argv)
+    a, _ = build_parser().parse_given(argv, f"plot: give a kind ({', '.join(PLOTS)}) and a "
+                                            f"saved file")
     if a.kind not in PLOTS:
         raise UserError(f"plot kind '{a.kind}': valid: {', '.join(PLOTS)}")
     if a.store is not None and a.file:
