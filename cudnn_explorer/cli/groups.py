@@ -117,12 +117,19 @@ def store_choice(a) -> StoreChoice:
 def add_model_args(m: Group, sizes_help: str) -> None:
     """The model and its input, as ``model`` and ``advise`` take them (model_spec_from_args
     reads them)."""
-    m.add("name", nargs="?", help="a torchvision model name, e.g. resnet50")
+    m.add("name", nargs="?", help="a torchvision model name, e.g. resnet50, or timm:NAME, "
+                                  "e.g. timm:convnext_tiny (pip install timm)")
     m.add("--model", metavar="PKG.MODULE:FACTORY",
-          help="your own nn.Module: a function that takes no arguments")
+          help="your own nn.Module: a function that returns it (called with --model-args)")
+    m.add("--model-args", default=None, metavar="JSON",
+          help="keyword arguments for the model's factory (or torchvision's or timm's), as "
+               "a JSON object, e.g. '{\"num_classes\": 10}'")
+    m.add("--inputs", default=None, metavar="PKG.MODULE:FN",
+          help="your own inputs: FN(batch, input_shape, device) returns a tensor, a tuple "
+               "of arguments, or a dict of keyword arguments for the model")
     m.add("--batch", default="32", help="batch size (default 32)")
     m.add("--input", default=None, metavar="CxHxW",
-          help="one sample's shape (default 3x224x224)")
+          help="one sample's shape (default 3x224x224; a timm model's own)")
     m.add("--image", default=None, metavar="N", help="same as --input 3xNxN")
     m.add("--sizes", default=None, metavar="A:B:STEP", help=sizes_help)
     m.add("--amp", default="off", help="off | fp16 | bf16 (torch.autocast)")
@@ -146,12 +153,16 @@ def model_spec_from_args(a) -> ModelSpec:
     if a.image:
         (n,) = parse_int_list(a.image, "--image")
         shape = zoo.parse_input(f"3x{n}x{n}")
+    elif not a.input and a.name and a.name.startswith(zoo.TIMM):
+        shape = zoo.timm_input(a.name) or (3, 224, 224)  # the model's pretrained config's
     else:
         shape = zoo.parse_input(a.input or "3x224x224")
     return ModelSpec.create(a.name or a.model, batch=parse_int(a.batch, "--batch", 1, 1 << 20),
                             input_shape=shape, amp=a.amp, channels_last=a.channels_last,
                             train=not a.eval, source="cli",
-                            sizes=zoo.parse_sizes(a.sizes) if a.sizes else None)
+                            sizes=zoo.parse_sizes(a.sizes) if a.sizes else None,
+                            model_args=zoo.parse_model_args(a.model_args)
+                            if a.model_args is not None else None, inputs=a.inputs or "")
 
 
 def add_env_filters(p: Parser) -> None:

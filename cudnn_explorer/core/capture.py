@@ -73,12 +73,15 @@ class Uncovered(Record):
 
 
 _FLAGS = {"model": "--model", "amp": "--amp", "batch": "--batch", "input_shape": "--input",
-          "sizes": "--sizes"}
+          "sizes": "--sizes", "model_args": "--model-args", "inputs": "--inputs"}
 
 
 @dataclass
 class ModelSpec(Record):
-    """Which model ran and how: ``name`` (torchvision) or ``factory`` ("pkg.mod:fn"),
+    """Which model ran and how: ``name`` (torchvision, or "timm:NAME") or ``factory``
+    ("pkg.mod:fn", called with ``model_args`` as keywords), ``inputs`` ("pkg.mod:fn", the
+    user's own inputs: fn(batch, input_shape, device) returns a tensor, a tuple of
+    positional arguments or a dict of keyword arguments),
     ``input_shape`` per sample (C, H, W), ``batch``, ``amp`` ("off", "fp16", "bf16"),
     ``channels_last``, ``train`` (forward and backward) or inference."""
 
@@ -91,11 +94,22 @@ class ModelSpec(Record):
     train: bool = True
 
     sizes: List[int] = field(default_factory=list)  # --sizes: input sizes, in order
+    model_args: Dict[str, object] = field(default_factory=dict)  # --model-args (JSON)
+    inputs: str = ""  # --inputs pkg.mod:fn
+
+    def to_dict(self) -> dict:
+        """As saved; the optional fields only when set (specs saved before them, and the
+        store's keys of runs made from them, stay the same)."""
+        d = asdict(self)
+        for k in ("model_args", "inputs"):
+            if not d[k]:
+                del d[k]
+        return d
 
     @classmethod
     def create(cls, model: str, batch=32, input_shape=(3, 224, 224), sizes=None,
                amp: str = "off", channels_last: bool = False, train: bool = True,
-               source: str = "api") -> "ModelSpec":
+               source: str = "api", model_args=None, inputs: str = "") -> "ModelSpec":
         """A spec from values, validated: ``model`` a torchvision name or
         "pkg.module:factory" (a function that takes no arguments); ``input_shape`` one
         sample's (C x L, C x H x W or C x D x H x W); ``sizes``: variable input sizes, the
@@ -118,10 +132,16 @@ class ModelSpec(Record):
                 isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in shape):
             raise UserError(f"{name('input_shape')} {shown(shape)}: valid: C x L, C x H x W "
                             f"or C x D x H x W, each an integer >= 1")
-        factory = ":" in model
+        factory = ":" in model and not model.startswith("timm:")
+        if model_args is not None and not (isinstance(model_args, dict) and all(
+                isinstance(k, str) for k in model_args)):
+            raise UserError(f"{name('model_args')} {shown(model_args)}: valid: an object of "
+                            f"keyword arguments")
+        if inputs and (not isinstance(inputs, str) or ":" not in inputs):
+            raise UserError(f"{name('inputs')} {shown(inputs)}: valid: pkg.module:function")
         spec = cls(name="" if factory else model, factory=model if factory else "",
                    input_shape=shape, batch=batch, amp=amp_, channels_last=bool(channels_last),
-                   train=bool(train))
+                   train=bool(train), model_args=dict(model_args or {}), inputs=inputs or "")
         if not sizes:
             return spec
         sizes = list(sizes)
@@ -149,6 +169,11 @@ class ModelSpec(Record):
 
     def describe(self) -> str:
         what = self.name or self.factory
+        if self.model_args:
+            what += "(" + ", ".join(f"{k}={json.dumps(v)}" for k, v in self.model_args.items()) \
+                + ")"
+        if self.inputs:
+            what += f", inputs from {self.inputs}"
         mode = "training step (forward + backward)" if self.train else "inference (forward)"
         amp = {"off": "no AMP", "fp16": "AMP float16", "bf16": "AMP bfloat16"}[self.amp]
         layout = "channels_last" if self.channels_last else "contiguous"
@@ -192,6 +217,7 @@ class Capture(Record):
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["model"] = self.model.to_dict()
         d["problems"] = [p.to_dict() for p in self.problems]
         return d
 

@@ -310,7 +310,7 @@ def iteration(model, inputs: List, spec: ModelSpec, device: str,
     with torch.autocast(torch.device(device).type, dtype=amp or torch.float32,
                         enabled=amp is not None, cache_enabled=autocast_cache):
         with torch.set_grad_enabled(spec.train):
-            out = model(*inputs)
+            out = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
     if spec.train:
         total = loss(out) if loss else _sum_outputs(out)
         total.backward()

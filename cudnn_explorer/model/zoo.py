@@ -1,4 +1,6 @@
-"""The user's model and its input: a torchvision model by name, or ``pkg.module:factory``.
+"""The user's model and its input: a torchvision model by name, a timm model by
+``timm:NAME``, or ``pkg.module:factory`` (with keyword arguments); random inputs of the
+spec's shape, or the user's own (``--inputs pkg.module:fn``).
 
 Every failure is one UserError that names the bad value (an unknown name lists close
 ones; a factory that raises gives its message).
@@ -8,12 +10,15 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from ..core.capture import ModelSpec
 from ..core.errors import MissingDependencyError, UserError
 
-__all__ = ["build", "torchvision_names", "parse_input", "make_inputs", "parse_sizes"]
+__all__ = ["build", "torchvision_names", "timm_names", "timm_input", "parse_input",
+           "make_inputs", "parse_sizes", "parse_model_args"]
+
+TIMM = "timm:"
 
 
 def torchvision_names() -> List[str]:
@@ -24,6 +29,59 @@ def torchvision_names() -> List[str]:
             "torchvision is not installed: pip install torchvision (or give your own model "
             "with --model pkg.module:factory)") from None
     return sorted(torchvision.models.list_models())
+
+
+def _timm():
+    try:
+        import timm
+    except ImportError:
+        raise MissingDependencyError("timm is not installed: pip install timm (needed for "
+                                     "timm:NAME models)") from None
+    return timm
+
+
+def timm_names() -> List[str]:
+    return sorted(_timm().list_models())
+
+
+def _timm_name(name: str) -> str:
+    """NAME of "timm:NAME", checked against timm's list (close names when unknown)."""
+    bare = name[len(TIMM):]
+    names = timm_names()
+    if bare not in names:
+        close = difflib.get_close_matches(bare, names, n=5, cutoff=0.5)
+        raise UserError(f"unknown timm model '{bare}'"
+                        + (f"; close names: {', '.join(close)}" if close else "")
+                        + "; any name timm.list_models() lists")
+    return bare
+
+
+def timm_input(name: str) -> Optional[Tuple[int, ...]]:
+    """One sample's shape in the timm model's own pretrained config ("timm:NAME"), or None
+    when it names none."""
+    bare = _timm_name(name)
+    try:
+        cfg = _timm().models.get_pretrained_cfg(bare)
+    except Exception:  # noqa: BLE001  (a model without a pretrained config)
+        return None
+    shape = tuple(getattr(cfg, "input_size", None) or ()) if cfg is not None else ()
+    return shape if len(shape) == 3 and all(isinstance(s, int) and s > 0 for s in shape) \
+        else None
+
+
+def parse_model_args(text: str) -> dict:
+    """--model-args: a JSON object of keyword arguments for the model's factory."""
+    import json
+
+    try:
+        args = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise UserError(f"--model-args '{text[:60]}': not JSON ({str(e)[:60]}); e.g. "
+                        f"'{{\"num_classes\": 10}}'") from None
+    if not isinstance(args, dict):
+        raise UserError(f"--model-args '{text[:60]}': valid: a JSON object of keyword "
+                        f"arguments, e.g. '{{\"num_classes\": 10}}'")
+    return args
 
 
 def parse_input(text: str) -> Tuple[int, ...]:
@@ -39,18 +97,19 @@ def parse_input(text: str) -> Tuple[int, ...]:
     return shape
 
 
-def _factory(path: str):
+def _factory(path: str, flag: str = "--model"):
     mod, _, name = path.partition(":")
     if not mod or not name:
-        raise UserError(f"--model '{path}': expected pkg.module:factory")
+        what = "factory" if flag == "--model" else "function"
+        raise UserError(f"{flag} '{path}': expected pkg.module:{what}")
     try:
         module = importlib.import_module(mod)
     except Exception as e:  # noqa: BLE001  (the user's code: any error is theirs)
-        raise UserError(f"--model '{path}': cannot import {mod}: {type(e).__name__}: {e}") \
+        raise UserError(f"{flag} '{path}': cannot import {mod}: {type(e).__name__}: {e}") \
             from None
     fn = getattr(module, name, None)
     if not callable(fn):
-        raise UserError(f"--model '{path}': {mod} has no callable {name}")
+        raise UserError(f"{flag} '{path}': {mod} has no callable {name}")
     return fn
 
 
@@ -59,10 +118,18 @@ def build(spec: ModelSpec, device: str):
     a factory that fails."""
     import torch
 
-    if spec.factory:
+    if spec.name.startswith(TIMM):
+        bare = _timm_name(spec.name)
+        try:
+            model = _timm().create_model(bare, pretrained=False, **spec.model_args)
+        except Exception as e:  # noqa: BLE001  (arguments the model does not take)
+            raise UserError(f"timm model '{bare}' cannot be built"
+                            f"{' with ' + str(spec.model_args) if spec.model_args else ''}: "
+                            f"{type(e).__name__}: {str(e)[:200]}") from None
+    elif spec.factory:
         fn = _factory(spec.factory)
         try:
-            model = fn()
+            model = fn(**spec.model_args)
         except Exception as e:  # noqa: BLE001  (the user's code: any error is theirs)
             raise UserError(f"--model '{spec.factory}' raised {type(e).__name__}: {e}") \
                 from None
@@ -88,7 +155,7 @@ def build(spec: ModelSpec, device: str):
         if "weights_backbone" in params:
             kwargs["weights_backbone"] = None
         try:
-            model = torchvision.models.get_model(spec.name, **kwargs)
+            model = torchvision.models.get_model(spec.name, **kwargs, **spec.model_args)
         except Exception as e:  # noqa: BLE001  (a model that needs arguments we do not give)
             raise UserError(f"model '{spec.name}' cannot be built without arguments: "
                             f"{type(e).__name__}: {e}") from None
@@ -107,12 +174,38 @@ def _format(spec: ModelSpec):
     return torch.channels_last if len(spec.input_shape) == 3 else torch.channels_last_3d
 
 
-def make_inputs(spec: ModelSpec, device: str) -> List:
-    """The input batch of ``spec`` (random, in its layout) on ``device``."""
+def make_inputs(spec: ModelSpec, device: str):
+    """The input batch of ``spec`` on ``device``: a list of positional arguments, or a
+    dict of keyword arguments from the user's ``inputs`` function; random, in the spec's
+    layout, by default (4-D and 5-D float tensors in channels_last with it)."""
     import torch
 
-    x = torch.randn((spec.batch, *spec.input_shape), device=device)
-    return [x.contiguous(memory_format=_format(spec)) if spec.channels_last else x]
+    if spec.inputs:
+        fn = _factory(spec.inputs, "--inputs")
+        try:
+            got = fn(spec.batch, list(spec.input_shape), device)
+        except Exception as e:  # noqa: BLE001  (the user's code: any error is theirs)
+            raise UserError(f"--inputs '{spec.inputs}' raised {type(e).__name__}: {e}") \
+                from None
+        if isinstance(got, torch.Tensor):
+            got = [got]
+        elif isinstance(got, tuple):
+            got = list(got)
+        if not isinstance(got, (list, dict)):
+            raise UserError(f"--inputs '{spec.inputs}' returned {type(got).__name__}: valid: "
+                            f"a tensor, a tuple of arguments or a dict of keyword arguments")
+    else:
+        got = [torch.randn((spec.batch, *spec.input_shape), device=device)]
+    if not spec.channels_last:
+        return got
+
+    def layout(t):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() in (4, 5):
+            return t.contiguous(memory_format=torch.channels_last if t.dim() == 4
+                                else torch.channels_last_3d)
+        return t
+    return {k: layout(v) for k, v in got.items()} if isinstance(got, dict) \
+        else [layout(t) for t in got]
 
 
 def parse_sizes(text: str) -> List[int]:
