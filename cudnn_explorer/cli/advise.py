@@ -8,7 +8,7 @@ from ..core.errors import UserError
 from ..core.options import ExploreOptions, parse_int
 from .args import Parser, Refuse, check_rules
 from .groups import add_model_args, add_store_args, model_spec_from_args, store_choice
-from .model import parse_or_render
+from .model import render_saved
 from .output import check_output_path, error, notify, write_output
 
 __all__ = ["build_parser", "run", "RULES"]
@@ -70,18 +70,15 @@ def build_parser() -> Parser:
     return p
 
 
-def _advice_reader():
+def run(argv: List[str]) -> int:
     from ..core.advice import Advice
     from ..report.advice import render_advice
 
-    return Advice.from_json, render_advice
-
-
-def run(argv: List[str]) -> int:
-    got = parse_or_render(build_parser(), argv, "advise", "advice", _advice_reader)
-    if isinstance(got, int):
-        return got
-    a, flags = got
+    parser = build_parser()
+    a, flags = parser.parse_given(argv, "advise: give a model, e.g. advise resnet50 --batch "
+                                        "32 --amp fp16")
+    if a.load:
+        return render_saved(parser, a, flags, "advice", Advice.from_json, render_advice)
     check_rules(RULES, flags)
     spec = model_spec_from_args(a)
     sizes = None
@@ -122,5 +119,5 @@ def run(argv: List[str]) -> int:
         error("the runs of the model with benchmark on and off are both needed for a "
               "verdict; see above")
         return 3
-    sys.stdout.write(_advice_reader()[1](adv))
+    sys.stdout.write(render_advice(adv))
     return 0

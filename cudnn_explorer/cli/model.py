@@ -12,7 +12,7 @@ from .groups import (HARMLESS, RUN_FLAGS, add_model_args, add_run_args, model_sp
                      options_from_args, positional, run_rules, store_choice)
 from .output import check_output_path, error, say, write_output
 
-__all__ = ["build_parser", "run", "conflicts", "parse_or_render"]
+__all__ = ["build_parser", "run", "conflicts", "render_saved"]
 
 MODEL_RUN_FLAGS = ("--profile", "--timed-iterations")
 _MEASURING = tuple(f for f in RUN_FLAGS + MODEL_RUN_FLAGS
@@ -82,17 +82,12 @@ def conflicts(parser: Parser, what: str) -> Refuse:
                   + ("NAME",), f"--load renders a saved {what}")
 
 
-def parse_or_render(parser: Parser, argv: List[str], verb: str, what: str, reader):
-    """A model command's (namespace, flags); with --load, the saved ``what`` rendered
-    instead (no GPU needed), and its exit code. ``reader()``: (parse, render)."""
+def render_saved(parser: Parser, a, flags: List[str], what: str, parse, render) -> int:
+    """--load of a model command: no other flag (but the harmless ones) and no NAME; the
+    saved ``what`` read with ``parse`` and rendered (no GPU needed)."""
     from ..core.files import read_bytes
 
-    a, flags = parser.parse_given(argv, f"{verb}: give a model, e.g. {verb} resnet50 --batch "
-                                        f"32 --amp fp16")
-    if not a.load:
-        return a, flags
     check_rules([conflicts(parser, what)], positional(flags, a))
-    parse, render = reader()
     data = read_bytes(a.load, "--load")  # its errors name the file already
     try:
         saved = parse(data)
@@ -102,18 +97,15 @@ def parse_or_render(parser: Parser, argv: List[str], verb: str, what: str, reade
     return 0
 
 
-def _sweep_reader():
-    from ..core.sweep import ModelSweep
-    from ..report.model import render_sweep
-
-    return ModelSweep.from_json, render_sweep
-
-
 def run(argv: List[str]) -> int:
-    got = parse_or_render(build_parser(), argv, "model", "sweep", _sweep_reader)
-    if isinstance(got, int):
-        return got
-    a, flags = got
+    parser = build_parser()
+    a, flags = parser.parse_given(argv, "model: give a model, e.g. model resnet50 --batch 32 "
+                                        "--amp fp16")
+    if a.load:
+        from ..core.sweep import ModelSweep
+        from ..report.model import render_sweep
+
+        return render_saved(parser, a, flags, "sweep", ModelSweep.from_json, render_sweep)
     check_rules(RULES, flags)
     check_output_path(a.plot, "--plot")
     from .targets import profiles
