@@ -7,13 +7,30 @@ from typing import List
 
 from ..core.errors import UserError
 from ..core.options import ExploreOptions, parse_int
-from .args import Parser
+from ..core.plans import POLICIES
+from .args import Parser, Refuse, check_rules
 from .groups import add_env_filters
 from .output import check_output_path, write_output
 
 __all__ = ["build_parser", "run"]
 
 ACTIONS = ("write", "show", "check")
+WRITE_ONLY = ("--out", "--store", "--policy", "--max-workspace", "--deterministic", "--gpu",
+              "--cudnn")
+CHECK_ONLY = ("--device", "--allow-environment")
+# The action is given as a pseudo-flag (SHOW, CHECK, WRITE), the positional file as FILE.
+RULES = [
+    Refuse("SHOW", WRITE_ONLY, "", text="{bad} would be ignored: plans show reads a plan "
+                                        "file; drop {bad}"),
+    Refuse("CHECK", WRITE_ONLY, "", text="{bad} would be ignored: plans check reads a plan "
+                                         "file; drop {bad}"),
+    Refuse("SHOW", CHECK_ONLY, "", text="{bad} would be ignored: only plans check uses it; "
+                                        "drop {bad}"),
+    Refuse("WRITE", CHECK_ONLY, "", text="{bad} would be ignored: only plans check uses it; "
+                                         "drop {bad}"),
+    Refuse("--store", ("FILE",), "", text="FILE would be ignored: --store writes the "
+                                          "store's plans; drop one"),
+]
 
 
 def build_parser() -> Parser:
@@ -51,14 +68,7 @@ def run(argv: List[str]) -> int:
     a, flags = build_parser().parse_given(argv, f"plans: give an action ({', '.join(ACTIONS)})")
     if a.action not in ACTIONS:
         raise UserError(f"plans action {a.action!r}: valid: {', '.join(ACTIONS)}")
-    only_write = [f for f in ("--out", "--store", "--policy", "--max-workspace",
-                              "--deterministic", "--gpu", "--cudnn") if f in flags]
-    if a.action != "write" and only_write:
-        raise UserError(f"{only_write[0]} would be ignored: plans {a.action} reads a plan "
-                        f"file; drop {only_write[0]}")
-    if a.action != "check" and [f for f in ("--device", "--allow-environment") if f in flags]:
-        bad = next(f for f in ("--device", "--allow-environment") if f in flags)
-        raise UserError(f"{bad} would be ignored: only plans check uses it; drop {bad}")
+    check_rules(RULES, [a.action.upper()] + flags + (["FILE"] if a.file else []))
     if a.action == "write":
         return _write(a)
     if not a.file:
@@ -76,10 +86,8 @@ def run(argv: List[str]) -> int:
 def _write(a) -> int:
     if not a.out:
         raise UserError("plans write: give -o FILE, the plan file to write")
-    if a.store is not None and a.file:
-        raise UserError("FILE would be ignored: --store writes the store's plans; drop one")
-    if a.policy not in ("best", "pytorch"):
-        raise UserError(f"--policy '{a.policy}': valid: best, pytorch")
+    if a.policy not in POLICIES:
+        raise UserError(f"--policy '{a.policy}': valid: {', '.join(POLICIES)}")
     cap = None if a.max_workspace is None else ExploreOptions.create(
         source="cli", max_workspace_mib=a.max_workspace).max_workspace_mib
     check_output_path(a.out, "--out")

@@ -5,7 +5,7 @@ user which command reads a file of another kind. Pure Python (no torch import).
 from __future__ import annotations
 
 import json
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from .advice import ADVICE_SCHEMA
 from .capture import CAPTURE_SCHEMA, Capture
@@ -17,7 +17,7 @@ from .sweep import SWEEP_SCHEMA, ModelSweep
 
 __all__ = ["EXPORT_SCHEMA", "TARGETS_SCHEMA", "MODEL_TARGETS_SCHEMA", "export_document",
            "targets_document", "model_targets_document", "kind_hint", "load_exploration",
-           "saved_explorations"]
+           "read_saved", "saved_explorations"]
 
 EXPORT_SCHEMA = "cudnn_explorer.export"
 TARGETS_SCHEMA = "cudnn_explorer.targets"
@@ -79,9 +79,10 @@ def load_exploration(path: str, flag: str = "--load") -> Exploration:
         raise UserError(f"{flag} '{path}': {e}{kind_hint(data)}") from None
 
 
-def saved_explorations(path: str, flag: str) -> List[Exploration]:
-    """The explorations of a saved file: one result (--json), an export of many, or a
-    model sweep (one per unique problem measured)."""
+def read_saved(path: str, flag: str) -> Tuple[Optional[ModelSweep], List[Exploration]]:
+    """(the model sweep, when the file is one; the explorations it holds) of a saved
+    file: one result (--json), an export of many, or a model sweep (one per unique
+    problem measured). UserError naming the file and the bad field."""
     data = read_bytes(path, flag)
     try:
         doc = json.loads(data)
@@ -89,10 +90,15 @@ def saved_explorations(path: str, flag: str) -> List[Exploration]:
         doc = None
     try:
         if isinstance(doc, dict) and doc.get("schema") == EXPORT_SCHEMA:
-            return [Exploration.from_dict(e) for e in doc.get("explorations") or []]
+            return None, [Exploration.from_dict(e) for e in doc.get("explorations") or []]
         if isinstance(doc, dict) and doc.get("schema") == SWEEP_SCHEMA:
             sw = ModelSweep.from_dict(doc)
-            return [e.exploration for e in sw.entries if e.exploration is not None]
-        return [Exploration.from_json(data)]
+            return sw, [e.exploration for e in sw.entries if e.exploration is not None]
+        return None, [Exploration.from_json(data)]
     except UserError as e:
         raise UserError(f"{flag} '{path}': {e}") from None
+
+
+def saved_explorations(path: str, flag: str) -> List[Exploration]:
+    """The explorations of a saved file (read_saved)."""
+    return read_saved(path, flag)[1]

@@ -64,6 +64,11 @@ class PlanKey(Record):
                    tf32=bool(problem.tf32) if problem.dtype == "float32" else True,
                    deterministic=deterministic)
 
+    @property
+    def ident(self) -> str:
+        """The key as one string (its lists make it unhashable): equal keys, equal idents."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
 
 @dataclass(frozen=True)
 class PlanEntry(Record):
@@ -178,9 +183,9 @@ class PlanFile(Record):
             if tag.engine != e.engine or sorted(tag.knobs) != sorted(map(tuple, e.knobs)):
                 raise UserError(f"{at}: engine {e.engine} and knobs {shown(e.knobs)} are "
                                 f"not those of its tag {e.tag}")
-            if json.dumps(e.key.to_dict(), sort_keys=True) in seen:
+            if e.key.ident in seen:
                 raise UserError(f"{at}.key: a second plan for the same convolution")
-            seen.add(json.dumps(e.key.to_dict(), sort_keys=True))
+            seen.add(e.key.ident)
         return plans
 
 
@@ -243,10 +248,9 @@ def plans_from(items: Sequence[Tuple[ConvProblem, DirectionResult, List[str], in
             skipped.append(f"{what}: {why}")
             continue
         key = PlanKey.of(problem, d.direction, deterministic)
-        k = json.dumps(key.to_dict(), sort_keys=True)
-        if k in seen:
+        if key.ident in seen:
             continue
-        seen.add(k)
+        seen.add(key.ident)
         entries.append(PlanEntry(key=key, problem=problem, tag=c.tag, engine=c.engine,
                                  knobs=[list(kv) for kv in c.knobs],
                                  workspace_bytes=c.workspace_bytes or 0, median_ms=c.time,

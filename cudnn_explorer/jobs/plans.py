@@ -2,16 +2,14 @@
 results store; and a plan file read back and checked against this machine."""
 from __future__ import annotations
 
-import json
 from typing import List, Optional, Sequence, Tuple
 
-from ..core.documents import saved_explorations
+from ..core.documents import read_saved
 from ..core.errors import UserError
 from ..core.exploration import Environment, Exploration
 from ..core.files import read_bytes
 from ..core.plans import PlanFile, plans_from
 from ..core.schema import utc_now
-from ..core.sweep import SWEEP_SCHEMA, ModelSweep
 from ..core.version import __version__
 
 __all__ = ["write_plans", "read_plans", "environment_here"]
@@ -42,16 +40,8 @@ def write_plans(source: Optional[str] = None, *, store: Optional[str] = None,
         raise UserError("plans write: give a saved sweep or exploration file, or --store")
     items: List[Tuple] = []
     if source is not None:
-        data = read_bytes(source, "plans write")
-        try:
-            doc = json.loads(data)
-        except (ValueError, RecursionError):
-            doc = None
-        if isinstance(doc, dict) and doc.get("schema") == SWEEP_SCHEMA:
-            try:
-                sw = ModelSweep.from_dict(doc)
-            except UserError as e:
-                raise UserError(f"plans write '{source}': {e}") from None
+        sw, exps = read_saved(source, "plans write")
+        if sw is not None:  # with each problem's layers and calls per iteration
             for e in sw.entries:
                 if e.exploration is None:
                     continue
@@ -60,8 +50,7 @@ def write_plans(source: Optional[str] = None, *, store: Optional[str] = None,
                           for d in e.exploration.directions]
             env, what = sw.environment, sw.capture.model.describe()
         else:
-            exps = [e for e in saved_explorations(source, "plans write")
-                    if e.environment.matches(gpus, cudnns)]
+            exps = [e for e in exps if e.environment.matches(gpus, cudnns)]
             env, what = _one_environment(exps, f"plans write '{source}'"), source
             items = [(e.problem, d, [], 0) for e in exps for d in e.directions]
     else:
@@ -74,12 +63,12 @@ def write_plans(source: Optional[str] = None, *, store: Optional[str] = None,
 
 
 def read_plans(path: str) -> PlanFile:
-    """The plan file at ``path``, every field checked (UserError names the bad one)."""
+    """The plan file at ``path``, every field checked (UserError names the file and the
+    bad field)."""
+    data = read_bytes(path, "plan file")  # its errors name the file already
     try:
-        return PlanFile.read(read_bytes(path, "plan file"), "plan file")
+        return PlanFile.read(data, "plan file")
     except UserError as e:
-        if str(e).startswith("plan file '"):
-            raise
         raise UserError(f"plan file '{path}': {e}") from None
 
 
