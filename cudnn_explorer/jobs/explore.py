@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from ..core.errors import UserError
 from ..core.exploration import Exploration
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
@@ -34,8 +35,6 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
     if options is None:
         options = ExploreOptions.create(**kw)
     elif kw:
-        from ..core.errors import UserError
-
         raise UserError(f"pass either options or keywords, not both ({', '.join(kw)})")
     notify = notifier(notify)
     choice = StoreChoice.of(store, refresh)

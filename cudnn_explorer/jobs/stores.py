@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, Optional
 
 from ..core.errors import UserError
@@ -17,13 +18,15 @@ __all__ = ["StoreChoice", "opened", "saver", "existing", "stored_config_times",
            "without_store"]
 
 
+@dataclass(frozen=True)
 class StoreChoice:
     """Which store a job uses: ``use`` False (none), else ``path`` (None: the default
     file, ~/.cache/cudnn_explorer/results.db); ``refresh``: measure again even where it
     has the answer, and keep the new one. A job given a plain path or True builds one."""
 
-    def __init__(self, path: Optional[str] = None, use: bool = True, refresh: bool = False):
-        self.path, self.use, self.refresh = path, use, refresh
+    path: Optional[str] = None
+    use: bool = True
+    refresh: bool = False
 
     @classmethod
     def of(cls, store, refresh: bool = False) -> "StoreChoice":
