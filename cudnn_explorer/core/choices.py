@@ -4,7 +4,8 @@ sweep, what each problem-direction costs per iteration under each choice and wha
 PyTorch's picks leave on the table. Pure Python (no torch import)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, List, Optional, Tuple
 
 from .records import DirectionResult
@@ -36,26 +37,48 @@ def chosen(d: DirectionResult):
     return d.pytorch_pick("benchmark", api=None), legacy, engine
 
 
-def _time(x) -> Optional[float]:
-    return x.time if x is not None else None
-
-
 @dataclass(frozen=True)
 class DirectionCost:
-    """One problem-direction of a sweep: unique problem ``index``, the ``calls`` one
-    iteration makes, the three choices (chosen()) and their steady medians in ms per
-    call; ``mode_ms``: PyTorch's pick in each mode, ms per call (None: no time)."""
+    """One problem-direction of a sweep: unique problem ``index``, its DirectionResult
+    ``d`` and the ``calls`` one iteration makes; the three choices (chosen()) and their
+    steady medians in ms per call, and PyTorch's pick in each mode, derived from ``d``."""
 
     index: int
     d: DirectionResult
     calls: int
-    pick: object
-    legacy: object
-    engine: object
-    pick_ms: Optional[float]
-    legacy_ms: Optional[float]
-    engine_ms: Optional[float]
-    mode_ms: Dict[str, Optional[float]] = field(default_factory=dict)
+
+    @cached_property
+    def _chosen(self):
+        return chosen(self.d)
+
+    @property
+    def pick(self):
+        return self._chosen[0]
+
+    @property
+    def legacy(self):
+        return self._chosen[1]
+
+    @property
+    def engine(self):
+        return self._chosen[2]
+
+    @property
+    def pick_ms(self) -> Optional[float]:
+        return self.d.pick_ms(self.pick)
+
+    @property
+    def legacy_ms(self) -> Optional[float]:
+        return self.legacy.time if self.legacy is not None else None
+
+    @property
+    def engine_ms(self) -> Optional[float]:
+        return self.engine.time if self.engine is not None else None
+
+    @cached_property
+    def mode_ms(self) -> Dict[str, Optional[float]]:
+        """PyTorch's pick in each mode, ms per call (None: no time)."""
+        return {m: self.d.pick_ms(self.d.pytorch_pick(m, api=None)) for m in MODES}
 
     @property
     def direction(self) -> str:
@@ -123,12 +146,7 @@ def sweep_totals(sw: ModelSweep) -> SweepTotals:
         if e is None or e.exploration is None:
             continue
         for d in e.exploration.directions:
-            bench, leg, eng = chosen(d)
-            rows.append(DirectionCost(
-                index=i, d=d, calls=u.calls.get(d.direction, 0), pick=bench, legacy=leg,
-                engine=eng, pick_ms=d.pick_ms(bench), legacy_ms=_time(leg),
-                engine_ms=_time(eng),
-                mode_ms={m: d.pick_ms(d.pytorch_pick(m, api=None)) for m in MODES}))
+            rows.append(DirectionCost(index=i, d=d, calls=u.calls.get(d.direction, 0)))
     covered = [r for r in rows if r.gap_ms is not None]
     timed = [r for r in rows if r.every_mode_timed]
     return SweepTotals(rows=rows, covered=len(covered),
