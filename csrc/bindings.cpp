@@ -5,6 +5,7 @@
 #include "engines.h"
 #include "find.h"
 #include "info.h"
+#include "pinned.h"
 #include "timing.h"
 
 namespace ce = cudnn_explorer;
@@ -189,6 +190,38 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         [](const std::string& d, int algo) {
           return ce::algo_name(ce::direction_from_name(d), algo);
         });
+  py::class_<ce::PlanSpec>(m, "PlanSpec")
+      .def(py::init<>())
+      .def_readwrite("key", &ce::PlanSpec::key)
+      .def_readwrite("engine", &ce::PlanSpec::engine)
+      .def_readwrite("knobs", &ce::PlanSpec::knobs)
+      .def_readwrite("tag", &ce::PlanSpec::tag)
+      .def_readwrite("description", &ce::PlanSpec::description);
+  py::class_<ce::PinStat>(m, "PinStat")
+      .def_readonly("key", &ce::PinStat::key)
+      .def_readonly("description", &ce::PinStat::description)
+      .def_readonly("covered", &ce::PinStat::covered)
+      .def_readonly("tag", &ce::PinStat::tag)
+      .def_readonly("ran", &ce::PinStat::ran)
+      .def_readonly("pinned_calls", &ce::PinStat::pinned_calls)
+      .def_readonly("fallback_calls", &ce::PinStat::fallback_calls)
+      .def_readonly("reason", &ce::PinStat::reason)
+      .def_readonly("builds", &ce::PinStat::builds)
+      .def_readonly("build_ms", &ce::PinStat::build_ms);
+  m.def("load_plans", &ce::load_plans, py::arg("specs"));
+  m.def("loaded_plan_count", &ce::loaded_plan_count);
+  m.def("pin_stats", &ce::pin_stats);
+  m.def("reset_pin_counts", &ce::reset_pin_counts);
+  m.def("conv_keys",
+        [](const at::Tensor& input, const at::Tensor& weight, const std::vector<int64_t>& stride,
+           const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+           bool transposed, const std::vector<int64_t>& output_padding, int64_t groups) {
+          return ce::conv_keys(input, weight, stride, padding, dilation, transposed,
+                               output_padding, groups);
+        },
+        py::arg("input"), py::arg("weight"), py::arg("stride"), py::arg("padding"),
+        py::arg("dilation"), py::arg("transposed"), py::arg("output_padding"),
+        py::arg("groups"));
   m.def("build_info", &ce::build_info);
   m.def("runtime_info", &ce::runtime_info);
 }

@@ -83,6 +83,8 @@ struct TargetProblem {
   std::string dtype;      // float32 | float16 | bfloat16 | float64
   std::vector<int64_t> x_dims, x_strides, w_dims, w_strides, y_dims, y_strides;
   std::vector<int64_t> padding, stride, dilation;
+  // x, w, y pointer alignment in bytes (empty: the 16 cudnn-frontend assumes)
+  std::vector<int64_t> alignment;
 };
 
 struct TargetPlan {

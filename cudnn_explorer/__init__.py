@@ -3,7 +3,9 @@
 ``import cudnn_explorer`` is lean: it loads neither torch, the native extension nor
 CUDA. The jobs (:func:`explore` one problem, :func:`sweep_model` a whole model,
 :func:`advise` benchmark mode on or off for a workload, :func:`capture` a model's
-convolutions) and the GPU functions (:func:`run_algorithm`, :func:`reference`,
+convolutions) and pinning (:func:`pin` a model to a plan file's engine configs, :func:`unpin`,
+:func:`pinned` for functional code, :func:`pin_counts` for what ran pinned) and the GPU
+functions (:func:`run_algorithm`, :func:`reference`,
 :func:`environment`, :func:`info`) import them on first call and raise one clear
 error (MissingDependencyError) when something is missing. Each returns records (core/),
 the same ones the command line renders.
@@ -11,7 +13,8 @@ the same ones the command line renders.
 Layers: ``core/`` (pure: problem, options, records, captures and sweeps, analysis, log
 parsers), ``measure/`` (the GPU: native gate, legacy Find and re-timing, engine configs,
 PyTorch's children, the pipeline), ``model/`` (a whole model: capture, zoo, sweep),
-``store/`` (the results store), ``jobs/`` (what each command does), ``report/`` (tables,
+``pinning/`` (the pinned convolution op, pin and unpin), ``store/`` (the results
+store), ``jobs/`` (what each command does), ``report/`` (tables,
 CSV, plots), ``cli/`` (the command line). Each imports only the layers before it.
 """
 from .core.errors import (ChildError, CudnnError, ExplorerError, GpuError,
@@ -30,6 +33,7 @@ __all__ = [
     "environment", "info", "Exploration", "DirectionResult", "AlgoResult", "WorkspaceEntry",
     "Environment", "SCHEMA_NAME", "SCHEMA_VERSION", "ExplorerError", "UserError",
     "MissingDependencyError", "CudnnError", "ResourceError", "GpuError", "ChildError",
+    "pin", "unpin", "pinned", "pin_counts",
 ]
 
 # name -> the module that holds it, imported on first use (the jobs import torch only when
@@ -37,7 +41,8 @@ __all__ = [
 _LAZY = {"explore": "jobs.explore", "sweep_model": "jobs.sweep", "capture": "jobs.sweep",
          "advise": "jobs.advise", "run_algorithm": "measure.pipeline",
          "reference": "measure.pipeline", "environment": "measure.pipeline",
-         "info": "measure.pipeline"}
+         "info": "measure.pipeline", "pin": "pinning.modules", "unpin": "pinning.modules",
+         "pinned": "pinning.modules", "pin_counts": "pinning.op"}
 
 
 def __getattr__(name):

@@ -66,8 +66,12 @@ part_tests-gpu() {
     > "$LOG/tests-gpu.txt" 2>&1
 }
 # The model and advise GPU tests alone (a first look at a change to either).
-part_tests-gpu-problem() {  # the GPU test files but the model's and the engines'
-  local files; files=$(ls tests/test_gpu*.py | grep -v -E '^tests/test_gpu_(engines|model).py$')
+part_tests-pinning() {  # the pinned convolution op: numerics, autograd, compile, graphs
+  "$PY" "${PYTEST[@]}" tests/test_gpu_pinning.py > "$LOG/tests-pinning.txt" 2>&1
+}
+part_tests-gpu-problem() {  # the GPU test files but the model's, engines' and pinning's
+  local files
+  files=$(ls tests/test_gpu*.py | grep -v -E '^tests/test_gpu_(engines|model|pinning).py$')
   "$PY" "${PYTEST[@]}" $files > "$LOG/tests-gpu-problem.txt" 2>&1
 }
 part_tests-model() {

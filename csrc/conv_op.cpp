@@ -1,0 +1,384 @@
+// torch.ops.cudnn_explorer.conv: aten::convolution with the plan file's engine configs.
+//
+// Note [pinned convolution op]: the op takes aten::convolution's arguments and returns
+// what it returns. Each cuDNN direction it needs (forward; in backward the input's and the
+// weight's gradients) runs the loaded plan for that problem-direction (pinned_plans.cpp);
+// a direction without one runs PyTorch's own call (at::convolution,
+// at::convolution_backward), counted and warned about once. Its autograd is here, in C++
+// (a torch::autograd::Function calling cudnn_explorer::conv_backward), so that its host
+// cost stays near ATen's; it casts under autocast as aten::convolution does (to the
+// autocast dtype). Transposed convolutions are run as PyTorch runs them: as the
+// convolution they are the adjoint of (forward = its backward-data, input gradient = its
+// forward, weight gradient = its backward-filter, on the same tensors).
+//
+// Note [output layout]: every output of the op is dense in the memory format PyTorch's
+// cuDNN path uses (ATen's cudnn_conv_suggest_memory_format: channels_last when the input
+// or the 4-D weight is, channels_last_3d likewise for 5-D, contiguous for float64), pinned
+// or not; the fake implementation (cudnn_explorer/pinning/op.py) follows the same rule.
+#include "pinned.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <array>
+#include <climits>
+#include <optional>
+#include <tuple>
+
+namespace cudnn_explorer {
+
+namespace {
+
+using at::IntArrayRef;
+using at::Tensor;
+
+at::MemoryFormat layout_of(const Tensor& input, const Tensor& weight) {
+  if (input.scalar_type() == at::kDouble || weight.scalar_type() == at::kDouble) {
+    return at::MemoryFormat::Contiguous;
+  }
+  const auto im = input.suggest_memory_format(), wm = weight.suggest_memory_format();
+  if (weight.dim() == 4 &&
+      (im == at::MemoryFormat::ChannelsLast || wm == at::MemoryFormat::ChannelsLast)) {
+    return at::MemoryFormat::ChannelsLast;
+  }
+  if (weight.dim() == 5 &&
+      (im == at::MemoryFormat::ChannelsLast3d || wm == at::MemoryFormat::ChannelsLast3d)) {
+    return at::MemoryFormat::ChannelsLast3d;
+  }
+  return at::MemoryFormat::Contiguous;
+}
+
+Tensor in_format(const Tensor& t, at::MemoryFormat mf) {
+  return !t.defined() || t.is_contiguous(mf) ? t : t.contiguous(mf);
+}
+
+// One convolution call's geometry in cuDNN's view: a 1-D call as 2-D with H = 1.
+struct Geometry {
+  bool valid = false;  // false: shapes or arguments PyTorch itself refuses
+  bool one_d = false;
+  bool transposed = false;
+  int64_t groups = 1;
+  at::MemoryFormat mf = at::MemoryFormat::Contiguous;
+  std::vector<int64_t> padding, stride, dilation;
+  std::vector<int64_t> x_sizes, w_sizes, y_sizes;  // cuDNN's x, w, y (Note [transposed])
+};
+
+std::vector<int64_t> expanded(IntArrayRef v, size_t n, bool* ok) {
+  if (v.size() == 1) return std::vector<int64_t>(n, v[0]);
+  if (v.size() != n) *ok = false;
+  return std::vector<int64_t>(v.begin(), v.end());
+}
+
+Geometry geometry(const Tensor& input, const Tensor& weight, IntArrayRef stride,
+                  IntArrayRef padding, IntArrayRef dilation, bool transposed,
+                  IntArrayRef output_padding, int64_t groups) {
+  Geometry g;
+  const int64_t dim = input.dim();
+  if (dim < 3 || dim > 5 || weight.dim() != dim || groups < 1) return g;
+  const size_t sp = static_cast<size_t>(dim - 2);
+  bool ok = true;
+  auto s = expanded(stride, sp, &ok), p = expanded(padding, sp, &ok),
+       d = expanded(dilation, sp, &ok);
+  auto op = transposed ? expanded(output_padding, sp, &ok) : std::vector<int64_t>(sp, 0);
+  if (!ok) return g;
+  std::vector<int64_t> in(input.sizes().begin(), input.sizes().end());
+  std::vector<int64_t> w(weight.sizes().begin(), weight.sizes().end());
+  std::vector<int64_t> out{in[0], transposed ? w[1] * groups : w[0]};
+  for (size_t i = 0; i < sp; ++i) {
+    if (s[i] < 1 || d[i] < 1 || p[i] < 0 || op[i] < 0) return g;
+    if (transposed && op[i] >= std::max(s[i], d[i])) return g;
+    const int64_t k = w[2 + i];
+    out.push_back(transposed ? (in[2 + i] - 1) * s[i] - 2 * p[i] + d[i] * (k - 1) + op[i] + 1
+                             : (in[2 + i] + 2 * p[i] - d[i] * (k - 1) - 1) / s[i] + 1);
+    if (out.back() < 1) return g;
+  }
+  const int64_t in_channels = transposed ? w[0] : w[1] * groups;
+  if (in[1] != in_channels || w[0] % groups) return g;
+  g.transposed = transposed;
+  g.groups = groups;
+  g.mf = layout_of(input, weight);
+  g.one_d = dim == 3;
+  // cuDNN's x is the convolution's input: a transposed call's output (Note [transposed]).
+  g.x_sizes = transposed ? out : in;
+  g.y_sizes = transposed ? in : out;
+  g.w_sizes = w;
+  if (g.one_d) {
+    for (auto* v : {&g.x_sizes, &g.y_sizes, &g.w_sizes}) v->insert(v->begin() + 2, 1);
+    s.insert(s.begin(), 1);
+    p.insert(p.begin(), 0);
+    d.insert(d.begin(), 1);
+  }
+  g.stride = s;
+  g.padding = p;
+  g.dilation = d;
+  g.valid = true;
+  return g;
+}
+
+// Why a call cannot run a pinned plan whatever the file holds, or "".
+std::string unpinnable(const Tensor& input, const Tensor& weight, const Tensor* other) {
+  if (!input.is_cuda() || !weight.is_cuda() || (other && !other->is_cuda())) {
+    return "its tensors are not on a CUDA device";
+  }
+  if (loaded_plan_count() == 0) return "no plan file is loaded";
+  const auto t = input.scalar_type();
+  if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16 && t != at::kDouble) {
+    return cat("cuDNN convolutions take float32, float16, bfloat16 or float64, not ", t);
+  }
+  if (weight.scalar_type() != t || (other && other->scalar_type() != t)) {
+    return "its tensors' dtypes differ";
+  }
+  if (input.device() != weight.device() || (other && other->device() != input.device())) {
+    return "its tensors are on different devices";
+  }
+  if (!at::globalContext().userEnabledCuDNN()) {
+    return "cuDNN is disabled (torch.backends.cudnn.enabled is False)";
+  }
+  for (const Tensor* x : {&input, &weight, other}) {
+    if (x && (x->numel() == 0 || x->numel() > INT_MAX)) {
+      return "a tensor is empty or needs 64-bit indexing";
+    }
+  }
+  return "";
+}
+
+Tensor cudnn_view(const Tensor& t, const Geometry& g) {
+  Tensor c = t.contiguous(g.mf);
+  return g.one_d ? c.unsqueeze(2) : c;
+}
+
+Tensor allocated(const std::vector<int64_t>& sizes, const Tensor& like, const Geometry& g) {
+  return at::empty(sizes, like.options().memory_format(g.mf));
+}
+
+Tensor plain_view(const Tensor& t, const Geometry& g) { return g.one_d ? t.squeeze(2) : t; }
+
+PinnedCall make_call(Direction d, const Tensor& x, const Tensor& w, const Tensor& y,
+                     const Geometry& g) {
+  PinnedCall c{d, &x, &w, &y, g.padding, g.stride, g.dilation, g.groups,
+               g.mf != at::MemoryFormat::Contiguous};
+  return c;
+}
+
+const c10::TypedOperatorHandle<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&,
+                                      IntArrayRef, IntArrayRef, IntArrayRef, bool, IntArrayRef,
+                                      int64_t)>&
+conv_op() {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("cudnn_explorer::conv", "")
+                       .typed<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&,
+                                     IntArrayRef, IntArrayRef, IntArrayRef, bool, IntArrayRef,
+                                     int64_t)>();
+  return op;
+}
+
+using Grads = std::tuple<Tensor, Tensor, Tensor>;
+
+const c10::TypedOperatorHandle<Grads(const Tensor&, const Tensor&, const Tensor&, IntArrayRef,
+                                     IntArrayRef, IntArrayRef, bool, IntArrayRef, int64_t,
+                                     std::array<bool, 3>)>&
+conv_backward_op() {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("cudnn_explorer::conv_backward", "")
+                       .typed<Grads(const Tensor&, const Tensor&, const Tensor&, IntArrayRef,
+                                    IntArrayRef, IntArrayRef, bool, IntArrayRef, int64_t,
+                                    std::array<bool, 3>)>();
+  return op;
+}
+
+Tensor conv_kernel(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                   IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
+                   IntArrayRef output_padding, int64_t groups) {
+  const Geometry g = geometry(input, weight, stride, padding, dilation, transposed,
+                              output_padding, groups);
+  const Tensor* b = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  if (g.valid) {  // otherwise ATen's call below says what is wrong
+    const std::string why = unpinnable(input, weight, b);
+    if (why.empty()) {
+      c10::cuda::CUDAGuard guard(input.device());
+      const Tensor in = cudnn_view(input, g), w = cudnn_view(weight, g);
+      const Tensor out = allocated(transposed ? g.x_sizes : g.y_sizes, in, g);
+      const PinnedCall call = transposed ? make_call(Direction::BackwardData, out, w, in, g)
+                                         : make_call(Direction::Forward, in, w, out, g);
+      if (run_pinned(call).empty()) {
+        if (b) {
+          std::vector<int64_t> shape(static_cast<size_t>(out.dim()), 1);
+          shape[1] = -1;
+          out.add_(b->reshape(shape));
+        }
+        return plain_view(out, g);
+      }
+    } else {
+      note_unpinned(why);
+    }
+  }
+  return in_format(at::convolution(input, weight, bias, stride, padding, dilation, transposed,
+                                   output_padding, groups),
+                   g.valid ? g.mf : layout_of(input, weight));
+}
+
+Grads conv_backward_kernel(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
+                           IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                           bool transposed, IntArrayRef output_padding, int64_t groups,
+                           std::array<bool, 3> mask) {
+  const Geometry g = geometry(input, weight, stride, padding, dilation, transposed,
+                              output_padding, groups);
+  Tensor gi, gw, gb;
+  if (mask[2]) {  // as ATen's convolution_backward: the sum over all but the channels
+    std::vector<int64_t> dims{0};
+    for (int64_t i = 2; i < grad_output.dim(); ++i) dims.push_back(i);
+    gb = grad_output.sum(dims);
+  }
+  std::array<bool, 3> fallback{mask[0], mask[1], false};
+  if (g.valid && (mask[0] || mask[1])) {
+    const std::string why = unpinnable(input, weight, &grad_output);
+    if (why.empty()) {
+      c10::cuda::CUDAGuard guard(input.device());
+      const Tensor go = cudnn_view(grad_output, g), in = cudnn_view(input, g),
+                   w = cudnn_view(weight, g);
+      if (mask[0]) {
+        const Tensor out = allocated(in.sizes().vec(), in, g);
+        const PinnedCall call = transposed ? make_call(Direction::Forward, go, w, out, g)
+                                           : make_call(Direction::BackwardData, out, w, go, g);
+        if (run_pinned(call).empty()) {
+          gi = plain_view(out, g);
+          fallback[0] = false;
+        }
+      }
+      if (mask[1]) {
+        const Tensor out = allocated(w.sizes().vec(), w, g);
+        const PinnedCall call = transposed ? make_call(Direction::BackwardFilter, go, out, in, g)
+                                           : make_call(Direction::BackwardFilter, in, out, go, g);
+        if (run_pinned(call).empty()) {
+          gw = plain_view(out, g);
+          fallback[1] = false;
+        }
+      }
+    } else {
+      for (int i = 0; i < 2; ++i) {
+        if (mask[i]) note_unpinned(why);
+      }
+    }
+  }
+  if (fallback[0] || fallback[1]) {
+    const at::MemoryFormat mf = g.valid ? g.mf : layout_of(input, weight);
+    auto r = at::convolution_backward(grad_output, input, weight, std::nullopt, stride, padding,
+                                      dilation, transposed, output_padding, groups, fallback);
+    if (fallback[0]) gi = in_format(std::get<0>(r), mf);
+    if (fallback[1]) gw = in_format(std::get<1>(r), mf);
+  }
+  return {gi, gw, gb};
+}
+
+class PinnedConv : public torch::autograd::Function<PinnedConv> {
+ public:
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& input,
+                        const Tensor& weight, const std::optional<Tensor>& bias,
+                        IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                        bool transposed, IntArrayRef output_padding, int64_t groups) {
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["padding"] = padding;
+    ctx->saved_data["dilation"] = dilation;
+    ctx->saved_data["transposed"] = transposed;
+    ctx->saved_data["output_padding"] = output_padding;
+    ctx->saved_data["groups"] = groups;
+    ctx->saved_data["bias"] = bias.has_value() && bias->defined();
+    ctx->save_for_backward({input, weight});
+    at::AutoDispatchBelowADInplaceOrView below;
+    return conv_op().call(input, weight, bias, stride, padding, dilation, transposed,
+                          output_padding, groups);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    torch::autograd::variable_list out(9);
+    if (!grads[0].defined()) return out;
+    const auto saved = ctx->get_saved_variables();
+    const std::array<bool, 3> mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                   ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)};
+    auto r = conv_backward_op().call(
+        grads[0], saved[0], saved[1], ctx->saved_data["stride"].toIntVector(),
+        ctx->saved_data["padding"].toIntVector(), ctx->saved_data["dilation"].toIntVector(),
+        ctx->saved_data["transposed"].toBool(), ctx->saved_data["output_padding"].toIntVector(),
+        ctx->saved_data["groups"].toInt(), mask);
+    out[0] = std::get<0>(r);
+    out[1] = std::get<1>(r);
+    out[2] = std::get<2>(r);
+    return out;
+  }
+};
+
+Tensor conv_autograd(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                     bool transposed, IntArrayRef output_padding, int64_t groups) {
+  return PinnedConv::apply(input, weight, bias, stride, padding, dilation, transposed,
+                           output_padding, groups);
+}
+
+// aten::convolution is on autocast's lower-precision list: so is this op.
+Tensor conv_autocast(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                     bool transposed, IntArrayRef output_padding, int64_t groups) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  const auto to = at::autocast::get_autocast_dtype(at::kCUDA);
+  return conv_op().call(at::autocast::cached_cast(to, input, c10::DeviceType::CUDA),
+                        at::autocast::cached_cast(to, weight, c10::DeviceType::CUDA),
+                        at::autocast::cached_cast(to, bias, c10::DeviceType::CUDA), stride,
+                        padding, dilation, transposed, output_padding, groups);
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> conv_keys(const Tensor& input, const Tensor& weight,
+                                            IntArrayRef stride, IntArrayRef padding,
+                                            IntArrayRef dilation, bool transposed,
+                                            IntArrayRef output_padding, int64_t groups) {
+  const Geometry g = geometry(input, weight, stride, padding, dilation, transposed,
+                              output_padding, groups);
+  CE_CHECK_ARG(g.valid, "not a convolution PyTorch runs: input ", input.sizes(), ", weight ",
+               weight.sizes());
+  auto meta = [&g, &input](const std::vector<int64_t>& sizes) {
+    return at::empty(sizes, input.options().device(at::kMeta).memory_format(g.mf));
+  };
+  const Tensor x = meta(g.x_sizes), w = meta(g.w_sizes), y = meta(g.y_sizes);
+  std::vector<std::vector<int64_t>> out;
+  for (Direction d : {Direction::Forward, Direction::BackwardData, Direction::BackwardFilter}) {
+    out.push_back(call_key(make_call(d, x, w, y, g)));
+  }
+  return out;
+}
+
+}  // namespace cudnn_explorer
+
+TORCH_LIBRARY(cudnn_explorer, m) {
+  m.def(
+      "conv(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, "
+      "int[] dilation, bool transposed, int[] output_padding, int groups) -> Tensor");
+  m.def(
+      "conv_backward(Tensor grad_output, Tensor input, Tensor weight, int[] stride, "
+      "int[] padding, int[] dilation, bool transposed, int[] output_padding, int groups, "
+      "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(cudnn_explorer, CUDA, m) {
+  m.impl("conv", &cudnn_explorer::conv_kernel);
+  m.impl("conv_backward", &cudnn_explorer::conv_backward_kernel);
+}
+
+// On the CPU the op is PyTorch's own call (counted as a fallback): the same program runs
+// pinned or not, wherever its tensors are.
+TORCH_LIBRARY_IMPL(cudnn_explorer, CPU, m) {
+  m.impl("conv", &cudnn_explorer::conv_kernel);
+  m.impl("conv_backward", &cudnn_explorer::conv_backward_kernel);
+}
+
+TORCH_LIBRARY_IMPL(cudnn_explorer, Autograd, m) {
+  m.impl("conv", &cudnn_explorer::conv_autograd);
+}
+
+TORCH_LIBRARY_IMPL(cudnn_explorer, AutocastCUDA, m) {
+  m.impl("conv", &cudnn_explorer::conv_autocast);
+}

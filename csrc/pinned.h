@@ -1,0 +1,91 @@
+// Pinned convolutions: the plan file's engine configs, loaded into the process, and the
+// one entry point the convolution op (conv_op.cpp) calls for each direction it runs.
+//
+// Note [plan keys]: a convolution direction is keyed as PyTorch's own plan cache keys it
+// (aten/src/ATen/native/cudnn/Conv_v8.cpp), in cuDNN's view of the problem (a 1-D
+// convolution as the 2-D one with H = 1, a transposed one as the convolution it is the
+// adjoint of). The key is a list of integers, written by cudnn_explorer/pinning/keys.py
+// from a plan file and here from a call, in this order:
+//   [kKeyVersion, direction (0 fwd, 1 bwd-data, 2 bwd-filter),
+//    dtype (0 float32, 1 float16, 2 bfloat16, 3 float64), TF32 allowed (1 for non-float32),
+//    groups, channels_last, nd (4 or 5), x dims (nd), w dims (nd), y dims (nd),
+//    padding, stride, dilation (nd - 2 each)]
+// The deterministic flag is not in it: deterministic mode takes a plan only when cuDNN
+// gives its engine config no NONDETERMINISTIC note (checked when the plan is built).
+#pragma once
+
+#include "problem.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cudnn_explorer {
+
+constexpr int64_t kKeyVersion = 1;
+
+// One plan file entry, as Python hands it over.
+struct PlanSpec {
+  std::vector<int64_t> key;  // Note [plan keys]
+  int64_t engine = -1;
+  std::vector<std::pair<int64_t, int64_t>> knobs;  // (cudnnBackendKnobType_t, value), tag order
+  std::string tag;                                 // e.g. "eng70_k2=4_k18=0"
+  std::string description;                         // the problem and direction, in words
+};
+
+// What the process did with one convolution direction since the counts were reset:
+// covered by the plan file or not, the plan it ran, its calls by outcome.
+struct PinStat {
+  std::vector<int64_t> key;  // empty for calls that never reached a key (e.g. CPU tensors)
+  std::string description;
+  bool covered = false;
+  std::string tag;   // the file's engine config
+  std::string ran;   // the plan cudnn-frontend built for it ("" until built)
+  int64_t pinned_calls = 0;
+  int64_t fallback_calls = 0;
+  std::string reason;  // why the last fallback fell back
+  int64_t builds = 0;
+  double build_ms = 0.0;
+};
+
+// The plans of the process: replaces the loaded ones (every thread's built plans are
+// dropped on its next call) and resets the counts.
+void load_plans(const std::vector<PlanSpec>& specs);
+int64_t loaded_plan_count();
+std::vector<PinStat> pin_stats();
+void reset_pin_counts();
+
+// One direction of a call in cuDNN's view: x (N, C, spatial), w, y as cuDNN gets them
+// (the direction's output among them, already allocated), contiguous in the layout.
+struct PinnedCall {
+  Direction direction;
+  const at::Tensor* x;
+  const at::Tensor* w;
+  const at::Tensor* y;
+  std::vector<int64_t> padding, stride, dilation;
+  int64_t groups = 1;
+  bool channels_last = false;
+};
+
+// The key of a call (Note [plan keys]), with the current TF32 setting.
+std::vector<int64_t> call_key(const PinnedCall& call);
+
+// Runs the call with its pinned plan: "" when it ran, else why not (the call was not run
+// and the caller falls back to PyTorch's own convolution). Counts the outcome and warns
+// once per problem-direction and reason.
+std::string run_pinned(const PinnedCall& call);
+
+// The keys of a call's three cuDNN directions (in the order forward, bwd-data,
+// bwd-filter of cuDNN's view), as the op computes them; for tests and tools.
+std::vector<std::vector<int64_t>> conv_keys(const at::Tensor& input, const at::Tensor& weight,
+                                            at::IntArrayRef stride, at::IntArrayRef padding,
+                                            at::IntArrayRef dilation, bool transposed,
+                                            at::IntArrayRef output_padding, int64_t groups);
+
+// Counts (and warns once about) a call that falls back before it has a key.
+void note_unpinned(const std::string& why);
+
+}  // namespace cudnn_explorer

@@ -1,0 +1,115 @@
+"""Convolutions shaped like ``torch.nn.functional.conv{1,2,3}d`` and
+``conv_transpose{1,2,3}d`` that run through the pinned op, and :func:`pinned_functions`,
+the context in which those ``torch.nn.functional`` calls (and so every ``nn.Conv*`` layer)
+run through it.
+
+They take what the functional ones take (unbatched inputs, ``padding="same"`` and
+``"valid"``) and compute what they compute: ``"same"`` padding with an odd total is
+padded on the right first, as ATen's ``_convolution_mode`` does.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import List
+
+from .op import ops
+
+__all__ = ["conv", "conv_transpose", "pinned_functions"]
+
+# Resolved once, at import (this loads the native module): torch.compile then sees a plain
+# torch.ops call in the functions below.
+_OPS = ops()
+
+
+def _tuple(v, n: int, what: str) -> List[int]:
+    if isinstance(v, int):
+        return [v] * n
+    v = [int(x) for x in v]
+    if len(v) == 1:
+        return v * n
+    if len(v) != n:
+        raise ValueError(f"{what}: {len(v)} values for a {n}-D convolution")
+    return v
+
+
+def _batched(input, n: int):
+    if input.dim() == n + 2:
+        return input, True
+    if input.dim() == n + 1:
+        return input.unsqueeze(0), False
+    raise RuntimeError(f"expected a {n + 1}-D (unbatched) or {n + 2}-D (batched) input to a "
+                       f"{n}-D convolution, but got an input of size {list(input.shape)}")
+
+
+def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """``torch.nn.functional.conv{n}d`` (n from the weight) through the pinned op."""
+    import torch.nn.functional as F
+
+    n = weight.dim() - 2
+    x, batched = _batched(input, n)
+    s, d = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+    if isinstance(padding, str):
+        if padding == "valid":
+            p = [0] * n
+        elif padding == "same":
+            if any(v != 1 for v in s):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            total = [d[i] * (weight.shape[2 + i] - 1) for i in range(n)]
+            p = [t // 2 for t in total]
+            extra = []
+            for i in reversed(range(n)):  # F.pad lists the last dim first
+                extra += [0, total[i] - 2 * p[i]]
+            if any(extra):
+                x = F.pad(x, extra)
+        else:
+            raise ValueError(f"invalid padding string {padding!r}, should be one of "
+                             f"{{'valid', 'same'}}")
+    else:
+        p = _tuple(padding, n, "padding")
+    out = _OPS.conv(x, weight, bias, s, p, d, False, [0] * n, int(groups))
+    return out if batched else out.squeeze(0)
+
+
+def conv_transpose(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                   groups: int = 1, dilation=1):
+    """``torch.nn.functional.conv_transpose{n}d`` (n from the weight) through the pinned
+    op."""
+    n = weight.dim() - 2
+    x, batched = _batched(input, n)
+    out = _OPS.conv(x, weight, bias, _tuple(stride, n, "stride"), _tuple(padding, n, "padding"),
+                     _tuple(dilation, n, "dilation"), True,
+                     _tuple(output_padding, n, "output_padding"), int(groups))
+    return out if batched else out.squeeze(0)
+
+
+def _routes():
+    import torch.nn.functional as F
+
+    def conv_fn(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        return conv(input, weight, bias, stride, padding, dilation, groups)
+
+    def transpose_fn(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+        return conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
+                              dilation)
+
+    return {F.conv1d: conv_fn, F.conv2d: conv_fn, F.conv3d: conv_fn,
+            F.conv_transpose1d: transpose_fn, F.conv_transpose2d: transpose_fn,
+            F.conv_transpose3d: transpose_fn}
+
+
+@contextlib.contextmanager
+def pinned_functions():
+    """Inside it, ``torch.nn.functional.conv*d`` and ``conv_transpose*d`` calls (those of
+    ``nn.Conv*`` layers included) run through the pinned op (a TorchFunctionMode)."""
+    from torch.overrides import TorchFunctionMode
+
+    routes = _routes()
+
+    class _Pinned(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            route = routes.get(func)
+            return (route or func)(*args, **(kwargs or {}))
+
+    with _Pinned():
+        yield

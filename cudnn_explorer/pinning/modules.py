@@ -1,0 +1,167 @@
+"""Pinning a model: every ``nn.Conv{1,2,3}d`` and ``nn.ConvTranspose{1,2,3}d`` layer runs
+through the pinned op, with the plans of one plan file.
+
+A pinned layer keeps its parameters, state dict and ``isinstance`` answers: only its class
+changes, to a subclass whose convolution is the op's (:func:`unpin` gives the class back).
+A layer whose class replaces the convolution itself (its own ``forward`` or
+``_conv_forward``) is left alone and listed as skipped; ``pinned`` routes the functional
+calls of such code too.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Dict, Optional, Union
+
+from ..core.errors import UserError
+from ..core.pinning import PinReport
+from ..core.plans import PlanFile
+from . import functional, op
+
+__all__ = ["pin", "unpin", "pinned", "plan_file"]
+
+_PINNED_CLASSES: Dict[type, type] = {}
+
+
+def plan_file(plans: Union[str, PlanFile]) -> PlanFile:
+    """A PlanFile, or the one at path ``plans`` (UserError naming the file and the bad field)."""
+    if isinstance(plans, PlanFile):
+        return plans
+    if not isinstance(plans, str):
+        raise UserError(f"plans: {type(plans).__name__}: give a plan file's path or a PlanFile")
+    from ..core.files import read_bytes
+
+    data = read_bytes(plans, "plan file")
+    try:
+        return PlanFile.read(data, "plan file")
+    except UserError as e:
+        raise UserError(f"plan file '{plans}': {e}") from None
+
+
+def _environment_differences(plans: PlanFile, allow_environment: bool):
+    import torch
+
+    if not torch.cuda.is_available():
+        return ["not checked: no CUDA GPU here (every convolution runs PyTorch's own call)"]
+    from ..measure.pipeline import environment
+
+    return plans.check_environment(environment(torch.cuda.current_device()),
+                                   override=allow_environment)
+
+
+def _load(plans, allow_environment: bool):
+    p = plan_file(plans)
+    diffs = _environment_differences(p, allow_environment)
+    n = op.load_plans(p)
+    source = plans if isinstance(plans, str) else (p.source or "a PlanFile")
+    return source, n, diffs
+
+
+class _PinnedConv:
+    """Mixin placed before an nn.Conv*d class: its convolution is the pinned op's."""
+
+    def _conv_forward(self, input, weight, bias):
+        if self.padding_mode != "zeros":
+            import torch.nn.functional as F
+
+            input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return functional.conv(input, weight, bias, self.stride, 0, self.dilation,
+                                   self.groups)
+        return functional.conv(input, weight, bias, self.stride, self.padding, self.dilation,
+                               self.groups)
+
+
+class _PinnedConvTranspose:
+    """Mixin placed before an nn.ConvTranspose*d class."""
+
+    def forward(self, input, output_size=None):
+        if self.padding_mode != "zeros":
+            raise ValueError(f"Only `zeros` padding mode is supported for "
+                             f"{type(self).__mro__[2].__name__}")
+        n = len(self.kernel_size)
+        output_padding = self._output_padding(input, output_size, self.stride, self.padding,
+                                              self.kernel_size, n, self.dilation)
+        return functional.conv_transpose(input, self.weight, self.bias, self.stride,
+                                         self.padding, output_padding, self.groups,
+                                         self.dilation)
+
+
+def _kind(module) -> Optional[tuple]:
+    """(mixin, the torch.nn base class) for a layer that can be pinned, or None."""
+    import torch.nn as nn
+
+    for base in (nn.Conv1d, nn.Conv2d, nn.Conv3d):
+        if isinstance(module, base):
+            return _PinnedConv, base
+    for base in (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d):
+        if isinstance(module, base):
+            return _PinnedConvTranspose, base
+    return None
+
+
+def _why_not(module, base) -> str:
+    import torch.nn as nn
+
+    cls = type(module)
+    if isinstance(module, nn.modules.lazy.LazyModuleMixin):
+        return "a lazy layer not run yet (run the model once, then pin it)"
+    if issubclass(base, nn.modules.conv._ConvNd) and not issubclass(
+            base, nn.modules.conv._ConvTransposeNd):
+        if cls._conv_forward is not base._conv_forward or cls.forward is not base.forward:
+            return f"its class {cls.__name__} has a convolution of its own (use pinned())"
+    elif cls.forward is not base.forward:
+        return f"its class {cls.__name__} has a forward of its own (use pinned())"
+    return ""
+
+
+def _pinned_class(cls: type, mixin: type) -> type:
+    if cls not in _PINNED_CLASSES:
+        _PINNED_CLASSES[cls] = type(f"Pinned{cls.__name__}", (mixin, cls),
+                                    {"__module__": cls.__module__, "_cudnn_explorer_base": cls})
+    return _PINNED_CLASSES[cls]
+
+
+def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False) -> PinReport:
+    """Route every convolution layer of ``model`` through the pinned op with the plans of
+    ``plans`` (a plan file's path or a PlanFile), which become the process's plans.
+    Refuses (UserError naming what differs) a file measured on another GPU, cuDNN,
+    cudnn-frontend or torch unless ``allow_environment``. Returns what it pinned;
+    :func:`cudnn_explorer.pin_counts` tells, after a step, what ran pinned."""
+    source, n, diffs = _load(plans, allow_environment)
+    layers, skipped = [], []
+    for name, m in model.named_modules():
+        if getattr(type(m), "_cudnn_explorer_base", None) is not None:
+            layers.append(name or "(the model)")  # pinned before: stays pinned
+            continue
+        kind = _kind(m)
+        if kind is None:
+            continue
+        why = _why_not(m, kind[1])
+        if why:
+            skipped.append(f"{name or '(the model)'}: {why}")
+            continue
+        m.__class__ = _pinned_class(type(m), kind[0])
+        layers.append(name or "(the model)")
+    return PinReport(source=source, plans=n, layers=layers, skipped=skipped,
+                     environment_differences=diffs)
+
+
+def unpin(model) -> int:
+    """Give every pinned layer of ``model`` its class back; returns how many. The plans
+    stay loaded for other pinned code (op.clear_plans drops them)."""
+    count = 0
+    for m in model.modules():
+        base = getattr(type(m), "_cudnn_explorer_base", None)
+        if base is not None:
+            m.__class__ = base
+            count += 1
+    return count
+
+
+@contextlib.contextmanager
+def pinned(plans: Union[str, PlanFile], *, allow_environment: bool = False):
+    """A context in which ``torch.nn.functional.conv*d`` and ``conv_transpose*d`` calls (so
+    every ``nn.Conv*`` layer too) run through the pinned op with the plans of ``plans``;
+    yields the PinReport. The plans stay loaded after it."""
+    source, n, diffs = _load(plans, allow_environment)
+    with functional.pinned_functions():
+        yield PinReport(source=source, plans=n, environment_differences=diffs)

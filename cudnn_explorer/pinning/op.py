@@ -1,0 +1,133 @@
+"""The pinned convolution op: its plans, its fake implementation and its counts.
+
+``torch.ops.cudnn_explorer.conv`` and ``conv_backward`` are defined in C++ (Note [pinned
+convolution op] in csrc/conv_op.cpp) when the native module loads; this module loads it,
+registers their fake implementations (shapes and memory formats, Note [output layout],
+for torch.compile and FakeTensor), hands a plan file's entries to the op and reads the
+op's own record of what ran.
+"""
+from __future__ import annotations
+
+import functools
+from typing import List, Optional
+
+from ..core.logs import parse_tag
+from ..core.pinning import PinCounts, PinnedDirection
+from ..core.plans import PlanFile, native_key
+from ..measure import native
+
+__all__ = ["ops", "load_plans", "clear_plans", "pin_counts", "reset_counts", "conv_keys"]
+
+
+def _layout(torch, input, weight):
+    """Note [output layout] in csrc/conv_op.cpp."""
+    from torch._prims_common import suggest_memory_format
+
+    if torch.float64 in (input.dtype, weight.dtype):
+        return torch.contiguous_format
+    fmts = (suggest_memory_format(input), suggest_memory_format(weight))
+    if weight.dim() == 4 and torch.channels_last in fmts:
+        return torch.channels_last
+    if weight.dim() == 5 and torch.channels_last_3d in fmts:
+        return torch.channels_last_3d
+    return torch.contiguous_format
+
+
+def _full(values, n: int) -> List:
+    values = list(values)
+    return values * n if len(values) == 1 else values
+
+
+def _output_shape(input, weight, stride, padding, dilation, transposed, output_padding,
+                  groups):
+    n = input.dim() - 2
+    s, p, d = _full(stride, n), _full(padding, n), _full(dilation, n)
+    o = _full(output_padding, n) if transposed else [0] * n
+    k = list(weight.shape[2:])
+    if transposed:
+        sp = [(input.shape[2 + i] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + o[i] + 1
+              for i in range(n)]
+        return [input.shape[0], weight.shape[1] * groups, *sp]
+    sp = [(input.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1
+          for i in range(n)]
+    return [input.shape[0], weight.shape[0], *sp]
+
+
+@functools.lru_cache(maxsize=None)
+def ops():
+    """``torch.ops.cudnn_explorer``, with the fake implementations registered (once)."""
+    native.load()
+    import torch
+
+    def empty(shape, like, fmt):
+        return torch.empty(shape, dtype=like.dtype, device=like.device, memory_format=fmt)
+
+    @torch.library.register_fake("cudnn_explorer::conv")
+    def _conv_fake(input, weight, bias, stride, padding, dilation, transposed,
+                   output_padding, groups):
+        shape = _output_shape(input, weight, stride, padding, dilation, transposed,
+                              output_padding, groups)
+        return empty(shape, input, _layout(torch, input, weight))
+
+    @torch.library.register_fake("cudnn_explorer::conv_backward")
+    def _conv_backward_fake(grad_output, input, weight, stride, padding, dilation,
+                            transposed, output_padding, groups, output_mask):
+        fmt = _layout(torch, input, weight)
+        gi = empty(input.shape, input, fmt) if output_mask[0] else None
+        gw = empty(weight.shape, weight, fmt) if output_mask[1] else None
+        gb = grad_output.new_empty((grad_output.shape[1],)) if output_mask[2] else None
+        return gi, gw, gb
+
+    return torch.ops.cudnn_explorer
+
+
+def load_plans(plans: PlanFile) -> int:
+    """Make ``plans`` the process's pinned plans (replacing any loaded before; every
+    thread rebuilds its plans on its next call) and reset the counts; returns how many."""
+    C = native.load()
+    ops()
+    specs = []
+    for e in plans.entries:
+        spec = C.PlanSpec()
+        spec.key = native_key(e)
+        spec.engine = e.engine
+        spec.knobs = [tuple(kv) for kv in parse_tag(e.tag).knobs]  # the tag's own order
+        spec.tag = e.tag
+        spec.description = f"{e.key.direction} of {e.problem.describe()}"
+        specs.append(spec)
+    native.call("loading the plans", C.load_plans, specs)
+    return len(specs)
+
+
+def clear_plans() -> None:
+    """No pinned plans: every call of the op runs PyTorch's own convolution."""
+    native.call("clearing the plans", native.load().load_plans, [])
+
+
+def pin_counts(reset: bool = False) -> PinCounts:
+    """The op's record since the counts were last reset (``reset``: reset them after
+    reading)."""
+    C = native.load()
+    rows = [PinnedDirection(key=list(s.key), description=s.description, covered=s.covered,
+                            tag=s.tag, ran=s.ran, pinned_calls=s.pinned_calls,
+                            fallback_calls=s.fallback_calls, reason=s.reason,
+                            builds=s.builds, build_ms=s.build_ms)
+            for s in C.pin_stats() if s.pinned_calls or s.fallback_calls or s.builds]
+    rows.sort(key=lambda d: (not d.covered, d.description))
+    if reset:
+        C.reset_pin_counts()
+    return PinCounts(directions=rows)
+
+
+def reset_counts() -> None:
+    native.load().reset_pin_counts()
+
+
+def conv_keys(input, weight, stride, padding, dilation, transposed: bool = False,
+              output_padding: Optional[List[int]] = None, groups: int = 1) -> List[List[int]]:
+    """The op's keys (Note [plan keys]) for a call's cuDNN forward, backward-data and
+    backward-filter, as it computes them from the tensors (their dims, dtype and layout;
+    the current TF32 setting)."""
+    return native.call("computing the keys of a call", native.load().conv_keys, input, weight,
+                       list(stride), list(padding), list(dilation), bool(transposed),
+                       list(output_padding or [0]), int(groups))

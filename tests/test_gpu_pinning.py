@@ -1,0 +1,316 @@
+"""The pinned convolution op on the GPU: numerics first. Every pinned direction's result
+equals PyTorch's own, and each test checks that the pinned plans really ran (the op's own
+counts), so that a silent fallback cannot pass it."""
+import contextlib
+import dataclasses
+
+import pytest
+
+from conftest import requires_cuda
+from pinning_helpers import entry, heuristic_configs, heuristic_plans, plan_file
+
+pytestmark = requires_cuda
+
+DTYPE = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
+         "float64": "float64"}
+
+# (relative) tolerance per arithmetic: the largest error over the largest magnitude
+TOL = {"float64": 1e-10, "float32": 2e-5, "tf32": 5e-3, "float16": 5e-3, "bfloat16": 3e-2}
+
+# id: (input shape, out channels, kernel, stride, padding, dilation, groups, dtype, layout,
+#      tf32, transposed)
+CASES = {
+    "fp32-tf32-nchw": ((4, 16, 20, 20), 32, 3, 1, 1, 1, 1, "float32", "nchw", True, False),
+    "fp32-strict-nchw": ((4, 16, 20, 20), 32, 3, 1, 1, 1, 1, "float32", "nchw", False, False),
+    "fp32-nhwc-stride2": ((4, 16, 21, 19), 24, 3, 2, 1, 1, 1, "float32", "nhwc", True, False),
+    "fp16-nhwc": ((8, 32, 28, 28), 64, 3, 1, 1, 1, 1, "float16", "nhwc", None, False),
+    "fp16-nchw-1x1": ((8, 64, 14, 14), 128, 1, 1, 0, 1, 1, "float16", "nchw", None, False),
+    "bf16-nhwc-1x1-stride2": ((8, 64, 28, 28), 128, 1, 2, 0, 1, 1, "bfloat16", "nhwc", None,
+                              False),
+    "fp64-nchw": ((2, 6, 11, 11), 8, 3, 1, 1, 1, 1, "float64", "nchw", None, False),
+    "fp32-1d": ((4, 16, 50), 24, 5, 1, 2, 1, 1, "float32", "nchw", True, False),
+    "fp16-1d-dilated": ((4, 16, 64), 16, 3, 1, 2, 2, 1, "float16", "nchw", None, False),
+    "fp32-3d": ((2, 8, 8, 10, 10), 16, 3, 1, 1, 1, 1, "float32", "nchw", True, False),
+    "fp16-3d-nhwc": ((2, 16, 6, 12, 12), 16, 3, 1, 1, 1, 1, "float16", "nhwc", None, False),
+    "fp32-groups": ((4, 32, 16, 16), 64, 3, 1, 1, 1, 4, "float32", "nchw", True, False),
+    "fp16-depthwise-nhwc": ((8, 64, 28, 28), 64, 3, 1, 1, 1, 64, "float16", "nhwc", None,
+                            False),
+    "fp32-depthwise-stride2": ((4, 32, 17, 17), 32, 5, 2, 2, 1, 32, "float32", "nchw", True,
+                               False),
+    "fp32-dilated": ((4, 16, 24, 24), 16, 3, 1, 2, 2, 1, "float32", "nchw", True, False),
+    "fp32-transposed": ((4, 16, 10, 10), 8, 3, 2, 1, 1, 1, "float32", "nchw", True, True),
+    "fp16-transposed-nhwc-groups": ((4, 32, 9, 9), 32, 4, 2, 1, 1, 2, "float16", "nhwc", None,
+                                    True),
+}
+
+
+@contextlib.contextmanager
+def tf32_mode(on):
+    import torch
+
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True if on is None else on
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+
+
+def tensors(case, seed=0):
+    """(x, w, b, problem, call args) for one case: the tensors PyTorch's layer would get."""
+    import torch
+
+    from cudnn_explorer.model.tracer import problem_of
+
+    shape, k_out, k, s, p, d, g, dtype, layout, tf32, transposed = case
+    n = len(shape) - 2
+    dt = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(shape, generator=gen, device="cuda").to(dt)
+    c = shape[1]
+    wshape = (c, k_out // g, *[k] * n) if transposed else (k_out, c // g, *[k] * n)
+    w = (torch.randn(wshape, generator=gen, device="cuda") / (c * k ** n / g) ** 0.5).to(dt)
+    b = torch.randn(k_out, generator=gen, device="cuda").to(dt)
+    if layout == "nhwc":
+        fmt = torch.channels_last if n == 2 else torch.channels_last_3d
+        x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
+    stride, pad, dil = [s] * n, [p] * n, [d] * n
+    out_pad = [1 if transposed and s > 1 else 0] * n
+    problem = problem_of(x, w, stride, pad, dil, g, True if tf32 is None else tf32,
+                         transposed, out_pad)
+    return x, w, b, problem, (stride, pad, dil, transposed, out_pad, g)
+
+
+def run(fn, x, w, b, grad_seed=1):
+    """fn's output and its input, weight and bias gradients for one random grad_output."""
+    import torch
+
+    x = x.detach().clone().requires_grad_()
+    w = w.detach().clone().requires_grad_()
+    b = b.detach().clone().requires_grad_()
+    out = fn(x, w, b)
+    gen = torch.Generator(device="cuda").manual_seed(grad_seed)
+    go = torch.randn(out.shape, generator=gen, device="cuda").to(out.dtype)
+    out.backward(go)
+    return out.detach(), x.grad, w.grad, b.grad
+
+
+def close(a, b, tol, what):
+    import torch
+
+    assert a.shape == b.shape, what
+    scale = b.double().abs().max().item() or 1.0
+    torch.testing.assert_close(a.double(), b.double(), rtol=tol, atol=tol * scale, msg=lambda m:
+                               f"{what}: {m}")
+
+
+def aten(args):
+    import torch
+
+    stride, pad, dil, transposed, out_pad, g = args
+    return lambda x, w, b: torch.ops.aten.convolution(x, w, b, stride, pad, dil, transposed,
+                                                      out_pad, g)
+
+
+def pinned_op(args):
+    from cudnn_explorer.pinning.op import ops
+
+    stride, pad, dil, transposed, out_pad, g = args
+    conv = ops().conv
+    return lambda x, w, b: conv(x, w, b, stride, pad, dil, transposed, out_pad, g)
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_pinned_direction_equals_pytorchs(name, rank):
+    """Forward, input gradient and weight gradient of a pinned call equal PyTorch's, for
+    the configs at heuristic ranks 0, 1 and 2 (three engines where cuDNN lists them)."""
+    import torch
+
+    from cudnn_explorer.pinning import op
+
+    case = CASES[name]
+    tf32 = case[9]
+    with tf32_mode(tf32):
+        x, w, b, problem, args = tensors(case)
+        plans = heuristic_plans([problem], rank=rank)
+        assert len(plans.entries) == 3, [e.tag for e in plans.entries]
+        op.load_plans(plans)
+        got = run(pinned_op(args), x, w, b)
+        counts = op.pin_counts(reset=True)
+        want = run(aten(args), x, w, b)
+    assert counts.fallback_calls == 0, [(d.description, d.reason) for d in counts.fallbacks]
+    assert counts.pinned_calls == 3
+    assert sorted(d.ran.split("eng", 1)[1] for d in counts.directions) == \
+        sorted(e.tag.split("eng", 1)[1] for e in plans.entries)
+    tol = TOL["tf32" if case[7] == "float32" and tf32 else case[7]]
+    for what, a, ref in zip(("output", "input gradient", "weight gradient", "bias gradient"),
+                            got, want):
+        close(a, ref, tol, f"{name} rank {rank} {what} ({', '.join(e.tag for e in plans.entries)})")
+        fmt = torch.channels_last if a.dim() == 4 else torch.channels_last_3d
+        if case[8] == "nhwc" and a.dim() >= 4 and what != "bias gradient":
+            assert a.is_contiguous(memory_format=fmt), what
+
+
+def test_float64_gradcheck_through_pinned_plans():
+    import torch
+
+    from cudnn_explorer.pinning import op
+
+    case = ((2, 3, 6, 6), 4, 3, 1, 1, 1, 1, "float64", "nchw", None, False)
+    x, w, b, problem, args = tensors(case)
+    op.load_plans(heuristic_plans([problem]))
+    fn = pinned_op(args)
+    inputs = tuple(t.detach().clone().requires_grad_() for t in (x, w, b))
+    assert torch.autograd.gradcheck(fn, inputs)
+    counts = op.pin_counts(reset=True)
+    assert counts.pinned_calls > 0 and counts.fallback_calls == 0, counts.fallbacks
+
+
+def test_opcheck_with_pinned_plans():
+    import torch
+
+    from cudnn_explorer.pinning import op
+
+    case = CASES["fp16-nhwc"]
+    x, w, b, problem, args = tensors(case)
+    op.load_plans(heuristic_plans([problem]))
+    stride, pad, dil, transposed, out_pad, g = args
+    for t in (x, w, b):
+        t.requires_grad_()
+    torch.library.opcheck(op.ops().conv, (x, w, b, stride, pad, dil, transposed, out_pad, g))
+    assert op.pin_counts(reset=True).pinned_calls > 0
+
+
+def test_uncovered_and_refused_calls_fall_back_and_are_counted():
+    """A call the file does not cover runs PyTorch's own convolution (counted, with its
+    reason); a float32 plan with tensor cores is refused when TF32 is off."""
+    import torch
+
+    from cudnn_explorer.pinning import op
+
+    case = CASES["fp32-tf32-nchw"]
+    with tf32_mode(True):
+        x, w, b, problem, args = tensors(case)
+        tc = [c for c in heuristic_configs(problem, "fwd") if "TENSOR_CORE" in c[1]]
+    if not tc:
+        pytest.skip("cuDNN lists no tensor-core forward config for this TF32 problem")
+    op.load_plans(plan_file([entry(problem, "fwd", tc[0][0], tc[0][1])]))
+    with tf32_mode(False):  # the key has TF32 off: not the file's
+        got = run(pinned_op(args), x, w, b)
+        counts = op.pin_counts(reset=True)
+        want = run(aten(args), x, w, b)
+    assert counts.pinned_calls == 0 and counts.fallback_calls == 3
+    assert any("TF32 allowed only" in d.reason for d in counts.directions), counts.directions
+    for a, ref in zip(got, want):
+        close(a, ref, TOL["float32"], "fallback")
+    # a file keyed TF32-off that names a tensor-core config: refused when it is built
+    strict = dataclasses.replace(problem, tf32=False)
+    op.load_plans(plan_file([entry(strict, "fwd", tc[0][0], tc[0][1])]))
+    with tf32_mode(False):
+        run(pinned_op(args), x, w, b)
+        counts = op.pin_counts(reset=True)
+    fwd = [d for d in counts.directions if d.covered]
+    assert fwd and fwd[0].fallback_calls == 1 and "tensor cores" in fwd[0].reason, fwd
+
+
+def test_pinned_layers_under_autocast_channels_last_compile_and_cuda_graphs():
+    """A small pinned CNN: under AMP and channels_last its convolutions run pinned plans
+    (fp16), torch.compile gives no graph break, and a CUDA-graph-captured training step
+    replays the pinned plans with the eager step's results."""
+    import torch
+    import torch.nn as nn
+
+    import cudnn_explorer
+    from cudnn_explorer.core.capture import ModelSpec
+    from cudnn_explorer.model.tracer import capture
+    from cudnn_explorer.pinning import op
+
+    torch.manual_seed(0)
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(),
+                             nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False),
+                             nn.ReLU(), nn.Conv2d(32, 32, 3, padding="same", groups=32),
+                             nn.ConvTranspose2d(32, 8, 2, stride=2)).cuda().to(
+            memory_format=torch.channels_last)
+
+    ref_model, m = model(), model()
+    x = torch.randn(8, 3, 32, 32, device="cuda").contiguous(memory_format=torch.channels_last)
+    spec = ModelSpec.create(model="small-cnn", batch=8, input_shape=(3, 32, 32), amp="fp16",
+                            channels_last=True, train=True)
+    cap = capture(m, [x], spec, "cuda")
+    plans = heuristic_plans([u.problem for u in cap.problems])
+    report = cudnn_explorer.pin(m, plans, allow_environment=True)
+    assert len(report.layers) == 4 and not report.skipped, report
+
+    def step(net, inp):
+        with torch.autocast("cuda", dtype=torch.float16, cache_enabled=False):
+            out = net(inp)
+        loss = out.float().square().mean()
+        loss.backward()
+        return loss.detach()
+
+    want = step(ref_model, x)
+    op.reset_counts()
+    got = step(m, x)
+    counts = op.pin_counts(reset=True)
+    assert counts.fallback_calls == 0, [(d.description, d.reason) for d in counts.fallbacks]
+    assert counts.pinned_calls == 11  # 4 forward, 3 input gradients + 4 weight gradients
+    close(got, want, TOL["float16"] * 4, "AMP loss")
+    for p, q in zip(m.parameters(), ref_model.parameters()):
+        close(p.grad, q.grad, 2e-2, "AMP gradient")
+
+    compiled = torch.compile(m, fullgraph=True)
+    with torch.autocast("cuda", dtype=torch.float16):
+        out_c = compiled(x)
+    with torch.autocast("cuda", dtype=torch.float16):
+        out_e = m(x)
+    close(out_c, out_e, 1e-3, "compiled output")
+    assert op.pin_counts(reset=True).fallback_calls == 0
+
+    static_x = x.clone()
+    for p in m.parameters():
+        p.grad = None
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # builds every plan before the capture
+            step(m, static_x)
+    torch.cuda.current_stream().wait_stream(s)
+    for p in m.parameters():
+        p.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = step(m, static_x)
+    assert op.pin_counts(reset=True).fallback_calls == 0
+    graph.replay()
+    torch.cuda.synchronize()
+    close(static_loss, got, 1e-3, "CUDA-graph replay loss")
+    cudnn_explorer.unpin(m)
+    assert type(m[0]) is nn.Conv2d
+
+
+def test_deterministic_mode_refuses_nondeterministic_plans():
+    import torch
+
+    from cudnn_explorer.pinning import op
+
+    case = CASES["fp16-nhwc"]
+    x, w, b, problem, args = tensors(case)
+    nondet = [c for c in heuristic_configs(problem, "bwd-filter", limit=20)
+              if "NONDETERMINISTIC" in c[1]]
+    if not nondet:
+        pytest.skip("cuDNN lists no NONDETERMINISTIC bwd-filter config for this problem")
+    op.load_plans(plan_file([entry(problem, "bwd-filter", *nondet[0])]))
+    torch.backends.cudnn.deterministic = True
+    try:
+        got = run(pinned_op(args), x, w, b)
+        counts = op.pin_counts(reset=True)
+        want = run(aten(args), x, w, b)
+    finally:
+        torch.backends.cudnn.deterministic = False
+    wgrad = [d for d in counts.directions if d.covered]
+    assert wgrad and wgrad[0].pinned_calls == 0 and "NONDETERMINISTIC" in wgrad[0].reason
+    close(got[2], want[2], TOL["float16"], "weight gradient")

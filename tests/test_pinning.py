@@ -1,0 +1,227 @@
+"""Pinning on the CPU: the op's keys agree with the plan file's, and pinned layers, the
+functional context, autograd, opcheck and torch.compile work through the op, whose CPU
+kernel is PyTorch's own call (counted as a fallback). The GPU numerics are in
+test_gpu_pinning.py."""
+import pytest
+
+from conftest import requires_ext
+
+pytestmark = requires_ext
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+
+def _problem(x, w, stride, padding, dilation, groups, transposed=False, out_pad=(0,),
+             tf32=True):
+    from cudnn_explorer.model.tracer import problem_of
+
+    n = x.dim() - 2
+    full = (lambda v: list(v) * n if len(v) == 1 else list(v))
+    return problem_of(x, w, full(stride), full(padding), full(dilation), groups, tf32,
+                      transposed, full(out_pad))
+
+
+KEY_CASES = [
+    # input, weight, stride, padding, dilation, transposed, output_padding, groups, dtype, fmt
+    ((2, 4, 9, 9), (6, 2, 3, 3), [2, 1], [1], [1], False, [0], 2, "float16", "cl"),
+    ((2, 4, 9), (6, 4, 3), [1], [1], [2], False, [0], 1, "float32", None),
+    ((2, 4, 5, 9, 9), (4, 1, 3, 3, 3), [1], [1], [1], False, [0], 4, "bfloat16", "cl"),
+    ((2, 4, 9, 9), (4, 3, 3, 3), [2], [1], [1], True, [1], 2, "float16", "cl"),
+    ((2, 4, 9, 9), (4, 3, 3, 3), [2], [1], [1], True, [1], 2, "float64", "cl"),
+    ((3, 8, 7, 7), (8, 1, 5, 5), [1], [2], [1], False, [0], 8, "float32", None),
+    ((1, 3, 16), (3, 5, 4), [2], [0], [1], True, [1], 1, "float32", None),
+]
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+@pytest.mark.parametrize("case", KEY_CASES, ids=lambda c: "x".join(map(str, c[0])))
+def test_the_ops_keys_are_the_plan_files_keys(case, tf32):
+    """Note [plan keys]: the key the op computes from a call is the one native_key writes
+    for the plan file entry of the call's problem, for each cuDNN direction."""
+    from cudnn_explorer.core.plans import PlanEntry, PlanKey, native_key
+    from cudnn_explorer.pinning import op
+
+    xs, ws, s, p, d, tr, opad, g, dt, fmt = case
+    x, w = torch.randn(xs, dtype=getattr(torch, dt)), torch.randn(ws, dtype=getattr(torch, dt))
+    if fmt:
+        f = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        x = x.contiguous(memory_format=f)
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        keys = op.conv_keys(x, w, s, p, d, tr, opad, g)
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    problem = _problem(x, w, s, p, d, g, tr, opad, tf32)
+    for key, direction in zip(keys, ("fwd", "bwd-data", "bwd-filter")):
+        e = PlanEntry(key=PlanKey.of(problem, direction, False), problem=problem,
+                      tag="ConvFwd_eng0", engine=0)
+        assert native_key(e) == key, direction
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding="same"), nn.ReLU(),
+        nn.Conv2d(8, 8, 4, padding="same", padding_mode="reflect"),
+        nn.Conv2d(8, 8, 3, padding=1, padding_mode="circular", groups=2),
+        nn.Conv2d(8, 8, 3, padding="valid", padding_mode="replicate", bias=False),
+        nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1),
+    )
+
+
+def _empty_plans():
+    from cudnn_explorer.core.plans import PlanEnvironment, PlanFile
+
+    return PlanFile(environment=PlanEnvironment(), source="test")
+
+
+def test_pinned_layers_compute_what_the_layers_compute_and_unpin_restores_them():
+    import cudnn_explorer
+    from cudnn_explorer.pinning import op
+
+    ref, m = _net(), _net()
+    x = torch.randn(2, 3, 11, 10)
+    want = ref(x)
+    want.square().sum().backward()
+    report = cudnn_explorer.pin(m, _empty_plans())
+    assert report.layers == ["0", "2", "3", "4", "5"] and report.skipped == []
+    assert report.plans == 0 and report.environment_differences[0].startswith("not checked")
+    assert isinstance(m[0], nn.Conv2d) and type(m[0]).__name__ == "PinnedConv2d"
+    assert m.state_dict().keys() == ref.state_dict().keys()
+    op.reset_counts()
+    got = m(x)
+    got.square().sum().backward()
+    torch.testing.assert_close(got, want)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    counts = op.pin_counts(reset=True)
+    # 5 forwards; 4 input gradients (not the first layer's) and 5 weight gradients
+    assert counts.pinned_calls == 0 and counts.fallback_calls == 14
+    assert {d.reason for d in counts.directions} == {"its tensors are not on a CUDA device"}
+    assert cudnn_explorer.unpin(m) == 5
+    assert [type(l) for l in m] == [type(l) for l in ref]
+    op.clear_plans()
+
+
+def test_one_dimensional_three_dimensional_unbatched_and_output_size_calls():
+    import cudnn_explorer
+    from cudnn_explorer.pinning import op
+
+    torch.manual_seed(0)
+    layers = [nn.Conv1d(4, 6, 3, stride=2, dilation=2), nn.Conv3d(2, 4, 3, padding="same"),
+              nn.ConvTranspose1d(4, 2, 4, stride=3), nn.ConvTranspose3d(2, 2, 3, stride=2)]
+    inputs = [torch.randn(2, 4, 30), torch.randn(1, 2, 5, 6, 7), torch.randn(4, 9),
+              torch.randn(2, 2, 3, 4, 5)]
+    wants = [l(x) for l, x in zip(layers, inputs)]
+    want_size = layers[3](inputs[3], output_size=[8, 10, 12])
+    holder = nn.ModuleList(layers)
+    assert len(cudnn_explorer.pin(holder, _empty_plans()).layers) == 4
+    for l, x, want in zip(layers, inputs, wants):
+        torch.testing.assert_close(l(x), want)
+    torch.testing.assert_close(layers[3](inputs[3], output_size=[8, 10, 12]), want_size)
+    assert op.pin_counts(reset=True).fallback_calls == 5
+    cudnn_explorer.unpin(holder)
+
+
+def test_the_functional_context_routes_functional_calls_and_layers():
+    import torch.nn.functional as F
+
+    import cudnn_explorer
+    from cudnn_explorer.pinning import op
+
+    x, w = torch.randn(2, 4, 8, 8), torch.randn(6, 4, 3, 3)
+    want = F.conv2d(x, w, None, 1, "same")
+    layer = nn.ConvTranspose2d(4, 3, 2, stride=2)
+    want_t = layer(x)
+    op.reset_counts()
+    with cudnn_explorer.pinned(_empty_plans()) as report:
+        got = F.conv2d(x, w, None, 1, "same")
+        got_t = layer(x)
+        F.relu(x)  # other functions run as they are
+    assert report.plans == 0 and report.layers == []
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_t, want_t)
+    assert op.pin_counts(reset=True).fallback_calls == 2
+    F.conv2d(x, w)  # outside the context: not the op
+    assert op.pin_counts().calls == 0
+
+
+def test_layers_with_a_convolution_of_their_own_are_skipped_with_the_reason():
+    import cudnn_explorer
+
+    class StdConv(nn.Conv2d):
+        def forward(self, x):
+            w = (self.weight - self.weight.mean()) / (self.weight.std() + 1e-5)
+            return nn.functional.conv2d(x, w, self.bias, self.stride, self.padding)
+
+    m = nn.Sequential(StdConv(3, 4, 3), nn.Conv2d(4, 4, 1), nn.LazyConv2d(4, 1))
+    report = cudnn_explorer.pin(m, _empty_plans())
+    assert report.layers == ["1"]
+    assert report.skipped[0].startswith("0: its class StdConv has a convolution of its own")
+    assert report.skipped[1].startswith("2: a lazy layer")
+    cudnn_explorer.unpin(m)
+
+
+def test_gradcheck_and_opcheck_through_the_op():
+    from cudnn_explorer.pinning import op
+
+    conv = op.ops().conv
+    x = torch.randn(2, 4, 7, 7, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, 2, 3, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: conv(x, w, b, [2, 1], [1], [1], False, [0], 2), (x, w, b))
+    wt = torch.randn(4, 3, 3, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda x, w: conv(x, w, None, [2], [1], [1], True, [1], 2), (x, wt))
+    args = (x.detach().float().requires_grad_(), w.detach().float().requires_grad_(),
+            b.detach().float().requires_grad_(), [2, 1], [1], [1], False, [0], 2)
+    torch.library.opcheck(conv, args)
+    xt = torch.randn(2, 4, 5, 5).contiguous(memory_format=torch.channels_last)
+    torch.library.opcheck(conv, (xt.requires_grad_(), wt.detach().float().requires_grad_(),
+                                 None, [2], [1], [1], True, [1], 2))
+
+
+def test_torch_compile_runs_pinned_layers_without_a_graph_break():
+    import cudnn_explorer
+
+    ref, m = _net(), _net()
+    x = torch.randn(2, 3, 11, 10)
+    want = ref(x)
+    cudnn_explorer.pin(m, _empty_plans())
+    compiled = torch.compile(m, fullgraph=True, backend="aot_eager")
+    got = compiled(x)
+    got.sum().backward()
+    torch.testing.assert_close(got, want)
+    assert all(p.grad is not None for p in m.parameters())
+    cudnn_explorer.unpin(m)
+
+
+def test_bad_plans_arguments_are_one_clear_error(tmp_path):
+    import cudnn_explorer
+    from cudnn_explorer.core.errors import UserError
+
+    m = nn.Conv2d(1, 1, 1)
+    with pytest.raises(UserError, match="give a plan file's path or a PlanFile"):
+        cudnn_explorer.pin(m, 42)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "other"}')
+    with pytest.raises(UserError, match="not a cudnn_explorer plan file"):
+        cudnn_explorer.pin(m, str(bad))
+    with pytest.raises(UserError, match="missing.json"):
+        cudnn_explorer.pin(m, str(tmp_path / "missing.json"))
+    assert type(m) is nn.Conv2d
+
+
+def test_pin_counts_totals():
+    from cudnn_explorer.core.pinning import PinCounts, PinnedDirection
+
+    c = PinCounts(directions=[
+        PinnedDirection(key=[1], description="a", covered=True, ran="eng1", pinned_calls=3),
+        PinnedDirection(key=[2], description="b", covered=False, fallback_calls=2,
+                        reason="the plan file does not cover it")])
+    assert (c.calls, c.pinned_calls, c.fallback_calls) == (5, 3, 2)
+    assert [d.description for d in c.fallbacks] == ["b"]
+    assert c.plans_ran == ["a: eng1"]
