@@ -161,6 +161,27 @@ part_model() {
     --sweep-json "$LOG/resnet50_sweep.json" > "$LOG/model.txt" 2>&1
 }
 
+# Pinning a model (scripts/bench_pin.py): its sweep (quick profile; PIN_BUDGET_MS re-timing
+# budget, default the profile's), the plan file written from it (policy best), then off,
+# on and pinned side by side in fresh processes. PIN_SWEEP=FILE uses a sweep carried along.
+pin_bench() {  # NAME MODEL-ARGS...
+  local name=$1; shift
+  local sweep=${PIN_SWEEP:-$LOG/$name.sweep.json}
+  if [ -z "${PIN_SWEEP:-}" ]; then
+    "$PY" -m cudnn_explorer model "$@" --no-store --json "$sweep" \
+      ${PIN_BUDGET_MS:+--budget-ms "$PIN_BUDGET_MS"} > "$LOG/$name.sweep.txt" 2>&1 || return 1
+  fi
+  "$PY" -m cudnn_explorer plans write "$sweep" -o "$LOG/$name.plans.json" \
+    > "$LOG/$name.plans.txt" 2>&1 || return 1
+  "$PY" -m cudnn_explorer plans check "$LOG/$name.plans.json" >> "$LOG/$name.plans.txt" 2>&1
+  "$PY" scripts/bench_pin.py --plans "$LOG/$name.plans.json" --sweep "$sweep" \
+    --model "$@" --json "$LOG/$name.bench.json" > "$LOG/$name.bench.txt" 2>&1
+}
+part_pin-resnet50() { pin_bench pin-resnet50 resnet50 --batch 32 --amp fp16 --channels-last; }
+part_pin-mobilenet() {
+  pin_bench pin-mobilenet mobilenet_v3_large --batch 16 --amp fp16 --channels-last --eval
+}
+
 part_torchrun() {
   # Needs every GPU of the machine, so run it alone (GPU_CHECK_PARTS=torchrun): the
   # ResNet-50 sweep on one GPU and under torchrun on all, then --consistency

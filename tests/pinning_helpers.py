@@ -43,13 +43,14 @@ def plan_file(entries, environment=None):
 
 
 def heuristic_plans(problems, rank=0, directions=("fwd", "bwd-data", "bwd-filter"),
-                    accept=None):
+                    accept=None, limit=None):
     """A PlanFile with, for each problem and direction, the heuristic config at ``rank``
     (the last one when fewer build) among those ``accept(notes)`` allows."""
     entries = []
     for p in problems:
         for d in directions:
-            configs = [c for c in heuristic_configs(p, d) if accept is None or accept(c[1])]
+            n = limit or (3 if accept is None else 12)
+            configs = [c for c in heuristic_configs(p, d, n) if accept is None or accept(c[1])]
             if configs:
                 tag, notes = configs[min(rank, len(configs) - 1)]
                 entries.append(entry(p, d, tag, notes))

@@ -225,3 +225,36 @@ def test_pin_counts_totals():
     assert (c.calls, c.pinned_calls, c.fallback_calls) == (5, 3, 2)
     assert [d.description for d in c.fallbacks] == ["b"]
     assert c.plans_ran == ["a: eng1"]
+
+
+def test_the_model_process_runs_a_pinned_mode_and_records_what_ran(tmp_path, monkeypatch):
+    """model/model_child.py's pinned mode, on the CPU: the layers pinned, the first
+    iteration's calls probed through the op (8 per iteration), and the op's own counts of
+    the first and the steady iterations (all fallbacks here: no GPU)."""
+    import json
+
+    from cudnn_explorer.core.child_records import ModelChildResult
+    from cudnn_explorer.model import model_child
+
+    (tmp_path / "tinypin.py").write_text(
+        "import torch\n"
+        "def tiny():\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),\n"
+        "                               torch.nn.Conv2d(8, 8, 3, padding=1),\n"
+        "                               torch.nn.Conv2d(8, 8, 3, padding=1))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plans = tmp_path / "tiny.plans.json"
+    plans.write_text(_empty_plans().to_json())
+    spec = {"model": {"factory": "tinypin:tiny", "input_shape": [3, 8, 8], "batch": 2},
+            "shapes": [[3, 8, 8]], "mode": "pinned", "plans": str(plans), "device": -1,
+            "iterations": 3, "warmup": 1}
+    written = []
+    out = model_child.run(spec, written.append)
+    result = ModelChildResult.read(json.loads(json.dumps(out)), "result")
+    assert result.pin_report.layers == ["0", "2", "3"]
+    size = result.sizes[0]
+    assert size.conv_calls == 8
+    assert size.pinned_first.calls == 8 and size.pinned_first.pinned_calls == 0
+    assert size.pinned_steady.calls == 8 * 3
+    with pytest.raises(ValueError, match="needs the spec's 'plans'"):
+        model_child.run(dict(spec, plans=""), written.append)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from .errors import UserError
+from .pinning import PinCounts, PinReport
 from .problem import ConvProblem
 from .records import Timing
 from .schema import Record, Signed, shown
@@ -117,7 +118,9 @@ class SizeResult(Record):
     process's), its probed calls, and the steady iterations (ms each; ``steady_method``
     "eager" or "graph", ``steady_eager_ms`` the eager round beside a graph, ``steady_note``
     why not a graph); ``capture_failed``: why a whole-step capture failed, for the parent
-    to try once more in a fresh process."""
+    to try once more in a fresh process. In the pinned mode, the pinned op's own record of
+    the first iteration (``pinned_first``) and of the eager steady iterations
+    (``pinned_steady``, all of them together)."""
 
     input_shape: List[int]
     first_ms: Optional[float] = None
@@ -137,15 +140,19 @@ class SizeResult(Record):
     steady_peak_alloc: Optional[int] = None
     steady_peak_reserved: Optional[int] = None
     capture_failed: Optional[str] = None
+    pinned_first: Optional[PinCounts] = None
+    pinned_steady: Optional[PinCounts] = None
 
 
 @dataclass(frozen=True)
 class ModelChildResult(_Versioned):
     """PyTorch's own run of a model in one mode: every input size that finished, and
-    ``error`` (why it stopped, "" when it did not)."""
+    ``error`` (why it stopped, "" when it did not); in the pinned mode, what pinning did
+    (``pin_report``)."""
 
     SCHEMA = MODEL_CHILD_SCHEMA
     sizes: List[SizeResult] = field(default_factory=list)
+    pin_report: Optional[PinReport] = None
     settings: Dict[str, object] = field(default_factory=dict)
     error: str = ""
     torch: str = ""

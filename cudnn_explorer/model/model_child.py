@@ -7,7 +7,8 @@ The parent (model/pytorch_run.py) sets cudnn-frontend's log (CUDNN_FRONTEND_LOG_
 CUDNN_FRONTEND_LOG_FILE) before this process starts.
 
 SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, in order),
-"mode": "benchmark" | "heuristic" | "deterministic", "benchmark_limit": int | null,
+"mode": "benchmark" | "heuristic" | "deterministic" | "pinned", "benchmark_limit": int | null,
+"plans": path (the pinned mode's plan file), "allow_environment": bool,
 "tf32": bool, "device": int, "seed": int, "iterations": int, "warmup": int,
 "log_file": path, "target_ci": float | null, "max_timed_s": float, "steady_only": bool,
 "retried": [[C, H, W], ...]}.
@@ -145,18 +146,23 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             # a call the capture lists as not covered has no problem: it just runs
-            if func is aten.convolution.default:
+            name = func.name() if hasattr(func, "name") else ""
+            if func is aten.convolution.default or name == "cudnn_explorer::conv":
                 c = conv_args(args, backward=False)
                 p = explored(c, probe.tf32)[0]
                 if p is not None:
                     return probe.call(lambda: func(*args, **kwargs), p,
                                       forward_direction(c.transposed),
                                       layer_name(tracker.layer(), c.transposed), False)
-            elif func is aten.convolution_backward.default:
-                c, mask = conv_args(args, backward=True), args[10]
+            elif func is aten.convolution_backward.default or \
+                    name == "cudnn_explorer::conv_backward":
+                # the pinned op's backward has aten's arguments without bias_sizes
+                ours = func is not aten.convolution_backward.default
+                full = (*args[:3], None, *args[3:]) if ours else args
+                c, mask = conv_args(full, backward=True), full[10]
                 p = explored(c, probe.tf32)[0]
                 if p is not None and (mask[0] or mask[1]):
-                    head = list(args[:10])
+                    head = list(args[:9] if ours else args[:10])
                     d_input, d_weight = backward_directions(c.transposed)
                     if mask[0] and mask[1]:  # Note [split backward]
                         gi = probe.call(lambda: func(*head, [True, False, mask[2]]),
@@ -273,6 +279,8 @@ def run(spec: dict, write) -> dict:
         torch.cuda.set_device(device_index)
         cuda, device = torch.cuda, f"cuda:{device_index}"
     mode = spec["mode"]
+    if mode == "pinned" and not spec.get("plans"):
+        raise ValueError("the pinned mode needs the spec's 'plans' (a plan file's path)")
     torch.backends.cudnn.benchmark = mode == "benchmark"
     torch.backends.cudnn.deterministic = mode == "deterministic"
     if spec.get("benchmark_limit") is not None:
@@ -289,6 +297,15 @@ def run(spec: dict, write) -> dict:
     model, _ = zoo.build(replace(mspec, sizes=[]), device)
     model.train(mspec.train)
     _warm_up_cudnn(torch, device, cuda)
+    counts = None
+    if mode == "pinned":  # every convolution layer through the pinned op
+        from ..pinning.modules import pin
+        from ..pinning.op import pin_counts
+
+        counts = pin_counts
+        out["pin_report"] = pin(model, spec["plans"],
+                                allow_environment=bool(spec.get("allow_environment"))).to_dict()
+        pin_counts(reset=True)
     seen: set = set()
     log = spec.get("log_file")
     iterations, warmup = int(spec.get("iterations", 20)), int(spec.get("warmup", 5))
@@ -312,6 +329,8 @@ def run(spec: dict, write) -> dict:
             else:
                 size.update(_first(torch, cuda, model, inputs, one, device,
                                    _Probe(cuda, log, torch.backends.cudnn.allow_tf32, seen)))
+            if counts:
+                size["pinned_first"] = counts(reset=True).to_dict()
 
             def step():
                 model.zero_grad(set_to_none=True)
@@ -324,8 +343,12 @@ def run(spec: dict, write) -> dict:
             # The eager iterations first: their peaks are the steady ones (a graph holds a
             # memory pool of its own beside the allocator's). With a graph they are one
             # round beside it, else the steady samples.
+            if counts:
+                counts(reset=True)
             eager = _timed(cuda, step, iterations, None if steady_only else target,
                            max_timed_s)
+            if counts:
+                size["pinned_steady"] = counts(reset=True).to_dict()
             size.update(warmup=warmup, steady_peak_alloc=cuda.max_memory_allocated(),
                         steady_peak_reserved=cuda.max_memory_reserved(),
                         steady_ms=eager, steady_method="eager")

@@ -1,0 +1,209 @@
+"""Benchmark: a model pinned to a plan file against benchmark mode on and off.
+
+Each mode runs in fresh processes (model/model_child.py, as the model command's own run
+of the model): one for the first iteration (its time and peak memory, every convolution
+call synchronised as the model command probes it) and eager steady iterations, one for
+steady iterations as CUDA-graph replays of the whole step (advise's method: rounds until
+the mean's 95% CI is within +-1%, at most --max-timed-s). The pinned mode runs a third
+fresh process: the plans each of the three ran, from the op's own record, must be the
+same. Beside them, the op's host cost per call against ATen's (a launch-bound loop of a
+tiny convolution), and the gain the sweep predicted ("left on the table") with --sweep.
+
+Usage: python scripts/bench_pin.py --plans FILE [--sweep SWEEP.json] [--model resnet50]
+           [--batch 32] [--amp fp16] [--no-channels-last] [--eval] [--json PATH]
+Goals (docs/pinning.md): pinned steady step <= the faster of on and off; pinned first
+iteration <= off's + the plan builds; pinned peak reserved <= off's + 5%; eager step <=
+off's + 2%; host cost <= ATen's + 3 us; identical plans in every process.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MIB = 2**20
+MODES = {"off": "heuristic", "on": "benchmark", "pinned": "pinned"}
+
+
+def child(spec, tmp, name, timeout_s):
+    from cudnn_explorer.core.child_records import ModelChildResult
+
+    spec_path = os.path.join(tmp, f"{name}.spec.json")
+    result_path = os.path.join(tmp, f"{name}.result.json")
+    log = os.path.join(tmp, f"{name}.frontend.log")
+    with open(spec_path, "w") as f:
+        json.dump(dict(spec, log_file=log), f)
+    env = dict(os.environ, CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "cudnn_explorer.model.model_child",
+                           spec_path, result_path], env=env, capture_output=True, text=True,
+                          timeout=timeout_s, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or not os.path.exists(result_path):
+        tail = (proc.stderr or "").strip().splitlines()[-3:]
+        raise SystemExit(f"{name}: the model process failed (rc {proc.returncode}): "
+                         f"{' | '.join(tail)}")
+    with open(result_path) as f:
+        result = ModelChildResult.read(json.load(f), name)
+    if result.error or not result.sizes:
+        raise SystemExit(f"{name}: {result.error or 'no size finished'}")
+    with open(log, "rb") as f:
+        log_text = f.read().decode(errors="replace")
+    return result, wall, log_text
+
+
+def host_cost(plans_path, calls=3000):
+    """us per call of a tiny fp16 channels_last 3x3 convolution (launch-bound): ATen with
+    benchmark off, then the pinned op with a plan for it, in this process."""
+    import torch
+
+    from cudnn_explorer.pinning import op
+    from cudnn_explorer.pinning.functional import conv
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from pinning_helpers import heuristic_plans
+
+    from cudnn_explorer.model.tracer import problem_of
+
+    torch.backends.cudnn.benchmark = False
+    x = torch.randn(1, 8, 8, 8, device="cuda", dtype=torch.float16).contiguous(
+        memory_format=torch.channels_last)
+    w = torch.randn(8, 8, 3, 3, device="cuda", dtype=torch.float16).contiguous(
+        memory_format=torch.channels_last)
+    problem = problem_of(x, w, [1, 1], [1, 1], [1, 1], 1, True)
+    op.load_plans(heuristic_plans([problem], directions=("fwd",)))
+
+    def per_call(fn):
+        for _ in range(200):
+            fn()
+        torch.cuda.synchronize()
+        best = None
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            us = (time.perf_counter() - t0) / calls * 1e6
+            best = us if best is None else min(best, us)
+        return best
+
+    with torch.no_grad():
+        aten_us = per_call(lambda: torch.nn.functional.conv2d(x, w, None, 1, 1))
+        pinned_us = per_call(lambda: conv(x, w, None, 1, 1))
+    counts = op.pin_counts(reset=True)
+    op.clear_plans()
+    return {"aten_us": aten_us, "pinned_us": pinned_us, "pinned_calls": counts.pinned_calls,
+            "fallback_calls": counts.fallback_calls,
+            "problem": problem.describe()}
+
+
+def summarise(result, graph_result):
+    from cudnn_explorer.core import stats
+
+    size, steady = result.sizes[0], graph_result.sizes[0]
+    out = {"first_ms": size.first_ms, "first_peak_reserved_mib":
+           size.first_peak_reserved / MIB, "first_peak_alloc_mib": size.first_peak_alloc / MIB,
+           "eager_median_ms": stats.median(size.steady_ms),
+           "eager_spread": stats.spread(size.steady_ms),
+           "eager_n": len(size.steady_ms), "steady_method": steady.steady_method,
+           "steady_note": steady.steady_note,
+           "graph_mean_ms": stats.mean(steady.steady_ms),
+           "graph_ci95_ms": stats.ci95_halfwidth(steady.steady_ms),
+           "graph_median_ms": stats.median(steady.steady_ms), "graph_n": len(steady.steady_ms)}
+    for name, r in (("first", size.pinned_first), ("steady_eager", size.pinned_steady)):
+        if r is not None:
+            out[f"pinned_{name}"] = {"pinned_calls": r.pinned_calls,
+                                     "fallback_calls": r.fallback_calls,
+                                     "fallbacks": [f"{d.description}: {d.reason}"
+                                                   for d in r.fallbacks][:20]}
+    if size.pinned_first is not None:
+        out["build_ms"] = sum(d.build_ms for d in size.pinned_first.directions)
+        out["plans_ran"] = size.pinned_first.plans_ran
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plans", required=True)
+    ap.add_argument("--sweep", default=None, help="the sweep the plans came from")
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--input", default="3x224x224")
+    ap.add_argument("--amp", default="fp16")
+    ap.add_argument("--channels-last", dest="channels_last", action="store_true", default=True,
+                    help="model and input in channels_last (the default)")
+    ap.add_argument("--no-channels-last", dest="channels_last", action="store_false")
+    ap.add_argument("--eval", action="store_true", help="inference (default: a training step)")
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--max-timed-s", type=float, default=15.0)
+    ap.add_argument("--timeout-s", type=float, default=240.0)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+
+    from cudnn_explorer.core.capture import ModelSpec
+
+    spec = ModelSpec.create(model=a.model, batch=a.batch,
+                            input_shape=tuple(int(v) for v in a.input.split("x")),
+                            amp=a.amp, channels_last=a.channels_last, train=not a.eval)
+    base = {"model": spec.to_dict(), "shapes": [list(spec.input_shape)], "tf32": True,
+            "device": 0, "seed": 0, "iterations": a.iterations, "warmup": 5,
+            "target_ci": 0.01, "max_timed_s": a.max_timed_s,
+            "plans": os.path.abspath(a.plans), "allow_environment": False}
+    out = {"model": spec.describe(), "plans": a.plans, "modes": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {}
+        for steady_only in (False, True):  # interleaved: every mode's first, then steady
+            for name, mode in MODES.items():
+                tag = f"{name}-{'graph' if steady_only else 'first'}"
+                r, wall, log = child(dict(base, mode=mode, steady_only=steady_only), tmp, tag,
+                                     a.timeout_s)
+                runs[tag] = (r, log)
+                print(f"{tag}: {wall:.1f} s", flush=True)
+        third, _, _ = child(dict(base, mode="pinned", steady_only=True), tmp, "pinned-third",
+                            a.timeout_s)
+        for name in MODES:
+            out["modes"][name] = summarise(runs[f"{name}-first"][0], runs[f"{name}-graph"][0])
+        ran = [r.sizes[0].pinned_first.plans_ran for r in
+               (runs["pinned-first"][0], runs["pinned-graph"][0], third)]
+        out["same_plans_in_three_processes"] = ran[0] == ran[1] == ran[2]
+        out["plans_ran"] = len(ran[0])
+        log = runs["pinned-first"][1]
+        tags = [p.rsplit(": ", 1)[1] for p in ran[0]]
+        out["frontend_log_names_the_plans"] = sum(1 for t in tags if t and t in log)
+        out["pin_report"] = runs["pinned-first"][0].pin_report.to_dict()
+    out["host_cost"] = host_cost(a.plans)
+    if a.sweep:
+        from cudnn_explorer.core.choices import sweep_totals
+        from cudnn_explorer.core.documents import read_saved
+
+        sw, _ = read_saved(a.sweep, "bench_pin --sweep")
+        t = sweep_totals(sw)
+        out["sweep_prediction"] = {"pytorch_benchmark_ms": t.pytorch_ms, "best_ms": t.best_ms,
+                                   "left_ms": t.left_ms, "covered": t.covered,
+                                   "counted": t.counted}
+    m = out["modes"]
+    faster = min(m["on"]["graph_mean_ms"], m["off"]["graph_mean_ms"])
+    out["checks"] = {
+        "steady_pinned_le_faster_of_on_off": m["pinned"]["graph_mean_ms"] <= faster,
+        "first_pinned_le_off_plus_builds":
+            m["pinned"]["first_ms"] <= m["off"]["first_ms"] + m["pinned"].get("build_ms", 0),
+        "first_peak_reserved_le_off_plus_5pct":
+            m["pinned"]["first_peak_reserved_mib"] <= 1.05 * m["off"]["first_peak_reserved_mib"],
+        "eager_le_off_plus_2pct": m["pinned"]["eager_median_ms"] <= 1.02 * m["off"]["eager_median_ms"],
+        "host_cost_le_aten_plus_3us":
+            out["host_cost"]["pinned_us"] <= out["host_cost"]["aten_us"] + 3.0,
+    }
+    text = json.dumps(out, indent=1)
+    print(text)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
