@@ -5,8 +5,8 @@ of the model): one for the first iteration (its time and peak memory, every conv
 call synchronised as the model command probes it) and eager steady iterations, one for
 steady iterations as CUDA-graph replays of the whole step (advise's method: rounds until
 the mean's 95% CI is within +-1%, at most --max-timed-s). The pinned mode runs a third
-fresh process: the plans each of the three ran, from the op's own record, must be the
-same. Beside them, the op's host cost per call against ATen's (a launch-bound loop of a
+fresh process, with cudnn-frontend's log on: the plans each of the three ran, from the
+op's own record, must be the same, and the log must name them. Beside them, the op's host cost per call against ATen's (a launch-bound loop of a
 tiny convolution), and the gain the sweep predicted ("left on the table") with --sweep.
 
 Usage: python scripts/bench_pin.py --plans FILE [--sweep SWEEP.json] [--model resnet50]
@@ -30,15 +30,21 @@ MIB = 2**20
 MODES = {"off": "heuristic", "on": "benchmark", "pinned": "pinned"}
 
 
-def child(spec, tmp, name, timeout_s):
+def child(spec, tmp, name, timeout_s, frontend_log=False):
+    """One model process. Note [no log while timing]: cudnn-frontend's log, when on, writes
+    lines at every execution of a graph's plan (the pinned op's path) but not of PyTorch's
+    own plans: it is on only in the process that reads the plans from it, never in a timed
+    one."""
     from cudnn_explorer.core.child_records import ModelChildResult
 
     spec_path = os.path.join(tmp, f"{name}.spec.json")
     result_path = os.path.join(tmp, f"{name}.result.json")
     log = os.path.join(tmp, f"{name}.frontend.log")
     with open(spec_path, "w") as f:
-        json.dump(dict(spec, log_file=log), f)
-    env = dict(os.environ, CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
+        json.dump(dict(spec, log_file=log if frontend_log else None), f)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDNN_FRONTEND_LOG")}
+    if frontend_log:
+        env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "cudnn_explorer.model.model_child",
                            spec_path, result_path], env=env, capture_output=True, text=True,
@@ -52,18 +58,21 @@ def child(spec, tmp, name, timeout_s):
         result = ModelChildResult.read(json.load(f), name)
     if result.error or not result.sizes:
         raise SystemExit(f"{name}: {result.error or 'no size finished'}")
-    with open(log, "rb") as f:
-        log_text = f.read().decode(errors="replace")
+    log_text = ""
+    if frontend_log and os.path.exists(log):
+        with open(log, "rb") as f:
+            log_text = f.read().decode(errors="replace")
     return result, wall, log_text
 
 
 def host_cost(plans_path, calls=3000):
-    """us per call of a tiny fp16 channels_last 3x3 convolution (launch-bound): ATen with
-    benchmark off, then the pinned op with a plan for it, in this process."""
+    """us per call of a tiny fp16 channels_last 3x3 convolution (launch-bound, no
+    gradients): ATen (F.conv2d, benchmark off) and the pinned op called directly, then an
+    nn.Conv2d layer unpinned and pinned, in this process."""
     import torch
 
     from cudnn_explorer.pinning import op
-    from cudnn_explorer.pinning.functional import conv
+    from cudnn_explorer.pinning.functional import CONV
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from pinning_helpers import heuristic_plans
 
@@ -75,7 +84,8 @@ def host_cost(plans_path, calls=3000):
     w = torch.randn(8, 8, 3, 3, device="cuda", dtype=torch.float16).contiguous(
         memory_format=torch.channels_last)
     problem = problem_of(x, w, [1, 1], [1, 1], [1, 1], 1, True)
-    op.load_plans(heuristic_plans([problem], directions=("fwd",)))
+    op_plans = heuristic_plans([problem], directions=("fwd",))
+    op.load_plans(op_plans)
 
     def per_call(fn):
         for _ in range(200):
@@ -91,12 +101,21 @@ def host_cost(plans_path, calls=3000):
             best = us if best is None else min(best, us)
         return best
 
+    layer = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False).cuda().half().to(
+        memory_format=torch.channels_last)
     with torch.no_grad():
         aten_us = per_call(lambda: torch.nn.functional.conv2d(x, w, None, 1, 1))
-        pinned_us = per_call(lambda: conv(x, w, None, 1, 1))
+        pinned_us = per_call(lambda: CONV(x, w, None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1))
+        layer_us = per_call(lambda: layer(x))
+        from cudnn_explorer.pinning.modules import pin, unpin
+
+        pin(layer, op_plans, allow_environment=True)
+        pinned_layer_us = per_call(lambda: layer(x))
+        unpin(layer)
     counts = op.pin_counts(reset=True)
     op.clear_plans()
-    return {"aten_us": aten_us, "pinned_us": pinned_us, "pinned_calls": counts.pinned_calls,
+    return {"aten_us": aten_us, "pinned_us": pinned_us, "layer_us": layer_us,
+            "pinned_layer_us": pinned_layer_us, "pinned_calls": counts.pinned_calls,
             "fallback_calls": counts.fallback_calls,
             "problem": problem.describe()}
 
@@ -163,17 +182,16 @@ def main() -> int:
                                      a.timeout_s)
                 runs[tag] = (r, log)
                 print(f"{tag}: {wall:.1f} s", flush=True)
-        third, _, _ = child(dict(base, mode="pinned", steady_only=True), tmp, "pinned-third",
-                            a.timeout_s)
+        third, _, third_log = child(dict(base, mode="pinned", steady_only=True), tmp,
+                                    "pinned-third", a.timeout_s, frontend_log=True)
         for name in MODES:
             out["modes"][name] = summarise(runs[f"{name}-first"][0], runs[f"{name}-graph"][0])
         ran = [r.sizes[0].pinned_first.plans_ran for r in
                (runs["pinned-first"][0], runs["pinned-graph"][0], third)]
         out["same_plans_in_three_processes"] = ran[0] == ran[1] == ran[2]
         out["plans_ran"] = len(ran[0])
-        log = runs["pinned-first"][1]
-        tags = [p.rsplit(": ", 1)[1] for p in ran[0]]
-        out["frontend_log_names_the_plans"] = sum(1 for t in tags if t and t in log)
+        tags = [p.rsplit(": ", 1)[1] for p in ran[2]]
+        out["frontend_log_names_the_plans"] = sum(1 for t in tags if t and t in third_log)
         out["pin_report"] = runs["pinned-first"][0].pin_report.to_dict()
     out["host_cost"] = host_cost(a.plans)
     if a.sweep:

@@ -163,11 +163,14 @@ part_model() {
 
 # Pinning a model (scripts/bench_pin.py): its sweep (quick profile; PIN_BUDGET_MS re-timing
 # budget, default the profile's), the plan file written from it (policy best), then off,
-# on and pinned side by side in fresh processes. PIN_SWEEP=FILE uses a sweep carried along.
+# on and pinned side by side in fresh processes. PIN_SWEEPS=DIR uses DIR/NAME.sweep.json, a
+# sweep carried along, where it exists.
 pin_bench() {  # NAME MODEL-ARGS...
   local name=$1; shift
-  local sweep=${PIN_SWEEP:-$LOG/$name.sweep.json}
-  if [ -z "${PIN_SWEEP:-}" ]; then
+  local sweep=$LOG/$name.sweep.json
+  if [ -n "${PIN_SWEEPS:-}" ] && [ -f "$PIN_SWEEPS/$name.sweep.json" ]; then
+    sweep=$PIN_SWEEPS/$name.sweep.json
+  else
     "$PY" -m cudnn_explorer model "$@" --no-store --json "$sweep" \
       ${PIN_BUDGET_MS:+--budget-ms "$PIN_BUDGET_MS"} > "$LOG/$name.sweep.txt" 2>&1 || return 1
   fi

@@ -17,8 +17,11 @@ from .op import ops
 __all__ = ["conv", "conv_transpose", "pinned_functions"]
 
 # Resolved once, at import (this loads the native module): torch.compile then sees a plain
-# torch.ops call in the functions below.
+# torch.ops call in the functions below. CONV is the op's one overload: calling it skips
+# the overload packet's resolution (host time per call).
 _OPS = ops()
+CONV = _OPS.conv.default
+ZEROS = {1: (0,), 2: (0, 0), 3: (0, 0, 0)}
 
 
 def _tuple(v, n: int, what: str) -> List[int]:
@@ -66,7 +69,7 @@ def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int 
                              f"{{'valid', 'same'}}")
     else:
         p = _tuple(padding, n, "padding")
-    out = _OPS.conv(x, weight, bias, s, p, d, False, [0] * n, int(groups))
+    out = CONV(x, weight, bias, s, p, d, False, ZEROS[n], int(groups))
     return out if batched else out.squeeze(0)
 
 
@@ -76,7 +79,7 @@ def conv_transpose(input, weight, bias=None, stride=1, padding=0, output_padding
     op."""
     n = weight.dim() - 2
     x, batched = _batched(input, n)
-    out = _OPS.conv(x, weight, bias, _tuple(stride, n, "stride"), _tuple(padding, n, "padding"),
+    out = CONV(x, weight, bias, _tuple(stride, n, "stride"), _tuple(padding, n, "padding"),
                      _tuple(dilation, n, "dilation"), True,
                      _tuple(output_padding, n, "output_padding"), int(groups))
     return out if batched else out.squeeze(0)
