@@ -258,3 +258,77 @@ def test_the_model_process_runs_a_pinned_mode_and_records_what_ran(tmp_path, mon
     assert size.pinned_steady.calls == 8 * 3
     with pytest.raises(ValueError, match="needs the spec's 'plans'"):
         model_child.run(dict(spec, plans=""), written.append)
+
+
+def _rank(rank, world, init, plans_path, gpus, out_dir):
+    """One gloo rank of the test below: pins with the file only rank 0 reads, and a GPU
+    name of its own (``gpus[rank]``) as its environment; writes what it got."""
+    import json
+    import os
+
+    import torch.distributed as dist
+
+    from cudnn_explorer.core.errors import UserError
+    from cudnn_explorer.core.exploration import Environment
+    from cudnn_explorer.pinning import modules, op
+
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    modules._here = lambda: Environment(gpu_name=gpus[rank], compute_capability="9.0",
+                                        cudnn_runtime="91900", cudnn_frontend="13200",
+                                        torch_version="2.11.0")
+    path = plans_path if rank == 0 else os.path.join(out_dir, "only-rank-0-reads-it.json")
+    got = {}
+    try:  # a file rank 0 cannot read: every rank says so
+        modules.pin(torch.nn.Conv2d(3, 4, 3), os.path.join(out_dir, "missing.json"))
+    except UserError as e:
+        got["missing"] = str(e)
+    for allow in (False, True):
+        try:
+            report = modules.pin(torch.nn.Conv2d(3, 4, 3), path, allow_environment=allow)
+            got[str(allow)] = {"plans": report.plans,
+                               "differences": report.environment_differences,
+                               "native": op.native.load().loaded_plan_count()}
+        except UserError as e:
+            got[str(allow)] = {"error": str(e)}
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(got, f)
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("gpus", [["NVIDIA H200", "NVIDIA H200"],
+                                  ["NVIDIA H200", "NVIDIA A100"]], ids=["same", "rank1-differs"])
+def test_under_torch_distributed_every_rank_pins_rank_0s_file(tmp_path, gpus):
+    """Two gloo ranks: rank 0 reads the plan file and rank 1, which has no copy of it,
+    pins the same plans; a rank whose environment differs is refused on both ranks,
+    naming it, unless allow_environment."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    from cudnn_explorer.core.plans import PlanEnvironment, PlanFile
+    from cudnn_explorer.model.tracer import problem_of
+    from pinning_helpers import entry
+
+    problem = problem_of(torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), [1, 1], [0, 0],
+                         [1, 1], 1, True)
+    plans = PlanFile(environment=PlanEnvironment(gpu_name="NVIDIA H200",
+                                                 compute_capability="9.0", cudnn="91900",
+                                                 cudnn_frontend="13200", torch="2.11.0"),
+                     entries=[entry(problem, "fwd", "ConvFwd_eng0"),
+                              entry(problem, "bwd-filter", "ConvBwdFilter_eng1_k2=3")])
+    path = tmp_path / "shared.plans.json"
+    path.write_text(plans.to_json())
+    mp.spawn(_rank, args=(2, str(tmp_path / "init"), str(path), gpus, str(tmp_path)), nprocs=2)
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for r in (0, 1):
+        assert got[r]["missing"].startswith("rank 0: ") and "missing.json" in got[r]["missing"]
+        allowed = got[r]["True"]
+        assert allowed["plans"] == allowed["native"] == 2, allowed
+        if gpus[1] == gpus[0]:
+            assert got[r]["False"]["plans"] == 2 and got[r]["False"]["differences"] == []
+        else:
+            err = got[r]["False"]["error"]
+            assert "on 1 of 2 ranks" in err and \
+                "rank 1: GPU NVIDIA A100 here, NVIDIA H200 in the file" in err, err
+            assert allowed["differences"] == ["rank 1: GPU NVIDIA A100 here, NVIDIA H200 "
+                                              "in the file"]

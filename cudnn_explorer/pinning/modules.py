@@ -10,11 +10,11 @@ calls of such code too.
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
-from ..core.errors import UserError
+from ..core.errors import ExplorerError, UserError
 from ..core.pinning import PinReport
-from ..core.plans import PlanFile
+from ..core.plans import PlanEnvironment, PlanFile
 from . import functional, op
 
 __all__ = ["pin", "unpin", "pinned", "plan_file"]
@@ -37,20 +37,85 @@ def plan_file(plans: Union[str, PlanFile]) -> PlanFile:
         raise UserError(f"plan file '{plans}': {e}") from None
 
 
-def _environment_differences(plans: PlanFile, allow_environment: bool):
+NOT_CHECKED = "not checked: no CUDA GPU here (every convolution runs PyTorch's own call)"
+
+
+def _here():
+    """This process's environment, or None where there is no CUDA GPU to compare with."""
     import torch
 
     if not torch.cuda.is_available():
-        return ["not checked: no CUDA GPU here (every convolution runs PyTorch's own call)"]
+        return None
     from ..measure.pipeline import environment
 
-    return plans.check_environment(environment(torch.cuda.current_device()),
-                                   override=allow_environment)
+    return environment(torch.cuda.current_device())
 
 
-def _load(plans, allow_environment: bool):
-    p = plan_file(plans)
-    diffs = _environment_differences(p, allow_environment)
+def _differences(plans: PlanFile) -> List[str]:
+    """What differs between the file's environment and this process's, in words."""
+    here = _here()
+    if here is None:
+        return [NOT_CHECKED]
+    return plans.environment.differences(PlanEnvironment.of(here))
+
+
+def _ranks(group) -> Optional[Tuple[int, int, int]]:
+    """(rank in ``group``, the group's size, the global rank of its rank 0) when
+    torch.distributed is initialised (and ``group`` is not False), else None."""
+    if group is False:
+        return None
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    first = dist.get_global_rank(group, 0) if group is not None else 0
+    return dist.get_rank(group), dist.get_world_size(group), first
+
+
+def _shared(plans, ranks, group) -> PlanFile:
+    """Under torch.distributed: rank 0 reads the file and every rank receives its
+    contents (the others need no copy of it); an error reading it is every rank's."""
+    import torch.distributed as dist
+
+    rank, _, first = ranks
+    box = [None]
+    if rank == 0:
+        try:
+            box = [("plans", plan_file(plans).to_json())]
+        except ExplorerError as e:
+            box = [("error", str(e))]
+    dist.broadcast_object_list(box, src=first, group=group)
+    kind, text = box[0]
+    if kind == "error":
+        raise UserError(f"rank 0: {text}")
+    return PlanFile.read(text, "plan file (from rank 0)")
+
+
+def _load(plans, allow_environment: bool, group=None):
+    """(source, plans loaded, environment differences). Every rank checks its own
+    environment against the file's; a difference on any rank is refused on every rank,
+    naming the rank and what differs, unless ``allow_environment``."""
+    ranks = _ranks(group)
+    p = plan_file(plans) if ranks is None else _shared(plans, ranks, group)
+    mine = _differences(p)
+    if ranks is None:
+        every = [mine]
+    else:
+        import torch.distributed as dist
+
+        every = [None] * ranks[1]
+        dist.all_gather_object(every, mine, group=group)
+
+    def who(r: int) -> str:
+        return f"rank {r}: " if ranks is not None else ""
+
+    bad = [f"{who(r)}{'; '.join(d for d in ds if d != NOT_CHECKED)}"
+           for r, ds in enumerate(every) if any(d != NOT_CHECKED for d in ds)]
+    if bad and not allow_environment:
+        where = f" on {len(bad)} of {len(every)} ranks" if ranks is not None else ""
+        raise UserError(f"plan file from another environment{where}: {' | '.join(bad)} "
+                        f"(allow_environment=True uses it anyway)")
+    diffs = [f"{who(r)}{d}" for r, ds in enumerate(every) for d in ds]
     n = op.load_plans(p)
     source = plans if isinstance(plans, str) else (p.source or "a PlanFile")
     return source, n, diffs
@@ -125,13 +190,19 @@ def _pinned_class(cls: type, mixin: type) -> type:
     return _PINNED_CLASSES[cls]
 
 
-def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False) -> PinReport:
+def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
+        group=None) -> PinReport:
     """Route every convolution layer of ``model`` through the pinned op with the plans of
     ``plans`` (a plan file's path or a PlanFile), which become the process's plans.
     Refuses (UserError naming what differs) a file measured on another GPU, cuDNN,
     cudnn-frontend or torch unless ``allow_environment``. Returns what it pinned;
-    :func:`cudnn_explorer.pin_counts` tells, after a step, what ran pinned."""
-    source, n, diffs = _load(plans, allow_environment)
+    :func:`cudnn_explorer.pin_counts` tells, after a step, what ran pinned.
+
+    Under torch.distributed (torchrun, DDP), rank 0 of ``group`` (default: every rank)
+    reads the file and every rank pins its contents, so that every rank runs the same
+    plans; every rank checks its own environment, and a difference on any rank is refused
+    on all of them, naming the rank. ``group=False``: each rank reads the file itself."""
+    source, n, diffs = _load(plans, allow_environment, group)
     layers, skipped = [], []
     for name, m in model.named_modules():
         if getattr(type(m), "_cudnn_explorer_base", None) is not None:
@@ -163,10 +234,10 @@ def unpin(model) -> int:
 
 
 @contextlib.contextmanager
-def pinned(plans: Union[str, PlanFile], *, allow_environment: bool = False):
+def pinned(plans: Union[str, PlanFile], *, allow_environment: bool = False, group=None):
     """A context in which ``torch.nn.functional.conv*d`` and ``conv_transpose*d`` calls (so
     every ``nn.Conv*`` layer too) run through the pinned op with the plans of ``plans``;
-    yields the PinReport. The plans stay loaded after it."""
-    source, n, diffs = _load(plans, allow_environment)
+    yields the PinReport. The plans stay loaded after it. ``group`` as for :func:`pin`."""
+    source, n, diffs = _load(plans, allow_environment, group)
     with functional.pinned_functions():
         yield PinReport(source=source, plans=n, environment_differences=diffs)
