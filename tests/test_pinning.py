@@ -88,7 +88,7 @@ def test_pinned_layers_compute_what_the_layers_compute_and_unpin_restores_them()
     report = cudnn_explorer.pin(m, _empty_plans())
     assert report.layers == ["0", "2", "3", "4", "5"] and report.skipped == []
     assert report.plans == 0 and report.environment_differences[0].startswith("not checked")
-    assert isinstance(m[0], nn.Conv2d) and type(m[0]).__name__ == "PinnedConv2d"
+    assert isinstance(m[0], nn.Conv2d) and repr(m[0]).startswith("PinnedConv2d(3, 8")
     assert m.state_dict().keys() == ref.state_dict().keys()
     op.reset_counts()
     got = m(x)
@@ -103,6 +103,30 @@ def test_pinned_layers_compute_what_the_layers_compute_and_unpin_restores_them()
     assert cudnn_explorer.unpin(m) == 5
     assert [type(l) for l in m] == [type(l) for l in ref]
     op.clear_plans()
+
+
+def test_a_pinned_model_pickles_and_copies_pinned(tmp_path):
+    """torch.save of a whole pinned model loads pinned, in a process that never pinned
+    (Note [pinned classes by name]); deepcopy stays pinned too."""
+    import copy
+    import subprocess
+    import sys
+
+    import cudnn_explorer
+
+    m = _net()
+    cudnn_explorer.pin(m, _empty_plans())
+    assert type(copy.deepcopy(m)[0]) is type(m[0])
+    torch.save(m, tmp_path / "m.pt")
+    code = ("import torch; m = torch.load(r'%s', weights_only=False); "
+            "print(type(m[0]).__module__, m[0]._get_name(), m[5]._get_name())"
+            % (tmp_path / "m.pt"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["cudnn_explorer.pinning.modules", "PinnedConv2d",
+                                  "PinnedConvTranspose2d"]
+    cudnn_explorer.unpin(m)
 
 
 def test_one_dimensional_three_dimensional_unbatched_and_output_size_calls():

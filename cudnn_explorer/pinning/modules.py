@@ -121,7 +121,12 @@ def _load(plans, allow_environment: bool, group=None):
     return source, n, diffs
 
 
-class _PinnedConv:
+class _Pinned:
+    def _get_name(self):  # the layer's repr: "PinnedConv2d(3, 8, ...)"
+        return "Pinned" + type(self)._cudnn_explorer_base.__name__
+
+
+class _PinnedConv(_Pinned):
     """Mixin placed before an nn.Conv*d class: its convolution is the pinned op's."""
 
     def _conv_forward(self, input, weight, bias):
@@ -140,7 +145,7 @@ class _PinnedConv:
                                self.groups)
 
 
-class _PinnedConvTranspose:
+class _PinnedConvTranspose(_Pinned):
     """Mixin placed before an nn.ConvTranspose*d class."""
 
     def forward(self, input, output_size=None):
@@ -155,16 +160,25 @@ class _PinnedConvTranspose:
                                          self.dilation)
 
 
+def _kind_of_class(cls: type) -> Optional[type]:
+    """The mixin that pins layers of class ``cls``, or None."""
+    import torch.nn as nn
+
+    if issubclass(cls, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+        return _PinnedConv
+    if issubclass(cls, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
+        return _PinnedConvTranspose
+    return None
+
+
 def _kind(module) -> Optional[tuple]:
     """(mixin, the torch.nn base class) for a layer that can be pinned, or None."""
     import torch.nn as nn
 
-    for base in (nn.Conv1d, nn.Conv2d, nn.Conv3d):
+    for base in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+                 nn.ConvTranspose3d):
         if isinstance(module, base):
-            return _PinnedConv, base
-    for base in (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d):
-        if isinstance(module, base):
-            return _PinnedConvTranspose, base
+            return _kind_of_class(type(module)), base
     return None
 
 
@@ -183,11 +197,43 @@ def _why_not(module, base) -> str:
     return ""
 
 
+# Note [pinned classes by name]: a pinned layer's class is made when it is pinned, and
+# pickle (torch.save(model), multiprocessing) finds a class by module and name. Each is
+# named after its base's module and qualified name, in this module, and the module's
+# __getattr__ makes it again from that name in a process that has not pinned one yet (its
+# calls then run PyTorch's own convolution until plans are loaded there).
+_SEP = "__"
+
+
+def _name_of(cls: type) -> str:
+    return "Pinned" + _SEP + cls.__module__.replace(".", "_dot_") + _SEP + \
+        cls.__qualname__.replace(".", "_dot_")
+
+
 def _pinned_class(cls: type, mixin: type) -> type:
     if cls not in _PINNED_CLASSES:
-        _PINNED_CLASSES[cls] = type(f"Pinned{cls.__name__}", (mixin, cls),
-                                    {"__module__": cls.__module__, "_cudnn_explorer_base": cls})
+        name = _name_of(cls)
+        made = type(name, (mixin, cls), {"__module__": __name__, "__qualname__": name,
+                                         "_cudnn_explorer_base": cls})
+        _PINNED_CLASSES[cls] = made
+        globals()[name] = made
     return _PINNED_CLASSES[cls]
+
+
+def __getattr__(name: str):
+    """A pinned class by its name (Note [pinned classes by name])."""
+    parts = name.split(_SEP)
+    if len(parts) == 3 and parts[0] == "Pinned":
+        import importlib
+
+        module, qualname = (p.replace("_dot_", ".") for p in parts[1:])
+        cls = importlib.import_module(module)
+        for attr in qualname.split("."):
+            cls = getattr(cls, attr)
+        kind = _kind_of_class(cls)
+        if kind is not None:
+            return _pinned_class(cls, kind)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
