@@ -185,6 +185,12 @@ part_pin-mobilenet() {
   pin_bench pin-mobilenet mobilenet_v3_large --batch 16 --amp fp16 --channels-last --eval
 }
 
+part_pin-ddp() {  # two GPUs or more: DDP with benchmark on against one plan file on every rank
+  local plans=${PIN_DDP_PLANS:-$LOG/pin-resnet50.plans.json}
+  "$PY" scripts/bench_pin_ddp.py --plans "$plans" --gpus "$(nvidia-smi -L | wc -l)" \
+    --json "$LOG/pin-ddp.json" > "$LOG/pin-ddp.txt" 2>&1
+}
+
 part_torchrun() {
   # Needs every GPU of the machine, so run it alone (GPU_CHECK_PARTS=torchrun): the
   # ResNet-50 sweep on one GPU and under torchrun on all, then --consistency
