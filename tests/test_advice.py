@@ -6,6 +6,7 @@ import math
 import random
 
 import pytest
+from dataclasses import replace
 
 from cudnn_explorer.core.stats import Z95
 from cudnn_explorer.core.advice import (Advice, ShapeCost, _met, best_bucketing, break_even,
@@ -360,3 +361,82 @@ def test_h200_multi_size_advice_names_the_sizes_timed_eagerly():
             "size 448 (CUDA graph capture failed") in text
     assert "first iteration at each new input size with benchmark, in order: 320x320:" in text
     assert all(len(line) <= 120 for line in r.stdout.splitlines())
+
+
+def pinned(size, first, mean, peak, pinned_calls=100, fallback_calls=0):
+    from cudnn_explorer.core.pinning import PinCounts, PinnedDirection
+
+    counts = PinCounts(directions=[
+        PinnedDirection(key=[1], description="a", covered=True, pinned_calls=pinned_calls),
+        PinnedDirection(key=[2], description="b", covered=False,
+                        fallback_calls=fallback_calls, reason="the plan file does not cover it")])
+    return replace(_size(size, first, mean, peak), pinned=counts)
+
+
+def with_pinned(adv, sizes, uncovered="off", predicted=None):
+    from dataclasses import replace as rep
+
+    run = adv.pytorch_run
+    mode = ModelModeRun(f"pinned (uncovered: benchmark {uncovered})", "pinned", sizes=sizes)
+    return rep(adv, pytorch_run=rep(run, modes=run.modes + [mode]), plans="r.plans.json",
+               plans_predicted_ms=predicted)
+
+
+def test_three_modes_the_pinned_one_chosen_where_it_is_fastest_in_total():
+    """Pinned: no search (first iteration as off's), steady faster than on: chosen, with
+    its saving against both modes and against the plans' prediction."""
+    adv = with_pinned(advice(), [pinned(320, 620.0, 39.0, 3 * 2**30),
+                                 pinned(416, 720.0, 58.0, 4 * 2**30)], predicted=1.5)
+    costs = adv.costs()
+    assert all(c.has_pinned for c in costs)
+    v = verdict(costs, adv.iterations)
+    assert v.choice == "pinned", v.reason
+    # by hand: 0.75 * (44 - 39) + 0.25 * (66 - 58) = 5.75 ms per iteration against off
+    assert v.pinned_vs_off[0] == pytest.approx(5.75)
+    assert v.pinned_vs_on[0] == pytest.approx(0.75 * 1 + 0.25 * 2)
+    assert v.total_pinned_ms < min(v.total_on_ms, v.total_off_ms)
+    text = render_advice(adv)
+    assert "== verdict for 5000 iterations: PIN the plan file (cudnn_explorer.pin)" in text
+    assert "vs off [95% CI]" in text and "; pinned: " in text
+    assert "steady saving pinned: +5.75 ms per iteration against benchmark off" in text
+    assert "not pinned" not in text  # every call ran pinned
+    assert max(len(line) for line in text.splitlines()) <= 120
+    back = Advice.from_json(adv.to_json())
+    assert back.plans == "r.plans.json" and render_advice(back) == text
+
+
+def test_a_slower_pinned_mode_is_not_chosen_and_the_reason_says_why():
+    adv = with_pinned(advice(), [pinned(320, 620.0, 45.0, 3 * 2**30),
+                                 pinned(416, 720.0, 67.0, 4 * 2**30)])
+    v = verdict(adv.costs(), adv.iterations)
+    assert v.choice == "on"
+    assert "pinned to the plan file, it is slower in steady state than benchmark off" in \
+        v.reason and "and benchmark on" in v.reason
+
+
+def test_an_uncovered_size_is_counted_and_a_size_without_a_pinned_run_is_not_weighed():
+    """The file covers 320 but not 416: at 416 most calls fell back (they ran with the
+    user's benchmark setting), and the report counts them; a pinned run that stopped
+    before a size leaves the pinned mode out of the verdict."""
+    adv = with_pinned(advice(), [pinned(320, 620.0, 39.0, 3 * 2**30),
+                                 pinned(416, 4100.0, 61.0, 8 * 2**30, pinned_calls=10,
+                                        fallback_calls=90)], uncovered="on")
+    text = render_advice(adv)
+    assert "pinned, size 416: 90 of 100 convolution calls of the first iteration not " \
+           "pinned" in text and "they ran with benchmark on" in text
+    assert "pinned, size 320" not in text
+    short = with_pinned(advice(), [pinned(320, 620.0, 39.0, 3 * 2**30)])
+    v = verdict(short.costs(), short.iterations)
+    assert v.total_pinned_ms is None and v.choice == "on"
+    assert "pinned: no steady time at size 416; not weighed" in render_advice(short)
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--uncovered", "on"], "--uncovered needs --plans"),
+    (["--allow-environment"], "--allow-environment needs --plans"),
+    (["--plans", "/nonexistent/r.plans.json"], "plan file '/nonexistent/r.plans.json'"),
+])
+def test_advise_plans_flags_refuse_bad_input_in_one_line(args, match):
+    r = run_cli("advise", "resnet50", *args)
+    assert r.returncode == 2, r.stderr
+    assert match in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

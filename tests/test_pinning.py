@@ -356,3 +356,48 @@ def test_under_torch_distributed_every_rank_pins_rank_0s_file(tmp_path, gpus):
                 "rank 1: GPU NVIDIA A100 here, NVIDIA H200 in the file" in err, err
             assert allowed["differences"] == ["rank 1: GPU NVIDIA A100 here, NVIDIA H200 "
                                               "in the file"]
+
+
+def test_the_pinned_mode_of_a_models_run_on_the_cpu(tmp_path, monkeypatch):
+    """run_model with the pinned mode (advise --plans): its fresh process pins the model,
+    its sizes carry the op's record, it needs no cudnn-frontend log, and it gives no
+    problem a PyTorch pick (the pinned mode is the model's run only)."""
+    from dataclasses import replace
+
+    from cudnn_explorer.core.capture import ModelSpec, merge_sizes
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.measure.pytorch_picks import ModeSpec
+    from cudnn_explorer.model import pytorch_run
+    from cudnn_explorer.model.tracer import capture
+
+    (tmp_path / "tinypin2.py").write_text(
+        "import torch\n"
+        "def tiny():\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),\n"
+        "                               torch.nn.Conv2d(8, 8, 3, padding=1))\n")
+    import os
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get(
+        "PYTHONPATH", ""))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tinypin2
+
+    spec = ModelSpec(factory="tinypin2:tiny", input_shape=[3, 8, 8], batch=2, sizes=[8, 12])
+    caps = [capture(tinypin2.tiny(), [torch.randn(2, 3, s, s)],
+                    replace(spec, input_shape=[3, s, s], sizes=[]), "cpu") for s in (8, 12)]
+    cap = merge_sizes(caps, [8, 12], spec)
+    plans = tmp_path / "p.plans.json"
+    plans.write_text(_empty_plans().to_json())
+    mode = ModeSpec("pinned (uncovered: benchmark off)", "pinned", plans=str(plans),
+                    plans_sha="0" * 64)
+    run, per = pytorch_run.run_model(cap, ExploreOptions.create(child_timeout_s=120),
+                                     iterations=3, warmup=1, device=-1, modes=[mode])
+    m = run.mode("pinned")
+    assert m is not None and m.ok and not m.error, m.error
+    assert [s.input_shape for s in m.sizes] == [[3, 8, 8], [3, 12, 12]]
+    for s in m.sizes:  # 2 forward, 1 + 2 backward calls: all fallbacks on the CPU
+        assert s.pinned.calls == 5 and s.pinned.fallback_calls == 5
+    assert all(rs == [] for rs in per.values())
+    other = replace(mode, plans_sha="1" * 64)
+    keys = {pytorch_run.run_key(cap, x, 0, ExploreOptions.create(), 3, 1, None)
+            for x in (mode, other, replace(mode, benchmark=True))}
+    assert len(keys) == 3  # another file or setting is another run in the results store

@@ -21,14 +21,18 @@ confidence interval (normal approximation, Welch standard errors). The verdict:
 * off, when it is slower, not faster beyond noise, or not paid back within N;
 * bucket your shapes to K sizes, when padding every input up to the next of K measured
   sizes with benchmark on beats both (fewer new shapes to search, each one a larger
-  input).
+  input);
+* pinned, with a plan file (a third mode: the model pinned to the file's plans, in a fresh
+  process of its own): when its expected total is the least of all, and its steady
+  iteration is not slower than benchmark off's or on's beyond its 95% CI. T_pinned(N) is
+  T_mode(N) with the pinned run's overheads (its plan builds) and steady means.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .capture import Capture
@@ -40,7 +44,8 @@ from .schema import Record, parse_json, shown
 
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost", "Stability",
            "comparable", "pick_stability",
-           "costs_from_run", "expected_total_ms", "steady_difference", "break_even",
+           "costs_from_run", "expected_total_ms", "steady_difference", "pinned_difference",
+           "break_even",
            "Bucketing", "best_bucketing", "Verdict", "verdict", "Advice", "plans_needed",
            "PLAN_CACHE_LIMIT"]
 
@@ -109,6 +114,22 @@ class ShapeCost:
     # --repeats), when there are two or more: the spread between processes.
     process_means_on: Tuple[float, ...] = ()
     method: str = "eager"  # how steady_on and steady_off were timed: "graph" or "eager"
+    # the pinned mode, where it ran (timed as steady_on and steady_off were): its first
+    # iteration's cost beyond a steady one, its steady iterations, its first-iteration
+    # peak, and its first iteration's convolution calls that ran pinned and fell back
+    overhead_pinned_ms: Optional[float] = None
+    steady_pinned: Tuple[float, ...] = ()
+    peak_pinned_bytes: int = 0
+    pinned_calls: int = 0
+    fallback_calls: int = 0
+
+    @property
+    def has_pinned(self) -> bool:
+        return self.overhead_pinned_ms is not None and len(self.steady_pinned) > 0
+
+    @property
+    def mean_pinned(self) -> float:
+        return stats.mean(self.steady_pinned)
 
     @property
     def mean_on(self) -> float:
@@ -150,6 +171,7 @@ def costs_from_run(run: ModelRun, sizes: Sequence[Tuple[int, float]],
     if on is None or off is None:
         missing = "benchmark" if on is None else "heuristics"
         raise UserError(f"no {missing} run of the model to compare with")
+    pin = run.mode("pinned")
     total = sum(c for _, c in sizes)
     out = []
     for k, (size, count) in enumerate(sizes):
@@ -158,8 +180,12 @@ def costs_from_run(run: ModelRun, sizes: Sequence[Tuple[int, float]],
         a, b = on.sizes[k], off.sizes[k]
         if not (a.steady and a.steady.samples_ms and b.steady and b.steady.samples_ms):
             raise UserError(f"size {size}: no steady iterations were timed")
+        p = pin.sizes[k] if pin is not None and k < len(pin.sizes) and \
+            pin.sizes[k].steady and pin.sizes[k].steady.samples_ms else None
         # like with like: a graph on one side and not on the other compares eager steps
         xa, xb, method = comparable(a.steady, b.steady)
+        if p is not None and method == "graph" and p.steady.method != "graph":
+            xa, xb, method = _samples(a.steady, "eager"), _samples(b.steady, "eager"), "eager"
         if not (xa and xb):
             raise UserError(f"size {size}: no eager steady iterations to compare")
         ma, mb = stats.mean(xa), stats.mean(xb)
@@ -167,13 +193,20 @@ def costs_from_run(run: ModelRun, sizes: Sequence[Tuple[int, float]],
                   for r in (repeats.modes if repeats is not None else [])
                   if r.ok and k < len(r.sizes) and r.sizes[k].steady]
         means = [ma] + [stats.mean(x) for x in others if x]
+        pinned = {}
+        xp = _samples(p.steady, method) if p is not None else []
+        if xp:
+            pinned = dict(overhead_pinned_ms=max(p.first_ms - stats.mean(xp), 0.0),
+                          steady_pinned=tuple(xp), peak_pinned_bytes=p.first_peak_reserved_bytes,
+                          pinned_calls=p.pinned.pinned_calls if p.pinned else 0,
+                          fallback_calls=p.pinned.fallback_calls if p.pinned else 0)
         out.append(ShapeCost(
             size=size, share=count / total, overhead_on_ms=max(a.first_ms - ma, 0.0),
             overhead_off_ms=max(b.first_ms - mb, 0.0),
             steady_on=tuple(xa), steady_off=tuple(xb), method=method,
             peak_on_bytes=a.first_peak_reserved_bytes,
             peak_off_bytes=b.first_peak_reserved_bytes,
-            process_means_on=tuple(means) if len(means) >= 2 else ()))
+            process_means_on=tuple(means) if len(means) >= 2 else (), **pinned))
     return out
 
 
@@ -199,12 +232,16 @@ def _met(share: float, n: int) -> float:
     return -math.expm1(n * math.log1p(-share))
 
 
-def expected_total_ms(costs: Sequence[ShapeCost], on: bool, n: int) -> float:
-    """T_on(n) or T_off(n): first-iteration overheads of the sizes met, plus n steady
-    iterations."""
+def expected_total_ms(costs: Sequence[ShapeCost], on, n: int) -> float:
+    """T_on(n) (``on`` True), T_off(n) (False) or T_pinned(n) (``on`` "pinned"):
+    first-iteration overheads of the sizes met, plus n steady iterations."""
     total = 0.0
     for c in costs:
-        over, mean = (c.overhead_on_ms, c.mean_on) if on else (c.overhead_off_ms, c.mean_off)
+        if on == "pinned":
+            over, mean = c.overhead_pinned_ms, c.mean_pinned
+        else:
+            over, mean = (c.overhead_on_ms, c.mean_on) if on else (c.overhead_off_ms,
+                                                                  c.mean_off)
         total += _met(c.share, n) * over + n * c.share * mean
     return total
 
@@ -225,6 +262,19 @@ def steady_difference(costs: Sequence[ShapeCost]) -> Tuple[float, float, float]:
     weighted by share, with its 95% confidence interval (_diff_var)."""
     d = sum(c.share * (c.mean_off - c.mean_on) for c in costs)
     se2 = sum(c.share ** 2 * _diff_var(c) for c in costs)
+    half = stats.Z95 * math.sqrt(se2)
+    return d, d - half, d + half
+
+
+def pinned_difference(costs: Sequence[ShapeCost], against: str = "off"
+                      ) -> Tuple[float, float, float]:
+    """(``against`` - pinned, low, high): the steady time per iteration that pinning saves
+    against benchmark "off" or "on", ms, weighted by share, with its 95% CI (Welch)."""
+    other = (lambda c: c.steady_off) if against == "off" else (lambda c: c.steady_on)
+    d = sum(c.share * (stats.mean(other(c)) - c.mean_pinned) for c in costs)
+    se2 = sum(c.share ** 2 * (stats.variance(other(c)) / len(other(c))
+                              + stats.variance(c.steady_pinned) / len(c.steady_pinned))
+              for c in costs)
     half = stats.Z95 * math.sqrt(se2)
     return d, d - half, d + half
 
@@ -292,7 +342,7 @@ def best_bucketing(costs: Sequence[ShapeCost], n: int) -> Optional[Bucketing]:
 
 @dataclass(frozen=True)
 class Verdict:
-    choice: str          # "on" | "off" | "bucket"
+    choice: str          # "on" | "off" | "bucket" | "pinned"
     reason: str
     total_on_ms: float
     total_off_ms: float
@@ -301,10 +351,39 @@ class Verdict:
     saving_high_ms: float
     break_even: Optional[int]
     bucketing: Optional[Bucketing] = None
+    total_pinned_ms: Optional[float] = None           # with a pinned run at every size
+    pinned_vs_off: Optional[Tuple[float, float, float]] = None  # pinned_difference
+    pinned_vs_on: Optional[Tuple[float, float, float]] = None
 
 
 def verdict(costs: Sequence[ShapeCost], n: int) -> Verdict:
-    """The choice for ``n`` iterations of the workload, and why."""
+    """The choice for ``n`` iterations of the workload, and why: among benchmark on, off
+    and bucketing, and pinned where the workload has a pinned run at every size."""
+    v = _on_off_verdict(costs, n)
+    if not costs or not all(c.has_pinned for c in costs):
+        return v
+    t_pin = expected_total_ms(costs, "pinned", n)
+    vs_off, vs_on = pinned_difference(costs, "off"), pinned_difference(costs, "on")
+    v = replace(v, total_pinned_ms=t_pin, pinned_vs_off=vs_off, pinned_vs_on=vs_on)
+    others = [v.total_on_ms, v.total_off_ms] + ([v.bucketing.total_ms]
+                                                 if v.choice == "bucket" else [])
+    slower = [f"benchmark {m} by {-d:.2f} ms per iteration (95% CI {-hi:.2f} to {-lo:.2f})"
+              for m, (d, lo, hi) in (("off", vs_off), ("on", vs_on)) if hi < 0]
+    if t_pin < min(others) and not slower:
+        d, lo, hi = vs_off
+        return replace(v, choice="pinned", reason=(
+            f"pinned to the plan file, the workload is expected to take {t_pin / 1e3:.1f} s "
+            f"for {n} iterations (on: {v.total_on_ms / 1e3:.1f} s, off: "
+            f"{v.total_off_ms / 1e3:.1f} s): no search, and {d:+.2f} ms per iteration "
+            f"against benchmark off (95% CI {lo:+.2f} to {hi:+.2f})"))
+    why = (f"slower in steady state than {' and '.join(slower)}" if slower else
+           f"expected to take {t_pin / 1e3:.1f} s, not less than "
+           f"{min(others) / 1e3:.1f} s")
+    return replace(v, reason=f"{v.reason}; pinned to the plan file, it is {why}")
+
+
+def _on_off_verdict(costs: Sequence[ShapeCost], n: int) -> Verdict:
+    """The choice between benchmark on, off and bucketing, and why."""
     d, lo, hi = steady_difference(costs)
     t_on, t_off = expected_total_ms(costs, True, n), expected_total_ms(costs, False, n)
     be = break_even(costs)
@@ -392,6 +471,8 @@ class Advice(Record):
     created: str = ""
     repeats: Optional[ModelRun] = None       # --repeats: benchmark mode, fresh each time
     stability: List[Stability] = field(default_factory=list)
+    plans: str = ""  # --plans: the plan file of the pinned mode
+    plans_predicted_ms: Optional[float] = None  # its sweep's predicted gain per iteration
     schema: str = ADVICE_SCHEMA
     schema_version: int = ADVICE_VERSION
 
@@ -418,6 +499,8 @@ class Advice(Record):
              "pytorch_run": self.pytorch_run.to_dict(),
              "repeats": None if self.repeats is None else self.repeats.to_dict(),
              "stability": [s.to_dict() for s in self.stability]}
+        if self.plans:  # (advice without a pinned mode is saved as before)
+            d.update(plans=self.plans, plans_predicted_ms=self.plans_predicted_ms)
         return d
 
     def to_json(self) -> str:

@@ -75,7 +75,8 @@ class PlanEntry(Record):
     """One problem-direction's plan: the engine config (``tag``, ``engine``, ``knobs`` as
     [knob type, value]), its workspace (bytes) and steady median (ms per call, as we
     re-timed it), why it was chosen, and where the model runs it (layers, calls per
-    iteration)."""
+    iteration), and the median of benchmark mode's pick as we re-timed it (``pytorch_ms``,
+    where the sweep had one)."""
 
     key: PlanKey
     problem: ConvProblem
@@ -89,6 +90,7 @@ class PlanEntry(Record):
     behavior_notes: List[str] = field(default_factory=list)
     layers: List[str] = field(default_factory=list)
     calls: int = 0
+    pytorch_ms: Optional[float] = None  # benchmark mode's pick, re-timed (ms per call)
 
 
 KEY_VERSION = 1
@@ -156,6 +158,15 @@ class PlanFile(Record):
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1) + "\n"
+
+    @property
+    def predicted_gain_ms(self) -> Optional[float]:
+        """ms per iteration the plans save over benchmark mode's picks, as the sweep timed
+        both (sum over the entries of (pick - plan) x calls per iteration); None when no
+        entry has both."""
+        known = [e for e in self.entries if e.pytorch_ms is not None and e.median_ms is not None
+                 and e.calls]
+        return sum((e.pytorch_ms - e.median_ms) * e.calls for e in known) if known else None
 
     def entry(self, key: PlanKey) -> Optional[PlanEntry]:
         return next((e for e in self.entries if e.key == key), None)
@@ -267,12 +278,14 @@ def plans_from(items: Sequence[Tuple[ConvProblem, DirectionResult, List[str], in
         if key.ident in seen:
             continue
         seen.add(key.ident)
+        pick = d.pytorch_pick("benchmark")
+        t = d.config_timing(pick.engine_tag) if pick is not None and pick.engine_tag else None
         entries.append(PlanEntry(key=key, problem=problem, tag=c.tag, engine=c.engine,
                                  knobs=[list(kv) for kv in c.knobs],
                                  workspace_bytes=c.workspace_bytes or 0, median_ms=c.time,
                                  why=why, numeric_notes=list(c.numeric_notes),
                                  behavior_notes=list(c.behavior_notes), layers=list(layers),
-                                 calls=calls))
+                                 calls=calls, pytorch_ms=t.median_ms if t else None))
     return PlanFile(environment=PlanEnvironment.of(environment), entries=entries,
                     policy=policy, max_workspace_bytes=max_workspace_bytes,
                     deterministic_only=deterministic, source=source, skipped=skipped,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from .analysis import NOISY_SPREAD
+from .pinning import PinCounts
 from .schema import Record, Signed
 
 __all__ = ["IterationTiming", "ConvCall", "SizeRun", "ModelModeRun", "ModelRun"]
@@ -95,7 +96,8 @@ class SizeRun(Record):
     """One input shape: its first iteration (``first_ms``; peaks absolute, with the
     memory held ``before`` it: weights, input, CUDA and cuDNN state), its convolutions'
     first calls, the call that set the peak (None: the peak was outside any convolution),
-    and its steady iterations."""
+    and its steady iterations; in the pinned mode, what ran pinned in the first iteration
+    and what fell back."""
 
     input_shape: List[int]
     first_ms: float = 0.0
@@ -110,6 +112,7 @@ class SizeRun(Record):
     steady: Optional[IterationTiming] = None
     steady_peak_alloc_bytes: Optional[int] = None
     steady_peak_reserved_bytes: Optional[int] = None
+    pinned: Optional[PinCounts] = None  # the pinned mode: the op's record of the first iteration
 
     @property
     def first_conv_ms(self) -> float:

@@ -3,16 +3,20 @@ runs in fresh processes with benchmark on, off and deterministic, at every input
 the Advice it returns weighs the first calls' cost against the steady-state saving."""
 from __future__ import annotations
 
+import hashlib
+import os
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from ..core.advice import Advice, plan_counts
 from ..core.capture import ModelSpec
 from ..core.errors import UserError
 from ..core.options import ExploreOptions
+from ..core.plans import PlanEnvironment
 from ..core.schema import utc_now
 from ..core.version import __version__
 from .events import Notify, notifier, quiet_progress
 from . import gpu
+from .plans import read_plans
 from .stores import StoreChoice, opened
 from .sweep import capture, model_spec, store_cache
 
@@ -23,6 +27,8 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
            sizes: Optional[Sequence[Tuple[int, float]]] = None,
            options: Optional[ExploreOptions] = None, target_ci: float = 0.005,
            graph: bool = True, repeats: int = 0, store=None, refresh: bool = False,
+           plans: Optional[str] = None, uncovered: str = "off",
+           allow_environment: bool = False,
            progress: Optional[Callable[[str], None]] = None,
            notify: Optional[Notify] = None, **kw) -> Advice:
     """The Advice for a workload of ``iterations`` iterations of ``model`` (model_spec
@@ -33,8 +39,12 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     the whole step (``graph``), else eagerly. ``repeats`` (0, or 2 to 50): that many more
     runs with benchmark on, each in a fresh process, for the stability of its picks.
     ``options``: device, seed, child timeout and benchmark limit. ``store`` as in
-    sweep_model. Where the runs with benchmark on and off did not both finish, the
-    Advice has no verdict (``decidable`` is False) and its runs say why."""
+    sweep_model. ``plans``: a plan file's path: a third mode, the model pinned to its
+    plans in a fresh process, whose convolutions the file does not cover run with
+    benchmark ``uncovered`` ("off" or "on"); a file from another environment is refused,
+    naming what differs, unless ``allow_environment``. Where the runs with benchmark on
+    and off did not both finish, the Advice has no verdict (``decidable`` is False) and
+    its runs say why."""
     if isinstance(iterations, bool) or not isinstance(iterations, int) or \
             not 1 <= iterations <= 10**12:
         raise UserError(f"iterations {iterations!r}: valid: an integer from 1 to 10**12")
@@ -43,6 +53,10 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats == 1 \
             or not 0 <= repeats <= 50:
         raise UserError(f"repeats {repeats!r}: valid: 0 (off) or 2 to 50 fresh processes")
+    if uncovered not in ("off", "on"):
+        raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
+                        f"convolutions the plan file does not cover)")
+    plan_file = read_plans(plans) if plans else None
     spec = model_spec(model, **kw)
     if sizes:
         dist = [(int(s), float(c)) for s, c in sizes]
@@ -60,12 +74,23 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
 
     cap = capture(spec, f"cuda:{options.device}", notify)
     env = pipeline.environment(options.device)
+    pinned = None
+    if plan_file is not None:
+        diffs = plan_file.environment.differences(PlanEnvironment.of(env))
+        if diffs and not allow_environment:
+            raise UserError(f"plan file '{plans}' from another environment: "
+                            f"{'; '.join(diffs)} (--allow-environment uses it anyway)")
+        with open(plans, "rb") as f:
+            sha = hashlib.sha256(f.read()).hexdigest()
+        pinned = ModeSpec(f"pinned (uncovered: benchmark {uncovered})", "pinned",
+                          plans=os.path.abspath(plans), plans_sha=sha,
+                          benchmark=uncovered == "on")
     choice = StoreChoice.of(store, refresh)
     with opened(choice, notify) as db:
         cache = store_cache(db, env, cap, notify, not choice.refresh)
         modes = [m for m in model_modes(options.benchmark_limit)
                  if not (m.mode == "benchmark" and m.benchmark_limit == 0
-                         and options.benchmark_limit != 0)]
+                         and options.benchmark_limit != 0)] + ([pinned] if pinned else [])
         run, _ = run_model(cap, options, iterations=10, progress=say, modes=modes,
                            target_ci=target_ci, cache=cache, graph=graph)
         rep, stability = None, []
@@ -78,4 +103,6 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
             stability = retime_plans(cap, plan_counts(rep), options, say)
     return Advice(capture=cap, pytorch_run=run, sizes=[[s, c] for s, c in dist],
                   iterations=iterations, environment=env, tool_version=__version__,
-                  created=utc_now(), repeats=rep, stability=stability)
+                  created=utc_now(), repeats=rep, stability=stability,
+                  plans=plans or "",
+                  plans_predicted_ms=plan_file.predicted_gain_ms if plan_file else None)

@@ -35,9 +35,14 @@ LOG_VARS = ("CUDNN_FRONTEND_LOG_INFO", "CUDNN_FRONTEND_LOG_FILE", "CUDNN_LOGLEVE
 @dataclass(frozen=True)
 class ModeSpec:
     label: str
-    mode: str                       # benchmark | heuristic | deterministic
+    mode: str                       # benchmark | heuristic | deterministic | pinned
     legacy: bool = False            # TORCH_CUDNN_V8_API_DISABLED=1
     benchmark_limit: Optional[int] = None  # None: PyTorch's default
+    # the pinned mode (a model's run only): the plan file, the hash of its contents, and
+    # the benchmark setting of the convolutions it does not cover
+    plans: str = ""
+    plans_sha: str = ""
+    benchmark: bool = False
 
     @property
     def api(self) -> str:

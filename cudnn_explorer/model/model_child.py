@@ -9,6 +9,7 @@ CUDNN_FRONTEND_LOG_FILE) before this process starts.
 SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, in order),
 "mode": "benchmark" | "heuristic" | "deterministic" | "pinned", "benchmark_limit": int | null,
 "plans": path (the pinned mode's plan file), "allow_environment": bool,
+"pinned_benchmark": bool (the pinned mode's setting for what the file does not cover),
 "tf32": bool, "device": int, "seed": int, "iterations": int, "warmup": int,
 "log_file": path, "target_ci": float | null, "max_timed_s": float, "steady_only": bool,
 "retried": [[C, H, W], ...]}.
@@ -281,7 +282,10 @@ def run(spec: dict, write) -> dict:
     mode = spec["mode"]
     if mode == "pinned" and not spec.get("plans"):
         raise ValueError("the pinned mode needs the spec's 'plans' (a plan file's path)")
-    torch.backends.cudnn.benchmark = mode == "benchmark"
+    # the pinned mode: convolutions the plan file does not cover run as the user's
+    # benchmark setting says ("pinned_benchmark")
+    torch.backends.cudnn.benchmark = mode == "benchmark" or (
+        mode == "pinned" and bool(spec.get("pinned_benchmark")))
     torch.backends.cudnn.deterministic = mode == "deterministic"
     if spec.get("benchmark_limit") is not None:
         torch.backends.cudnn.benchmark_limit = int(spec["benchmark_limit"])

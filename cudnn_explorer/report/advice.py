@@ -6,8 +6,8 @@ import statistics
 from dataclasses import replace
 from typing import List
 
-from ..core.advice import (PLAN_CACHE_LIMIT, Advice, comparable, plans_needed,
-                           steady_difference, verdict)
+from ..core.advice import (PLAN_CACHE_LIMIT, Advice, comparable, pinned_difference,
+                           plans_needed, steady_difference, verdict)
 from ..core.choices import TIE
 from .format import describe_environment, grouped_rows, short_tag, table, wrap
 from .model import render_model_run
@@ -65,7 +65,7 @@ def render_advice(adv: Advice) -> str:
                                    "compare"
                                    if adv.repeats is not None else
                                    "--repeats K measures that too"), "")
-    rows = []
+    rows, pin_rows = [], []
     for c in costs:
         d, lo, hi = steady_difference([replace(c, share=1.0)])
         rows.append([str(c.size), f"{100 * c.share:.1f}%", f"{c.overhead_on_ms:.0f}",
@@ -74,6 +74,14 @@ def render_advice(adv: Advice) -> str:
                      f"{100 * hi / c.mean_off:+.1f}]",
                      f"{len(c.steady_on)}/{len(c.steady_off)}",
                      _gib(c.peak_on_bytes), _gib(c.peak_off_bytes)])
+        if c.has_pinned:
+            row = [str(c.size), f"{c.overhead_pinned_ms:.0f}", f"{c.mean_pinned:.2f}"]
+            for against in ("off", "on"):
+                pd, plo, phi = pinned_difference([replace(c, share=1.0)], against)
+                base = c.mean_off if against == "off" else c.mean_on
+                row.append(f"{100 * pd / base:+.1f}% [{100 * plo / base:+.1f}, "
+                           f"{100 * phi / base:+.1f}]")
+            pin_rows.append(row + [str(len(c.steady_pinned)), _gib(c.peak_pinned_bytes)])
     lines.append("")
     lines += wrap("per input size: the first iteration's cost beyond a steady one (ms, paid "
                   "once per new size per process), the steady iteration's mean (ms), what "
@@ -82,23 +90,32 @@ def render_advice(adv: Advice) -> str:
     lines.append(table(rows, headers=["size", "share", "1st on", "1st off", "on ms", "off ms",
                                       "saving [95% CI]", "n on/off", "peak on",
                                       "peak off"]))
+    if pin_rows:
+        lines += wrap("pinned to the plan file, per input size: the same, and what pinning "
+                      "saves per iteration against benchmark off and on (95% CI):", "")
+        lines.append(table(pin_rows, headers=["size", "1st pin", "pin ms", "vs off [95% CI]",
+                                              "vs on [95% CI]", "n pin", "peak pin"]))
     lines += _steady_method(run, costs)
     v = verdict(costs, n)
     lines.append("")
     lines.append(f"== verdict for {n} iterations: "
                  + {"on": "turn benchmark mode ON", "off": "leave benchmark mode OFF",
-                    "bucket": "bucket your input sizes"}[v.choice])
+                    "bucket": "bucket your input sizes",
+                    "pinned": "PIN the plan file (cudnn_explorer.pin)"}[v.choice])
     lines += wrap(v.reason, "- ")
     lines += wrap(f"expected total: {v.total_on_ms / 1e3:.1f} s with benchmark on, "
                   f"{v.total_off_ms / 1e3:.1f} s with it off"
                   + (f"; padded to {', '.join(map(str, v.bucketing.sizes))} with it on: "
-                     f"{v.bucketing.total_ms / 1e3:.1f} s" if v.bucketing else ""), "- ")
+                     f"{v.bucketing.total_ms / 1e3:.1f} s" if v.bucketing else "")
+                  + (f"; pinned: {v.total_pinned_ms / 1e3:.1f} s" if v.total_pinned_ms
+                     is not None else ""), "- ")
     lines += wrap(f"steady saving with benchmark on: {v.saving_ms:+.2f} ms per iteration "
                   f"(95% CI {v.saving_low_ms:+.2f} to {v.saving_high_ms:+.2f})", "- ")
     lines += wrap("break-even: " + (f"benchmark on pays for its first calls after "
                                     f"{v.break_even} iterations" if v.break_even else
                                     "never (benchmark on is not faster in steady state)"),
                   "- ")
+    lines += _pinned_lines(adv, costs, v)
     peak_on = max(c.peak_on_bytes for c in costs)
     peak_off = max(c.peak_off_bytes for c in costs)
     lines += wrap(f"peak memory of the first iteration (reserved): {_gib(peak_on)} GiB with "
@@ -134,6 +151,36 @@ def render_advice(adv: Advice) -> str:
         lines += ["", render_stability(adv).rstrip("\n")]
     lines += ["", render_model_run(run, cap).rstrip("\n")]
     return "\n".join(lines) + "\n"
+
+
+def _pinned_lines(adv: Advice, costs, v) -> List[str]:
+    """The pinned mode: what it saves against each mode, how much of the plans' predicted
+    gain it realised, and the calls it did not pin."""
+    if not any(c.has_pinned for c in costs):
+        return []
+    lines = []
+    if v.pinned_vs_off is not None:
+        (d0, l0, h0), (d1, l1, h1) = v.pinned_vs_off, v.pinned_vs_on
+        lines += wrap(f"steady saving pinned: {d0:+.2f} ms per iteration against benchmark "
+                      f"off (95% CI {l0:+.2f} to {h0:+.2f}), {d1:+.2f} against it on (95% CI "
+                      f"{l1:+.2f} to {h1:+.2f})", "- ")
+        if adv.plans_predicted_ms and len(costs) == 1:
+            lines += wrap(f"the plans' sweep predicted {adv.plans_predicted_ms:.3f} ms per "
+                          f"iteration over benchmark mode's picks; the steady step realised "
+                          f"{d1:+.3f} ms ({100 * d1 / adv.plans_predicted_ms:.0f}%; benchmark "
+                          f"mode's picks in this run are this run's own)", "- ")
+    else:
+        missing = [str(c.size) for c in costs if not c.has_pinned]
+        lines += wrap(f"pinned: no steady time at size {', '.join(missing)}; not weighed", "- ")
+    m = adv.pytorch_run.mode("pinned")
+    on = "on" if m is not None and m.label.endswith("benchmark on)") else "off"
+    for c in costs:
+        if c.has_pinned and c.fallback_calls:
+            lines += wrap(f"pinned, size {c.size}: {c.fallback_calls} of "
+                          f"{c.pinned_calls + c.fallback_calls} convolution calls of the first "
+                          f"iteration not pinned (the plan file does not cover them, or "
+                          f"refused their plans); they ran with benchmark {on}", "- ")
+    return lines
 
 
 def render_stability(adv: Advice) -> str:
