@@ -212,6 +212,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("loaded_plan_count", &ce::loaded_plan_count);
   m.def("pin_stats", &ce::pin_stats);
   m.def("reset_pin_counts", &ce::reset_pin_counts);
+  m.def("conv",
+        [](const at::Tensor& input, const at::Tensor& weight,
+           const std::optional<at::Tensor>& bias, const std::vector<int64_t>& stride,
+           const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+           bool transposed, const std::vector<int64_t>& output_padding, int64_t groups) {
+          return ce::call_conv(input, weight, bias, stride, padding, dilation, transposed,
+                               output_padding, groups);
+        });
   m.def("conv_keys",
         [](const at::Tensor& input, const at::Tensor& weight, const std::vector<int64_t>& stride,
            const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,

@@ -332,6 +332,14 @@ Tensor conv_autocast(const Tensor& input, const Tensor& weight, const std::optio
 
 }  // namespace
 
+at::Tensor call_conv(const at::Tensor& input, const at::Tensor& weight,
+                     const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                     at::IntArrayRef output_padding, int64_t groups) {
+  return conv_op().call(input, weight, bias, stride, padding, dilation, transposed,
+                        output_padding, groups);
+}
+
 std::vector<std::vector<int64_t>> conv_keys(const Tensor& input, const Tensor& weight,
                                             IntArrayRef stride, IntArrayRef padding,
                                             IntArrayRef dilation, bool transposed,

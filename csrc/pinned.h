@@ -19,6 +19,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,6 +85,14 @@ std::vector<std::vector<int64_t>> conv_keys(const at::Tensor& input, const at::T
                                             at::IntArrayRef stride, at::IntArrayRef padding,
                                             at::IntArrayRef dilation, bool transposed,
                                             at::IntArrayRef output_padding, int64_t groups);
+
+// cudnn_explorer::conv called through the dispatcher from C++: the same op, its autograd,
+// autocast and dispatch modes included, for Python's eager calls without the boxed
+// torch.ops entry (about 5 us of host time per call).
+at::Tensor call_conv(const at::Tensor& input, const at::Tensor& weight,
+                     const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                     at::IntArrayRef output_padding, int64_t groups);
 
 // Counts (and warns once about) a call that falls back before it has a key.
 void note_unpinned(const std::string& why);

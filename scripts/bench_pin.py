@@ -67,12 +67,13 @@ def child(spec, tmp, name, timeout_s, frontend_log=False):
 
 def host_cost(plans_path, calls=3000):
     """us per call of a tiny fp16 channels_last 3x3 convolution (launch-bound, no
-    gradients): ATen (F.conv2d, benchmark off) and the pinned op called directly, then an
-    nn.Conv2d layer unpinned and pinned, in this process."""
+    gradients): ATen (F.conv2d, benchmark off) and the pinned op called directly (by its
+    eager entry, and through torch.ops), then an nn.Conv2d layer unpinned and pinned, in
+    this process."""
     import torch
 
     from cudnn_explorer.pinning import op
-    from cudnn_explorer.pinning.functional import CONV
+    from cudnn_explorer.pinning.functional import CONV, call
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from pinning_helpers import heuristic_plans
 
@@ -105,7 +106,9 @@ def host_cost(plans_path, calls=3000):
         memory_format=torch.channels_last)
     with torch.no_grad():
         aten_us = per_call(lambda: torch.nn.functional.conv2d(x, w, None, 1, 1))
-        pinned_us = per_call(lambda: CONV(x, w, None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1))
+        pinned_us = per_call(lambda: call(x, w, None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1))
+        torch_ops_us = per_call(lambda: CONV(x, w, None, (1, 1), (1, 1), (1, 1), False, (0, 0),
+                                             1))
         layer_us = per_call(lambda: layer(x))
         from cudnn_explorer.pinning.modules import pin, unpin
 
@@ -114,7 +117,8 @@ def host_cost(plans_path, calls=3000):
         unpin(layer)
     counts = op.pin_counts(reset=True)
     op.clear_plans()
-    return {"aten_us": aten_us, "pinned_us": pinned_us, "layer_us": layer_us,
+    return {"aten_us": aten_us, "pinned_us": pinned_us, "pinned_torch_ops_us": torch_ops_us,
+            "layer_us": layer_us,
             "pinned_layer_us": pinned_layer_us, "pinned_calls": counts.pinned_calls,
             "fallback_calls": counts.fallback_calls,
             "problem": problem.describe()}

@@ -401,3 +401,41 @@ def test_the_pinned_mode_of_a_models_run_on_the_cpu(tmp_path, monkeypatch):
     keys = {pytorch_run.run_key(cap, x, 0, ExploreOptions.create(), 3, 1, None)
             for x in (mode, other, replace(mode, benchmark=True))}
     assert len(keys) == 3  # another file or setting is another run in the results store
+
+
+def test_the_eager_entry_is_the_same_op_for_autograd_and_dispatch_modes():
+    """Note [eager entry]: plain tensors take the extension's direct entry, which reaches
+    the same dispatcher op: its autograd node, and a TorchDispatchMode sees the op; a
+    TorchFunctionMode gets the torch.ops overload."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cudnn_explorer.pinning import functional
+
+    x = torch.randn(2, 4, 6, 6, requires_grad=True)
+    w = torch.randn(5, 4, 3, 3, requires_grad=True)
+    args = ((1, 1), (1, 1), (1, 1), False, (0, 0), 1)
+    out = functional.call(x, w, None, *args)
+    assert "PinnedConv" in out.grad_fn.name()
+    torch.testing.assert_close(out, torch.nn.functional.conv2d(x, w, None, 1, 1))
+    seen = []
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, a=(), kw=None):
+            seen.append(str(func))
+            return func(*a, **(kw or {}))
+
+    with Seen():
+        functional.call(x, w, None, *args).sum().backward()
+    assert "cudnn_explorer.conv.default" in seen
+    assert "cudnn_explorer.conv_backward.default" in seen
+    funcs = []
+
+    class Funcs(TorchFunctionMode):
+        def __torch_function__(self, func, types, a=(), kw=None):
+            funcs.append(str(func))
+            return func(*a, **(kw or {}))
+
+    with Funcs():
+        functional.call(x, w, None, *args)
+    assert any("cudnn_explorer.conv" in f for f in funcs), funcs

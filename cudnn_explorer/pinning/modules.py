@@ -133,7 +133,7 @@ class _PinnedConv(_Pinned):
         n = len(self.kernel_size)
         if self.padding_mode == "zeros" and not isinstance(self.padding, str) and \
                 input.dim() == n + 2:  # the common case, straight to the op
-            return functional.CONV(input, weight, bias, self.stride, self.padding,
+            return functional.call(input, weight, bias, self.stride, self.padding,
                                    self.dilation, False, functional.ZEROS[n], self.groups)
         if self.padding_mode != "zeros":
             import torch.nn.functional as F
