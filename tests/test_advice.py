@@ -435,8 +435,13 @@ def test_an_uncovered_size_is_counted_and_a_size_without_a_pinned_run_is_not_wei
     (["--uncovered", "on"], "--uncovered needs --plans"),
     (["--allow-environment"], "--allow-environment needs --plans"),
     (["--plans", "/nonexistent/r.plans.json"], "plan file '/nonexistent/r.plans.json'"),
+    (["MODEL", "--plans", "p.json", "--no-pytorch"], "--plans adds the pinned mode"),
+    (["MODEL", "--plans", "p.json", "--capture-only"], "--plans adds the pinned mode"),
+    (["MODEL", "--uncovered", "on"], "--uncovered needs --plans"),
+    (["MODEL", "--plans", "/nonexistent/r.plans.json"], "plan file '/nonexistent/r.plans.json'"),
 ])
-def test_advise_plans_flags_refuse_bad_input_in_one_line(args, match):
-    r = run_cli("advise", "resnet50", *args)
+def test_advise_and_model_plans_flags_refuse_bad_input_in_one_line(args, match):
+    verb = "model" if args[:1] == ["MODEL"] else "advise"
+    r = run_cli(verb, "resnet50", *[x for x in args if x != "MODEL"])
     assert r.returncode == 2, r.stderr
     assert match in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -397,6 +397,13 @@ def test_the_pinned_mode_of_a_models_run_on_the_cpu(tmp_path, monkeypatch):
     for s in m.sizes:  # 2 forward, 1 + 2 backward calls: all fallbacks on the CPU
         assert s.pinned.calls == 5 and s.pinned.fallback_calls == 5
     assert all(rs == [] for rs in per.values())
+    from cudnn_explorer.report.model import render_model_run
+
+    text = " ".join(render_model_run(run, cap).split())  # as one line
+    assert "pinned (uncovered: benchmark off): 0 of 5 convolution calls of the first " \
+           "iteration ran the plan file's plans, 5 PyTorch's own" in text
+    assert "not pinned: a convolution: its tensors are not on a CUDA device" in text
+    assert "costliest first calls with pinned (uncovered: benchmark off)" in text
     other = replace(mode, plans_sha="1" * 64)
     keys = {pytorch_run.run_key(cap, x, 0, ExploreOptions.create(), 3, 1, None)
             for x in (mode, other, replace(mode, benchmark=True))}

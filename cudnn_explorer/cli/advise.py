@@ -6,8 +6,9 @@ from typing import List
 
 from ..core.errors import UserError
 from ..core.options import ExploreOptions, parse_int
-from .args import Needs, Parser, Refuse, check_rules
-from .groups import add_model_args, add_store_args, model_spec_from_args, store_choice
+from .args import Parser, Refuse, check_rules
+from .groups import (PLANS_RULES, add_model_args, add_plans_args, add_store_args,
+                     checked_plans, model_spec_from_args, store_choice)
 from .model import render_saved
 from .output import check_output_path, error, notify, write_output
 
@@ -21,10 +22,7 @@ RULES = [
                                     "with its height and width set to S)", drop="drop one"),
     Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store",
            drop="drop one"),
-    Needs("--uncovered", ("--plans",), "--uncovered needs --plans (it sets benchmark mode "
-                                       "for what the plan file does not cover)"),
-    Needs("--allow-environment", ("--plans",), "--allow-environment needs --plans (it is "
-                                               "about a plan file)"),
+    *PLANS_RULES,
 ]
 
 
@@ -48,15 +46,8 @@ def build_parser() -> Parser:
           help="pick stability: K more runs of the model with benchmark on (2 to 50), each "
                "in a fresh process; per layer, how often each plan was picked and the "
                "steady-time spread between those plans (default 0: off)")
-    m.add("--plans", default=None, metavar="FILE",
-          help="a plan file (plans write): a third mode, the model pinned to its plans in a "
-               "fresh process, weighed beside benchmark on and off")
-    m.add("--uncovered", default=None, choices=("off", "on"),
-          help="with --plans: benchmark mode for the convolutions the file does not cover "
-               "(default off)")
-    m.add("--allow-environment", action="store_true",
-          help="with --plans: use a plan file measured on another GPU, cuDNN, "
-               "cudnn-frontend or torch")
+    add_plans_args(m, "a third mode, the model pinned to its plans in a fresh process, "
+                      "weighed beside benchmark on and off")
     r = p.group("run")
     r.add("--device", default="0", help="CUDA device index (default 0)")
     r.add("--seed", default="0", help="seed of the model's weights and inputs")
@@ -114,10 +105,7 @@ def run(argv: List[str]) -> int:
                                     child_timeout_s=a.child_timeout,
                                     benchmark_limit=a.benchmark_limit)
     check_output_path(a.json, "--json")
-    if a.plans:  # a bad plan file is refused before the model runs
-        from ..jobs.plans import read_plans
-
-        read_plans(a.plans)
+    checked_plans(a.plans)  # a bad plan file is refused before the model runs
     from ..jobs.advise import advise
 
     def say(msg):

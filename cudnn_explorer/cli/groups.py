@@ -9,7 +9,7 @@ from ..core.capture import ModelSpec
 from ..core.options import ExploreOptions, parse_int
 from ..core.problem import parse_int_list
 from ..jobs.stores import StoreChoice
-from .args import Group, Parser, Refuse
+from .args import Group, Needs, Parser, Refuse
 
 __all__ = ["RUN_FLAGS", "add_run_args", "options_from_args", "add_model_args",
            "model_spec_from_args", "add_env_filters", "store_choice"]
@@ -89,6 +89,37 @@ def add_run_args(p: Parser) -> Group:
                    "neither read nor save results",
                    "measure again even when the store has the answer (and save it)")
     return r
+
+
+def add_plans_args(g, what: str) -> None:
+    """--plans (a third mode of PyTorch's run of the model: ``what``), --uncovered and
+    --allow-environment; PLANS_RULES says what they need."""
+    g.add("--plans", default=None, metavar="FILE",
+          help=f"a plan file (plans write): {what}")
+    g.add("--uncovered", default=None, choices=("off", "on"),
+          help="with --plans: benchmark mode for the convolutions the file does not cover "
+               "(default off)")
+    g.add("--allow-environment", action="store_true",
+          help="with --plans: use a plan file measured on another GPU, cuDNN, "
+               "cudnn-frontend or torch")
+
+
+PLANS_RULES = [
+    Needs("--uncovered", ("--plans",), "--uncovered needs --plans (it sets benchmark mode "
+                                       "for what the plan file does not cover)"),
+    Needs("--allow-environment", ("--plans",), "--allow-environment needs --plans (it is "
+                                               "about a plan file)"),
+]
+
+
+def checked_plans(path):
+    """The plan file at ``path`` read and checked before any model runs (UserError naming
+    the file and the bad field), or None."""
+    if not path:
+        return None
+    from ..jobs.plans import read_plans
+
+    return read_plans(path)
 
 
 def add_store_args(g, store_help: str, no_store_help: str, refresh_help: str) -> None:

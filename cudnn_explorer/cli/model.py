@@ -8,8 +8,9 @@ from typing import List
 from ..core.errors import UserError
 from ..core.options import parse_int
 from .args import Needs, Parser, Refuse, check_rules
-from .groups import (HARMLESS, RUN_FLAGS, add_model_args, add_run_args, model_spec_from_args,
-                     options_from_args, positional, run_rules, store_choice)
+from .groups import (HARMLESS, PLANS_RULES, RUN_FLAGS, add_model_args, add_plans_args,
+                     add_run_args, checked_plans, model_spec_from_args, options_from_args,
+                     positional, run_rules, store_choice)
 from .output import check_output_path, error, say, write_output
 
 __all__ = ["build_parser", "run", "conflicts", "render_saved"]
@@ -28,10 +29,16 @@ RULES = [
                                     "with its height and width set to S)", drop="drop one"),
     Refuse("--resume", ("--refresh", "--no-store"), "",
            text="--resume needs the results store: drop {bad} or --resume"),
+    Refuse("--plans", ("--no-pytorch", "--capture-only", "--target"),
+           "--plans adds the pinned mode to PyTorch's own run of the model"),
+    *PLANS_RULES,
 ]
 UNDER_TORCHRUN = [  # checked under torchrun, with the pseudo-flag TORCHRUN
     Refuse("TORCHRUN", ("--device",), "", text="--device would be ignored: under torchrun "
                                                "each rank uses the GPU of its LOCAL_RANK"),
+    Refuse("TORCHRUN", ("--plans",), "", text="--plans: the pinned mode of a sweep under "
+                                              "torchrun is not supported yet; run it without "
+                                              "torchrun"),
 ]
 
 
@@ -57,6 +64,9 @@ def build_parser() -> Parser:
                "every engine config its heuristics and fallbacks list, re-timed with 25 ms "
                "budgets; deep: every engine's knob space sampled too, 100 ms budgets (any "
                "--budget-ms, --engine-budget-s given wins)")
+    add_plans_args(m, "PyTorch's own run of the model gets a pinned mode too: the model "
+                      "pinned to the file's plans, in a fresh process; per layer the plan "
+                      "that ran, its first call and memory")
     m.add("--consistency", action="store_true",
           help="under torchrun: every rank runs every problem, and rank 0 reports where "
                "identical GPUs differ (needs --json PATH: each rank writes PATH.rankN.json)")
@@ -118,6 +128,7 @@ def run(argv: List[str]) -> int:
     profile = str(a.profile).strip().lower()
     iterations = parse_int(a.timed_iterations, "--timed-iterations", 1, 10000)
     check_output_path(a.json, "--json")
+    checked_plans(a.plans)  # a bad plan file is refused before the model runs
     from ..model import distributed
 
     world = distributed.world_from_env()
@@ -176,7 +187,9 @@ def _run_here(a, spec, options, profile, iterations, target_profiles) -> int:
     store = store_choice(a)
     try:
         sw = sweep_model(cap, options, profile=profile, iterations=iterations, store=store,
-                         save=save, progress=progress, notify=told)
+                         save=save, progress=progress, notify=told, plans=a.plans,
+                         uncovered=a.uncovered or "off",
+                         allow_environment=a.allow_environment)
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()

@@ -24,7 +24,7 @@ from .schema import Record, Signed, parse_json, shown
 from .targets import cudnn_strides
 
 __all__ = ["PLANS_SCHEMA", "PLANS_VERSION", "POLICIES", "PlanKey", "PlanEntry",
-           "PlanEnvironment", "PlanFile", "choose", "plans_from", "native_key", "KEY_VERSION"]
+           "PlanEnvironment", "PlanFile", "choose", "plans_from", "native_key", "native_key_of", "KEY_VERSION"]
 
 PLANS_SCHEMA = "cudnn_explorer.plans"
 PLANS_VERSION = 1
@@ -101,9 +101,17 @@ def native_key(entry: PlanEntry) -> List[int]:
     """The entry's key as the pinned convolution op computes it from a call: integers in
     the order of Note [plan keys] (csrc/pinned.h). The deterministic flag is not in it
     (deterministic mode checks the plan's own notes when it builds it)."""
-    k = entry.key
+    return _native(entry.key, entry.problem)
+
+
+def native_key_of(problem: ConvProblem, direction: str) -> List[int]:
+    """native_key of one direction of ``problem`` (the key the op gives its calls)."""
+    return _native(PlanKey.of(problem, direction, False), problem)
+
+
+def _native(k: PlanKey, problem: ConvProblem) -> List[int]:
     nd = len(k.x_dims)
-    channels_last = entry.problem.layout == "nhwc" and nd >= 4
+    channels_last = problem.layout == "nhwc" and nd >= 4
     return [KEY_VERSION, DIRECTIONS.index(k.direction), _DTYPE_CODES[k.dtype], int(k.tf32),
             k.groups, int(channels_last), nd, *k.x_dims, *k.w_dims, *k.y_dims, *k.padding,
             *k.stride, *k.dilation]

@@ -3,20 +3,17 @@ runs in fresh processes with benchmark on, off and deterministic, at every input
 the Advice it returns weighs the first calls' cost against the steady-state saving."""
 from __future__ import annotations
 
-import hashlib
-import os
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from ..core.advice import Advice, plan_counts
 from ..core.capture import ModelSpec
 from ..core.errors import UserError
 from ..core.options import ExploreOptions
-from ..core.plans import PlanEnvironment
 from ..core.schema import utc_now
 from ..core.version import __version__
 from .events import Notify, notifier, quiet_progress
 from . import gpu
-from .plans import read_plans
+from .plans import pinned_mode, read_plans
 from .stores import StoreChoice, opened
 from .sweep import capture, model_spec, store_cache
 
@@ -53,10 +50,11 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats == 1 \
             or not 0 <= repeats <= 50:
         raise UserError(f"repeats {repeats!r}: valid: 0 (off) or 2 to 50 fresh processes")
+    if plans:  # a bad file or setting is refused before the model runs
+        read_plans(plans)
     if uncovered not in ("off", "on"):
         raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
                         f"convolutions the plan file does not cover)")
-    plan_file = read_plans(plans) if plans else None
     spec = model_spec(model, **kw)
     if sizes:
         dist = [(int(s), float(c)) for s, c in sizes]
@@ -74,17 +72,8 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
 
     cap = capture(spec, f"cuda:{options.device}", notify)
     env = pipeline.environment(options.device)
-    pinned = None
-    if plan_file is not None:
-        diffs = plan_file.environment.differences(PlanEnvironment.of(env))
-        if diffs and not allow_environment:
-            raise UserError(f"plan file '{plans}' from another environment: "
-                            f"{'; '.join(diffs)} (--allow-environment uses it anyway)")
-        with open(plans, "rb") as f:
-            sha = hashlib.sha256(f.read()).hexdigest()
-        pinned = ModeSpec(f"pinned (uncovered: benchmark {uncovered})", "pinned",
-                          plans=os.path.abspath(plans), plans_sha=sha,
-                          benchmark=uncovered == "on")
+    pinned, plan_file = pinned_mode(plans, env, uncovered, allow_environment) if plans \
+        else (None, None)
     choice = StoreChoice.of(store, refresh)
     with opened(choice, notify) as db:
         cache = store_cache(db, env, cap, notify, not choice.refresh)

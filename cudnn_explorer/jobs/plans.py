@@ -12,7 +12,7 @@ from ..core.plans import PlanFile, plans_from
 from ..core.schema import utc_now
 from ..core.version import __version__
 
-__all__ = ["write_plans", "read_plans", "environment_here"]
+__all__ = ["write_plans", "read_plans", "environment_here", "pinned_mode"]
 
 
 def _one_environment(exps: Sequence[Exploration], what: str) -> Environment:
@@ -78,3 +78,30 @@ def environment_here(device: int = 0) -> Environment:
     from . import gpu
 
     return gpu.measuring().environment(device)
+
+
+def pinned_mode(path: str, env: Environment, uncovered: str = "off",
+                allow_environment: bool = False):
+    """The pinned mode of PyTorch's run of a model (measure.pytorch_picks.ModeSpec) with the
+    plan file at ``path``: checked, and refused (UserError naming what differs) when it
+    comes from another environment than ``env`` unless ``allow_environment``; the
+    convolutions it does not cover run with benchmark ``uncovered`` ("off" or "on"). The
+    hash of its contents keys the mode's runs in the results store."""
+    import hashlib
+    import os
+
+    from ..core.plans import PlanEnvironment
+    from ..measure.pytorch_picks import ModeSpec
+
+    if uncovered not in ("off", "on"):
+        raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
+                        f"convolutions the plan file does not cover)")
+    plans = read_plans(path)
+    diffs = plans.environment.differences(PlanEnvironment.of(env))
+    if diffs and not allow_environment:
+        raise UserError(f"plan file '{path}' from another environment: {'; '.join(diffs)} "
+                        f"(--allow-environment uses it anyway)")
+    sha = hashlib.sha256(read_bytes(path, "plan file")).hexdigest()
+    return ModeSpec(f"pinned (uncovered: benchmark {uncovered})", "pinned",
+                    plans=os.path.abspath(path), plans_sha=sha,
+                    benchmark=uncovered == "on"), plans

@@ -62,7 +62,8 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
                 store=None, refresh: bool = False,
                 save: Optional[Callable[[ModelSweep], None]] = None,
                 progress: Optional[SweepProgress] = None, notify: Optional[Notify] = None,
-                bench=None, **kw) -> ModelSweep:
+                bench=None, plans: Optional[str] = None, uncovered: str = "off",
+                allow_environment: bool = False, **kw) -> ModelSweep:
     """Sweep ``model``: a torchvision name or "pkg.module:factory" with model_spec's
     keywords, a ModelSpec, or a Capture made before. Returns the ModelSweep: per unique
     problem its Exploration (PyTorch's pick in each mode, the best legacy algorithm, the
@@ -77,8 +78,15 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     file there); ``progress(done, total, message)`` hears every step. An interrupted sweep
     raises KeyboardInterrupt after ``save`` heard what finished. ``bench``: the measuring
     bench (measure.pipeline.GpuBench's methods; tests give a fake one): PyTorch's picks
-    then come from its children per problem, not from a run of the whole model."""
+    then come from its children per problem, not from a run of the whole model.
+    ``plans``: a plan file's path: PyTorch's run of the model gets a pinned mode too (the
+    model pinned to the file, in a fresh process; jobs.plans.pinned_mode says what
+    ``uncovered`` and ``allow_environment`` do); it gives no problem a pick."""
     notify = notifier(notify)
+    if plans:  # a bad file is refused before the model runs
+        from .plans import read_plans
+
+        read_plans(plans)
     options = (options or ExploreOptions.create()).profiled(profile, keep)
     cap = model if isinstance(model, Capture) else capture(
         model, f"cuda:{options.device}", notify, **kw)
@@ -98,8 +106,15 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
                 if "from the results store" in msg:
                     notify("info", msg)
 
+            extra = []
+            if plans:
+                from .plans import pinned_mode
+
+                here = env or pipeline.environment(options.device)
+                extra.append(pinned_mode(plans, here, uncovered, allow_environment)[0])
             run, bench = pytorch_run(cap, options, iterations, say,
-                                     store_cache(db, env, cap, notify, not choice.refresh))
+                                     store_cache(db, env, cap, notify, not choice.refresh),
+                                     extra)
 
         def cached(problem, one):
             if db is None or choice.refresh:
@@ -122,10 +137,13 @@ def store_cache(db, env, cap: Capture, notify: Notify, read: bool = True):
                       read=read)
 
 
-def pytorch_run(cap: Capture, options: ExploreOptions, iterations: int, say, cache):
-    """PyTorch's own run of the model, and the pipeline's bench that takes its picks."""
-    from ..model.pytorch_run import ModelBench, run_model
+def pytorch_run(cap: Capture, options: ExploreOptions, iterations: int, say, cache,
+                extra=()):
+    """PyTorch's own run of the model (its modes, then ``extra`` ones such as the pinned
+    mode), and the pipeline's bench that takes its picks."""
+    from ..model.pytorch_run import ModelBench, model_modes, run_model
 
     run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
-                                 cache=cache)
+                                 cache=cache,
+                                 modes=model_modes(options.benchmark_limit) + list(extra))
     return run, ModelBench(options.device, per_problem)

@@ -218,6 +218,13 @@ def _size_run(raw: SizeResult, index: Dict[ConvProblem, int], log: bytes) -> Siz
         raise ChildError(f"PyTorch's run of the model sent input "
                          f"{'x'.join(map(str, raw.input_shape))} without its first iteration")
     calls = [_conv_call(c, index, log) for c in raw.calls]
+    if raw.pinned_first is not None:  # the pinned mode: the plan each call ran, by its key
+        from ..core.plans import native_key_of
+
+        ran = {tuple(d.key): d.ran for d in raw.pinned_first.directions
+               if d.pinned_calls and d.ran}
+        calls = [replace(cc, plan=ran.get(tuple(native_key_of(c.problem, c.direction)), ""))
+                 for cc, c in zip(calls, raw.calls)]
     peak = max(calls, key=lambda c: c.peak_alloc_bytes, default=None)
     if peak is not None and peak.peak_alloc_bytes <= (raw.other_peak_alloc or 0):
         peak = None  # the iteration peaked outside any convolution call

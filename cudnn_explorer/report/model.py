@@ -352,12 +352,39 @@ def render_model_run(run: ModelRun, cap: Capture) -> str:
                 lines += wrap(f"{c.ms:.1f} ms: {_call_name(c, cap)}: "
                               f"{short_tag(c.plan, 40) if c.plan else '?'}; {c.timed} of "
                               f"{c.candidates} timed", "    ")
+    lines += _pinned_run_lines(run, cap)
     if bench is not None and len(bench.sizes) > 1:
         costs = [f"{'x'.join(map(str, s.input_shape[1:]))}: {s.first_ms:.0f} ms "
                  f"({len(s.calls)} new calls)" for s in bench.sizes]
         lines += wrap(f"first iteration at each new input size with {bench.label}, in "
                       f"order: " + "; ".join(costs), "- ")
     return "\n".join(lines) + "\n"
+
+
+def _pinned_run_lines(run: ModelRun, cap: Capture) -> List[str]:
+    """The pinned mode's first iteration: how many of its convolution calls ran pinned
+    plans, against benchmark off, and its costliest first calls with the plan each ran."""
+    pin, heur = run.mode("pinned"), run.mode("heuristic")
+    if pin is None or not pin.sizes or pin.sizes[0].pinned is None:
+        return []
+    s, counts = pin.sizes[0], pin.sizes[0].pinned
+    off = (f" vs {heur.sizes[0].first_ms:.0f} ms with benchmark off"
+           if heur is not None and heur.sizes else "")
+    lines = wrap(f"{pin.label}: {counts.pinned_calls} of {counts.calls} convolution calls of "
+                 f"the first iteration ran the plan file's plans, {counts.fallback_calls} "
+                 f"PyTorch's own; first iteration {s.first_ms:.0f} ms{off}, peak reserved "
+                 f"{_gib(s.first_peak_reserved_bytes)} GiB; its plans built in "
+                 f"{sum(d.build_ms for d in counts.directions):.0f} ms", "- ")
+    for d in counts.fallbacks[:5]:
+        lines += wrap(f"not pinned: {d.description}: {d.reason} ({d.fallback_calls} calls)",
+                      "    ")
+    top = sorted(s.calls, key=lambda c: c.ms, reverse=True)[:5]
+    if top:
+        lines.append(f"- costliest first calls with {pin.label} (ms; the plan it ran):")
+        for c in top:
+            lines += wrap(f"{c.ms:.1f} ms: {_call_name(c, cap)}: "
+                          f"{short_tag(c.plan, 40) if c.plan else 'not pinned'}", "    ")
+    return lines
 
 
 def _differ_rows(cap: Capture, p: PlanSpread) -> List[List[str]]:
