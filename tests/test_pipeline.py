@@ -1,6 +1,7 @@
 """The whole pipeline on a CPU: options in, one Exploration out, through a fake bench whose
 children are real processes and whose engine configs go through the real driver."""
 import pytest
+from dataclasses import replace
 
 from cudnn_explorer.core.errors import UserError
 from cudnn_explorer.core.options import ExploreOptions
@@ -184,3 +185,60 @@ def test_find_under_every_math_type_marks_pytorchs_rows(tmp_path, monkeypatch):
     text = render_exploration(exp)
     assert "best among PyTorch's legacy candidates (DEFAULT_MATH): IMPLICIT_PRECOMP_GEMM" in text
     assert "WINOGRAD_NONFUSED      TENSOR_OP+" in text
+
+
+class InterruptedBench(FakeBench):
+    """Ctrl-C arrives while bwd-data is measured."""
+
+    def lab(self, problem, direction, options):
+        if direction == "bwd-data":
+            raise KeyboardInterrupt
+        return super().lab(problem, direction, options)
+
+
+def test_an_interrupt_keeps_the_directions_that_finished(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM) mid-run: Interrupted carries the Exploration of what finished,
+    marked incomplete, which saves, loads and renders like any other."""
+    from cudnn_explorer.core.errors import Interrupted
+    from cudnn_explorer.core.exploration import Exploration
+    from cudnn_explorer.measure.pipeline import explore
+    from cudnn_explorer.report.tables import render_exploration
+
+    bench = InterruptedBench(tmp_path, monkeypatch)
+    opts = ExploreOptions.create(directions="fwd,bwd-data", budget_ms=5, child_timeout_s=30,
+                                 engine_budget_s=30)
+    with pytest.raises(Interrupted) as e:
+        explore(P, opts, bench=bench)
+    part = e.value.partial
+    assert part is not None and not part.complete
+    assert [d.direction for d in part.directions] == ["fwd"]
+    assert '"complete": false' in part.to_json()
+    back = Exploration.from_json(part.to_json())
+    assert not back.complete and back.to_dict() == part.to_dict()
+    assert "fwd" in render_exploration(back)
+    assert '"complete"' not in explore(P, opts.updated(directions=("fwd",)),
+                                       bench=FakeBench(tmp_path, monkeypatch)).to_json()
+
+
+def test_the_command_line_shows_and_saves_an_interrupted_run(tmp_path, monkeypatch, capsys):
+    from cudnn_explorer.cli.main import main
+    from cudnn_explorer.core.errors import Interrupted
+    from cudnn_explorer.core.exploration import Exploration
+    from cudnn_explorer.jobs import explore as job
+
+    part, _ = run(tmp_path, monkeypatch)
+    part = replace(part, directions=part.directions[:1], complete=False)
+
+    def interrupted(*a, **kw):
+        raise Interrupted(part)
+
+    monkeypatch.setattr(job, "explore", interrupted)
+    out = tmp_path / "r.json"
+    code = main(["--shape", "8,64,28,28", "--dtype", "float16", "--layout", "nhwc",
+                 "--direction", "fwd,bwd-data", "--json", str(out), "--no-store"])
+    captured = capsys.readouterr()
+    assert code == 130
+    assert "interrupted: 1 of 2 directions finished (fwd)" in captured.err
+    assert '"complete": false' in captured.err and str(out) in captured.err
+    assert "fwd" in captured.out
+    assert not Exploration.from_json(out.read_text()).complete

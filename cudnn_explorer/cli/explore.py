@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import List
 
-from ..core.errors import ExplorerError, UserError
+from ..core.errors import ExplorerError, Interrupted, UserError
 from ..core.options import parse_int
 from ..core.problem import ConvProblem
 from ..jobs import gpu
@@ -129,6 +129,14 @@ def run(argv: List[str]) -> int:
         exp = load_exploration(a.load)
     else:
         exp = _explore(a)
+    code = None
+    if not exp.complete:  # interrupted: what finished is shown and saved, then the exit
+        names = ", ".join(d.direction for d in exp.directions)
+        error(f"interrupted: {len(exp.directions)} of "
+              f"{len(problem_directions(a))} directions finished ({names}); their results "
+              f"are shown" + (f" and saved in '{a.json}' (\"complete\": false)" if a.json
+                              else "") + " (--store keeps each finished direction too)")
+        code = 130
     try:
         # The table first whenever stdout is free, so a failed write loses nothing shown.
         if "-" not in (a.json, a.csv):
@@ -144,6 +152,8 @@ def run(argv: List[str]) -> int:
         # run writes. The file is at fault, not the machine: exit 2, naming it.
         raise UserError(f"--load '{a.load}': fields that do not fit together "
                         f"({type(e).__name__}: {str(e)[:80]})") from None
+    if code is not None:
+        return code
     return 0 if a.load else _exit_code(exp)
 
 
@@ -156,8 +166,17 @@ def _explore(a):
     try:
         return explore(problem, options, progress, store=store_choice(a),
                        skip_engines_if_unbuilt=not a.engines, notify=notify)
+    except Interrupted as e:
+        if e.partial is None:  # nothing had finished
+            raise
+        return e.partial
     finally:
         done()
+
+
+def problem_directions(a):
+    """The directions the command asked for."""
+    return options_from_args(a, engines=not a.no_engines).directions
 
 
 def _exit_code(exp) -> int:

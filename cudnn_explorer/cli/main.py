@@ -30,9 +30,21 @@ def run(argv: List[str]) -> int:
     return module.run(argv[1:] if verb else argv)
 
 
+def _terminated(signum, frame):
+    """SIGTERM (``timeout``, a job scheduler) ends a run as Ctrl-C does: what finished is
+    shown and saved."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or bool(os.environ.get("CUDNN_EXPLORER_DEBUG"))
+    import signal
+    import threading
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return run(argv)
     except ExplorerError as e:
@@ -53,6 +65,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"cudnn_explorer: internal error: {type(e).__name__}: {first} "
               f"(rerun with --debug for the traceback)", file=sys.stderr)
         return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def console() -> None:

@@ -1,7 +1,7 @@
 """Exceptions with the exit codes the CLI maps them to. Pure Python."""
 
 __all__ = ["ExplorerError", "UserError", "MissingDependencyError", "CudnnError", "ResourceError",
-           "GpuError", "ChildError", "first_line", "described"]
+           "GpuError", "ChildError", "Interrupted", "first_line", "described"]
 
 
 class ExplorerError(Exception):
@@ -64,3 +64,13 @@ def described(e: BaseException, limit: int = 300) -> str:
     """"Type: first line" of a foreign exception, or "Type" when it has no message."""
     line = first_line(e, limit)
     return f"{type(e).__name__}: {line}" if line else type(e).__name__
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, which the command line turns into it) during a measurement:
+    ``partial`` holds what finished before it (an Exploration with ``complete`` False),
+    for the caller to show and save."""
+
+    def __init__(self, partial=None):
+        super().__init__("interrupted")
+        self.partial = partial

@@ -94,6 +94,7 @@ class Exploration:
     schema: str = SCHEMA_NAME
     schema_version: int = SCHEMA_VERSION
     measurement: Measurement = field(default_factory=Measurement)
+    complete: bool = True  # False: interrupted, ``directions`` are those that finished
 
     def direction(self, name: str) -> DirectionResult:
         for d in self.directions:
@@ -111,6 +112,7 @@ class Exploration:
             "environment": asdict(self.environment),
             "measurement": asdict(self.measurement),
             "directions": [d.to_dict() for d in self.directions],
+            **({} if self.complete else {"complete": False}),
         }
 
     def to_json(self) -> str:
@@ -140,6 +142,7 @@ class Exploration:
             raise UserError(f"directions: {', '.join(names)} lists a direction twice")
         for key in ("tool_version", "created"):
             convert(d.get(key, ""), str, key)
+        complete = convert(d.get("complete", True), bool, "complete")
         return cls(
             problem=ConvProblem.from_dict(d.get("problem")),
             environment=Environment.from_dict(d.get("environment") or {}, "environment"),
@@ -149,6 +152,7 @@ class Exploration:
             schema=d["schema"],
             schema_version=version,
             measurement=Measurement.from_dict(d.get("measurement") or {}, "measurement"),
+            complete=complete,
         )
 
     @classmethod

@@ -12,7 +12,7 @@ import socket
 from typing import Callable, Dict, List, Optional
 
 from ..core import analysis
-from ..core.errors import MissingDependencyError, ResourceError, UserError
+from ..core.errors import Interrupted, MissingDependencyError, ResourceError, UserError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.version import __version__
@@ -107,7 +107,9 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
     the cuDNN 9 engine configs (in worker processes under a watchdog). Runs on PyTorch's
     cuDNN handle and current stream on GPU ``options.device``. ``progress`` hears one
     line per step; ``on_direction`` gets each direction as soon as it is finished (the CLI
-    saves it in the results store there)."""
+    saves it in the results store there). Ctrl-C raises core.errors.Interrupted, whose
+    ``partial`` is the Exploration of the directions that finished (``complete`` False;
+    None when none had)."""
     if options is None:
         options = ExploreOptions.create(**kw)
     elif kw:
@@ -120,18 +122,24 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
             "this build of cudnn_explorer._C has no cudnn-frontend, so it cannot list engine "
             f"configs; pip install nvidia-cudnn-frontend, then rebuild: {native.BUILD_HINT} "
             "(or run without engines: --no-engines, engines=False)")
-    runs = bench.children(problem, options, say) if options.pytorch else []
     measurement = measurement_of(options, env, problem)
     results = []
-    with bench.scope():
-        for d in options.directions:
-            results.append(_direction(problem, d, options, bench, runs, env, say))
-            if on_direction is not None:
-                on_direction(env, measurement, results[-1])
-    return Exploration(problem=problem, environment=env, directions=results,
-                       tool_version=__version__,
-                       created=utc_now(),
-                       measurement=measurement)
+
+    def exploration(complete: bool = True) -> Exploration:
+        return Exploration(problem=problem, environment=env, directions=results,
+                           tool_version=__version__, created=utc_now(),
+                           measurement=measurement, complete=complete)
+
+    try:
+        runs = bench.children(problem, options, say) if options.pytorch else []
+        with bench.scope():
+            for d in options.directions:
+                results.append(_direction(problem, d, options, bench, runs, env, say))
+                if on_direction is not None:
+                    on_direction(env, measurement, results[-1])
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from the command line: keep what finished
+        raise Interrupted(exploration(complete=False) if results else None) from None
+    return exploration()
 
 
 def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs,
