@@ -262,7 +262,7 @@ def _repeat(plans):
 
 
 def test_pick_stability_counts_plans_and_measures_their_spread():
-    from cudnn_explorer.core.advice import Stability, pick_stability
+    from cudnn_explorer.core.stability import Stability, pick_stability
 
     a, b = "ConvFwd_eng62_k2=5", "ConvFwd_eng62_k2=4"
     rep = ModelRun(modes=[

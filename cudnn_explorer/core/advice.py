@@ -33,7 +33,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .capture import Capture
 from .errors import UserError
@@ -41,10 +41,10 @@ from .pytorch_run import ModelRun
 from .exploration import Environment
 from . import stats
 from .schema import Record, parse_json, shown
+from .stability import Stability
 
-__all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost", "Stability",
-           "comparable", "pick_stability",
-           "costs_from_run", "expected_total_ms", "steady_difference", "pinned_difference",
+__all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost",
+           "comparable", "costs_from_run", "expected_total_ms", "steady_difference", "pinned_difference",
            "break_even",
            "Bucketing", "best_bucketing", "Verdict", "verdict", "Advice", "plans_needed",
            "PLAN_CACHE_LIMIT"]
@@ -409,51 +409,6 @@ def _on_off_verdict(costs: Sequence[ShapeCost], n: int) -> Verdict:
     return Verdict("on", f"benchmark mode saves {d:.2f} ms per iteration (95% CI {lo:.2f} to "
                    f"{hi:.2f}); its first calls are paid back after {be} iterations",
                    **base)
-
-
-@dataclass
-class Stability(Record):
-    """One problem and direction over repeated fresh processes with benchmark on: how often
-    each plan was PyTorch's pick (``counts``), and each plan's steady-state median re-timed
-    here (``times``, ms; absent when it could not be timed)."""
-
-    problem: int
-    direction: str
-    counts: Dict[str, int] = field(default_factory=dict)
-    times: Dict[str, float] = field(default_factory=dict)
-
-    @property
-    def stable(self) -> bool:
-        return len(self.counts) <= 1
-
-    @property
-    def spread(self) -> Optional[float]:
-        """slowest / fastest - 1 among the plans picked, or None (fewer than two timed)."""
-        ts = [self.times[t] for t in self.counts if t in self.times]
-        return max(ts) / min(ts) - 1 if len(ts) >= 2 and min(ts) > 0 else None
-
-
-def plan_counts(repeats: ModelRun) -> List[Tuple[int, str, Dict[str, int]]]:
-    """Per problem and direction, (problem, direction, plan -> how many of the repeated
-    runs picked it), from the first calls of the first input size of each run (each a
-    fresh process), in problem order, the most picked plan first."""
-    counts: Dict[Tuple[int, str], Dict[str, int]] = {}
-    for m in repeats.modes:
-        if not m.ok:
-            continue
-        for c in m.sizes[0].calls:
-            if c.problem >= 0 and c.plan:
-                per = counts.setdefault((c.problem, c.direction), {})
-                per[c.plan] = per.get(c.plan, 0) + 1
-    order = {"fwd": 0, "bwd-data": 1, "bwd-filter": 2}
-    return [(p, d, dict(sorted(v.items(), key=lambda kv: -kv[1])))
-            for (p, d), v in sorted(counts.items(), key=lambda kv: (kv[0][0],
-                                                                    order[kv[0][1]]))]
-
-
-def pick_stability(repeats: ModelRun) -> List[Stability]:
-    """plan_counts as Stability records, none of their plans re-timed."""
-    return [Stability(p, d, c) for p, d, c in plan_counts(repeats)]
 
 
 @dataclass

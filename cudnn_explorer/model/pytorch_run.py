@@ -29,7 +29,7 @@ from ..core import logs
 from ..core.capture import Capture
 from ..core.child_records import (CallResult, FirstCall, ModelChildResult, ProblemChildResult,
                                   SizeResult)
-from ..core.advice import Stability
+from ..core.stability import Stability
 from ..core.errors import ChildError, ExplorerError, UserError
 from ..core.pytorch_run import ConvCall, IterationTiming, ModelModeRun, ModelRun, SizeRun
 from ..core.options import ExploreOptions
