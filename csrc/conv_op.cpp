@@ -163,29 +163,26 @@ PinnedCall make_call(Direction d, const Tensor& x, const Tensor& w, const Tensor
   return c;
 }
 
-const c10::TypedOperatorHandle<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&,
-                                      IntArrayRef, IntArrayRef, IntArrayRef, bool, IntArrayRef,
-                                      int64_t)>&
-conv_op() {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("cudnn_explorer::conv", "")
-                       .typed<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&,
-                                     IntArrayRef, IntArrayRef, IntArrayRef, bool, IntArrayRef,
-                                     int64_t)>();
+using ConvSignature = Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&,
+                             IntArrayRef, IntArrayRef, IntArrayRef, bool, IntArrayRef, int64_t);
+using Grads = std::tuple<Tensor, Tensor, Tensor>;
+using ConvBackwardSignature = Grads(const Tensor&, const Tensor&, const Tensor&, IntArrayRef,
+                                    IntArrayRef, IntArrayRef, bool, IntArrayRef, int64_t,
+                                    std::array<bool, 3>);
+
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> typed_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").template typed<Signature>();
+}
+
+// The library's two ops, each looked up once.
+const c10::TypedOperatorHandle<ConvSignature>& conv_op() {
+  static const auto op = typed_op<ConvSignature>("cudnn_explorer::conv");
   return op;
 }
 
-using Grads = std::tuple<Tensor, Tensor, Tensor>;
-
-const c10::TypedOperatorHandle<Grads(const Tensor&, const Tensor&, const Tensor&, IntArrayRef,
-                                     IntArrayRef, IntArrayRef, bool, IntArrayRef, int64_t,
-                                     std::array<bool, 3>)>&
-conv_backward_op() {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("cudnn_explorer::conv_backward", "")
-                       .typed<Grads(const Tensor&, const Tensor&, const Tensor&, IntArrayRef,
-                                    IntArrayRef, IntArrayRef, bool, IntArrayRef, int64_t,
-                                    std::array<bool, 3>)>();
+const c10::TypedOperatorHandle<ConvBackwardSignature>& conv_backward_op() {
+  static const auto op = typed_op<ConvBackwardSignature>("cudnn_explorer::conv_backward");
   return op;
 }
 

@@ -39,7 +39,7 @@ struct Slot {
   PlanSpec spec;       // covered: the file's entry; otherwise only key and description
   bool covered = false;
   std::atomic<int64_t> pinned{0}, fallback{0}, builds{0};
-  std::mutex m;        // guards the strings and build_ms
+  mutable std::mutex m;  // guards the strings and build_ms
   std::string reason, ran;
   double build_ms = 0.0;
 };
@@ -208,7 +208,7 @@ std::vector<PinStat> pin_stats() {
     p.pinned_calls = s.pinned.load();
     p.fallback_calls = s.fallback.load();
     p.builds = s.builds.load();
-    std::lock_guard<std::mutex> slock(const_cast<Slot&>(s).m);
+    std::lock_guard<std::mutex> slock(s.m);
     p.ran = s.ran;
     p.reason = s.reason;
     p.build_ms = s.build_ms;

@@ -18,6 +18,7 @@ Usage: python scripts/bench_pin_ddp.py --plans FILE [--gpus 2] [--model resnet50
        (--device cpu --gpus 2: the same flow on the CPU with gloo, for a smoke test)
 """
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -69,7 +70,7 @@ def worker(a) -> int:
 
     def step(sync=True):
         opt.zero_grad(set_to_none=True)
-        ctx = ddp.no_sync() if not sync else _nothing()
+        ctx = ddp.no_sync() if not sync else contextlib.nullcontext()
         with ctx:
             with torch.autocast(device.type, dtype=amp or torch.float32,
                                 enabled=amp is not None and not cpu):
@@ -121,14 +122,6 @@ def worker(a) -> int:
             json.dump({"mode": a.mode, "ranks": every}, f, indent=1)
     dist.destroy_process_group()
     return 0
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def main() -> int:

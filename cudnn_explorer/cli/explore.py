@@ -132,8 +132,9 @@ def run(argv: List[str]) -> int:
     code = None
     if not exp.complete:  # interrupted: what finished is shown and saved, then the exit
         names = ", ".join(d.direction for d in exp.directions)
-        error(f"interrupted: {len(exp.directions)} of "
-              f"{len(problem_directions(a))} directions finished ({names}); their results "
+        asked = exp.measurement.options.get("directions") or ()
+        error(f"interrupted: {len(exp.directions)} of {len(asked)} directions finished "
+              f"({names}); their results "
               f"are shown" + (f" and saved in '{a.json}' (\"complete\": false)" if a.json
                               else "") + " (--store keeps each finished direction too)")
         code = 130
@@ -172,11 +173,6 @@ def _explore(a):
         return e.partial
     finally:
         done()
-
-
-def problem_directions(a):
-    """The directions the command asked for."""
-    return options_from_args(a, engines=not a.no_engines).directions
 
 
 def _exit_code(exp) -> int:

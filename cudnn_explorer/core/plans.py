@@ -179,9 +179,13 @@ class PlanFile(Record):
     def entry(self, key: PlanKey) -> Optional[PlanEntry]:
         return next((e for e in self.entries if e.key == key), None)
 
+    def differences(self, here: Environment) -> List[str]:
+        """What differs between the file's environment and ``here``, in words."""
+        return self.environment.differences(PlanEnvironment.of(here))
+
     def check_environment(self, here: Environment, override: bool = False) -> List[str]:
         """What differs from ``here``; UserError naming it unless ``override``."""
-        diff = self.environment.differences(PlanEnvironment.of(here))
+        diff = self.differences(here)
         if diff and not override:
             raise UserError(f"plan file from another environment: {'; '.join(diff)} "
                             f"(--allow-environment uses it anyway)")

@@ -65,9 +65,13 @@ def write_plans(source: Optional[str] = None, *, store: Optional[str] = None,
 def read_plans(path: str) -> PlanFile:
     """The plan file at ``path``, every field checked (UserError names the file and the
     bad field)."""
+    return _read(path)[0]
+
+
+def _read(path: str) -> Tuple[PlanFile, bytes]:
     data = read_bytes(path, "plan file")  # its errors name the file already
     try:
-        return PlanFile.read(data, "plan file")
+        return PlanFile.read(data, "plan file"), data
     except UserError as e:
         raise UserError(f"plan file '{path}': {e}") from None
 
@@ -90,18 +94,17 @@ def pinned_mode(path: str, env: Environment, uncovered: str = "off",
     import hashlib
     import os
 
-    from ..core.plans import PlanEnvironment
     from ..measure.pytorch_picks import ModeSpec
 
     if uncovered not in ("off", "on"):
         raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
                         f"convolutions the plan file does not cover)")
-    plans = read_plans(path)
-    diffs = plans.environment.differences(PlanEnvironment.of(env))
+    plans, data = _read(path)
+    diffs = plans.differences(env)
     if diffs and not allow_environment:
         raise UserError(f"plan file '{path}' from another environment: {'; '.join(diffs)} "
                         f"(--allow-environment uses it anyway)")
-    sha = hashlib.sha256(read_bytes(path, "plan file")).hexdigest()
+    sha = hashlib.sha256(data).hexdigest()
     return ModeSpec(f"pinned (uncovered: benchmark {uncovered})", "pinned",
                     plans=os.path.abspath(path), plans_sha=sha,
                     benchmark=uncovered == "on"), plans

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from ..core.errors import ExplorerError, UserError
 from ..core.pinning import PinReport
-from ..core.plans import PlanEnvironment, PlanFile
+from ..core.plans import PlanFile
 from . import functional, op
 
 __all__ = ["pin", "unpin", "pinned", "plan_file"]
@@ -56,7 +56,7 @@ def _differences(plans: PlanFile) -> List[str]:
     here = _here()
     if here is None:
         return [NOT_CHECKED]
-    return plans.environment.differences(PlanEnvironment.of(here))
+    return plans.differences(here)
 
 
 def _ranks(group) -> Optional[Tuple[int, int, int]]:
@@ -160,25 +160,16 @@ class _PinnedConvTranspose(_Pinned):
                                          self.dilation)
 
 
-def _kind_of_class(cls: type) -> Optional[type]:
-    """The mixin that pins layers of class ``cls``, or None."""
+def _kind(cls: type) -> Optional[tuple]:
+    """(mixin, the torch.nn base class) for a layer class that can be pinned, or None."""
     import torch.nn as nn
 
-    if issubclass(cls, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
-        return _PinnedConv
-    if issubclass(cls, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
-        return _PinnedConvTranspose
-    return None
-
-
-def _kind(module) -> Optional[tuple]:
-    """(mixin, the torch.nn base class) for a layer that can be pinned, or None."""
-    import torch.nn as nn
-
-    for base in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
-                 nn.ConvTranspose3d):
-        if isinstance(module, base):
-            return _kind_of_class(type(module)), base
+    for base in (nn.Conv1d, nn.Conv2d, nn.Conv3d):
+        if issubclass(cls, base):
+            return _PinnedConv, base
+    for base in (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d):
+        if issubclass(cls, base):
+            return _PinnedConvTranspose, base
     return None
 
 
@@ -230,9 +221,9 @@ def __getattr__(name: str):
         cls = importlib.import_module(module)
         for attr in qualname.split("."):
             cls = getattr(cls, attr)
-        kind = _kind_of_class(cls)
+        kind = _kind(cls) if isinstance(cls, type) else None
         if kind is not None:
-            return _pinned_class(cls, kind)
+            return _pinned_class(cls, kind[0])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -254,7 +245,7 @@ def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
         if getattr(type(m), "_cudnn_explorer_base", None) is not None:
             layers.append(name or "(the model)")  # pinned before: stays pinned
             continue
-        kind = _kind(m)
+        kind = _kind(type(m))
         if kind is None:
             continue
         why = _why_not(m, kind[1])
