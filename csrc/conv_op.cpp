@@ -5,7 +5,7 @@
 // weight's gradients) runs the loaded plan for that problem-direction (pinned_plans.cpp);
 // a direction without one runs PyTorch's own call (at::convolution,
 // at::convolution_backward), counted and warned about once. Its autograd is here, in C++
-// (a torch::autograd::Function calling cudnn_explorer::conv_backward), so that its host
+// (a Node calling cudnn_explorer::conv_backward, Note [autograd node]), so that its host
 // cost stays near ATen's; it casts under autocast as aten::convolution does (to the
 // autocast dtype). Transposed convolutions are run as PyTorch runs them: as the
 // convolution they are the adjoint of (forward = its backward-data, input gradient = its
@@ -21,12 +21,16 @@
 #include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include <array>
 #include <climits>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 
 namespace cudnn_explorer {
 
@@ -270,49 +274,81 @@ Grads conv_backward_kernel(const Tensor& grad_output, const Tensor& input, const
   return {gi, gw, gb};
 }
 
-class PinnedConv : public torch::autograd::Function<PinnedConv> {
- public:
-  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& input,
-                        const Tensor& weight, const std::optional<Tensor>& bias,
-                        IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                        bool transposed, IntArrayRef output_padding, int64_t groups) {
-    ctx->saved_data["stride"] = stride;
-    ctx->saved_data["padding"] = padding;
-    ctx->saved_data["dilation"] = dilation;
-    ctx->saved_data["transposed"] = transposed;
-    ctx->saved_data["output_padding"] = output_padding;
-    ctx->saved_data["groups"] = groups;
-    ctx->saved_data["bias"] = bias.has_value() && bias->defined();
-    ctx->save_for_backward({input, weight});
-    at::AutoDispatchBelowADInplaceOrView below;
-    return conv_op().call(input, weight, bias, stride, padding, dilation, transposed,
-                          output_padding, groups);
+// Note [autograd node]: the op's autograd is a Node of its own, made as ATen's generated
+// autograd kernels make theirs (ConvolutionBackward0): the inputs saved as SavedVariables,
+// the arguments as plain members, the output's history set directly. A
+// torch::autograd::Function (CppNode) costs several microseconds more per training call
+// (a map of saved IValues, its argument visitors, its output wrapping), and an eager
+// training step calls it once per layer. Its backward is first-order (the conv_backward
+// op has no derivative), and compiled autograd does not take it (no compiled_args).
+using NodePtr = decltype(torch::autograd::Edge::function);
+
+struct PinnedConvBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable input_, weight_;
+  std::vector<int64_t> stride, padding, dilation, output_padding;
+  bool transposed = false, bias = false;
+  int64_t groups = 1;
+
+  std::string name() const override { return "PinnedConvBackward"; }
+
+  void release_variables() override {
+    input_.reset_data();
+    weight_.reset_data();
   }
 
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    torch::autograd::variable_list out(9);
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    torch::autograd::variable_list out(3);
     if (!grads[0].defined()) return out;
-    const auto saved = ctx->get_saved_variables();
-    const std::array<bool, 3> mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                                   ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)};
-    auto r = conv_backward_op().call(
-        grads[0], saved[0], saved[1], ctx->saved_data["stride"].toIntVector(),
-        ctx->saved_data["padding"].toIntVector(), ctx->saved_data["dilation"].toIntVector(),
-        ctx->saved_data["transposed"].toBool(), ctx->saved_data["output_padding"].toIntVector(),
-        ctx->saved_data["groups"].toInt(), mask);
-    out[0] = std::get<0>(r);
-    out[1] = std::get<1>(r);
-    out[2] = std::get<2>(r);
+    const std::array<bool, 3> mask{should_compute_output(0), should_compute_output(1),
+                                   bias && should_compute_output(2)};
+    if (!mask[0] && !mask[1] && !mask[2]) return out;
+    auto r = conv_backward_op().call(grads[0], input_.unpack(), weight_.unpack(), stride,
+                                     padding, dilation, transposed, output_padding, groups,
+                                     mask);
+    out[0] = std::move(std::get<0>(r));
+    out[1] = std::move(std::get<1>(r));
+    out[2] = std::move(std::get<2>(r));
     return out;
   }
 };
 
+// A node held as this torch's autograd holds nodes (std::shared_ptr before torch 2.12,
+// c10::intrusive_ptr after).
+template <class T>
+NodePtr new_node() {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
+    return NodePtr(new T());
+  } else {
+    return c10::make_intrusive<T>();
+  }
+}
+
 Tensor conv_autograd(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                      bool transposed, IntArrayRef output_padding, int64_t groups) {
-  return PinnedConv::apply(input, weight, bias, stride, padding, dilation, transposed,
-                           output_padding, groups);
+  NodePtr node;
+  if (torch::autograd::compute_requires_grad(input, weight, bias)) {
+    node = new_node<PinnedConvBackward>();
+    auto& n = static_cast<PinnedConvBackward&>(*node);
+    n.set_next_edges(torch::autograd::collect_next_edges(input, weight, bias));
+    n.input_ = torch::autograd::SavedVariable(input, false);
+    n.weight_ = torch::autograd::SavedVariable(weight, false);
+    n.stride = stride.vec();
+    n.padding = padding.vec();
+    n.dilation = dilation.vec();
+    n.output_padding = output_padding.vec();
+    n.transposed = transposed;
+    n.bias = bias.has_value() && bias->defined();
+    n.groups = groups;
+  }
+  Tensor out;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    out = conv_op().call(input, weight, bias, stride, padding, dilation, transposed,
+                         output_padding, groups);
+  }
+  if (node) torch::autograd::set_history(out, node);
+  return out;
 }
 
 // aten::convolution is on autocast's lower-precision list: so is this op.

@@ -11,6 +11,7 @@ tiny convolution), and the gain the sweep predicted ("left on the table") with -
 
 Usage: python scripts/bench_pin.py --plans FILE [--sweep SWEEP.json] [--model resnet50]
            [--batch 32] [--amp fp16] [--no-channels-last] [--eval] [--json PATH]
+       python scripts/bench_pin.py --host-only [--json PATH]   (the host cost alone)
 Goals (docs/pinning.md): pinned steady step <= the faster of on and off; pinned first
 iteration <= off's + the plan builds; pinned peak reserved <= off's + 5%; eager step <=
 off's + 2%; host cost <= ATen's + 3 us; identical plans in every process.
@@ -65,11 +66,12 @@ def child(spec, tmp, name, timeout_s, frontend_log=False):
     return result, wall, log_text
 
 
-def host_cost(plans_path, calls=3000):
-    """us per call of a tiny fp16 channels_last 3x3 convolution (launch-bound, no
-    gradients): ATen (F.conv2d, benchmark off) and the pinned op called directly (by its
-    eager entry, and through torch.ops), then an nn.Conv2d layer unpinned and pinned, in
-    this process."""
+def host_cost(calls=3000):
+    """us per call of a tiny fp16 channels_last 3x3 convolution (launch-bound): without
+    gradients, ATen (F.conv2d, benchmark off) and the pinned op called directly (by its
+    eager entry, and through torch.ops), then an nn.Conv2d layer unpinned and pinned; and
+    a training call of the layer (forward with autograd, backward to the input and the
+    weight: three cuDNN directions), unpinned and pinned; in this process."""
     import torch
 
     from cudnn_explorer.pinning import op
@@ -85,7 +87,7 @@ def host_cost(plans_path, calls=3000):
     w = torch.randn(8, 8, 3, 3, device="cuda", dtype=torch.float16).contiguous(
         memory_format=torch.channels_last)
     problem = problem_of(x, w, [1, 1], [1, 1], [1, 1], 1, True)
-    op_plans = heuristic_plans([problem], directions=("fwd",))
+    op_plans = heuristic_plans([problem])
     op.load_plans(op_plans)
 
     def per_call(fn):
@@ -115,11 +117,24 @@ def host_cost(plans_path, calls=3000):
         pin(layer, op_plans, allow_environment=True)
         pinned_layer_us = per_call(lambda: layer(x))
         unpin(layer)
+    # a training call: the layer's forward with autograd, and its backward (input and
+    # weight gradients), unpinned and pinned
+    xg = x.detach().clone().requires_grad_(True)
+    grad = torch.randn_like(layer(x))
+
+    def train():
+        layer(xg).backward(grad)
+
+    train_layer_us = per_call(train)
+    pin(layer, op_plans, allow_environment=True)
+    pinned_train_us = per_call(train)
+    unpin(layer)
     counts = op.pin_counts(reset=True)
     op.clear_plans()
     return {"aten_us": aten_us, "pinned_us": pinned_us, "pinned_torch_ops_us": torch_ops_us,
             "layer_us": layer_us,
-            "pinned_layer_us": pinned_layer_us, "pinned_calls": counts.pinned_calls,
+            "pinned_layer_us": pinned_layer_us, "train_layer_us": train_layer_us,
+            "pinned_train_us": pinned_train_us, "pinned_calls": counts.pinned_calls,
             "fallback_calls": counts.fallback_calls,
             "problem": problem.describe()}
 
@@ -151,7 +166,7 @@ def summarise(result, graph_result):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--plans", required=True)
+    ap.add_argument("--plans", default=None, help="the plan file (required but with --host-only)")
     ap.add_argument("--sweep", default=None, help="the sweep the plans came from")
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--batch", type=int, default=32)
@@ -165,7 +180,18 @@ def main() -> int:
     ap.add_argument("--max-timed-s", type=float, default=15.0)
     ap.add_argument("--timeout-s", type=float, default=240.0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--host-only", action="store_true",
+                    help="only the op's host cost per call (no model, --plans unread)")
     a = ap.parse_args()
+    if not a.plans and not a.host_only:
+        ap.error("--plans FILE is required (or --host-only)")
+    if a.host_only:
+        text = json.dumps({"host_cost": host_cost()}, indent=1)
+        print(text)
+        if a.json:
+            with open(a.json, "w") as f:
+                f.write(text + "\n")
+        return 0
 
     from cudnn_explorer.core.capture import ModelSpec
 
@@ -197,7 +223,7 @@ def main() -> int:
         tags = [p.rsplit(": ", 1)[1] for p in ran[2]]
         out["frontend_log_names_the_plans"] = sum(1 for t in tags if t and t in third_log)
         out["pin_report"] = runs["pinned-first"][0].pin_report.to_dict()
-    out["host_cost"] = host_cost(a.plans)
+    out["host_cost"] = host_cost()
     if a.sweep:
         from cudnn_explorer.core.choices import sweep_totals
         from cudnn_explorer.core.documents import read_saved
@@ -218,6 +244,9 @@ def main() -> int:
         "eager_le_off_plus_2pct": m["pinned"]["eager_median_ms"] <= 1.02 * m["off"]["eager_median_ms"],
         "host_cost_le_aten_plus_3us":
             out["host_cost"]["pinned_us"] <= out["host_cost"]["aten_us"] + 3.0,
+        # a training call runs three cuDNN directions: 3 us each
+        "train_host_cost_le_aten_plus_3us_per_direction":
+            out["host_cost"]["pinned_train_us"] <= out["host_cost"]["train_layer_us"] + 9.0,
     }
     text = json.dumps(out, indent=1)
     print(text)

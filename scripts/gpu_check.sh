@@ -185,6 +185,27 @@ part_pin-mobilenet() {
   pin_bench pin-mobilenet mobilenet_v3_large --batch 16 --amp fp16 --channels-last --eval
 }
 
+# A timm model's sweep (quick profile; PIN_BUDGET_MS as for the pinning sweeps).
+part_timm-sweep() {
+  "$PY" -m cudnn_explorer model timm:${TIMM_MODEL:-convnext_atto} --batch 32 --amp bf16 \
+    --channels-last --no-store --json "$LOG/timm.sweep.json" \
+    ${PIN_BUDGET_MS:+--budget-ms "$PIN_BUDGET_MS"} > "$LOG/timm.txt" 2>&1
+}
+
+# The op's host cost per call (bench_pin.py --host-only) and where a pinned model's eager
+# step spends its host time (scripts/profile_pin_host.py),
+# with pin-resnet50's sweep (carried with PIN_SWEEPS, or made by part pin-resnet50 first).
+part_pin-host() {
+  local sweep=$LOG/pin-resnet50.sweep.json
+  if [ -n "${PIN_SWEEPS:-}" ] && [ -f "$PIN_SWEEPS/pin-resnet50.sweep.json" ]; then
+    sweep=$PIN_SWEEPS/pin-resnet50.sweep.json
+  fi
+  "$PY" scripts/bench_pin.py --host-only --json "$LOG/pin-host-cost.json" \
+    > "$LOG/pin-host-cost.txt" 2>&1 || return 1
+  "$PY" scripts/profile_pin_host.py --sweep "$sweep" --json "$LOG/pin-host.json" \
+    > "$LOG/pin-host.txt" 2>&1
+}
+
 part_pin-ddp() {  # two GPUs or more: DDP with benchmark on against one plan file on every rank
   local plans=${PIN_DDP_PLANS:-$LOG/pin-resnet50.plans.json}
   "$PY" scripts/bench_pin_ddp.py --plans "$plans" --gpus "$(nvidia-smi -L | wc -l)" \
