@@ -9,14 +9,14 @@ these variants in interleaved rounds (each switch warmed before it is timed):
   pinned-pytorch    pinned to benchmark mode's picks as the sweep recorded them
   on                benchmark on (last: PyTorch's plan cache keeps its picks afterwards)
 Per variant: the eager step (median of CUDA-event times around each step, as the model
-command's steady eager samples), the host's time to enqueue one step (no synchronisation
+command's steady eager samples; against off's in the same round, Note [paired rounds]), the host's time to enqueue one step (no synchronisation
 inside it), and a CPU-only torch.profiler profile of a few steps: per op, calls per step and
 self-CPU microseconds per call, for the convolution ops, the pinned op's plan execution
 (cudnn_explorer::execute_plan) and autograd's nodes. pinned-heuristic against off is the
 op's own cost; pinned-best against pinned-heuristic is what the engines' own host cost adds.
 
 Usage: python scripts/profile_pin_host.py --sweep SWEEP.json [--model resnet50] [--batch 32]
-           [--input 3x224x224] [--amp fp16] [--no-channels-last] [--rounds 4] [--steps 30]
+           [--input 3x224x224] [--amp fp16] [--no-channels-last] [--rounds 10] [--steps 10]
            [--json PATH]
 """
 import argparse
@@ -84,9 +84,9 @@ def main() -> int:
     ap.add_argument("--amp", default="fp16")
     ap.add_argument("--no-channels-last", dest="channels_last", action="store_false",
                     default=True)
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--profile-steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 
@@ -129,20 +129,29 @@ def main() -> int:
         torch.cuda.synchronize()
         op.pin_counts(reset=True)
 
+    # Note [paired rounds]: the host's speed drifts over a run (benchmark off's own eager
+    # step moved from 19.4 to 22.0 ms over four rounds on the H200's host), more than the
+    # differences measured here; so each round times every variant in a short block, and
+    # a variant's figure is the median over rounds of its block's median divided by off's
+    # in the same round.
     names = ["off", "pinned-heuristic", "pinned-best", "pinned-pytorch"]
     eager = {n: [] for n in names + ["on"]}
     host = {n: [] for n in names + ["on"]}
+    ratios = {n: [] for n in names}
     counts = {}
     for r in range(a.rounds):
+        block = {}
         for n in names + (["on"] if r == a.rounds - 1 else []):
             use(n)
             e, h = timed(torch, step, a.steps)
             eager[n] += e
             host[n] += h
+            block[n] = statistics.median(e)
             c = op.pin_counts(reset=True)
             counts[n] = (c.pinned_calls, c.fallback_calls)
-        print(f"round {r + 1}: " + ", ".join(
-            f"{n} {statistics.median(eager[n]):.2f}" for n in names), flush=True)
+        for n in names:
+            ratios[n].append(block[n] / block["off"])
+        print(f"round {r + 1}: " + ", ".join(f"{n} {block[n]:.2f}" for n in names), flush=True)
     out = {"model": spec.describe(), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "gpu": torch.cuda.get_device_name(0),
            "variants": {}}
@@ -152,16 +161,22 @@ def main() -> int:
         ops, total = profiled(torch, step, a.profile_steps)
         out["variants"][n] = {
             "eager_median_ms": statistics.median(eager[n]), "eager_n": len(eager[n]),
+            "vs_off_paired": statistics.median(ratios[n]) - 1 if n in ratios else None,
+            "vs_off_paired_range": [min(ratios[n]) - 1, max(ratios[n]) - 1]
+            if n in ratios else None,
             "host_median_ms": statistics.median(host[n]),
             "pinned_calls": counts[n][0], "fallback_calls": counts[n][1],
             "profile_self_cpu_us_per_step": total,
             "ops": {k: {"calls_per_step": v[0], "self_us": v[1], "total_us": v[2]}
                     for k, v in sorted(ops.items(), key=lambda kv: -kv[1][0] * kv[1][1])}}
-    base = out["variants"]["off"]["eager_median_ms"]
-    print(f"{'variant':18} {'eager ms':>9} {'vs off':>7} {'host ms':>8} {'pinned':>7} "
-          f"{'fallback':>8}")
+    out["rounds"], out["steps_per_block"] = a.rounds, a.steps
+    print(f"{'variant':18} {'eager ms':>9} {'vs off (paired rounds: median, range)':>38} "
+          f"{'host ms':>8} {'pinned':>7} {'fallback':>8}")
     for n, v in out["variants"].items():
-        print(f"{n:18} {v['eager_median_ms']:9.2f} {v['eager_median_ms'] / base - 1:+7.1%} "
+        paired = "last round only" if v["vs_off_paired"] is None else \
+            f"{v['vs_off_paired']:+.1%} ({v['vs_off_paired_range'][0]:+.1%} .. " \
+            f"{v['vs_off_paired_range'][1]:+.1%})"
+        print(f"{n:18} {v['eager_median_ms']:9.2f} {paired:>38} "
               f"{v['host_median_ms']:8.2f} {v['pinned_calls']:7d} {v['fallback_calls']:8d}")
         for k, o in list(v["ops"].items())[:12]:
             print(f"    {k[:60]:60} {o['calls_per_step']:6.1f}/step  self {o['self_us']:7.1f} us"
