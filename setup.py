@@ -172,6 +172,6 @@ setup(
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "tabulate", "tqdm"],
     # model names (--model factories need none); heatmaps (--plot)
-    extras_require={"models": ["torchvision"], "plots": ["matplotlib"]},
+    extras_require={"models": ["torchvision"], "timm": ["timm"], "plots": ["matplotlib"]},
     entry_points={"console_scripts": ["cudnn-explorer = cudnn_explorer.cli.main:console"]},
 )
