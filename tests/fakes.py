@@ -249,7 +249,8 @@ class FakeBench:
     def lab(self, problem, direction, options):
         return FakeLab(problem, direction, options, self.calls)
 
-    def engines(self, problem, direction, options, legacy_rows, preferred_tags, say):
+    def engines(self, problem, direction, options, legacy_rows, preferred_tags, say,
+                finalist_tags=None):
         from cudnn_explorer.measure.engines import explore_engines
 
         self.preferred = getattr(self, "preferred", {})
@@ -263,7 +264,8 @@ class FakeBench:
                                legacy_rows=legacy_rows, max_per_engine=options.engine_configs,
                                time_budget_s=options.engine_budget_s, timing=options.timing,
                                kernels=False, preferred_tags=preferred_tags, progress=say,
-                               search=FakeSearch(self.seen))
+                               search=FakeSearch(self.seen), staged=options.staged,
+                               finalist_tags=finalist_tags)
 
     def scope(self):
         return contextlib.nullcontext()

@@ -17,8 +17,8 @@ __all__ = ["RUN_FLAGS", "add_run_args", "options_from_args", "add_model_args",
 RUN_FLAGS = ("--direction", "--device", "--max-workspace", "--seed", "--budget-ms",
              "--flush-l2", "--no-retime", "--no-graph", "--no-check", "--quiet", "--verbose",
              "--no-pytorch", "--benchmark-limit", "--child-timeout", "--no-engines",
-             "--engine-configs", "--engine-config-timeout", "--engine-budget-s", "--store",
-             "--no-store", "--refresh")
+             "--engine-configs", "--engine-config-timeout", "--engine-budget-s", "--staged",
+             "--store", "--no-store", "--refresh")
 # Flags that change nothing about what a run measures or where it keeps it: never
 # refused as "would be ignored" (a script may always pass them).
 HARMLESS = ("--quiet", "--verbose", "--debug")
@@ -32,8 +32,9 @@ def run_rules(pytorch_flags=()) -> list:
         Refuse("--no-pytorch", ("--benchmark-limit", "--child-timeout") + tuple(pytorch_flags),
                "--no-pytorch runs none of PyTorch's modes"),
         Refuse("--no-engines", ("--engine-configs", "--engine-config-timeout",
-                                "--engine-budget-s"), "--no-engines explores no engine configs"),
-        Refuse("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph"),
+                                "--engine-budget-s", "--staged"),
+               "--no-engines explores no engine configs"),
+        Refuse("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph", "--staged"),
                "--no-retime times nothing"),
         Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store"),
     ]
@@ -84,6 +85,10 @@ def add_run_args(p: Parser) -> Group:
                "as hung and its worker process restarted (default 60)")
     e.add("--engine-budget-s", default="120", metavar="S",
           help="time budget per direction for building and timing configs (default 120)")
+    e.add("--staged", action="store_true",
+          help="a staged search: every config timed briefly, those far behind the best "
+               "leave, the finalists (PyTorch's picks always among them) are timed with "
+               "the full budget and checked (docs/method.md)")
     st = p.group("results store (SQLite; a repeat answers from it)")
     add_store_args(st, "the store file (default ~/.cache/cudnn_explorer/results.db)",
                    "neither read nor save results",
@@ -136,7 +141,8 @@ def options_from_args(a, engines: bool) -> ExploreOptions:
         flush_l2=a.flush_l2, graph=not a.no_graph, check=not a.no_check,
         pytorch=not a.no_pytorch, benchmark_limit=a.benchmark_limit,
         child_timeout_s=a.child_timeout, engines=engines, engine_configs=a.engine_configs,
-        engine_budget_s=a.engine_budget_s, engine_config_timeout_s=a.engine_config_timeout)
+        engine_budget_s=a.engine_budget_s, engine_config_timeout_s=a.engine_config_timeout,
+        staged=bool(getattr(a, "staged", False)))
 
 
 def store_choice(a) -> StoreChoice:

@@ -95,6 +95,9 @@ class ExploreOptions:
     # their kernels not read, so no map from legacy algorithms to configs (model
     # --profile quick).
     engine_sampling: bool = _option(True, "--profile", "True or False", "bool")
+    # True: engine configs are timed in rounds, and only the finalists get the full
+    # budget and the accuracy check (Note [staged search] in core/staging.py).
+    staged: bool = _option(False, "--staged", "True or False", "bool")
 
     @classmethod
     def create(cls, source: str = "api", **kw) -> "ExploreOptions":

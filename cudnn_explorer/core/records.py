@@ -56,8 +56,10 @@ def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool,
 
 
 def rankable(r) -> bool:
-    """A row (AlgoResult) or engine config that ran, has a time, and is not WRONG."""
-    return r.ok and r.time is not None and r.correct is not False
+    """A row (AlgoResult) or engine config that ran, has a time, and is not WRONG; an
+    engine config that left a staged search early (timed briefly, not checked) is not."""
+    return r.ok and r.time is not None and r.correct is not False and \
+        getattr(r, "left_round", None) is None
 
 
 @dataclass
@@ -134,6 +136,11 @@ class EngineConfig(_Checked, Record):
     kernels: Optional[List[str]] = None
     heuristic_ranks: Dict[str, int] = field(default_factory=dict)
     allowed: bool = True
+    # the staged search (Note [staged search] in core/staging.py): the round it left in
+    # (its timing is that round's brief one, not checked) and its median over the round's
+    # best then; None for a finalist, or a config of a search that was not staged
+    left_round: Optional[int] = None
+    left_ratio: Optional[float] = None
 
     @property
     def ok(self) -> bool:
@@ -142,6 +149,14 @@ class EngineConfig(_Checked, Record):
     @property
     def time(self) -> Optional[float]:
         return self.timing.median_ms if self.timing is not None else None
+
+    @property
+    def left_note(self) -> str:
+        """"left after round 1 at 2.31x the best", or "" for a finalist."""
+        if self.left_round is None:
+            return ""
+        ratio = "" if self.left_ratio is None else f" at {self.left_ratio:.2f}x the best"
+        return f"left after round {self.left_round}{ratio}"
 
 
 @dataclass
@@ -166,6 +181,9 @@ class EngineSpace(Record):
     wall_s: Optional[float] = None  # wall time of the whole exploration, worker restarts included
     legacy_map: Dict[str, List[str]] = field(default_factory=dict)  # "ALGO (MATH)" -> tags
     sampled: bool = True  # False: the listed configs only (no sampling of the knob space)
+    # the staged search's rounds, when it was staged: per round {"round", "budget_ms",
+    # "keep_within", "timed", "left"}, then the finalists' {"round": "final", "timed"}
+    rounds: List[dict] = field(default_factory=list)
 
     def ranked(self) -> List[EngineConfig]:
         return sorted(filter(rankable, self.configs), key=lambda c: c.time)

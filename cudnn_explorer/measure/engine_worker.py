@@ -120,17 +120,20 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
                      legacy_rows: Sequence[AlgoResult] = (), preferred_tags: Sequence[str] = (),
                      start_timeout_s: float = 300.0,
                      progress: Optional[Callable[[str], None]] = None,
-                     worker: Optional[EngineWorker] = None) -> EngineSpace:
+                     worker: Optional[EngineWorker] = None,
+                     finalist_tags: Optional[Sequence[str]] = None) -> EngineSpace:
     """Explore one direction's engine configs in worker processes (see the module doc),
     timed and checked as ``options`` say (options.timing unchanged), at most
     ``options.engine_configs`` valid configs per engine within ``options.engine_budget_s``.
     ``worker``: the EngineWorker to use, kept for the caller's next direction (default: a
     new one, ended on return). Raises ChildError when a worker fails outside any config
-    (e.g. it cannot start, or makes no progress within ``start_timeout_s``)."""
+    (e.g. it cannot start, or makes no progress within ``start_timeout_s``).
+    ``options.staged``: a staged search, ``finalist_tags`` in its final round (default:
+    every preferred tag; measure/engines.py)."""
     if worker is None:
         with EngineWorker() as own:
             return explore_isolated(problem, direction, options, legacy_rows, preferred_tags,
-                                    start_timeout_s, progress, own)
+                                    start_timeout_s, progress, own, finalist_tags)
     say = progress or (lambda m: None)
     time_budget_s = options.engine_budget_s
     config_timeout_s = options.engine_config_timeout_s
@@ -144,7 +147,8 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
                 "legacy_rows": [r.to_dict() for r in legacy_rows],
                 "preferred_tags": list(preferred_tags),
                 "max_per_engine": options.engine_configs, "time_budget_s": left,
-                "sample": options.engine_sampling,
+                "sample": options.engine_sampling, "staged": options.staged,
+                "finalist_tags": None if finalist_tags is None else list(finalist_tags),
                 "timing": asdict(options.timing), "check": options.check, "prior": prior}
         space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
                                     worker)
@@ -261,7 +265,8 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
         kernels=search is None and sample,
         preferred_tags=spec.get("preferred_tags", []), sample=sample,
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
-        search=search)
+        search=search, staged=bool(spec.get("staged", False)),
+        finalist_tags=spec.get("finalist_tags"))
     return space
 
 

@@ -5,6 +5,7 @@ hang or crash the process. The knob space itself is pure (core/knobs.py)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_pytorch,
@@ -12,6 +13,7 @@ from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_p
                           same_kernels, space_size)
 from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
+from ..core.staging import ROUNDS, Round, Timed, survivors
 from . import native
 from .kernels import kernel_names
 from .tensors import OUTPUT_OF, check_output
@@ -22,14 +24,15 @@ __all__ = ["explore_engines"]
 
 def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
                 engine: int, knobs: Knobs, heuristic_ranks: Dict[str, int], kernels: bool,
-                stage: Callable[[str], None] = lambda s: None) -> EngineConfig:
-    """Build, time (when ``spec.retime``) and check (against ``ref``, when given) one
-    config, and return its record.
-    ``stage`` hears "running" between building the plan and running it (a watchdog
-    tells which hung)."""
+                stage: Callable[[str], None] = lambda s: None, built=None):
+    """Build (unless ``built``, a plan build() made earlier), time (when ``spec.retime``)
+    and check (against ``ref``, when given) one config: (its record, the build result,
+    for timing it again). ``stage`` hears "running" between building the plan and running
+    it (a watchdog tells which hung)."""
     out_name = OUTPUT_OF[direction]
     tensors[out_name].fill_(float("nan"))
-    res = search.build(engine, [list(k) for k in knobs])
+    res = built if built is not None else search.build(engine, [list(k) for k in knobs])
+    made = res
     if res.status == "built":
         stage("running")
         res = search.measure(res, spec.retime, native.timing_options(spec))
@@ -46,7 +49,7 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
     if res.status == "OK" and kernels:
         names = list(kernel_names(lambda i=res.plan_index: native.call(
             f"executing {tag}", search.execute, i)))
-    return EngineConfig(
+    cfg = EngineConfig(
         tag=tag, engine=engine, knobs=[list(k) for k in knobs], status=res.status,
         message=res.message, numeric_notes=list(res.numeric_notes),
         behavior_notes=list(res.behavior_notes),
@@ -58,6 +61,13 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
         output_finite=checked.output_finite if checked else None,
         kernels=names, heuristic_ranks=dict(heuristic_ranks),
         allowed=allowed_by_pytorch(list(res.numeric_notes), problem.dtype, problem.tf32))
+    return cfg, made
+
+
+def _round_timing(full: TimingSpec, r: Round) -> TimingSpec:
+    """A round's timing: the full one's method with the round's (smaller) budget."""
+    return replace(full, budget_ms=min(r.budget_ms, full.budget_ms),
+                   warmup_ms=min(r.warmup_ms, full.warmup_ms))
 
 
 def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
@@ -68,7 +78,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                     progress: Optional[Callable[[str], None]] = None,
                     prior: Optional[dict] = None,
                     on_event: Optional[Callable[[dict], None]] = None,
-                    search=None) -> EngineSpace:
+                    search=None, staged: bool = False,
+                    finalist_tags: Optional[Sequence[str]] = None) -> EngineSpace:
     """In this process: enumerate every engine of one direction, build, time and check up to
     ``max_per_engine`` valid knob configs per engine (trying at most ATTEMPTS_PER_CONFIG
     times as many candidates, see candidate_configs), time each as ``timing`` says (the
@@ -85,7 +96,11 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     receives {"start": ...} before and {"attempt": ...} after every config; ``prior``
     ({"attempts": [...], "failed": [...]}, as a supervisor collected them from earlier
     workers) is taken as already done, so a restarted worker carries on where the last one
-    stopped. ``search`` replaces the native EngineSearch (tests)."""
+    stopped. ``search`` replaces the native EngineSearch (tests).
+
+    ``staged`` (with ``timing.retime``): every config is first timed briefly, and only the
+    finalists get ``timing`` and the check (Note [staged search] in core/staging.py);
+    ``finalist_tags`` always reach the final round (default: every preferred tag)."""
     say = progress or (lambda m: None)
     emit = on_event or (lambda ev: None)
     t0 = time.perf_counter()
@@ -124,9 +139,14 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     def ranks(e: int, ch: Knobs) -> Dict[str, int]:
         return {m: lst.index((e, ch)) + 1 for m, lst in heur.items() if (e, ch) in lst}
 
-    # What earlier workers did (a restart after a config hung or crashed one of them).
+    # What earlier workers did (a restart after a config hung or crashed one of them; in
+    # a staged search it may have hung in a later round, after its first one was recorded).
+    failed_before = {(int(f["engine"]), tuple(tuple(k) for k in f["knobs"]))
+                     for f in (prior or {}).get("failed", [])}
     for a in (prior or {}).get("attempts", []):
         e, ch = int(a["engine"]), tuple(tuple(k) for k in a["knobs"])
+        if (e, ch) in failed_before:
+            continue
         done[e].add(ch)
         engines[e]["tried"] += 1
         if a.get("config") is None:
@@ -144,6 +164,10 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         engines[e]["configs"] += 1
         engines[e]["failed"] += 1
 
+    staging = staged and timing.retime
+    first = _round_timing(timing, ROUNDS[0]) if staging else timing
+    built: Dict[int, object] = {}  # configs' index -> their build result, to time again
+
     def over_budget() -> bool:
         nonlocal exhausted
         if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
@@ -156,14 +180,16 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         tag = config_tag(direction, e, ch)
         say(f"{direction}: engine {e}/{count - 1} {tag} ({time.perf_counter() - t0:.1f} s)")
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
-        cfg = _run_config(search, timing, problem, direction, tensors, ref, e, ch, ranks(e, ch),
-                          kernels, stage=lambda st: emit({"stage": st}))
+        cfg, made = _run_config(search, first, problem, direction, tensors,
+                                None if staging else ref, e, ch, ranks(e, ch), kernels,
+                                stage=lambda st: emit({"stage": st}))
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only
             entry["rejected"] += 1
             emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch], "config": None}})
             return None
         entry["configs"] += 1
+        built[len(configs)] = made
         configs.append(cfg)
         emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch],
                           "config": cfg.to_dict()}})
@@ -215,10 +241,80 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     find_legacy()
     for e in range(count):
         engines[e]["untried"] = len(queues[e]) - engines[e]["tried"]
+    rounds: List[dict] = []
+    if staging:
+        named = preferred_tags if finalist_tags is None else finalist_tags
+        keep = {(t.engine, t.knobs) for t in parse_tags(named) if t.operation == op}
+        keep |= set(heur["A"][:1])
+        rounds = _rounds(search, timing, problem, direction, tensors, ref, configs, built,
+                         keep, say, emit)
     return EngineSpace(
         engine_count=count, engines=engines, configs=configs, max_per_engine=max_per_engine,
         attempts_per_engine=attempts, time_budget_s=time_budget_s, budget_exhausted=exhausted,
-        sampled=sample,
+        sampled=sample, rounds=rounds,
         legacy_map={f"{r.algo_name} ({r.math_type})": [
             c.tag for c in configs if same_kernels(c.kernels, r.kernels)]
             for r in legacy_rows if r.kernels and kernels})  # none when kernels were not read
+
+
+def _always(configs: List[EngineConfig], live: Sequence[int], keep: set) -> set:
+    """The live configs that stay whatever their time: those ``keep`` names (by engine and
+    knobs), and the
+    fastest of each group a plan file may be filtered to (PyTorch's rules allow it, no
+    NONDETERMINISTIC note, no workspace), so that a filtered choice is re-timed too."""
+    out = {i for i in live if (configs[i].engine, tuple(tuple(k) for k in configs[i].knobs))
+           in keep}
+    groups = (lambda c: c.allowed, lambda c: "NONDETERMINISTIC" not in c.numeric_notes,
+              lambda c: not c.workspace_bytes)
+    for member in groups:
+        inside = [i for i in live if member(configs[i])]
+        if inside:
+            out.add(min(inside, key=lambda i: configs[i].time))
+    return out
+
+
+def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
+            configs: List[EngineConfig], built: Dict[int, object], keep: set, say,
+            emit) -> List[dict]:
+    """The staged search after its first round (timed as the configs were tried):
+    selection, round 2, then the finalists timed with ``full`` and checked against
+    ``ref``; ``configs`` is updated in place. Returns the rounds' record."""
+    out: List[dict] = []
+
+    def timed(i: int) -> bool:
+        return configs[i].ok and configs[i].time is not None
+
+    def again(i: int, spec: TimingSpec, check: bool) -> None:
+        c = configs[i]
+        knobs = tuple(tuple(k) for k in c.knobs)
+        emit({"start": {"engine": c.engine, "knobs": [list(k) for k in knobs], "tag": c.tag}})
+        b = built.get(i)
+        if b is None:  # recorded by an earlier worker: build it here
+            b = search.build(c.engine, [list(k) for k in knobs])
+        cfg, built[i] = _run_config(search, spec, problem, direction, tensors,
+                                    ref if check else None, c.engine, knobs,
+                                    c.heuristic_ranks, False,
+                                    stage=lambda st: emit({"stage": st}), built=b)
+        configs[i] = replace(cfg, kernels=c.kernels, build_ms=c.build_ms)
+
+    live = [i for i in range(len(configs)) if timed(i)]
+    for number, rnd in enumerate(ROUNDS, 1):
+        spec = _round_timing(full, rnd)
+        if number > 1:
+            say(f"{direction}: round {number}: timing {len(live)} configs again "
+                f"({spec.budget_ms:g} ms each)")
+            for i in live:
+                again(i, spec, check=False)
+            live = [i for i in live if timed(i)]
+        times = {i: Timed(configs[i].time, configs[i].timing.spread) for i in live}
+        stay, left = survivors(times, rnd.keep_within, _always(configs, live, keep))
+        for i, ratio in left.items():
+            configs[i] = replace(configs[i], left_round=number, left_ratio=ratio)
+        out.append({"round": number, "budget_ms": spec.budget_ms,
+                    "keep_within": rnd.keep_within, "timed": len(live), "left": len(left)})
+        live = stay
+    say(f"{direction}: {len(live)} finalists: timing them in full and checking them")
+    for i in live:
+        again(i, full, check=True)
+    out.append({"round": "final", "budget_ms": full.budget_ms, "timed": len(live)})
+    return out

@@ -54,11 +54,11 @@ class GpuBench:
         return LegacyLab(problem, direction, options)
 
     def engines(self, problem: ConvProblem, direction: str, options: ExploreOptions,
-                legacy_rows, preferred_tags, say) -> EngineSpace:
+                legacy_rows, preferred_tags, say, finalist_tags=None) -> EngineSpace:
         try:
             return explore_isolated(problem, direction, options, legacy_rows=legacy_rows,
                                     preferred_tags=preferred_tags, progress=say,
-                                    worker=self.worker)
+                                    worker=self.worker, finalist_tags=finalist_tags)
         finally:
             if not self.keep_worker:
                 self.worker.close()
@@ -166,8 +166,10 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
     space, error = None, ""
     if options.engines:
         preferred = [t for p in picks for t in (p.engine_tag, *(t for t, _ in p.timed)) if t]
+        # a staged search times PyTorch's picks in full; the plans they timed compete
+        finalists = [p.engine_tag for p in picks if p.engine_tag]
         try:
-            space = bench.engines(problem, d, options, leg.ok, preferred, say)
+            space = bench.engines(problem, d, options, leg.ok, preferred, say, finalists)
         except ResourceError as e:
             error = f"engine configs: {e}"
     return DirectionResult(

@@ -35,6 +35,8 @@ def summary_lines(d: DirectionResult) -> List[str]:
                   f"restart)" if failed else "")
                + ("; time budget exhausted, the rest skipped" if sp.budget_exhausted else "")
                + (f"; explored in {sp.wall_s:.0f} s" if sp.wall_s is not None else ""))
+    if sp.rounds:
+        out.append(staged_line(sp))
     rtc = [c for c in sp.configs if "RUNTIME_COMPILATION" in c.behavior_notes
            and c.build_ms is not None]
     if rtc:
@@ -80,6 +82,20 @@ def summary_lines(d: DirectionResult) -> List[str]:
     return out
 
 
+def staged_line(sp) -> str:
+    """The staged search's rounds in one sentence (Note [staged search])."""
+    parts = []
+    for r in sp.rounds:
+        if r.get("round") == "final":
+            parts.append(f"{r['timed']} finalists timed with the full {r['budget_ms']:g} ms "
+                         f"and checked")
+        else:
+            parts.append(f"round {r['round']} timed {r['timed']} configs ({r['budget_ms']:g} ms "
+                         f"each) and {r['left']} left, more than {r['keep_within']:g}x behind "
+                         f"the best")
+    return "staged search: " + "; ".join(parts)
+
+
 def engines_table(d: DirectionResult) -> str:
     """Every engine config tried, fastest first, full tags (--engines; may be wide)."""
     sp = d.engines
@@ -94,7 +110,8 @@ def engines_table(d: DirectionResult) -> str:
             ",".join(c.numeric_notes) or "-", ",".join(c.behavior_notes) or "-",
             " ".join(f"{m}{k}" for m, k in sorted(c.heuristic_ranks.items())) or "-",
             ("" if c.allowed else "excluded by PyTorch's rules; ")
-            + ("WRONG; " if c.correct is False else "") + (c.message[:60] if not c.ok else ""),
+            + ("WRONG; " if c.correct is False else "") + (c.message[:60] if not c.ok else "")
+            + (c.left_note + " (timed briefly, not checked)" if c.left_note else ""),
         ])
     return (f"   engine configs ({len(sp.configs)}; median ms per launch, same method as the "
             "legacy rows; eager = wall time per call; build = plan build incl. run-time "

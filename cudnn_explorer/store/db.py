@@ -96,6 +96,8 @@ def options_key(o: ExploreOptions) -> str:
     d = o.to_dict()
     for k in ("directions", "device"):
         d.pop(k, None)
+    if not d.get("staged"):  # the keys stored before the staged search existed stay valid
+        d.pop("staged", None)
     return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
 

@@ -1,0 +1,198 @@
+"""The staged search (Note [staged search] in cudnn_explorer/core/staging.py) on fake
+timings, without a GPU: which candidates stay, and explore_engines' rounds over a fake
+EngineSearch (ties, noise, a WRONG candidate, PyTorch's pick, an exhausted budget)."""
+from types import SimpleNamespace as NS
+
+import pytest
+
+from cudnn_explorer.core.options import TimingSpec
+from cudnn_explorer.core.staging import ROUNDS, Timed, survivors
+from fakes import FakeOut, exploration
+
+FULL = TimingSpec(budget_ms=25.0)
+
+
+def test_survivors_keep_ties_noise_and_the_named_ones():
+    times = {"best": Timed(1.0), "tie": Timed(1.0), "near": Timed(1.29), "far": Timed(2.0),
+             "noisy": Timed(1.6, spread=0.2), "named": Timed(5.0)}
+    stay, left = survivors(times, 1.30, always=["named"])
+    assert stay == ["best", "tie", "near", "noisy", "named"]  # in the order given
+    assert left == {"far": pytest.approx(2.0)}
+    assert survivors({}, 1.3) == ([], {})
+    # the fast end of its noise decides: 1.6 x (1 - 2 x 0.05) = 1.44 > 1.3
+    assert survivors({"a": Timed(1.0), "b": Timed(1.6, 0.05)}, 1.3)[1] == {
+        "b": pytest.approx(1.6)}
+
+
+class Search:
+    """One engine whose knob k2 = 0..5 picks a config of the given time (ms); round
+    budgets are recorded, so a test sees which config was timed in which round."""
+
+    def __init__(self, times, spreads=None):
+        self.times, self.spreads = times, spreads or {}
+        self.names, self.timed, self.last = [], [], None
+
+    def engine_count(self):
+        return 1
+
+    def engine_info(self, e):
+        return NS(engine=e, status="OK", knobs=[NS(type=2, min_value=0,
+                                                   max_value=len(self.times) - 1, stride=1)])
+
+    def heuristics(self, mode):
+        return ["eng0_k2=0"] if mode == "A" else []
+
+    def build(self, e, knobs):
+        name = "eng%d" % e + "".join("_k%d=%d" % tuple(kv) for kv in sorted(knobs))
+        if not knobs:  # the engine's default: not one of the configs here
+            return NS(status="config rejected", message="", name="", numeric_notes=[],
+                      behavior_notes=[], workspace_bytes=-1, build_ms=0.0, timed=False,
+                      plan_index=-1, timing=None)
+        self.names.append(name)
+        return NS(status="built", message="", name=name, numeric_notes=[], behavior_notes=[],
+                  workspace_bytes=0, build_ms=0.5, timed=False,
+                  plan_index=len(self.names) - 1, timing=None)
+
+    def measure(self, built, timed, opt):
+        k = int(built.name.rsplit("=", 1)[1])
+        # a noisy config is noisy in the brief first round only
+        t = self.times[k]
+        s = self.spreads.get(k, 0.0) if opt.budget_ms <= ROUNDS[0].budget_ms else 0.0
+        self.timed.append((built.name, opt.budget_ms))
+        self.last = built.name
+        per = [t * (1 - s), t * (1 - s), t, t * (1 + s), t * (1 + s)]
+        native = NS(per_launch_ms=per, launches_per_sample=10, method="graph",
+                    warmup_launches=12, note="", eager_per_call_ms=[], eager_calls_per_sample=0)
+        return NS(**{**vars(built), "status": "OK", "timed": timed, "timing": native})
+
+
+def explore(search, monkeypatch, wrong=(), finalists=None, budget_s=None, staged=True):
+    from cudnn_explorer.measure import engines as eng
+
+    checked = []
+
+    def check(problem, out, ref, math_type):
+        checked.append(search.last)
+        bad = search.last in wrong
+        return NS(max_error=1.0 if bad else 1e-4, tolerance=1e-2, output_finite=True)
+
+    monkeypatch.setattr(eng, "check_output", check)
+    sp = eng.explore_engines(exploration().problem, "fwd", None,
+                             {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, ref=object(),
+                             max_per_engine=16, time_budget_s=budget_s, timing=FULL,
+                             kernels=False, search=search, staged=staged,
+                             preferred_tags=finalists or (), finalist_tags=finalists)
+    return sp, checked
+
+
+def by_tag(sp):
+    return {c.tag.split("_", 1)[1]: c for c in sp.configs}
+
+
+def test_rounds_time_every_config_briefly_and_only_the_finalists_in_full(monkeypatch):
+    #            k2=0 (heuristic A's first)  1      2      3      4      5
+    search = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
+    sp, checked = explore(search, monkeypatch)
+    c = by_tag(sp)
+    r1, r2 = ROUNDS[0].budget_ms, ROUNDS[1].budget_ms
+    first = [n for n, b in search.timed if b == r1]
+    assert sorted(first) == sorted(f"eng0_k2={k}" for k in range(6))  # every one, briefly
+    # round 1: more than 1.3x behind the best leaves (2 and 3x), but heuristic A's first
+    assert c["eng0_k2=5"].left_round == 1 and c["eng0_k2=5"].left_ratio == pytest.approx(3.0)
+    assert c["eng0_k2=4"].left_round == 1
+    assert c["eng0_k2=0"].left_round is None  # 1.5x, but heuristic mode A's first
+    # round 2 at its budget: 1.2x leaves (more than 1.08x behind)
+    assert sorted(n for n, b in search.timed if b == r2) == [
+        "eng0_k2=0", "eng0_k2=1", "eng0_k2=2", "eng0_k2=3"]
+    assert c["eng0_k2=3"].left_round == 2 and c["eng0_k2=3"].left_note == \
+        "left after round 2 at 1.20x the best"
+    finals = sorted(n for n, b in search.timed if b == FULL.budget_ms)
+    assert finals == ["eng0_k2=0", "eng0_k2=1", "eng0_k2=2"] and sorted(checked) == finals
+    assert sp.best().tag == "ConvFwd_eng0_k2=1" and sp.best().correct is True
+    assert [c.tag for c in sp.ranked()] == ["ConvFwd_eng0_k2=1", "ConvFwd_eng0_k2=2",
+                                            "ConvFwd_eng0_k2=0"]  # finalists only
+    assert [(r["round"], r["timed"], r.get("left")) for r in sp.rounds] == [
+        (1, 6, 2), (2, 4, 1), ("final", 3, None)]
+
+
+def test_a_wrong_finalist_never_ranks_best(monkeypatch):
+    search = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
+    sp, checked = explore(search, monkeypatch, wrong={"eng0_k2=1"})
+    assert "eng0_k2=1" in checked and by_tag(sp)["eng0_k2=1"].correct is False
+    assert sp.best().tag == "ConvFwd_eng0_k2=2"
+
+
+def test_pytorchs_pick_and_noisy_configs_stay_to_the_final_round(monkeypatch):
+    search = Search([1.0, 1.02, 2.5, 1.9, 4.0, 1.0], spreads={3: 0.25})
+    sp, _ = explore(search, monkeypatch, finalists=["ConvFwd_eng0_k2=4"])
+    c = by_tag(sp)
+    assert c["eng0_k2=4"].left_round is None and c["eng0_k2=4"].correct is True  # 4x: named
+    # noisy in round 1: stays (the fast end of its noise is within 1.3x); not in round 2
+    assert c["eng0_k2=3"].left_round == 2
+    assert c["eng0_k2=2"].left_round == 1
+    assert c["eng0_k2=0"].left_round is None and c["eng0_k2=5"].left_round is None  # a tie
+    assert sp.best().tag in ("ConvFwd_eng0_k2=0", "ConvFwd_eng0_k2=5")
+
+
+def test_an_exhausted_budget_stages_what_was_timed(monkeypatch):
+    import time as real_time
+
+    from cudnn_explorer.measure import engines as eng
+
+    clock = iter(range(0, 10**6))
+    monkeypatch.setattr(eng.time, "perf_counter", lambda: float(next(clock)))
+    search = Search([1.0, 1.5, 1.01, 1.02, 1.03, 1.04])
+    sp, checked = explore(search, monkeypatch, budget_s=12)
+    assert real_time.perf_counter is not None
+    assert sp.budget_exhausted and 0 < len(sp.configs) < 6
+    assert sp.rounds[-1]["round"] == "final" and sp.rounds[-1]["timed"] == len(checked) > 0
+    assert sp.best() is not None and sp.best().correct is True
+
+
+def test_without_staging_every_config_is_timed_in_full_and_checked(monkeypatch):
+    search = Search([1.5, 1.0, 3.0])
+    sp, checked = explore(search, monkeypatch, staged=False)
+    assert {b for _, b in search.timed} == {FULL.budget_ms} and len(checked) == 3
+    assert sp.rounds == [] and all(c.left_round is None for c in sp.configs)
+
+
+def test_a_staged_space_saves_reads_back_and_reports_its_rounds(monkeypatch):
+    from cudnn_explorer.core.records import EngineSpace
+    from cudnn_explorer.report.engines import staged_line
+
+    search = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
+    sp, _ = explore(search, monkeypatch)
+    again = EngineSpace.from_dict(sp.to_dict())
+    assert again.to_dict() == sp.to_dict() and again.best().tag == sp.best().tag
+    assert staged_line(again) == (
+        "staged search: round 1 timed 6 configs (2 ms each) and 2 left, more than 1.3x "
+        "behind the best; round 2 timed 4 configs (10 ms each) and 1 left, more than 1.08x "
+        "behind the best; 3 finalists timed with the full 25 ms and checked")
+
+
+def test_a_restarted_worker_stages_the_configs_an_earlier_one_timed(monkeypatch):
+    """A worker that died in a later round: its successor takes the first round's records
+    (prior), builds their plans again and stages them, without the config that hung."""
+    from cudnn_explorer.measure import engines as eng
+
+    monkeypatch.setattr(eng, "check_output", lambda *a: NS(max_error=1e-4, tolerance=1e-2,
+                                                           output_finite=True))
+    events = []
+    first = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
+    kw = dict(max_per_engine=16, time_budget_s=None, timing=FULL, kernels=False, staged=True)
+    tensors = {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}
+    eng.explore_engines(exploration().problem, "fwd", None, tensors, object(), search=first,
+                        on_event=events.append, **kw)
+    attempts = [e["attempt"] for e in events if "attempt" in e]
+    hung = {"engine": 0, "knobs": [[2, 2]], "tag": "ConvFwd_eng0_k2=2", "status": "hung",
+            "message": "timed out in round 2"}
+    second = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
+    sp = eng.explore_engines(exploration().problem, "fwd", None, tensors, object(),
+                             search=second, prior={"attempts": attempts, "failed": [hung]},
+                             **kw)
+    tags = [c.tag for c in sp.configs]
+    assert len(tags) == len(set(tags)) == 6  # the hung one once, as failed
+    assert by_tag(sp)["eng0_k2=2"].status == "hung"
+    assert all(b != ROUNDS[0].budget_ms for _, b in second.timed)  # round 1 not again
+    assert sorted(second.names) == ["eng0_k2=0", "eng0_k2=1", "eng0_k2=3"]  # rebuilt
+    assert sp.best().tag == "ConvFwd_eng0_k2=1"
