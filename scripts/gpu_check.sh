@@ -185,6 +185,13 @@ part_pin-mobilenet() {
   pin_bench pin-mobilenet mobilenet_v3_large --batch 16 --amp fp16 --channels-last --eval
 }
 
+# The staged search against the full one (scripts/bench_search.py; SEARCH_ARGS picks the
+# problems, e.g. "--problems default,bf16-1x1-s2-nhwc" or "--problems none --model resnet50").
+part_search() {
+  "$PY" scripts/bench_search.py ${SEARCH_ARGS:-} --json "$LOG/search.json" \
+    > "$LOG/search.txt" 2>&1
+}
+
 # A timm model's sweep (quick profile; PIN_BUDGET_MS as for the pinning sweeps).
 part_timm-sweep() {
   "$PY" -m cudnn_explorer model timm:${TIMM_MODEL:-convnext_atto} --batch 32 --amp bf16 \

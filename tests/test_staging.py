@@ -164,6 +164,10 @@ def test_a_staged_space_saves_reads_back_and_reports_its_rounds(monkeypatch):
     sp, _ = explore(search, monkeypatch)
     again = EngineSpace.from_dict(sp.to_dict())
     assert again.to_dict() == sp.to_dict() and again.best().tag == sp.best().tag
+    assert all(r["wall_s"] >= 0 for r in again.rounds)
+    assert " s and 2 left" in staged_line(again)
+    for r in again.rounds:
+        del r["wall_s"]
     assert staged_line(again) == (
         "staged search: round 1 timed 6 configs (2 ms each) and 2 left, more than 1.3x "
         "behind the best; round 2 timed 4 configs (10 ms each) and 1 left, more than 1.08x "

@@ -182,7 +182,8 @@ class EngineSpace(Record):
     legacy_map: Dict[str, List[str]] = field(default_factory=dict)  # "ALGO (MATH)" -> tags
     sampled: bool = True  # False: the listed configs only (no sampling of the knob space)
     # the staged search's rounds, when it was staged: per round {"round", "budget_ms",
-    # "keep_within", "timed", "left"}, then the finalists' {"round": "final", "timed"}
+    # "keep_within", "timed", "left", "wall_s"} (round 1's wall time includes listing and
+    # building the configs), then the finalists' {"round": "final", "timed", "wall_s"}
     rounds: List[dict] = field(default_factory=list)
 
     def ranked(self) -> List[EngineConfig]:

@@ -247,7 +247,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         keep = {(t.engine, t.knobs) for t in parse_tags(named) if t.operation == op}
         keep |= set(heur["A"][:1])
         rounds = _rounds(search, timing, problem, direction, tensors, ref, configs, built,
-                         keep, say, emit)
+                         keep, say, emit, time.perf_counter() - t0)
     return EngineSpace(
         engine_count=count, engines=engines, configs=configs, max_per_engine=max_per_engine,
         attempts_per_engine=attempts, time_budget_s=time_budget_s, budget_exhausted=exhausted,
@@ -275,11 +275,13 @@ def _always(configs: List[EngineConfig], live: Sequence[int], keep: set) -> set:
 
 def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
             configs: List[EngineConfig], built: Dict[int, object], keep: set, say,
-            emit) -> List[dict]:
-    """The staged search after its first round (timed as the configs were tried):
-    selection, round 2, then the finalists timed with ``full`` and checked against
-    ``ref``; ``configs`` is updated in place. Returns the rounds' record."""
+            emit, first_s: float) -> List[dict]:
+    """The staged search after its first round (timed as the configs were tried, in
+    ``first_s`` seconds with the listing and builds): selection, round 2, then the
+    finalists timed with ``full`` and checked against ``ref``; ``configs`` is updated in
+    place. Returns the rounds' record, each round's wall seconds with it."""
     out: List[dict] = []
+    t = time.perf_counter()
 
     def timed(i: int) -> bool:
         return configs[i].ok and configs[i].time is not None
@@ -306,15 +308,19 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
             for i in live:
                 again(i, spec, check=False)
             live = [i for i in live if timed(i)]
+        wall = first_s if number == 1 else time.perf_counter() - t
+        t = time.perf_counter()
         times = {i: Timed(configs[i].time, configs[i].timing.spread) for i in live}
         stay, left = survivors(times, rnd.keep_within, _always(configs, live, keep))
         for i, ratio in left.items():
             configs[i] = replace(configs[i], left_round=number, left_ratio=ratio)
         out.append({"round": number, "budget_ms": spec.budget_ms,
-                    "keep_within": rnd.keep_within, "timed": len(live), "left": len(left)})
+                    "keep_within": rnd.keep_within, "timed": len(live), "left": len(left),
+                    "wall_s": wall})
         live = stay
     say(f"{direction}: {len(live)} finalists: timing them in full and checking them")
     for i in live:
         again(i, full, check=True)
-    out.append({"round": "final", "budget_ms": full.budget_ms, "timed": len(live)})
+    out.append({"round": "final", "budget_ms": full.budget_ms, "timed": len(live),
+                "wall_s": time.perf_counter() - t})
     return out

@@ -86,13 +86,14 @@ def staged_line(sp) -> str:
     """The staged search's rounds in one sentence (Note [staged search])."""
     parts = []
     for r in sp.rounds:
+        took = f" in {r['wall_s']:.1f} s" if r.get("wall_s") is not None else ""
         if r.get("round") == "final":
             parts.append(f"{r['timed']} finalists timed with the full {r['budget_ms']:g} ms "
-                         f"and checked")
+                         f"and checked{took}")
         else:
             parts.append(f"round {r['round']} timed {r['timed']} configs ({r['budget_ms']:g} ms "
-                         f"each) and {r['left']} left, more than {r['keep_within']:g}x behind "
-                         f"the best")
+                         f"each){took} and {r['left']} left, more than {r['keep_within']:g}x "
+                         f"behind the best")
     return "staged search: " + "; ".join(parts)
 
 

@@ -1,0 +1,139 @@
+"""Benchmark: the staged search (--staged) against the full one, on the same problems.
+
+For each problem (the default problem, the README's examples, float32 with and without
+TF32, float16, bfloat16, depthwise and 3-D; with --model, every problem of that model's
+capture too), every direction is explored twice in this process, without the results
+store: the full search, then the staged one. Their wall times are summed per search. Then
+the best config of each and PyTorch's benchmark pick are timed again side by side, in one
+engine worker per direction (the model command's way of re-timing given plans), and:
+- hit: the staged best is within 2% of the full search's best (goal: 95% of the
+  problem-directions);
+- PyTorch's pick: the staged search's median of it is within 3% of the full search's.
+The misses are printed.
+
+Usage: python scripts/bench_search.py [--problems NAME,...] [--model resnet50 [--batch 32
+           --amp fp16 --channels-last] [--limit N]] [--budget-ms 100] [--json PATH]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+PROBLEMS = {
+    "default": dict(shape="32,3,224,224", kernel=3),
+    "r50-3x3-fp16-nhwc": dict(shape="32,128,28,28", out_channels=128, kernel=3,
+                              dtype="float16", layout="nhwc"),
+    "r50-1x1-fp16-nhwc": dict(shape="32,256,56,56", out_channels=64, kernel=1, padding=0,
+                              dtype="float16", layout="nhwc"),
+    "bf16-1x1-s2-nhwc": dict(shape="32,512,28,28", out_channels=1024, kernel=1, stride=2,
+                             padding=0, dtype="bfloat16", layout="nhwc"),
+    "fp32-tf32": dict(shape="16,64,56,56", out_channels=64, kernel=3),
+    "fp32-no-tf32": dict(shape="16,64,56,56", out_channels=64, kernel=3, tf32=False),
+    "depthwise-fp16-nhwc": dict(shape="32,64,56,56", out_channels=64, groups=64, kernel=3,
+                                dtype="float16", layout="nhwc"),
+    "3d-fp16-nhwc": dict(shape="4,32,16,32,32", out_channels=32, kernel=3, dtype="float16",
+                         layout="nhwc"),
+}
+
+
+def retimed(problem, direction, tags, options):
+    """{tag: median ms} of ``tags`` timed again together in one engine worker."""
+    from cudnn_explorer.measure.engine_worker import explore_isolated
+
+    one = options.updated(directions=(direction,), engine_sampling=False, staged=False)
+    space = explore_isolated(problem, direction, one, preferred_tags=list(tags))
+    out = {}
+    for t in tags:
+        c = space.config(t)
+        if c is not None and c.time is not None:
+            out[t] = c.time
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--problems", default=",".join(PROBLEMS),
+                    help=f"names among {', '.join(PROBLEMS)} (or 'none')")
+    ap.add_argument("--model", default=None, help="also every problem of this model")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--amp", default="fp16")
+    ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--eval", action="store_true")
+    ap.add_argument("--limit", type=int, default=None, help="at most N of the model's problems")
+    ap.add_argument("--budget-ms", type=float, default=100.0)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+
+    import cudnn_explorer as ce
+    from cudnn_explorer.core.options import ExploreOptions
+
+    problems = []
+    names = [] if a.problems == "none" else [n.strip() for n in a.problems.split(",") if n]
+    for n in names:
+        if n not in PROBLEMS:
+            raise SystemExit(f"--problems {n}: valid: {', '.join(PROBLEMS)}")
+        problems.append((n, ce.ConvProblem.create(**PROBLEMS[n])))
+    if a.model:
+        cap = ce.capture(a.model, batch=a.batch, amp=a.amp, channels_last=a.channels_last,
+                         train=not a.eval)
+        for i, u in enumerate(cap.problems[:a.limit]):
+            problems.append((f"{a.model}#{i + 1}", u.problem))
+    full = ExploreOptions.create(budget_ms=a.budget_ms)
+    staged = full.updated(staged=True)
+    rows, wall = [], {"full": 0.0, "staged": 0.0}
+    for name, p in problems:
+        exps = {}
+        for label, opts in (("full", full), ("staged", staged)):
+            t0 = time.perf_counter()
+            exps[label] = ce.explore(p, opts)
+            s = time.perf_counter() - t0
+            wall[label] += s
+            print(f"{name} {label}: {s:.1f} s", flush=True)
+        for d in exps["full"].directions:
+            ds = exps["staged"].direction(d.direction)
+            bf = d.engines.best(allowed_only=True) if d.engines else None
+            bs = ds.engines.best(allowed_only=True) if ds and ds.engines else None
+            pick = d.pytorch_pick("benchmark")
+            if bf is None or bs is None:
+                rows.append({"problem": name, "direction": d.direction, "error":
+                             "no best config in one of the searches"})
+                continue
+            tags = [bf.tag, bs.tag] + ([pick.engine_tag] if pick and pick.engine_tag else [])
+            again = retimed(p, d.direction, sorted(set(tags)), full)
+            row = {"problem": name, "direction": d.direction, "full_best": bf.tag,
+                   "staged_best": bs.tag, "full_ms": again.get(bf.tag),
+                   "staged_ms": again.get(bs.tag)}
+            if row["full_ms"] and row["staged_ms"]:
+                row["hit"] = row["staged_ms"] <= 1.02 * row["full_ms"]
+            if pick and pick.engine_tag:
+                pf, ps = d.config_timing(pick.engine_tag), ds.config_timing(pick.engine_tag)
+                if pf is not None and ps is not None:
+                    row["pick_ratio"] = ps.median_ms / pf.median_ms
+            rows.append(row)
+    scored = [r for r in rows if "hit" in r]
+    hits = sum(r["hit"] for r in scored)
+    picks = [r for r in rows if "pick_ratio" in r]
+    pick_ok = sum(abs(r["pick_ratio"] - 1) <= 0.03 for r in picks)
+    out = {"problems": [n for n, _ in problems], "wall_s": wall, "rows": rows,
+           "hits": hits, "scored": len(scored), "pick_within_3pct": pick_ok,
+           "picks": len(picks),
+           "checks": {"staged_within_2pct_in_95pct": bool(scored) and hits >= 0.95 * len(scored),
+                      "pick_within_3pct": bool(picks) and pick_ok == len(picks)}}
+    print(f"wall: full {wall['full']:.0f} s, staged {wall['staged']:.0f} s")
+    print(f"staged best within 2% of the full search's: {hits} of {len(scored)}; "
+          f"PyTorch's pick within 3%: {pick_ok} of {len(picks)}")
+    for r in rows:
+        if not r.get("hit", True) or "error" in r or abs(r.get("pick_ratio", 1) - 1) > 0.03:
+            print(f"miss: {json.dumps(r)}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
