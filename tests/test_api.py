@@ -163,3 +163,30 @@ def test_the_atomic_writer_keeps_the_users_umask(tmp_path):
         p for p in tmp_path.iterdir() if p.name.startswith(".cudnn_explorer")]
     with pytest.raises(OSError):
         write_atomic(str(tmp_path / "missing" / "c.json"), "x")
+
+
+@requires_ext
+def test_an_exploration_records_where_its_wall_time_went(tmp_path, monkeypatch):
+    """PyTorch's processes, and per direction the legacy rows and the engine configs
+    (a staged search's rounds among them): recorded, saved, read back and rendered."""
+    from cudnn_explorer.measure import pipeline
+    from cudnn_explorer.report.tables import wall_lines
+
+    bench = FakeBench(tmp_path, monkeypatch)
+    monkeypatch.setattr(pipeline, "environment", lambda device=0: bench.environment())
+    p = ce.ConvProblem.create("8,64,28,28", dtype="float16", layout="nhwc")
+    exp = ce.explore(p, OPTS.updated(staged=True), bench=bench)
+    d = exp.direction("fwd")
+    assert exp.wall_s >= exp.pytorch_wall_s > 0
+    assert d.legacy_wall_s >= 0 and d.engines_wall_s >= 0
+    assert [r["round"] for r in d.engines.rounds] == [1, 2, "final"]
+    again = Exploration.from_json(exp.to_json())
+    assert (again.wall_s, again.pytorch_wall_s) == (exp.wall_s, exp.pytorch_wall_s)
+    lines = wall_lines(again)
+    assert lines[0] == f"wall time: {exp.wall_s:.1f} s"
+    assert "PyTorch's fresh processes" in lines[1]
+    assert lines[2].startswith("  fwd: legacy rows ") and "engine configs" in lines[2]
+    assert "round 1 " in lines[2] and "finalists " in lines[2]
+    old = exp.to_dict()
+    del old["wall_s"], old["pytorch_wall_s"]
+    assert wall_lines(Exploration.from_dict(old)) == []  # a file saved before

@@ -142,6 +142,9 @@ def run(argv: List[str]) -> int:
         # The table first whenever stdout is free, so a failed write loses nothing shown.
         if "-" not in (a.json, a.csv):
             sys.stdout.write(tables.render_exploration(exp, show_engines=a.engines))
+        if a.verbose and not a.load:  # where the time went, beside the progress lines
+            for line in tables.wall_lines(exp):
+                print(line, file=sys.stderr)
         if a.json is not None:
             write_output(exp.to_json() + "\n", a.json, "--json")
         if a.csv is not None:

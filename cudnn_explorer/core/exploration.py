@@ -95,6 +95,9 @@ class Exploration:
     schema_version: int = SCHEMA_VERSION
     measurement: Measurement = field(default_factory=Measurement)
     complete: bool = True  # False: interrupted, ``directions`` are those that finished
+    # wall time (s): PyTorch's fresh processes (every mode), and the whole exploration
+    pytorch_wall_s: Optional[float] = None
+    wall_s: Optional[float] = None
 
     def direction(self, name: str) -> DirectionResult:
         for d in self.directions:
@@ -113,6 +116,8 @@ class Exploration:
             "measurement": asdict(self.measurement),
             "directions": [d.to_dict() for d in self.directions],
             **({} if self.complete else {"complete": False}),
+            **{k: v for k, v in (("pytorch_wall_s", self.pytorch_wall_s),
+                                 ("wall_s", self.wall_s)) if v is not None},
         }
 
     def to_json(self) -> str:
@@ -143,6 +148,8 @@ class Exploration:
         for key in ("tool_version", "created"):
             convert(d.get(key, ""), str, key)
         complete = convert(d.get("complete", True), bool, "complete")
+        walls = {k: None if d.get(k) is None else convert(d[k], float, k)
+                 for k in ("pytorch_wall_s", "wall_s")}
         return cls(
             problem=ConvProblem.from_dict(d.get("problem")),
             environment=Environment.from_dict(d.get("environment") or {}, "environment"),
@@ -152,7 +159,7 @@ class Exploration:
             schema=d["schema"],
             schema_version=version,
             measurement=Measurement.from_dict(d.get("measurement") or {}, "measurement"),
-            complete=complete,
+            complete=complete, **walls,
         )
 
     @classmethod

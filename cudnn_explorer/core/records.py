@@ -340,6 +340,10 @@ class DirectionResult(Record):
     find_wall_ms_all: Optional[float] = None  # every Find call together
     workspace_free_bytes: Optional[int] = None  # set when the GPU had less free than needed
     error: str = ""  # why this direction has no rows (e.g. out of GPU memory)
+    # where the direction's wall time went (s): Find, the legacy rows' re-timing and checks
+    # (their process's start included); the engine configs (their worker's start included)
+    legacy_wall_s: Optional[float] = None
+    engines_wall_s: Optional[float] = None
 
     def rankable(self, r: AlgoResult) -> bool:
         return rankable(r)

@@ -9,6 +9,7 @@ the whole pipeline without a GPU.
 from __future__ import annotations
 
 import socket
+import time
 from typing import Callable, Dict, List, Optional
 
 from ..core import analysis
@@ -124,14 +125,19 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
             "(or run without engines: --no-engines, engines=False)")
     measurement = measurement_of(options, env, problem)
     results = []
+    t0 = time.perf_counter()
+    pytorch_s = None
 
     def exploration(complete: bool = True) -> Exploration:
         return Exploration(problem=problem, environment=env, directions=results,
                            tool_version=__version__, created=utc_now(),
-                           measurement=measurement, complete=complete)
+                           measurement=measurement, complete=complete,
+                           pytorch_wall_s=pytorch_s, wall_s=time.perf_counter() - t0)
 
     try:
         runs = bench.children(problem, options, say) if options.pytorch else []
+        if options.pytorch:
+            pytorch_s = time.perf_counter() - t0
         with bench.scope():
             for d in options.directions:
                 results.append(_direction(problem, d, options, bench, runs, env, say))
@@ -147,6 +153,7 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
     """One direction, built once. Out of GPU memory, it keeps what finished: the legacy
     rows without the engine configs, or no rows, with ``error`` saying what was needed
     and what was free; the other directions go on."""
+    t0 = time.perf_counter()
     try:
         lab = bench.lab(problem, d, options)
         try:
@@ -164,14 +171,17 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
                                min_bytes=analysis.min_bytes(problem, d), error=str(e))
     picks = [pick_of(run, d, leg.ok) for run in runs]
     space, error = None, ""
+    legacy_s, engines_s = time.perf_counter() - t0, None
     if options.engines:
         preferred = [t for p in picks for t in (p.engine_tag, *(t for t, _ in p.timed)) if t]
         # a staged search times PyTorch's picks in full; the plans they timed compete
         finalists = [p.engine_tag for p in picks if p.engine_tag]
+        t1 = time.perf_counter()
         try:
             space = bench.engines(problem, d, options, leg.ok, preferred, say, finalists)
         except ResourceError as e:
             error = f"engine configs: {e}"
+        engines_s = time.perf_counter() - t1
     return DirectionResult(
         direction=d, math_type=leg.math_type, find=leg.find, heuristics=leg.heuristics,
         workspace=leg.workspace, workspace_needed_bytes=leg.workspace_needed_bytes,
@@ -181,7 +191,8 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
         flops=analysis.flops(problem, d), min_bytes=analysis.min_bytes(problem, d),
         pytorch=picks, engines=space, searched_math_types=leg.searched_math_types,
         find_wall_ms_all=leg.find_wall_ms_all, workspace_free_bytes=leg.workspace_free_bytes,
-        find_errors=leg.find_errors, error=error)
+        find_errors=leg.find_errors, error=error, legacy_wall_s=legacy_s,
+        engines_wall_s=engines_s)
 
 
 def environment(device: int = 0) -> Environment:

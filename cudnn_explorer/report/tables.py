@@ -239,6 +239,34 @@ def render_exploration(exp: Exploration, show_engines: bool = False) -> str:
     return "\n".join(header_lines(exp)) + "\n\n" + "\n\n".join(body) + "\n"
 
 
+def wall_lines(exp: Exploration) -> List[str]:
+    """Where an exploration's wall time went (s), as far as it recorded it; [] for one
+    saved before it did (or answered from the results store)."""
+    if exp.wall_s is None:
+        return []
+    out = [f"wall time: {exp.wall_s:.1f} s"]
+    if exp.pytorch_wall_s is not None:
+        out.append(f"  PyTorch's fresh processes (every mode, every direction): "
+                   f"{exp.pytorch_wall_s:.1f} s")
+    for d in exp.directions:
+        parts = []
+        if d.legacy_wall_s is not None:
+            find = "" if d.find_wall_ms_all is None else \
+                f" (Find {d.find_wall_ms_all / 1e3:.1f} s)"
+            parts.append(f"legacy rows {d.legacy_wall_s:.1f} s{find}")
+        if d.engines_wall_s is not None:
+            sp = d.engines
+            builds = "" if sp is None else \
+                f", plan builds {sum(c.build_ms or 0 for c in sp.configs) / 1e3:.1f} s"
+            rounds = "" if sp is None or not sp.rounds else ", " + ", ".join(
+                f"{'finalists' if r['round'] == 'final' else 'round ' + str(r['round'])} "
+                f"{r['wall_s']:.1f} s" for r in sp.rounds if r.get("wall_s") is not None)
+            parts.append(f"engine configs {d.engines_wall_s:.1f} s{builds}{rounds}")
+        if parts:
+            out.append(f"  {d.direction}: " + "; ".join(parts))
+    return out
+
+
 def render_info(info: dict) -> str:
     """info: {'built': {...}, 'running': {...}, 'gpus': [...], 'gpu_error': str}"""
     b, r = info.get("built", {}), info.get("running", {})
