@@ -171,6 +171,32 @@ def test_out_of_memory_keeps_what_finished(tmp_path, monkeypatch):
     assert "not finished: engine configs: out of GPU memory" in text
 
 
+class WorkerFailsBench(FakeBench):
+    """The engine worker dies before its first config (as one did on a GPU with 2 GiB free:
+    its CUDA context did not fit)."""
+
+    def engines(self, *args, **kw):
+        from cudnn_explorer.core.errors import ChildError
+
+        raise ChildError("engine worker for fwd failed (rc 1): CUDA error: out of memory")
+
+
+def test_a_failed_engine_worker_keeps_the_legacy_rows(tmp_path, monkeypatch):
+    from cudnn_explorer.measure.pipeline import explore
+
+    opts = ExploreOptions.create(directions="fwd", budget_ms=5, child_timeout_s=30,
+                                 engine_budget_s=30)
+    seen = []
+    exp = explore(P, opts, bench=WorkerFailsBench(tmp_path, monkeypatch), progress=seen.append)
+    (fwd,) = exp.directions
+    assert fwd.best() is not None and fwd.engines is None and exp.complete
+    assert fwd.error == ("engine configs: engine worker for fwd failed (rc 1): CUDA error: "
+                         "out of memory")
+    assert any("engine configs: engine worker for fwd failed" in m for m in seen)
+    text = render_exploration(Exploration.from_json(exp.to_json()))
+    assert "not finished: engine configs: engine worker for fwd failed" in text
+
+
 def test_find_under_every_math_type_marks_pytorchs_rows(tmp_path, monkeypatch):
     exp, _ = run(tmp_path, monkeypatch, engines=False)
     d = exp.direction("fwd")

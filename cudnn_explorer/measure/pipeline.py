@@ -13,7 +13,8 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from ..core import analysis
-from ..core.errors import Interrupted, MissingDependencyError, ResourceError, UserError
+from ..core.errors import (ChildError, Interrupted, MissingDependencyError, ResourceError,
+                           UserError)
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.version import __version__
@@ -152,7 +153,8 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
                env: Environment, say) -> DirectionResult:
     """One direction, built once. Out of GPU memory, it keeps what finished: the legacy
     rows without the engine configs, or no rows, with ``error`` saying what was needed
-    and what was free; the other directions go on."""
+    and what was free; the other directions go on. So does an engine worker that fails
+    outside any config (ChildError: it could not start, or died between configs)."""
     t0 = time.perf_counter()
     try:
         lab = bench.lab(problem, d, options)
@@ -179,7 +181,10 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
         t1 = time.perf_counter()
         try:
             space = bench.engines(problem, d, options, leg.ok, preferred, say, finalists)
-        except ResourceError as e:
+        except (ResourceError, ChildError) as e:
+            # the legacy rows stay: a worker that cannot start (a GPU short of memory for
+            # its CUDA context) or dies outside any config loses only the engine configs
+            say(f"{d}: engine configs: {e}")
             error = f"engine configs: {e}"
         engines_s = time.perf_counter() - t1
     return DirectionResult(
