@@ -9,15 +9,19 @@ these variants in interleaved rounds (each switch warmed before it is timed):
   pinned-pytorch    pinned to benchmark mode's picks as the sweep recorded them
   on                benchmark on (last: PyTorch's plan cache keeps its picks afterwards)
 Per variant: the eager step (median of CUDA-event times around each step, as the model
-command's steady eager samples; against off's in the same round, Note [paired rounds]), the host's time to enqueue one step (no synchronisation
-inside it), and a CPU-only torch.profiler profile of a few steps: per op, calls per step and
-self-CPU microseconds per call, for the convolution ops, the pinned op's plan execution
-(cudnn_explorer::execute_plan) and autograd's nodes. pinned-heuristic against off is the
-op's own cost; pinned-best against pinned-heuristic is what the engines' own host cost adds.
+command's steady eager samples; against off's in the same round, Note [paired rounds]),
+the host's time to enqueue one step (no synchronisation inside it), and a CPU-only
+torch.profiler profile of a few steps: per op, calls per step and self-CPU microseconds
+per call, for the convolution ops, the pinned op's plan execution
+(cudnn_explorer::execute_plan) and autograd's nodes. Then, per pinned variant, off and
+pinned in alternating steps (Note [alternating steps]): the median of each pinned step
+against the off steps around it, the figure least moved by the host's drift.
+pinned-heuristic against off is the op's own cost; pinned-best against pinned-heuristic
+is what the engines' own host cost adds.
 
 Usage: python scripts/profile_pin_host.py --sweep SWEEP.json [--model resnet50] [--batch 32]
            [--input 3x224x224] [--amp fp16] [--no-channels-last] [--rounds 10] [--steps 10]
-           [--json PATH]
+           [--pairs 200] [--json PATH]
 """
 import argparse
 import json
@@ -57,6 +61,34 @@ def timed(torch, step, steps):
     return [a.elapsed_time(b) for a, b in ends], host
 
 
+def alternating(torch, step, model, pairs):
+    """Note [alternating steps]: benchmark off and pinned in turns, one step each, the
+    layers' classes swapped between steps (the plans stay loaded and built): the ratio of
+    each pinned step to the mean of the off steps around it, so that the host's drift,
+    slower than a step, cancels. ([ratios], [off ms], [pinned ms])."""
+    layers = [(m, type(m), type(m)._cudnn_explorer_base) for m in model.modules()
+              if getattr(type(m), "_cudnn_explorer_base", None) is not None]
+
+    def swap(pinned):
+        for m, p, base in layers:
+            m.__class__ = p if pinned else base
+
+    events = []
+    for i in range(2 * pairs + 1):  # off, pinned, off, ..., off
+        swap(i % 2 == 1)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        events.append((a, b))
+    torch.cuda.synchronize()
+    swap(True)
+    ms = [a.elapsed_time(b) for a, b in events]
+    off, pinned = ms[0::2], ms[1::2]
+    ratios = [p / ((off[k] + off[k + 1]) / 2) for k, p in enumerate(pinned)]
+    return ratios, off, pinned
+
+
 def profiled(torch, step, steps):
     """{op name: (calls per step, self-CPU us per call, CPU total us per call)} of ops
     whose names KEEP matches, and the profile's whole self-CPU us per step."""
@@ -87,6 +119,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--profile-steps", type=int, default=3)
+    ap.add_argument("--pairs", type=int, default=200,
+                    help="alternating off / pinned step pairs per pinned variant")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 
@@ -154,7 +188,19 @@ def main() -> int:
         print(f"round {r + 1}: " + ", ".join(f"{n} {block[n]:.2f}" for n in names), flush=True)
     out = {"model": spec.describe(), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "gpu": torch.cuda.get_device_name(0),
-           "variants": {}}
+           "variants": {}, "alternating": {}}
+    for n in names[1:]:
+        use(n)
+        ratios, off, pinned = alternating(torch, step, model, 10)  # warm both
+        ratios, off, pinned = alternating(torch, step, model, a.pairs)
+        q = statistics.quantiles(ratios, n=4)
+        out["alternating"][n] = {
+            "pairs": len(ratios), "vs_off_median": statistics.median(ratios) - 1,
+            "vs_off_iqr": [q[0] - 1, q[2] - 1], "off_median_ms": statistics.median(off),
+            "pinned_median_ms": statistics.median(pinned)}
+        print(f"alternating {n}: {statistics.median(ratios) - 1:+.1%} against off (IQR "
+              f"{q[0] - 1:+.1%} .. {q[2] - 1:+.1%}; off {statistics.median(off):.2f} ms, "
+              f"pinned {statistics.median(pinned):.2f} ms; {len(ratios)} pairs)", flush=True)
     # the profiles, after the timed rounds; "on" stays last (its cache outlives it)
     for n in names + ["on"]:
         use(n)
