@@ -202,3 +202,51 @@ def test_a_worker_whose_cuda_context_broke_is_replaced_after_its_job(steady_work
             assert [c.status for c in sp.configs] == ["OK"]
             assert w.proc is None  # retired at once
     assert len(steady_worker()) == 3
+
+
+# A staged search in a real worker process: engine 0's knob 2 in 0..4 picks a time (ms);
+# k2=1 hangs when it is timed in round 2 (10 ms budget).
+STAGED_WORKER = WORKER_HEAD + textwrap.dedent("""\
+    TIMES = [1.5, 1.0, 1.05, 1.2, 3.0]
+    class Search:
+        def engine_count(self):
+            return 1
+        def engine_info(self, e):
+            return NS(engine=e, status="OK", knobs=[NS(type=2, min_value=0, max_value=4,
+                                                       stride=1)])
+        def heuristics(self, mode):
+            return ["eng0_k2=0"] if mode == "A" else []
+        def build(self, e, knobs):
+            k = dict(knobs)
+            name = "eng%d" % e + "".join("_k%d=%d" % tuple(kv) for kv in sorted(knobs))
+            return NS(status="built" if 2 in k else "config rejected", message="", name=name,
+                      numeric_notes=[], behavior_notes=[], workspace_bytes=0, build_ms=0.5,
+                      timed=False, plan_index=0, knobs=k, timing=None)
+        def measure(self, built, timed, opt):
+            k = built.knobs[2]
+            if k == 1 and opt.budget_ms == 10.0:
+                time.sleep(600)
+            t = TIMES[k]
+            native = NS(per_launch_ms=[t] * 5, launches_per_sample=10, method="graph",
+                        warmup_launches=12, note="", eager_per_call_ms=[],
+                        eager_calls_per_sample=0)
+            return NS(**{**vars(built), "status": "OK", "timed": timed, "timing": native})
+    """) + WORKER_TAIL
+
+
+def test_a_config_that_hangs_in_a_later_round_is_recorded_and_the_rest_staged(tmp_path,
+                                                                              monkeypatch):
+    (tmp_path / "staged_engine_worker.py").write_text(STAGED_WORKER)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    sp = engine_worker.explore_isolated(
+        ConvProblem.create("1,8,8,8", out_channels=8), "fwd",
+        ExploreOptions.create(engine_config_timeout_s=1.0, budget_ms=25.0, staged=True),
+        worker=engine_worker.EngineWorker("staged_engine_worker"))
+    by_tag = {c.tag: c for c in sp.configs}
+    assert len(sp.configs) == len(by_tag) == 5  # each config once
+    assert by_tag["ConvFwd_eng0_k2=1"].status == "hung"
+    assert "no result within 1 s" in by_tag["ConvFwd_eng0_k2=1"].message
+    assert by_tag["ConvFwd_eng0_k2=4"].left_round == 1
+    assert by_tag["ConvFwd_eng0_k2=3"].left_round == 2
+    assert sp.best().tag == "ConvFwd_eng0_k2=2"  # the fastest that did not hang
+    assert [r["round"] for r in sp.rounds] == [1, 2, "final"]

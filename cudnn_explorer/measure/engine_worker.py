@@ -198,6 +198,8 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                         elif "attempt" in ev:
                             prior["attempts"].append(ev["attempt"])
                             current = None
+                        elif "retimed" in ev:  # a staged search's later round: no new record
+                            current = None
                         elif "space" in ev:
                             finished = True
                             if ev.get("retire"):  # its CUDA context is lost: a new one next

@@ -93,7 +93,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
 
     A config can hang or crash the process on the GPU, so callers normally run this in a
     worker process (measure/engine_worker.py): ``on_event``
-    receives {"start": ...} before and {"attempt": ...} after every config; ``prior``
+    receives {"start": ...} before and {"attempt": ...} after every config (a staged
+    search's later rounds: {"start": ...} and {"retimed": tag}); ``prior``
     ({"attempts": [...], "failed": [...]}, as a supervisor collected them from earlier
     workers) is taken as already done, so a restarted worker carries on where the last one
     stopped. ``search`` replaces the native EngineSearch (tests).
@@ -298,6 +299,7 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
                                     c.heuristic_ranks, False,
                                     stage=lambda st: emit({"stage": st}), built=b)
         configs[i] = replace(cfg, kernels=c.kernels, build_ms=c.build_ms)
+        emit({"retimed": c.tag})
 
     live = [i for i in range(len(configs)) if timed(i)]
     for number, rnd in enumerate(ROUNDS, 1):
