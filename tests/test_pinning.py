@@ -446,3 +446,58 @@ def test_the_eager_entry_is_the_same_op_for_autograd_and_dispatch_modes():
     with Funcs():
         functional.call(x, w, None, *args)
     assert any("cudnn_explorer.conv" in f for f in funcs), funcs
+
+
+def test_a_plan_file_from_a_multi_size_sweep_covers_every_size(tmp_path, monkeypatch):
+    """A --sizes capture feeds plans write: every call the op makes at every size (its
+    three directions' keys, from real tensors in the model's layout) is one of the file's
+    keys, and a size the sweep did not capture is not."""
+    from dataclasses import replace
+
+    from cudnn_explorer.core.capture import ModelSpec, merge_sizes
+    from cudnn_explorer.core.plans import native_key, plans_from
+    from cudnn_explorer.core.records import DirectionResult, EngineConfig, EngineSpace
+    from cudnn_explorer.model.tracer import capture
+    from cudnn_explorer.pinning import op
+    from fakes import ENV, timing
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)).to(
+        memory_format=torch.channels_last)
+    spec = ModelSpec(factory="x:y", input_shape=[3, 8, 8], batch=2, sizes=[8, 12],
+                     channels_last=True)
+
+    def batch(s):
+        return torch.randn(2, 3, s, s).contiguous(memory_format=torch.channels_last)
+
+    caps = [capture(net, [batch(s)], replace(spec, input_shape=[3, s, s], sizes=[]), "cpu")
+            for s in (8, 12)]
+    cap = merge_sizes(caps, [8, 12], spec)
+    assert len(cap.problems) == 4  # two layers at two sizes
+    items = []
+    for u in cap.problems:
+        for d in u.directions:
+            cfg = EngineConfig(tag="ConvFwd_eng0", engine=0, status="OK",
+                               timing=timing(0.01), workspace_bytes=0)
+            items.append((u.problem, DirectionResult(
+                direction=d, math_type="DEFAULT_MATH", find=[], heuristics=[], workspace=[],
+                workspace_needed_bytes=0, workspace_given_bytes=0,
+                engines=EngineSpace(engine_count=1, configs=[cfg])), u.layers, 1))
+    plans = plans_from(items, ENV, "test")
+    keys = {tuple(native_key(e)) for e in plans.entries}
+    assert len(keys) == len(plans.entries) == sum(len(u.directions) for u in cap.problems)
+
+    def call_keys(s):
+        x, out = batch(s), []
+        for layer in (net[0], net[2]):
+            ks = op.conv_keys(x, layer.weight, layer.stride, layer.padding, layer.dilation)
+            out += [tuple(k) for k in ks]
+            x = layer(x)
+        return out
+
+    for s in (8, 12):
+        wanted = call_keys(s)
+        # the first layer's input needs no gradient: its bwd-data is not in the file
+        assert [k in keys for k in wanted] == [True, False, True, True, True, True], s
+    assert not any(k in keys for k in call_keys(10))
