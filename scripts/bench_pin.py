@@ -27,6 +27,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from cudnn_explorer.core.files import write_atomic  # noqa: E402  (after the path)
+
 MIB = 2**20
 MODES = {"off": "heuristic", "on": "benchmark", "pinned": "pinned"}
 
@@ -189,8 +191,7 @@ def main() -> int:
         text = json.dumps({"host_cost": host_cost()}, indent=1)
         print(text)
         if a.json:
-            with open(a.json, "w") as f:
-                f.write(text + "\n")
+            write_atomic(a.json, text + "\n")
         return 0
 
     from cudnn_explorer.core.capture import ModelSpec
@@ -251,8 +252,7 @@ def main() -> int:
     text = json.dumps(out, indent=1)
     print(text)
     if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
+        write_atomic(a.json, text + "\n")
     return 0
 
 

@@ -29,6 +29,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from cudnn_explorer.core.files import write_atomic  # noqa: E402  (after the path)
+
 
 def _stats(xs):
     from cudnn_explorer.core import stats
@@ -167,8 +169,7 @@ def main() -> int:
     text = json.dumps({"summary": summary, "results": results}, indent=1)
     print(json.dumps(summary, indent=1))
     if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
+        write_atomic(a.json, text + "\n")
     return 0
 
 

@@ -23,6 +23,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from cudnn_explorer.core.files import write_atomic  # noqa: E402  (after the path)
+
 PROBLEMS = {
     "default": dict(shape="32,3,224,224", kernel=3),
     "r50-3x3-fp16-nhwc": dict(shape="32,128,28,28", out_channels=128, kernel=3,
@@ -130,8 +132,7 @@ def main() -> int:
         if not r.get("hit", True) or "error" in r or abs(r.get("pick_ratio", 1) - 1) > 0.03:
             print(f"miss: {json.dumps(r)}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_atomic(a.json, json.dumps(out, indent=1) + "\n")
     return 0
 
 

@@ -34,6 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
+from cudnn_explorer.core.files import write_atomic  # noqa: E402  (after the path)
+
 KEEP = ("conv", "Conv", "cudnn", "execute_plan", "Backward", "autograd::engine")
 
 
@@ -227,10 +229,8 @@ def main() -> int:
         for k, o in list(v["ops"].items())[:12]:
             print(f"    {k[:60]:60} {o['calls_per_step']:6.1f}/step  self {o['self_us']:7.1f} us"
                   f"  total {o['total_us']:7.1f} us")
-    text = json.dumps(out, indent=1)
     if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
+        write_atomic(a.json, json.dumps(out, indent=1) + "\n")
     return 0
 
 
