@@ -158,27 +158,29 @@ inline void add_conv(Graph& g, Direction d, fe::DataType_t io, const TargetProbl
     return fe::graph::Tensor_attributes().set_name(name).set_dim(dims).set_stride(strides)
         .set_uid(uid).set_alignment(align(uid));
   };
+  const auto x = attrs("x", tp.x_dims, tp.x_strides, kX);
+  const auto w = attrs("w", tp.w_dims, tp.w_strides, kW);
+  const auto y = attrs("dy", tp.y_dims, tp.y_strides, kY);
+  // the direction's output: the graph's result, given its tensor's dims, strides and uid
+  auto output = [](const auto& t, const fe::graph::Tensor_attributes& as) {
+    t->set_output(true).set_dim(as.get_dim()).set_stride(as.get_stride())
+        .set_uid(as.get_uid()).set_alignment(as.get_alignment());
+  };
   if (d == Direction::Forward) {
-    auto X = g.tensor(attrs("x", tp.x_dims, tp.x_strides, kX));
-    auto W = g.tensor(attrs("w", tp.w_dims, tp.w_strides, kW));
-    auto Y = g.conv_fprop(X, W, fe::graph::Conv_fprop_attributes().set_padding(tp.padding)
-                                    .set_stride(tp.stride).set_dilation(tp.dilation));
-    Y->set_output(true).set_dim(tp.y_dims).set_stride(tp.y_strides).set_uid(kY)
-        .set_alignment(align(kY));
+    auto X = g.tensor(x);
+    auto W = g.tensor(w);
+    output(g.conv_fprop(X, W, fe::graph::Conv_fprop_attributes().set_padding(tp.padding)
+                                  .set_stride(tp.stride).set_dilation(tp.dilation)), y);
   } else if (d == Direction::BackwardData) {
-    auto DY = g.tensor(attrs("dy", tp.y_dims, tp.y_strides, kY));
-    auto W = g.tensor(attrs("w", tp.w_dims, tp.w_strides, kW));
-    auto DX = g.conv_dgrad(DY, W, fe::graph::Conv_dgrad_attributes().set_padding(tp.padding)
-                                      .set_stride(tp.stride).set_dilation(tp.dilation));
-    DX->set_output(true).set_dim(tp.x_dims).set_stride(tp.x_strides).set_uid(kX)
-        .set_alignment(align(kX));
+    auto DY = g.tensor(y);
+    auto W = g.tensor(w);
+    output(g.conv_dgrad(DY, W, fe::graph::Conv_dgrad_attributes().set_padding(tp.padding)
+                                   .set_stride(tp.stride).set_dilation(tp.dilation)), x);
   } else {
-    auto DY = g.tensor(attrs("dy", tp.y_dims, tp.y_strides, kY));
-    auto X = g.tensor(attrs("x", tp.x_dims, tp.x_strides, kX));
-    auto DW = g.conv_wgrad(DY, X, fe::graph::Conv_wgrad_attributes().set_padding(tp.padding)
-                                      .set_stride(tp.stride).set_dilation(tp.dilation));
-    DW->set_output(true).set_dim(tp.w_dims).set_stride(tp.w_strides).set_uid(kW)
-        .set_alignment(align(kW));
+    auto DY = g.tensor(y);
+    auto X = g.tensor(x);
+    output(g.conv_wgrad(DY, X, fe::graph::Conv_wgrad_attributes().set_padding(tp.padding)
+                                   .set_stride(tp.stride).set_dilation(tp.dilation)), w);
   }
 }
 

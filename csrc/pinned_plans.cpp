@@ -271,15 +271,6 @@ ThreadPlans& thread_plans() {
   return *t;
 }
 
-fe::DataType_t fe_type_of(at::ScalarType t) {
-  switch (t) {
-    case at::kHalf: return fe::DataType_t::HALF;
-    case at::kBFloat16: return fe::DataType_t::BFLOAT16;
-    case at::kDouble: return fe::DataType_t::DOUBLE;
-    default: return fe::DataType_t::FLOAT;
-  }
-}
-
 // Note [plan validators]: the file names an engine config; cuDNN says what the config is.
 // A plan is refused (and the call falls back) when cuDNN's numerical notes say PyTorch's
 // rules would not run it here: DOWN_CONVERT_INPUTS always, TENSOR_CORE for float32 with
@@ -338,7 +329,7 @@ std::unique_ptr<Built> build(const PinnedCall& c, std::shared_ptr<Slot> slot, bo
     tp.stride = c.stride;
     tp.dilation = c.dilation;
     tp.alignment = {alignment_of(*c.x), alignment_of(*c.w), alignment_of(*c.y)};
-    add_conv(*g, c.direction, fe_type_of(c.x->scalar_type()), tp);
+    add_conv(*g, c.direction, fe_type(data_type_of(*c.x)), tp);
     const std::string what = s.spec.description;
     fe_check(g->validate(), "validating the graph of " + what);
     fe_check(g->build_operation_graph(h), "building the operation graph of " + what);

@@ -8,8 +8,6 @@
 
 namespace cudnn_explorer {
 
-namespace {
-
 cudnnDataType_t data_type_of(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat: return CUDNN_DATA_FLOAT;
@@ -21,6 +19,8 @@ cudnnDataType_t data_type_of(const at::Tensor& t) {
                    "; valid: float32, float16, bfloat16, float64");
   }
 }
+
+namespace {
 
 std::string join(at::IntArrayRef v) {
   std::ostringstream os;

@@ -16,6 +16,10 @@ enum class Direction { Forward, BackwardData, BackwardFilter };
 Direction direction_from_name(const std::string& name);
 std::string direction_name(Direction d);
 
+// cuDNN's data type of a float32, float16, bfloat16 or float64 tensor (a bad-argument
+// error naming the valid ones for any other).
+cudnnDataType_t data_type_of(const at::Tensor& t);
+
 // x: input (N, C, spatial...), w: weight (K, C/groups, kernel...), y: output.
 // Which one is written depends on the direction: y for forward, x (as dx) for
 // backward-data, w (as dw) for backward-filter. 1-D problems arrive already

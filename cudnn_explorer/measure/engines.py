@@ -31,8 +31,8 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
     it (a watchdog tells which hung)."""
     out_name = OUTPUT_OF[direction]
     tensors[out_name].fill_(float("nan"))
-    res = built if built is not None else search.build(engine, [list(k) for k in knobs])
-    made = res
+    made = built if built is not None else search.build(engine, [list(k) for k in knobs])
+    res = made
     if res.status == "built":
         stage("running")
         res = search.measure(res, spec.retime, native.timing_options(spec))
@@ -190,7 +190,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch], "config": None}})
             return None
         entry["configs"] += 1
-        built[len(configs)] = made
+        if staging:  # its plan, to time it again in a later round
+            built[len(configs)] = made
         configs.append(cfg)
         emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch],
                           "config": cfg.to_dict()}})
@@ -260,9 +261,9 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
 
 def _always(configs: List[EngineConfig], live: Sequence[int], keep: set) -> set:
     """The live configs that stay whatever their time: those ``keep`` names (by engine and
-    knobs), and the
-    fastest of each group a plan file may be filtered to (PyTorch's rules allow it, no
-    NONDETERMINISTIC note, no workspace), so that a filtered choice is re-timed too."""
+    knobs), and the fastest of each group a plan file may be filtered to (PyTorch's rules
+    allow it, no NONDETERMINISTIC note, no workspace), so that a filtered choice is
+    re-timed too."""
     out = {i for i in live if (configs[i].engine, tuple(tuple(k) for k in configs[i].knobs))
            in keep}
     groups = (lambda c: c.allowed, lambda c: "NONDETERMINISTIC" not in c.numeric_notes,
@@ -293,11 +294,10 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
         emit({"start": {"engine": c.engine, "knobs": [list(k) for k in knobs], "tag": c.tag}})
         b = built.get(i)
         if b is None:  # recorded by an earlier worker: build it here
-            b = search.build(c.engine, [list(k) for k in knobs])
-        cfg, built[i] = _run_config(search, spec, problem, direction, tensors,
-                                    ref if check else None, c.engine, knobs,
-                                    c.heuristic_ranks, False,
-                                    stage=lambda st: emit({"stage": st}), built=b)
+            b = built[i] = search.build(c.engine, [list(k) for k in knobs])
+        cfg, _ = _run_config(search, spec, problem, direction, tensors,
+                             ref if check else None, c.engine, knobs, c.heuristic_ranks,
+                             False, stage=lambda st: emit({"stage": st}), built=b)
         configs[i] = replace(cfg, kernels=c.kernels, build_ms=c.build_ms)
         emit({"retimed": c.tag})
 

@@ -137,8 +137,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
 
     try:
         runs = bench.children(problem, options, say) if options.pytorch else []
-        if options.pytorch:
-            pytorch_s = time.perf_counter() - t0
+        pytorch_s = time.perf_counter() - t0 if options.pytorch else None
         with bench.scope():
             for d in options.directions:
                 results.append(_direction(problem, d, options, bench, runs, env, say))
