@@ -1,9 +1,11 @@
-"""Benchmark: the staged search (--staged) against the full one, on the same problems.
+"""Benchmark: the quick profile (a staged search) against the thorough one, on the same problems.
 
 For each problem (the default problem, the README's examples, float32 with and without
 TF32, float16, bfloat16, depthwise and 3-D; with --model, every problem of that model's
 capture too), every direction is explored twice in this process, without the results
-store: the full search, then the staged one. Their wall times are summed per search. Then
+store: the thorough profile (the full search), then the quick one (staged). Their wall
+times are summed per profile, each problem's with its breakdown (PyTorch's children,
+legacy rows, engine configs per direction). Then
 the best config of each and PyTorch's benchmark pick are timed again side by side, in one
 engine worker per direction (the model command's way of re-timing given plans), and:
 - hit: the staged best is within 2% of the full search's best (goal: 95% of the
@@ -84,9 +86,9 @@ def main() -> int:
                          train=not a.eval)
         for i, u in enumerate(cap.problems[:a.limit]):
             problems.append((f"{a.model}#{i + 1}", u.problem))
-    full = ExploreOptions.create(budget_ms=a.budget_ms)
-    staged = full.updated(staged=True)
-    rows, wall = [], {"full": 0.0, "staged": 0.0}
+    full = ExploreOptions.create(budget_ms=a.budget_ms).profiled("thorough")
+    staged = full.profiled("quick")
+    rows, wall, walls = [], {"full": 0.0, "staged": 0.0}, {}
     for name, p in problems:
         exps = {}
         for label, opts in (("full", full), ("staged", staged)):
@@ -94,7 +96,12 @@ def main() -> int:
             exps[label] = ce.explore(p, opts)
             s = time.perf_counter() - t0
             wall[label] += s
-            print(f"{name} {label}: {s:.1f} s", flush=True)
+            walls.setdefault(name, {})[label] = s
+            e = exps[label]
+            parts = "; ".join(f"{d.direction} legacy {d.legacy_wall_s or 0:.1f} s, engines "
+                              f"{d.engines_wall_s or 0:.1f} s" for d in e.directions)
+            print(f"{name} {label}: {s:.1f} s (PyTorch's children "
+                  f"{e.pytorch_wall_s or 0:.1f} s; {parts})", flush=True)
         for d in exps["full"].directions:
             ds = exps["staged"].direction(d.direction)
             bf = d.engines.best(allowed_only=True) if d.engines else None
@@ -120,7 +127,8 @@ def main() -> int:
     hits = sum(r["hit"] for r in scored)
     picks = [r for r in rows if "pick_ratio" in r]
     pick_ok = sum(abs(r["pick_ratio"] - 1) <= 0.03 for r in picks)
-    out = {"problems": [n for n, _ in problems], "wall_s": wall, "rows": rows,
+    out = {"problems": [n for n, _ in problems], "wall_s": wall, "problem_wall_s": walls,
+           "rows": rows,
            "hits": hits, "scored": len(scored), "pick_within_3pct": pick_ok,
            "picks": len(picks),
            "checks": {"staged_within_2pct_in_95pct": bool(scored) and hits >= 0.95 * len(scored),

@@ -208,7 +208,7 @@ class FakeSearch:
         self.seen.append((built.name, timed, opt.flush_l2, opt.use_graph, opt.budget_ms,
                           opt.eager_budget_ms))
         spec = TimingSpec(retime=timed, budget_ms=opt.budget_ms, flush_l2=opt.flush_l2,
-                          graph=opt.use_graph)
+                          graph=opt.use_graph, eager=opt.eager_budget_ms > 0)
         t = fake_timing(spec, 0.1 + 0.01 * len(self.seen)) if timed else None
         per = [] if t is None else [t.median_ms] * 5
         native = None if t is None else NS(
@@ -245,6 +245,9 @@ class FakeBench:
         from cudnn_explorer.measure.pytorch_picks import run_children
 
         return run_children(problem, options, say, child_module="fake_torch_child")
+
+    def prestart(self):
+        self.calls.append(("prestart",))
 
     def lab(self, problem, direction, options):
         return FakeLab(problem, direction, options, self.calls)

@@ -106,9 +106,9 @@ def test_a_tiny_model_swept_end_to_end_from_a_factory(tmp_path, monkeypatch):
     measured = len(bench.calls)
     again = ce.sweep_model(cap, opts, store=db, bench=bench)
     assert len(bench.calls) == measured and again.complete
-    kept = ce.sweep_model(cap, opts, profile="deep", keep=("budget_ms",), bench=bench)
-    assert kept.profile == "deep" and kept.options["budget_ms"] == 5.0
-    with pytest.raises(UserError, match="--profile 'fast': valid: quick, deep"):
+    kept = ce.sweep_model(cap, opts, profile="thorough", keep=("budget_ms",), bench=bench)
+    assert kept.profile == "thorough" and kept.options["budget_ms"] == 5.0
+    with pytest.raises(UserError, match="--profile fast: valid: quick, thorough"):
         ce.sweep_model(cap, opts, profile="fast", bench=bench)
     with pytest.raises(UserError, match="batch 0: valid"):
         ce.sweep_model("tinyapi:tiny", opts, batch=0, bench=bench)

@@ -26,6 +26,8 @@ BAD = [
     (["--shape", "1,3,8,8", "--benchmark-limit", "ten"], "--benchmark-limit ten: valid"),
     (["--shape", "1,3,8,8", "--child-timeout", "soon"], "--child-timeout soon: valid"),
     (["--shape", "1,3,8,8", "--engine-configs", "0"], "--engine-configs 0: valid: an integer from 1 to 10000"),
+    (["--shape", "1,3,8,8", "--profile", "deep"], "--profile deep: valid: quick, thorough"),
+    (["--load", "x.json", "--profile", "thorough"], "--profile would be"),
     (["--shape", "1,3,8,8", "--engine-budget-s", "-3"], "--engine-budget-s -3"),
     (["--shape", "1,3,8,8", "--budget-ms", "fast"], "--budget-ms fast: valid"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
@@ -155,3 +157,20 @@ def test_harmless_flags_are_taken_where_they_change_nothing(tmp_path):
     assert r.returncode == 2 and "--budget-ms would be ignored" in r.stderr
     r = run_cli("--load", str(f), "--quiet", "--verbose")
     assert r.returncode == 2 and "--verbose would be ignored: --quiet" in r.stderr
+
+
+@pytest.mark.parametrize("argv,staged", [([], True), (["--profile", "quick"], True),
+                                         (["--profile", "THOROUGH"], False)])
+def test_the_profile_picks_the_staged_search_or_the_full_one(argv, staged):
+    """quick (the default) is the staged search, thorough times every config in full; a
+    model's quick also narrows the configs and budgets, and a flag the user gives wins."""
+    from cudnn_explorer.cli import explore, model
+    from cudnn_explorer.cli.groups import options_from_args
+
+    a = explore.build_parser().parse_args(["--shape", "1,3,8,8", *argv])
+    opts = options_from_args(a, engines=True)
+    assert opts.staged is staged and opts.engine_sampling and opts.budget_ms == 100.0
+    m = model.build_parser().parse_args(["resnet18", "--budget-ms", "7", *argv])
+    mo = options_from_args(m, engines=True).profiled(m.profile, ("budget_ms",), model=True)
+    assert mo.staged is staged and mo.budget_ms == 7.0
+    assert mo.engine_sampling is not staged  # quick: only the listed configs

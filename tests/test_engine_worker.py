@@ -188,6 +188,28 @@ def test_a_bench_keeps_its_worker_only_when_asked(steady_worker, monkeypatch, ke
     assert len(steady_worker()) == (2 if keep else 3)
 
 
+@pytest.mark.parametrize("free_gib,kept", [(80, True), (2, False)])
+def test_a_bench_keeps_its_worker_while_the_gpu_has_room(steady_worker, monkeypatch,
+                                                          free_gib, kept):
+    """Note [one engine worker]: by default the worker is started ahead (before any job)
+    and serves the next direction too, unless the GPU is short of memory after one."""
+    import torch
+
+    from cudnn_explorer.measure import pipeline
+
+    monkeypatch.setattr(engine_worker, "WORKER_MODULE", "steady_worker")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (free_gib << 30, 96 << 30))
+    p = ConvProblem.create("1,8,8,8", out_channels=8)
+    bench = pipeline.GpuBench(0)
+    bench.prestart()
+    assert bench.worker.proc is not None and bench.worker.proc.poll() is None
+    for d in ("fwd", "bwd-data"):
+        bench.engines(p, d, ExploreOptions.create(), [], [], lambda m: None)
+        assert (bench.worker.proc is not None) == kept
+    bench.close()
+    assert len(steady_worker()) == (1 if kept else 2)
+
+
 def test_a_worker_whose_cuda_context_broke_is_replaced_after_its_job(steady_worker,
                                                                        tmp_path):
     # the steady worker, with every job ending as if a config had left a sticky CUDA error

@@ -143,11 +143,11 @@ def test_sizes_set_the_height_and_width_of_inputs_shape(tmp_path):
     (["model", "resnet18", "--sizes", "8,16", "--image", "8"], "--image would be ignored"),
     (["model", "resnet18", "--capture-only", "--budget-ms", "5"], "--budget-ms would be"),
     (["model", "--model", "nomodule:f", "--capture-only"], "cannot import nomodule"),
-    (["model", "resnet18", "--profile", "fast"], "--profile 'fast': valid: quick, deep"),
+    (["model", "resnet18", "--profile", "fast"], "--profile fast: valid: quick, thorough"),
     (["model", "resnet18", "--timed-iterations", "0"], "--timed-iterations 0"),
     (["model", "resnet18", "--timed-iterations", "20000"], "--timed-iterations 20000: valid"),
     (["model", "resnet18", "--no-pytorch", "--timed-iterations", "5"], "--timed-iterations would be"),
-    (["model", "resnet18", "--capture-only", "--profile", "deep"], "--profile would be"),
+    (["model", "resnet18", "--capture-only", "--profile", "thorough"], "--profile would be"),
     (["model", "resnet18", "--consistency"], "--consistency compares the GPUs of a torchrun"),
     (["model", "resnet18", "--resume", "--no-store"], "--resume needs the results store"),
 ])

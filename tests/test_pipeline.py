@@ -39,19 +39,34 @@ def methods(exp):
     return out
 
 
+def engine_eager(exp):
+    """(left early?, eager measured?) of every timed engine config."""
+    return [(c.left_round is not None, c.timing.eager is not None)
+            for d in exp.directions for c in d.engines.configs if c.timing]
+
+
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("kw,method,eager", [
     ({}, "graph", True),
     ({"flush_l2": True}, "eager+flush", False),
     ({"graph": False}, "eager", True),
 ])
-def test_timing_options_reach_every_path(tmp_path, monkeypatch, kw, method, eager):
-    exp, bench = run(tmp_path, monkeypatch, **kw)
+def test_timing_options_reach_every_path(tmp_path, monkeypatch, kw, method, eager, staged):
+    exp, bench = run(tmp_path, monkeypatch, staged=staged, **kw)
     got = methods(exp)
     assert {p for p, _, _ in got} == {"legacy", "engine", "pytorch"}
-    assert all(m == method and e == eager for _, m, e in got), got
-    # the engine driver handed the native timer exactly these options
+    assert all(m == method for _, m, _ in got), got
+    # every row timed in full has the eager loop as the options say; a config that left a
+    # staged search early was timed in its rounds only, without the loop
+    assert all(e == eager for p, _, e in got if p != "engine"), got
+    assert all(e == (eager and not left) for left, e in engine_eager(exp)), engine_eager(exp)
+    assert any(left for left, _ in engine_eager(exp)) == staged
+    # the engine driver handed the native timer exactly these options, a staged search's
+    # rounds their own budgets (2 ms, then 10 ms: at most the full 5 ms)
+    budgets = {2.0, 5.0} if staged else {5.0}
     assert all(s[2] == kw.get("flush_l2", False) and s[3] == kw.get("graph", True)
-               and s[4] == 5.0 for s in bench.seen)
+               and s[4] in budgets for s in bench.seen)
+    assert {s[4] for s in bench.seen} == budgets
     text = render_exploration(exp)
     assert f"one timing method for all ({method})" in text
     assert ("eager ms: wall time per call" in text) == eager

@@ -192,6 +192,22 @@ CHILDREN = {
         import json, sys
         json.dump({"directions": [], "settings": {}}, open(sys.argv[2], "w"))
         """),
+    # records its pid and the other children of its parent waiting in measure/prestart.py
+    "ahead": textwrap.dedent("""\
+        import os, sys
+        me, parent, waiting = os.getpid(), os.getppid(), []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                cmd = open(f"/proc/{pid}/cmdline").read().split("\\0")
+            except OSError:
+                continue
+            if int(pid) != me and int(stat[1]) == parent and "fakechild_ahead" in cmd:
+                waiting.append(int(pid))
+        with open(os.environ["AHEAD_LOG"], "a") as f:
+            f.write(f"{me} {' '.join(map(str, waiting))}\\n")
+        raise SystemExit(3)
+        """),
 }
 
 
@@ -225,6 +241,27 @@ def test_failed_mode_keeps_the_others(fake_children):
     assert [r.spec.label for r in runs] == [m.label for m in children.default_modes()]
     picks = [children.pick_of(r, "bwd-data") for r in runs]
     assert all("boom in the child" in x.error and not x.ok for x in picks)
+
+
+def test_each_mode_runs_in_its_own_process_the_next_one_started_ahead(fake_children,
+                                                                      monkeypatch):
+    """Note [children started ahead]: while one mode runs, the next mode's process is
+    already started (waiting); every mode has a process of its own, and none is left."""
+    log = fake_children / "ahead.log"
+    monkeypatch.setenv("AHEAD_LOG", str(log))
+    p = ConvProblem.create("1,3,8,8")
+    runs = children.run_children(p, ExploreOptions.create(directions="fwd", child_timeout_s=30),
+                                 child_module="fakechild_ahead")
+    assert all("exit code 3" in r.error for r in runs)
+    seen = [[int(x) for x in ln.split()] for ln in log.read_text().splitlines()]
+    assert len(seen) == len(children.default_modes())
+    pids = [s[0] for s in seen]
+    assert len(set(pids)) == len(pids)  # a fresh process per mode
+    for i, (_, *waiting) in enumerate(seen):  # the next one waits while this one runs
+        assert waiting == ([pids[i + 1]] if i + 1 < len(pids) else []), (i, seen)
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or "zombie" not in open(
+            f"/proc/{pid}/status").read()  # reaped
 
 
 def test_default_modes():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import List
 
 from ..core.capture import ModelSpec
-from ..core.options import ExploreOptions, parse_int
+from ..core.options import PROFILES, ExploreOptions, parse_int, profile_name
 from ..core.problem import parse_int_list
 from ..jobs.stores import StoreChoice
 from .args import Group, Needs, Parser, Refuse
@@ -17,7 +17,7 @@ __all__ = ["RUN_FLAGS", "add_run_args", "options_from_args", "add_model_args",
 RUN_FLAGS = ("--direction", "--device", "--max-workspace", "--seed", "--budget-ms",
              "--flush-l2", "--no-retime", "--no-graph", "--no-check", "--quiet", "--verbose",
              "--no-pytorch", "--benchmark-limit", "--child-timeout", "--no-engines",
-             "--engine-configs", "--engine-config-timeout", "--engine-budget-s", "--staged",
+             "--engine-configs", "--engine-config-timeout", "--engine-budget-s", "--profile",
              "--store", "--no-store", "--refresh")
 # Flags that change nothing about what a run measures or where it keeps it: never
 # refused as "would be ignored" (a script may always pass them).
@@ -32,18 +32,26 @@ def run_rules(pytorch_flags=()) -> list:
         Refuse("--no-pytorch", ("--benchmark-limit", "--child-timeout") + tuple(pytorch_flags),
                "--no-pytorch runs none of PyTorch's modes"),
         Refuse("--no-engines", ("--engine-configs", "--engine-config-timeout",
-                                "--engine-budget-s", "--staged"),
+                                "--engine-budget-s"),
                "--no-engines explores no engine configs"),
-        Refuse("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph", "--staged"),
+        Refuse("--no-retime", ("--budget-ms", "--flush-l2", "--no-graph"),
                "--no-retime times nothing"),
         Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store"),
     ]
 
 
-def add_run_args(p: Parser) -> Group:
+PROFILE_HELP = ("quick (default): a staged search of the engine configs: every config "
+                "timed briefly, those far behind the best leave, the finalists (PyTorch's "
+                "picks always among them) timed with the full budget and checked "
+                "(docs/method.md); thorough: every config timed with the full budget and "
+                "checked")
+
+
+def add_run_args(p: Parser, profile_help: str = PROFILE_HELP) -> Group:
     """The run, measurement, PyTorch and engine-config options, shared by the problem
     command and ``model`` (one ExploreOptions for both); returns the "run" group."""
     r = p.group("run")
+    r.add("--profile", default="quick", help=profile_help)
     r.add("--device", default="0", help="CUDA device index (default 0)")
     r.add("--max-workspace", default=None, metavar="MiB",
           help="cap the workspace Find may use, in MiB")
@@ -85,10 +93,6 @@ def add_run_args(p: Parser) -> Group:
                "as hung and its worker process restarted (default 60)")
     e.add("--engine-budget-s", default="120", metavar="S",
           help="time budget per direction for building and timing configs (default 120)")
-    e.add("--staged", action="store_true",
-          help="a staged search: every config timed briefly, those far behind the best "
-               "leave, the finalists (PyTorch's picks always among them) are timed with "
-               "the full budget and checked (docs/method.md)")
     st = p.group("results store (SQLite; a repeat answers from it)")
     add_store_args(st, "the store file (default ~/.cache/cudnn_explorer/results.db)",
                    "neither read nor save results",
@@ -142,7 +146,7 @@ def options_from_args(a, engines: bool) -> ExploreOptions:
         pytorch=not a.no_pytorch, benchmark_limit=a.benchmark_limit,
         child_timeout_s=a.child_timeout, engines=engines, engine_configs=a.engine_configs,
         engine_budget_s=a.engine_budget_s, engine_config_timeout_s=a.engine_config_timeout,
-        staged=bool(getattr(a, "staged", False)))
+        staged=PROFILES[profile_name(a.profile)]["staged"])
 
 
 def store_choice(a) -> StoreChoice:

@@ -6,7 +6,7 @@ import sys
 from typing import List
 
 from ..core.errors import UserError
-from ..core.options import parse_int
+from ..core.options import parse_int, profile_name
 from .args import Needs, Parser, Refuse, check_rules
 from .groups import (HARMLESS, PLANS_RULES, RUN_FLAGS, add_model_args, add_plans_args,
                      add_run_args, checked_plans, model_spec_from_args, options_from_args,
@@ -15,7 +15,13 @@ from .output import check_output_path, error, say, write_output
 
 __all__ = ["build_parser", "run", "conflicts", "render_saved"]
 
-MODEL_RUN_FLAGS = ("--profile", "--timed-iterations")
+MODEL_RUN_FLAGS = ("--timed-iterations",)
+MODEL_PROFILE_HELP = (
+    "quick (default): Find and re-timing of the legacy rows and PyTorch's picks, and a "
+    "staged search of every engine config PyTorch's heuristics and fallbacks list, the "
+    "finalists re-timed with 25 ms budgets; thorough: every engine's knob space sampled "
+    "too, every config re-timed with 100 ms budgets (any --budget-ms, --engine-budget-s "
+    "given wins)")
 _MEASURING = tuple(f for f in RUN_FLAGS + MODEL_RUN_FLAGS
                    if f not in HARMLESS and f != "--device")
 RULES = [
@@ -59,11 +65,6 @@ def build_parser() -> Parser:
           help="no measurement: PyTorch's heuristic pick for every unique problem on other "
                "GPUs, from cuDNN's deviceless heuristics (e.g. h200,a100,l4)")
     m.add("--plot", metavar="PNG", help="with --target: a heatmap of the picks")
-    m.add("--profile", default="quick",
-          help="quick (default): Find and re-timing of the legacy rows, PyTorch's picks and "
-               "every engine config its heuristics and fallbacks list, re-timed with 25 ms "
-               "budgets; deep: every engine's knob space sampled too, 100 ms budgets (any "
-               "--budget-ms, --engine-budget-s given wins)")
     add_plans_args(m, "PyTorch's own run of the model gets a pinned mode too: the model "
                       "pinned to the file's plans, in a fresh process; per layer the plan "
                       "that ran, its first call and memory")
@@ -76,7 +77,7 @@ def build_parser() -> Parser:
     m.add("--timed-iterations", default="20",
           help="steady iterations timed in PyTorch's own run of the model, per mode "
                "(default 20, after 5 warm-up ones)")
-    add_run_args(p)
+    add_run_args(p, MODEL_PROFILE_HELP)
     p.set_defaults(direction="all")
     o = p.group("output")
     o.add("--json", default=None, metavar="PATH",
@@ -124,8 +125,9 @@ def run(argv: List[str]) -> int:
     spec = model_spec_from_args(a)
     keep = [k for k, f in (("budget_ms", "--budget-ms"), ("engine_budget_s", "--engine-budget-s"))
             if f in flags]
-    options = options_from_args(a, engines=not a.no_engines).profiled(a.profile, keep)
-    profile = str(a.profile).strip().lower()
+    options = options_from_args(a, engines=not a.no_engines).profiled(a.profile, keep,
+                                                                      model=True)
+    profile = profile_name(a.profile)
     iterations = parse_int(a.timed_iterations, "--timed-iterations", 1, 10000)
     check_output_path(a.json, "--json")
     checked_plans(a.plans)  # a bad plan file is refused before the model runs

@@ -17,7 +17,8 @@ from typing import Optional, Tuple
 from .errors import UserError
 from .problem import DIRECTIONS, clip
 
-__all__ = ["ExploreOptions", "TimingSpec", "PROFILES", "parse_int"]
+__all__ = ["ExploreOptions", "TimingSpec", "PROFILES", "MODEL_PROFILES", "profile_name",
+           "parse_int"]
 
 
 INT32_MAX = 2**31 - 1
@@ -43,13 +44,14 @@ class TimingSpec:
     flush_l2: bool = False     # clear L2 before every timed launch (one launch per sample)
     graph: bool = True         # CUDA-graph replays (eager back-to-back launches if False)
     warmup_ms: float = 10.0    # launches before sampling starts
+    eager: bool = True         # False: no eager wall-clock loop (a staged search's rounds)
 
     @property
     def eager_budget_ms(self) -> float:
         """Sampling time of the eager wall-clock loop beside the median: a quarter of the
         budget (not measured under flush_l2: a loop cannot clear L2 between calls without
-        timing the clear)."""
-        return 0.0 if self.flush_l2 or not self.retime else self.budget_ms / 4
+        timing the clear; nor in a staged search's early rounds, whose times only rank)."""
+        return 0.0 if self.flush_l2 or not self.retime or not self.eager else self.budget_ms / 4
 
     @property
     def method(self) -> str:
@@ -95,9 +97,10 @@ class ExploreOptions:
     # their kernels not read, so no map from legacy algorithms to configs (model
     # --profile quick).
     engine_sampling: bool = _option(True, "--profile", "True or False", "bool")
-    # True: engine configs are timed in rounds, and only the finalists get the full
-    # budget and the accuracy check (Note [staged search] in core/staging.py).
-    staged: bool = _option(False, "--staged", "True or False", "bool")
+    # True (the quick profile, the default): engine configs are timed in rounds, and only
+    # the finalists get the full budget and the accuracy check (Note [staged search] in
+    # core/staging.py); False (the thorough profile): every config gets both.
+    staged: bool = _option(True, "--profile", "True or False", "bool")
 
     @classmethod
     def create(cls, source: str = "api", **kw) -> "ExploreOptions":
@@ -121,13 +124,13 @@ class ExploreOptions:
         """These options with ``kw`` changed, validated as create() validates them."""
         return ExploreOptions.create(source, **{**self.to_dict(), **kw})
 
-    def profiled(self, profile: str, keep=()) -> "ExploreOptions":
-        """These options as a model sweep's ``profile`` (PROFILES) sets them, except the
-        fields named in ``keep`` (those the user chose). UserError for another name."""
-        name = str(profile).strip().lower()
-        if name not in PROFILES:
-            raise UserError(f"--profile '{profile}': valid: {', '.join(PROFILES)}")
-        return self.updated(**{k: v for k, v in PROFILES[name].items() if k not in keep})
+    def profiled(self, profile: str, keep=(), model: bool = False) -> "ExploreOptions":
+        """These options as ``profile`` sets them (PROFILES; MODEL_PROFILES for a model
+        sweep, ``model``), except the fields named in ``keep`` (those the user chose).
+        UserError for another name."""
+        name = profile_name(profile)
+        table = MODEL_PROFILES if model else PROFILES
+        return self.updated(**{k: v for k, v in table[name].items() if k not in keep})
 
     @property
     def timing(self) -> TimingSpec:
@@ -150,10 +153,28 @@ class ExploreOptions:
         return cls.create(**{k: v for k, v in d.items() if k in names})
 
 
-# How a model sweep's profile sets the options: quick (the default) re-times with 25 ms
-# budgets and explores only the listed engine configs; deep keeps every option as given.
-PROFILES = {"quick": dict(budget_ms=25.0, engine_budget_s=60.0, engine_sampling=False),
-            "deep": {}}
+# How a profile sets the options. quick (the default): a staged search of the engine
+# configs (Note [staged search]); thorough: every config re-timed with the full budget and
+# checked. A model sweep's quick also re-times with 25 ms budgets and explores only the
+# engine configs PyTorch's heuristics and fallbacks list; its thorough keeps every other
+# option as given (each engine's knob space sampled, 100 ms budgets).
+PROFILES = {"quick": dict(staged=True), "thorough": dict(staged=False)}
+MODEL_PROFILES = {"quick": dict(staged=True, budget_ms=25.0, engine_budget_s=60.0,
+                                engine_sampling=False),
+                  "thorough": dict(staged=False)}
+# The name the thorough profile had before the staged search (saved sweeps still say it).
+OLD_NAMES = {"deep": "thorough"}
+
+
+def profile_name(profile, saved: bool = False) -> str:
+    """A profile's name as typed (any case), or UserError naming it and what is valid;
+    ``saved``: also the old names a saved file may hold."""
+    name = str(profile).strip().lower()
+    if saved:
+        name = OLD_NAMES.get(name, name)
+    if name not in PROFILES:
+        raise UserError(f"--profile {clip(str(profile))}: valid: {', '.join(PROFILES)}")
+    return name
 
 
 def parse_int(text, flag: str, lo: int = 0, hi: int = 2**63 - 1) -> int:

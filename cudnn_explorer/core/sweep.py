@@ -2,7 +2,7 @@
 
 Schema ``cudnn_explorer.sweep``, version 2: ``capture`` (schema cudnn_explorer.capture),
 ``options`` (the ExploreOptions every problem was explored with, its directions aside),
-``profile`` ("quick" or "deep"), ``environment``, ``pytorch_run`` (PyTorch's own run of
+``profile`` ("quick" or "thorough"), ``environment``, ``pytorch_run`` (PyTorch's own run of
 the whole model per mode, core/pytorch_run.py; null when not run) and ``entries``: one per
 unique problem, in the capture's order, with its exploration (schema
 cudnn_explorer.exploration) or the error that stopped it. ``complete`` is false for a
@@ -17,6 +17,7 @@ from typing import List, Optional
 
 from .capture import Capture
 from .errors import UserError
+from .options import OLD_NAMES, PROFILES
 from .pytorch_run import ModelRun
 from .exploration import Environment, Exploration
 from .schema import parse_json, shown
@@ -48,7 +49,7 @@ class ModelSweep:
     capture: Capture
     entries: List[SweepEntry] = field(default_factory=list)
     options: dict = field(default_factory=dict)
-    profile: str = "deep"
+    profile: str = "thorough"
     environment: Environment = field(default_factory=Environment)
     complete: bool = False
     tool_version: str = ""
@@ -125,8 +126,11 @@ class ModelSweep:
                 raise UserError(f"{key}: not a string")
         if not isinstance(d.get("options", {}), dict):
             raise UserError("options: not an object")
-        if d.get("profile", "deep") not in ("quick", "deep"):
-            raise UserError(f"profile: {shown(d.get('profile'))}: valid: quick, deep")
+        # a sweep saved before the staged search says "deep" for thorough
+        profile = OLD_NAMES.get(d.get("profile", "thorough"), d.get("profile", "thorough"))
+        if profile not in PROFILES:
+            raise UserError(f"profile: {shown(d.get('profile'))}: valid: "
+                            f"{', '.join(PROFILES)}")
         run = None
         if d.get("pytorch_run") is not None:
             run = ModelRun.from_dict(d["pytorch_run"], "pytorch_run")
@@ -138,7 +142,7 @@ class ModelSweep:
                 raise UserError(f"pytorch_run: a call names problem {bad.problem}, not one "
                                 f"of the {n} captured problems")
         return cls(capture=capture, entries=entries, options=d.get("options") or {},
-                   profile=d.get("profile", "deep"),
+                   profile=profile,
                    environment=Environment.from_dict(d.get("environment") or {},
                                                      "environment"),
                    complete=d.get("complete") is True, tool_version=d.get("tool_version", ""),

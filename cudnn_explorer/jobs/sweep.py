@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence, Union
 
 from ..core.capture import Capture, ModelSpec
-from ..core.options import ExploreOptions
+from ..core.options import ExploreOptions, profile_name
 from ..core.sweep import ModelSweep
 from .events import Notify, notifier
 from . import gpu
@@ -70,8 +70,9 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     engine configs; ms per call, to be weighed by the capture's calls per iteration), and
     PyTorch's own run of the model in each mode (``iterations`` steady iterations each).
 
-    ``options`` (default ExploreOptions.create()) as ``profile`` sets them ("quick": 25 ms
-    budgets and only the listed engine configs; "deep": the options as given), except the
+    ``options`` (default ExploreOptions.create()) as ``profile`` sets them
+    (core.options.MODEL_PROFILES: "quick", a staged search of only the listed engine
+    configs with 25 ms budgets; "thorough": the options as given, unstaged), except the
     fields named in ``keep``. ``store``: None (no store, the default), True (the default
     file) or a path: what it holds is not measured again (unless ``refresh``), and what
     finishes is kept there. ``save`` hears the sweep after every problem (write it to a
@@ -87,7 +88,7 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
         from .plans import read_plans
 
         read_plans(plans)
-    options = (options or ExploreOptions.create()).profiled(profile, keep)
+    options = (options or ExploreOptions.create()).profiled(profile, keep, model=True)
     cap = model if isinstance(model, Capture) else capture(
         model, f"cuda:{options.device}", notify, **kw)
     pipeline = gpu.measuring()
@@ -123,7 +124,7 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
 
         return sweep(cap, options, save=save or (lambda sw: None), progress=tell,
                      cached=cached, saver=lambda problem, one: saver(db, problem, one, notify),
-                     bench=bench, profile=str(profile).strip().lower(), pytorch_run=run)
+                     bench=bench, profile=profile_name(profile), pytorch_run=run)
 
 
 def store_cache(db, env, cap: Capture, notify: Notify, read: bool = True):

@@ -70,6 +70,11 @@ class EngineWorker:
                 self.kill()
         raise ChildError(f"the engine worker exits as soon as it starts: {_tail(self.err_path)}")
 
+    def start(self) -> None:
+        """Start the worker's process unless it runs (it imports, then waits for a job)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+
     def _start(self) -> None:
         self.kill()
         if self._tmp is None:
@@ -316,12 +321,27 @@ def _release() -> bool:
     return True
 
 
+def _preload() -> None:
+    """Import what a job needs before the first one comes (a worker is started ahead of
+    its job: Note [one engine worker] in measure/pipeline.py); nothing here touches the
+    GPU. A failure is left for the job to report."""
+    try:
+        import torch  # noqa: F401
+
+        from . import engines, native, tensors  # noqa: F401
+        native.load()
+    except Exception:  # noqa: BLE001 - the job reports a missing torch or extension
+        pass
+
+
 def main(argv=None, setup=None, search=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv != ["--serve"]:
         print("usage: python -m cudnn_explorer.measure.engine_worker --serve (jobs on stdin)",
               file=sys.stderr)
         return 2
+    if setup is None and search is None:  # a real worker (tests pass fakes)
+        _preload()
     for line in sys.stdin:  # one JSON job per line, until the parent closes it
         if line.strip():
             job = json.loads(line)

@@ -65,9 +65,10 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
 
 
 def _round_timing(full: TimingSpec, r: Round) -> TimingSpec:
-    """A round's timing: the full one's method with the round's (smaller) budget."""
+    """A round's timing: the full one's method with the round's (smaller) budget, and no
+    eager wall-clock loop (a round's times only rank; the finalists get the loop)."""
     return replace(full, budget_ms=min(r.budget_ms, full.budget_ms),
-                   warmup_ms=min(r.warmup_ms, full.warmup_ms))
+                   warmup_ms=min(r.warmup_ms, full.warmup_ms), eager=False)
 
 
 def explore_engines(problem, direction: str, native_problem, tensors, ref=None,

@@ -31,17 +31,45 @@ __all__ = ["explore", "GpuBench", "environment", "info", "run_algorithm", "refer
            "measurement_of"]
 
 
+# Note [one engine worker]: the directions of one problem share one engine worker, as a
+# model sweep's problems do. Starting a worker costs seconds (Python and torch, its CUDA
+# context, and the profiler that reads kernels: about 5 s, 0.5 s and 6 s on an H200), paid
+# once per run instead of once per direction. Its process is started ahead, as the run
+# begins: until its first job it only imports (no CUDA), so it measures nothing and
+# disturbs no measurement. Between jobs it holds its CUDA context but no tensors (it
+# returns its cached memory); while the GPU has less than KEEP_WORKER_FREE_BYTES free
+# after a direction, the worker ends with that direction instead, so that the next
+# direction's legacy rows and Find get the memory of its context too.
+KEEP_WORKER_FREE_BYTES = 8 << 30
+
+
 class GpuBench:
     """The GPU side of the pipeline: environment, one LegacyLab per direction, PyTorch's
     children and the engine-config workers."""
 
-    def __init__(self, device: int = 0, keep_worker: bool = False):
-        """``keep_worker``: one engine worker serves every direction until close() (a model
-        sweep: its start costs seconds per direction); else each direction's worker ends
-        with it, and its CUDA context never holds memory that a legacy lab could use."""
+    def __init__(self, device: int = 0, keep_worker: Optional[bool] = None):
+        """``keep_worker``: True: one engine worker serves every direction until close();
+        False: each direction's worker ends with it; None (the default): kept while the
+        GPU has KEEP_WORKER_FREE_BYTES free (Note [one engine worker])."""
         self.device = device
         self.worker = EngineWorker()
         self.keep_worker = keep_worker
+
+    def prestart(self) -> None:
+        """Start the engine worker's process now, ahead of its first job (it imports, and
+        touches no GPU until then)."""
+        self.worker.start()
+
+    def _keep(self) -> bool:
+        if self.keep_worker is not None:
+            return self.keep_worker
+        try:
+            import torch
+
+            free, _ = torch.cuda.mem_get_info(self.device)
+        except Exception:  # noqa: BLE001 - no answer: keep no worker that might crowd it
+            return False
+        return free >= KEEP_WORKER_FREE_BYTES
 
     def environment(self) -> Environment:
         return environment(self.device)
@@ -62,7 +90,7 @@ class GpuBench:
                                     preferred_tags=preferred_tags, progress=say,
                                     worker=self.worker, finalist_tags=finalist_tags)
         finally:
-            if not self.keep_worker:
+            if not self._keep():
                 self.worker.close()
 
     def close(self) -> None:
@@ -116,7 +144,17 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
         options = ExploreOptions.create(**kw)
     elif kw:
         raise UserError(f"pass either options or keywords, not both ({', '.join(kw)})")
+    own_bench = bench is None
     bench = bench or GpuBench(options.device)
+    try:
+        return _explore(problem, options, progress, bench, on_direction)
+    finally:
+        if own_bench:
+            bench.close()
+
+
+def _explore(problem: ConvProblem, options: ExploreOptions, progress, bench,
+             on_direction) -> Exploration:
     say = progress or (lambda msg: None)
     env = bench.environment()
     if options.engines and not bench.frontend_available():
@@ -135,6 +173,8 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
                            measurement=measurement, complete=complete,
                            pytorch_wall_s=pytorch_s, wall_s=time.perf_counter() - t0)
 
+    if options.engines:
+        bench.prestart()  # Note [one engine worker]
     try:
         runs = bench.children(problem, options, say) if options.pytorch else []
         pytorch_s = time.perf_counter() - t0 if options.pytorch else None

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, List, NamedTuple, Optional, Sequence
 
@@ -23,9 +25,14 @@ from ..core.errors import UserError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, PyTorchPick
+from .prestart import READY
 from .procs import child_env, describe_rc
 
 __all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", "pick_of"]
+PRESTART = "cudnn_explorer.measure.prestart"  # Note [children started ahead]
+READY_TIMEOUT_S = 120.0  # importing torch on a busy host
+CHILD_MODULE = "cudnn_explorer.measure.problem_child"
+PRELOAD = f"torch,{CHILD_MODULE}"  # what our child imports ahead (a test's fake: nothing)
 # Variables the child must not inherit from the user's shell: they change what it logs.
 LOG_VARS = ("CUDNN_FRONTEND_LOG_INFO", "CUDNN_FRONTEND_LOG_FILE", "CUDNN_LOGLEVEL_DBG",
              "CUDNN_LOGDEST_DBG", "CUDNN_LOGINFO_DBG", "CUDNN_LOGERR_DBG", "CUDNN_LOGWARN_DBG",
@@ -64,57 +71,103 @@ def default_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
     return specs
 
 
-def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
-              python: Optional[str] = None,
-              child_module: str = "cudnn_explorer.measure.problem_child") -> ProblemChildResult:
-    """Run one mode in a fresh process, for ``options.directions``, timed and checked as
-    ``options`` say (the same TimingSpec as our rows). Returns the child's result with
-    its log_text (the cudnn-frontend or cuDNN API log). Raises ChildError on a crash, a
-    hang (after ``options.child_timeout_s``), no result, a malformed one, or no log."""
-    timeout_s = options.child_timeout_s
-    with tempfile.TemporaryDirectory(prefix="cudnn_explorer_") as tmp:
-        log = os.path.join(tmp, "api.log" if spec.legacy else "frontend.log")
-        spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
+class _Child:
+    """One mode's child process, started ahead (Note [children started ahead] in
+    measure/prestart.py): it imports and waits until run()."""
+
+    def __init__(self, problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
+                 python: Optional[str], child_module: str):
+        self.spec, self.timeout_s = spec, options.child_timeout_s
+        self.what = f"PyTorch child ({spec.label})"
+        self._tmp = tempfile.TemporaryDirectory(prefix="cudnn_explorer_")
+        tmp = self._tmp.name
+        self.log = os.path.join(tmp, "api.log" if spec.legacy else "frontend.log")
+        spec_path, self.result_path = (os.path.join(tmp, "spec.json"),
+                                       os.path.join(tmp, "result.json"))
         with open(spec_path, "w") as f:
             json.dump({"problem": problem.to_dict(), "directions": list(options.directions),
                        "mode": spec.mode, "benchmark_limit": spec.benchmark_limit,
                        "device": options.device, "seed": options.seed,
                        "timing": asdict(options.timing), "check": options.check,
-                       "log_file": None if spec.legacy else log}, f)
+                       "log_file": None if spec.legacy else self.log}, f)
         env = child_env(drop=LOG_VARS)
         if spec.legacy:
             env.update(TORCH_CUDNN_V8_API_DISABLED="1", CUDNN_LOGLEVEL_DBG="3",
-                       CUDNN_LOGDEST_DBG=log)
+                       CUDNN_LOGDEST_DBG=self.log)
         else:
-            env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
-        what = f"PyTorch child ({spec.label})"
+            env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=self.log)
+        self.proc = subprocess.Popen(
+            [python or sys.executable, "-m", PRESTART, "--preload",
+             PRELOAD if child_module == CHILD_MODULE else "", child_module, spec_path,
+             self.result_path], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+
+    def run(self) -> ProblemChildResult:
+        """Let it run; its result with its log_text, or ChildError."""
+        what = self.what
+        _ready(self.proc, READY_TIMEOUT_S)  # the time limit is the mode's own run
         try:
-            proc = subprocess.run([python or sys.executable, "-m", child_module, spec_path,
-                                   result_path], env=env, capture_output=True, text=True,
-                                  timeout=timeout_s)
+            _, stderr = self.proc.communicate("go\n", timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            raise ChildError(f"{what} did not finish within {timeout_s:g} s and was killed; "
-                             f"raise --child-timeout or use --no-pytorch") from None
-        if proc.returncode != 0:
-            tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
-            raise ChildError(f"{what} failed ({describe_rc(proc.returncode)}): "
+            raise ChildError(f"{what} did not finish within {self.timeout_s:g} s and was "
+                             f"killed; raise --child-timeout or use --no-pytorch") from None
+        if self.proc.returncode != 0:
+            tail = [ln for ln in (stderr or "").strip().splitlines() if ln.strip()]
+            raise ChildError(f"{what} failed ({describe_rc(self.proc.returncode)}): "
                              f"{tail[-1] if tail else 'no output'}")
-        if not os.path.exists(result_path):
+        if not os.path.exists(self.result_path):
             raise ChildError(f"{what} exited without writing its result")
         try:
-            with open(result_path) as f:
+            with open(self.result_path) as f:
                 result = ProblemChildResult.read(json.load(f), "result")
         except (ValueError, UserError) as e:
             raise ChildError(f"{what} wrote a malformed result: {e}") from None
         text = ""
-        if os.path.exists(log):
-            with open(log, errors="replace") as f:
+        if os.path.exists(self.log):
+            with open(self.log, errors="replace") as f:
                 text = f.read()
         if not text.strip():
-            which = ("cuDNN API log (CUDNN_LOGLEVEL_DBG)" if spec.legacy
+            which = ("cuDNN API log (CUDNN_LOGLEVEL_DBG)" if self.spec.legacy
                      else "cudnn-frontend log (CUDNN_FRONTEND_LOG_INFO)")
             raise ChildError(f"{what} wrote no {which}; cannot tell what PyTorch chose")
         return replace(result, log_text=text)
+
+    def close(self) -> None:
+        """End the process if it still runs (an error, Ctrl-C), and remove its files."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.communicate(timeout=10)
+        except (subprocess.TimeoutExpired, ValueError, OSError):
+            pass
+        self._tmp.cleanup()
+
+
+def _ready(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Wait until a child started ahead says it is ready (or exits, or ``timeout_s``
+    passes: then its own time limit covers the rest)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            return
+        line = proc.stdout.readline()
+        if not line or line.strip() == READY:
+            return
+
+
+def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
+              python: Optional[str] = None,
+              child_module: str = CHILD_MODULE) -> ProblemChildResult:
+    """Run one mode in a fresh process, for ``options.directions``, timed and checked as
+    ``options`` say (the same TimingSpec as our rows). Returns the child's result with
+    its log_text (the cudnn-frontend or cuDNN API log). Raises ChildError on a crash, a
+    hang (after ``options.child_timeout_s``), no result, a malformed one, or no log."""
+    child = _Child(problem, spec, options, python, child_module)
+    try:
+        return child.run()
+    finally:
+        child.close()
 
 
 class ModeRun(NamedTuple):
@@ -127,18 +180,30 @@ class ModeRun(NamedTuple):
 
 def run_children(problem: ConvProblem, options: ExploreOptions,
                  progress: Optional[Callable[[str], None]] = None,
-                 child_module: str = "cudnn_explorer.measure.problem_child") -> List[ModeRun]:
-    """Every mode of default_modes(options.benchmark_limit), each in a fresh child. A mode
-    whose child fails keeps its error; the other modes' results are kept."""
-    runs = []
-    for spec in default_modes(options.benchmark_limit):
-        if progress:
-            progress(f"PyTorch child: {spec.label}")
-        try:
-            runs.append(ModeRun(spec, run_child(problem, spec, options,
-                                                child_module=child_module)))
-        except ChildError as e:
-            runs.append(ModeRun(spec, None, str(e)))
+                 child_module: str = CHILD_MODULE) -> List[ModeRun]:
+    """Every mode of default_modes(options.benchmark_limit), each in a fresh child, one
+    after another, the next one's process started while the current one runs (Note
+    [children started ahead] in measure/prestart.py). A mode whose child fails keeps its
+    error; the other modes' results are kept."""
+    specs = default_modes(options.benchmark_limit)
+    runs: List[ModeRun] = []
+    ahead = _Child(problem, specs[0], options, None, child_module)
+    try:
+        for i, spec in enumerate(specs):
+            child, ahead = ahead, None
+            if progress:
+                progress(f"PyTorch child: {spec.label}")
+            try:
+                if i + 1 < len(specs):
+                    ahead = _Child(problem, specs[i + 1], options, None, child_module)
+                runs.append(ModeRun(spec, child.run()))
+            except ChildError as e:
+                runs.append(ModeRun(spec, None, str(e)))
+            finally:
+                child.close()
+    finally:
+        if ahead is not None:
+            ahead.close()
     return runs
 
 

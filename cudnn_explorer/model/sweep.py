@@ -35,7 +35,7 @@ def sweep(capture: Capture, options: ExploreOptions,
           cached: Callable[[ConvProblem, ExploreOptions], Optional[Exploration]] =
           lambda p, o: None,
           saver: Callable[[ConvProblem, ExploreOptions], Optional[Callable]] =
-          lambda p, o: None, profile: str = "deep",
+          lambda p, o: None, profile: str = "thorough",
           pytorch_run: Optional[ModelRun] = None,
           only: Optional[Sequence[int]] = None) -> ModelSweep:
     """Explore ``capture``'s unique problems in order; ``save`` hears the sweep after each
@@ -45,7 +45,7 @@ def sweep(capture: Capture, options: ExploreOptions,
     explore()'s on_direction, which keeps each direction as soon as it is done.
     ``pytorch_run``: PyTorch's own run of the model (model/pytorch_run.py), kept in the
     sweep; its bench (ModelBench) gives the pipeline PyTorch's picks. ``profile``
-    names how ``options`` were chosen ("quick" or "deep"). ``only``: explore just these
+    names how ``options`` were chosen ("quick" or "thorough"). ``only``: explore just these
     problem indices (a rank's share of a distributed sweep). A missing GPU or extension
     stops the sweep (MissingDependencyError); other errors are recorded per problem."""
     bench = bench or pipeline.GpuBench(options.device, keep_worker=True)

@@ -1,0 +1,47 @@
+"""A child process started ahead of its turn: ``python -m cudnn_explorer.measure.prestart
+[--preload NAME,...] MODULE ARG...`` imports the modules NAME (e.g. torch), says READY
+on its stdout, waits for one line on its stdin, then runs MODULE as ``__main__`` with
+ARG... as its command line.
+
+Note [children started ahead]: PyTorch's modes run one after another, each in a fresh
+process (measure/pytorch_picks.py), and importing torch takes seconds of each (about 5 s
+on an H200's host). So the next mode's process is started while the current one runs:
+it imports and waits, touching no GPU (CUDA starts when the module runs), so it disturbs
+no measurement, and the mode still runs in a process of its own, its environment set at
+start. A parent that goes away before the line comes ends it (end of stdin: exit 0,
+nothing run).
+"""
+from __future__ import annotations
+
+import importlib
+import runpy
+import sys
+
+__all__ = ["main", "READY"]
+READY = "cudnn_explorer: ready"
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    preload: list = []
+    if argv[:1] == ["--preload"] and len(argv) >= 2:
+        preload, argv = [n for n in argv[1].split(",") if n], argv[2:]
+    if not argv:
+        print("usage: python -m cudnn_explorer.measure.prestart [--preload NAME,...] "
+              "MODULE ARG...", file=sys.stderr)
+        return 2
+    for name in preload:  # the seconds this process is started ahead for
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # the module reports it
+    print(READY, flush=True)  # the parent's time limit starts now
+    if not sys.stdin.readline():
+        return 0
+    sys.argv = list(argv)
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
