@@ -225,7 +225,7 @@ class FakeOut:
 
 class FakeBench:
     """GpuBench's methods without a GPU: canned Find rows, PyTorch's children as real
-    child processes (FAKE_CHILD, through measure.children.run_child), and engine configs
+    child processes (FAKE_CHILD, through measure.pytorch_picks.run_child), and engine configs
     through the real measure.engines.explore_engines over FakeSearch."""
 
     def __init__(self, tmp_path, monkeypatch):

@@ -80,7 +80,7 @@ def test_legacy_path_algorithm_matches_its_kernels(explored):
 def test_hung_child_times_out(tmp_path, monkeypatch):
     from cudnn_explorer.core.errors import ChildError
     from cudnn_explorer.core.options import ExploreOptions
-    from cudnn_explorer.measure import children
+    from cudnn_explorer.measure import pytorch_picks as children
 
     (tmp_path / "sleepy_child.py").write_text("import time\ntime.sleep(30)\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))

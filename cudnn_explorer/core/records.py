@@ -360,7 +360,7 @@ class DirectionResult(Record):
     def pytorch_pick(self, mode: str, api: Optional[str] = "engine") -> Optional[PyTorchPick]:
         """The first of PyTorch's picks that ran in ``mode`` through ``api`` ("engine",
         "legacy"; None: either). For "benchmark" that is the run at the requested
-        benchmark_limit (measure.children.default_modes puts it first)."""
+        benchmark_limit (measure.pytorch_picks.default_modes puts it first)."""
         return next((p for p in self.pytorch if p.ok and p.mode == mode
                      and api in (None, p.api)), None)
 

@@ -10,7 +10,7 @@ cudnn-frontend's log on. From its result and its log this builds, once:
   iterations;
 * per unique problem, a ModeRun per mode holding the ProblemChildResult record a
   per-problem child sends (core/child_records.py), so that the exploration pipeline
-  names PyTorch's pick per direction (measure.children.pick_of) exactly as it does for
+  names PyTorch's pick per direction (measure.pytorch_picks.pick_of) exactly as it does for
   one problem. Its steady time is our re-timing of the engine
   config with the same tag (DirectionResult.pick_timing).
 """
