@@ -32,7 +32,8 @@ __all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", 
 PRESTART = "cudnn_explorer.measure.prestart"  # Note [children started ahead]
 READY_TIMEOUT_S = 120.0  # importing torch on a busy host
 CHILD_MODULE = "cudnn_explorer.measure.problem_child"
-PRELOAD = f"torch,{CHILD_MODULE}"  # what our child imports ahead (a test's fake: nothing)
+PRELOAD = ("torch,cudnn_explorer.measure.tensors,cudnn_explorer.measure.timing,"
+           "cudnn_explorer.measure.kernels")  # what our child imports ahead (not a fake)
 # Variables the child must not inherit from the user's shell: they change what it logs.
 LOG_VARS = ("CUDNN_FRONTEND_LOG_INFO", "CUDNN_FRONTEND_LOG_FILE", "CUDNN_LOGLEVEL_DBG",
              "CUDNN_LOGDEST_DBG", "CUDNN_LOGINFO_DBG", "CUDNN_LOGERR_DBG", "CUDNN_LOGWARN_DBG",
