@@ -8,6 +8,7 @@ import os
 import stat
 
 import pytest
+from cudnn_explorer.core.errors import UserError
 
 torch = pytest.importorskip("torch")
 
@@ -252,6 +253,10 @@ def test_sweep_file_version_2_round_trips_and_version_1_loads():
     del old["pytorch_run"]
     v1 = ModelSweep.from_dict(old)
     assert v1.pytorch_run is None and "own run of the model" not in render_sweep(v1)
+    # the thorough profile's name before the staged search; another name is refused
+    assert ModelSweep.from_dict(dict(old, profile="deep")).profile == "thorough"
+    with pytest.raises(UserError, match='profile: "fast": valid: quick, thorough'):
+        ModelSweep.from_dict(dict(old, profile="fast"))
     bad = json.loads(sw.to_json())
     bad["pytorch_run"]["modes"][0]["sizes"][0]["calls"][0]["problem"] = 7
     with pytest.raises(Exception, match="names problem 7"):

@@ -17,11 +17,10 @@ __all__ = ["build_parser", "run", "conflicts", "render_saved"]
 
 MODEL_RUN_FLAGS = ("--timed-iterations",)
 MODEL_PROFILE_HELP = (
-    "quick (default): Find and re-timing of the legacy rows and PyTorch's picks, and a "
-    "staged search of every engine config PyTorch's heuristics and fallbacks list, the "
-    "finalists re-timed with 25 ms budgets; thorough: every engine's knob space sampled "
-    "too, every config re-timed with 100 ms budgets (any --budget-ms, --engine-budget-s "
-    "given wins)")
+    "quick (default): Find and re-timing of the legacy rows, PyTorch's picks and every "
+    "engine config its heuristics and fallbacks list, re-timed with 25 ms budgets; "
+    "thorough: every engine's knob space sampled too, 100 ms budgets (any --budget-ms, "
+    "--engine-budget-s given wins)")
 _MEASURING = tuple(f for f in RUN_FLAGS + MODEL_RUN_FLAGS
                    if f not in HARMLESS and f != "--device")
 RULES = [

@@ -71,9 +71,9 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     PyTorch's own run of the model in each mode (``iterations`` steady iterations each).
 
     ``options`` (default ExploreOptions.create()) as ``profile`` sets them
-    (core.options.MODEL_PROFILES: "quick", a staged search of only the listed engine
-    configs with 25 ms budgets; "thorough": the options as given, unstaged), except the
-    fields named in ``keep``. ``store``: None (no store, the default), True (the default
+    (core.options.MODEL_PROFILES: "quick", only the listed engine configs, with 25 ms
+    budgets; "thorough": the options as given, every config in full), except the fields
+    named in ``keep``. ``store``: None (no store, the default), True (the default
     file) or a path: what it holds is not measured again (unless ``refresh``), and what
     finishes is kept there. ``save`` hears the sweep after every problem (write it to a
     file there); ``progress(done, total, message)`` hears every step. An interrupted sweep
