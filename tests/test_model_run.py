@@ -550,3 +550,26 @@ def test_a_share_of_the_modes_runs_only_those_under_their_own_keys(tmp_path):
     assert len(per[problem]) == len(run.modes)
     assert asked == [pytorch_run.run_key(cap, modes[k], k, opts, 2, 5, None)
                      for k in range(1, len(modes), 2)]
+
+
+def test_plans_pytorch_picked_are_retimed_in_full(monkeypatch):
+    """advise's re-timing of the plans PyTorch picked times every one of them in full: no
+    staged search (the default profile's) between them, and no other configs sampled."""
+    from cudnn_explorer.core.errors import ChildError
+    from cudnn_explorer.measure import engine_worker
+
+    seen = []
+
+    def fake(problem, direction, options, preferred_tags=(), **kw):
+        seen.append((direction, options, list(preferred_tags)))
+        raise ChildError("no GPU here")
+
+    monkeypatch.setattr(engine_worker, "explore_isolated", fake)
+    _, cap = _model_run()
+    counts = {"ConvFwd_eng1": 3, "ConvFwd_eng2_k2=1": 2}
+    opts = ExploreOptions.create(budget_ms=7)
+    assert opts.staged  # the default profile
+    assert pytorch_run._retimed(cap, 0, "fwd", counts, opts, lambda m: None, None) == {}
+    [(d, o, tags)] = seen
+    assert d == "fwd" and tags == list(counts)
+    assert not o.staged and not o.engine_sampling and o.budget_ms == 7.0

@@ -442,7 +442,8 @@ def _retimed(capture: Capture, problem: int, direction: str, counts: Dict[str, i
     if len(counts) <= 1:
         return {}
     u = capture.problems[problem]
-    one = options.updated(directions=(direction,), engine_sampling=False)
+    # every plan in full: the plans PyTorch picked are what is compared (no staged search)
+    one = options.updated(directions=(direction,), engine_sampling=False, staged=False)
     say(f"re-timing the {len(counts)} plans PyTorch picked for #{problem + 1} {direction}")
     try:
         space = explore_isolated(u.problem, direction, one, preferred_tags=list(counts),
