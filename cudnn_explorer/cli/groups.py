@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import List
 
 from ..core.capture import ModelSpec
-from ..core.options import PROFILES, ExploreOptions, parse_int, profile_name
+from ..core.options import ExploreOptions, parse_int
 from ..core.problem import parse_int_list
 from ..jobs.stores import StoreChoice
 from .args import Group, Needs, Parser, Refuse
@@ -145,8 +145,8 @@ def options_from_args(a, engines: bool) -> ExploreOptions:
         flush_l2=a.flush_l2, graph=not a.no_graph, check=not a.no_check,
         pytorch=not a.no_pytorch, benchmark_limit=a.benchmark_limit,
         child_timeout_s=a.child_timeout, engines=engines, engine_configs=a.engine_configs,
-        engine_budget_s=a.engine_budget_s, engine_config_timeout_s=a.engine_config_timeout,
-        staged=PROFILES[profile_name(a.profile)]["staged"])
+        engine_budget_s=a.engine_budget_s,
+        engine_config_timeout_s=a.engine_config_timeout).profiled(a.profile)
 
 
 def store_choice(a) -> StoreChoice:

@@ -168,12 +168,9 @@ MODEL_PROFILES = {"quick": dict(staged=False, budget_ms=25.0, engine_budget_s=60
 OLD_NAMES = {"deep": "thorough"}
 
 
-def profile_name(profile, saved: bool = False) -> str:
-    """A profile's name as typed (any case), or UserError naming it and what is valid;
-    ``saved``: also the old names a saved file may hold."""
+def profile_name(profile) -> str:
+    """A profile's name as typed (any case), or UserError naming it and what is valid."""
     name = str(profile).strip().lower()
-    if saved:
-        name = OLD_NAMES.get(name, name)
     if name not in PROFILES:
         raise UserError(f"--profile {clip(str(profile))}: valid: {', '.join(PROFILES)}")
     return name

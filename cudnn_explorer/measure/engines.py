@@ -64,6 +64,12 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
     return cfg, made
 
 
+def _key(engine, knobs) -> Tuple[int, Knobs]:
+    """A config's engine and knobs as the search keys them (a record's or an event's
+    lists of [type, value] made hashable)."""
+    return int(engine), tuple(tuple(k) for k in knobs)
+
+
 def _round_timing(full: TimingSpec, r: Round) -> TimingSpec:
     """A round's timing: the full one's method with the round's (smaller) budget, and no
     eager wall-clock loop (a round's times only rank; the finalists get the loop)."""
@@ -143,10 +149,9 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
 
     # What earlier workers did (a restart after a config hung or crashed one of them; in
     # a staged search it may have hung in a later round, after its first one was recorded).
-    failed_before = {(int(f["engine"]), tuple(tuple(k) for k in f["knobs"]))
-                     for f in (prior or {}).get("failed", [])}
+    failed_before = {_key(f["engine"], f["knobs"]) for f in (prior or {}).get("failed", [])}
     for a in (prior or {}).get("attempts", []):
-        e, ch = int(a["engine"]), tuple(tuple(k) for k in a["knobs"])
+        e, ch = _key(a["engine"], a["knobs"])
         if (e, ch) in failed_before:
             continue
         done[e].add(ch)
@@ -157,7 +162,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             engines[e]["configs"] += 1
             configs.append(EngineConfig.from_dict(a["config"]))
     for f in (prior or {}).get("failed", []):
-        e, ch = int(f["engine"]), tuple(tuple(k) for k in f["knobs"])
+        e, ch = _key(f["engine"], f["knobs"])
         done[e].add(ch)
         configs.append(EngineConfig(tag=config_tag(direction, e, ch), engine=e,
                                     knobs=[list(k) for k in ch], status=f["status"],
@@ -265,8 +270,7 @@ def _always(configs: List[EngineConfig], live: Sequence[int], keep: set) -> set:
     knobs), and the fastest of each group a plan file may be filtered to (PyTorch's rules
     allow it, no NONDETERMINISTIC note, no workspace), so that a filtered choice is
     re-timed too."""
-    out = {i for i in live if (configs[i].engine, tuple(tuple(k) for k in configs[i].knobs))
-           in keep}
+    out = {i for i in live if _key(configs[i].engine, configs[i].knobs) in keep}
     groups = (lambda c: c.allowed, lambda c: "NONDETERMINISTIC" not in c.numeric_notes,
               lambda c: not c.workspace_bytes)
     for member in groups:
@@ -291,7 +295,7 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
 
     def again(i: int, spec: TimingSpec, check: bool) -> None:
         c = configs[i]
-        knobs = tuple(tuple(k) for k in c.knobs)
+        _, knobs = _key(c.engine, c.knobs)
         emit({"start": {"engine": c.engine, "knobs": [list(k) for k in knobs], "tag": c.tag}})
         b = built.get(i)
         if b is None:  # recorded by an earlier worker: build it here

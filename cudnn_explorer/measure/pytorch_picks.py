@@ -134,13 +134,16 @@ class _Child:
         return replace(result, log_text=text)
 
     def close(self) -> None:
-        """End the process if it still runs (an error, Ctrl-C), and remove its files."""
+        """End the process if it still runs (an error, Ctrl-C), close its pipes and remove
+        its files."""
         if self.proc.poll() is None:
             self.proc.kill()
-        try:
-            self.proc.communicate(timeout=10)
-        except (subprocess.TimeoutExpired, ValueError, OSError):
-            pass
+            self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                pipe.close()  # a no-op after run()'s communicate
+            except OSError:  # stdin of a process that died: nothing to flush to
+                pass
         self._tmp.cleanup()
 
 
