@@ -106,7 +106,7 @@ fe_inc = frontend_include()
 if fe_inc is None:
     print("cudnn_explorer: cudnn-frontend headers not found (pip install nvidia-cudnn-frontend); "
           "building without engine configs")
-link_args = []
+link_args = ["-ldl"]  # dlopen: the driver's entry points (csrc/graph_kernels.cpp)
 if cudnn_lib:
     libs = sorted(glob.glob(os.path.join(cudnn_lib, "libcudnn.so*")))
     if os.path.exists(os.path.join(cudnn_lib, "libcudnn.so")):

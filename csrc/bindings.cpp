@@ -4,6 +4,7 @@
 
 #include "engines.h"
 #include "find.h"
+#include "graph_kernels.h"
 #include "info.h"
 #include "pinned.h"
 #include "timing.h"
@@ -96,7 +97,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("use_graph", &ce::TimingOptions::use_graph)
       .def_readwrite("eager_budget_ms", &ce::TimingOptions::eager_budget_ms)
       .def_readwrite("min_samples", &ce::TimingOptions::min_samples)
-      .def_readwrite("max_samples", &ce::TimingOptions::max_samples);
+      .def_readwrite("max_samples", &ce::TimingOptions::max_samples)
+      .def_readwrite("cutoff_ms", &ce::TimingOptions::cutoff_ms)
+      .def_readwrite("kernels", &ce::TimingOptions::kernels);
 
   py::class_<ce::TimingResult>(m, "TimingResult")
       .def_readonly("per_launch_ms", &ce::TimingResult::per_launch_ms)
@@ -107,7 +110,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("workspace_bytes", &ce::TimingResult::workspace_bytes)
       .def_readonly("estimate_ms", &ce::TimingResult::estimate_ms)
       .def_readonly("eager_per_call_ms", &ce::TimingResult::eager_per_call_ms)
-      .def_readonly("eager_calls_per_sample", &ce::TimingResult::eager_calls_per_sample);
+      .def_readonly("eager_calls_per_sample", &ce::TimingResult::eager_calls_per_sample)
+      .def_readonly("kernels", &ce::TimingResult::kernels)
+      .def_readonly("kernels_read", &ce::TimingResult::kernels_read);
 
   m.def("time_algorithm",
         [](const std::string& d, ce::Problem& p, int algo, const std::string& math,
@@ -230,6 +235,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("input"), py::arg("weight"), py::arg("stride"), py::arg("padding"),
         py::arg("dilation"), py::arg("transposed"), py::arg("output_padding"),
         py::arg("groups"));
+  m.def("graph_kernel_names", &ce::graph_kernel_names, py::arg("graph"));
   m.def("build_info", &ce::build_info);
   m.def("runtime_info", &ce::runtime_info);
 }

@@ -2,6 +2,7 @@
 
 #include "directions.h"
 #include "find.h"
+#include "graph_kernels.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -79,7 +80,8 @@ struct Timer {
   // Note [graph capture]: cuDNN calls are captured on a side stream with the handle
   // bound to it; if any call is not capturable the capture is abandoned and we fall
   // back to eager launches, saying why in the result's note.
-  GraphExec capture(int n, std::string* why) const {
+  GraphExec capture(int n, std::string* why, TimingResult* names = nullptr,
+                    bool instantiate = true) const {
     c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
     Event ready;
     ready.record(stream);
@@ -102,6 +104,11 @@ struct Timer {
       cudaGetLastError();  // clear the (non-sticky) capture error
       return nullptr;
     }
+    if (names != nullptr) read_kernels(graph, n, *names);
+    if (!instantiate) {
+      cudaGraphDestroy(graph);
+      return nullptr;
+    }
     cudaGraphExec_t exec = nullptr;
     cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
@@ -111,6 +118,14 @@ struct Timer {
       return nullptr;
     }
     return GraphExec(exec);
+  }
+
+  // The kernels of one launch, from a graph of n launches (their node order).
+  static void read_kernels(cudaGraph_t graph, int n, TimingResult& r) {
+    auto names = graph_kernel_names(reinterpret_cast<std::uintptr_t>(graph));
+    if (!names || n < 1 || names->size() % static_cast<size_t>(n) != 0) return;
+    r.kernels.assign(names->begin(), names->begin() + names->size() / n);
+    r.kernels_read = true;
   }
 
   // Note [eager wall time]: what a caller that does not use CUDA graphs pays per call:
@@ -141,6 +156,29 @@ struct Timer {
     // Warm-up: the first launch loads modules; then estimate one launch and warm up more.
     launch();
     CE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    // Note [cut launches]: a staged search's first round only ranks, and a config whose
+    // launch takes several times the round's best so far cannot rank near it: two warm
+    // launches both slower than the cutoff end its timing (their times are its samples,
+    // method "cut"), instead of the ten or more launches of a full sampling. The caller
+    // chooses the cutoff (measure/engines.py, Note [staged search] in core/staging.py).
+    if (opt.cutoff_ms > 0) {
+      const double first = time_eager(1);
+      if (first > opt.cutoff_ms) {
+        const double second = time_eager(1);
+        if (second > opt.cutoff_ms) {
+          r.method = "cut";
+          r.per_launch_ms = {first, second};
+          r.launches_per_sample = 1;
+          r.warmup_launches = 1;
+          r.estimate_ms = std::min(first, second);
+          if (opt.kernels && opt.use_graph) {
+            std::string why;
+            capture(1, &why, &r, /*instantiate=*/false);
+          }
+          return r;
+        }
+      }
+    }
     double est = std::max(time_eager(3) / 3.0, 1e-4);
     r.estimate_ms = est;
     int warm = static_cast<int>(std::clamp(std::ceil(opt.warmup_ms / est), 1.0, 1000.0));
@@ -177,7 +215,7 @@ struct Timer {
     GraphExec graph;
     if (opt.use_graph) {
       std::string why;
-      graph = capture(k, &why);
+      graph = capture(k, &why, opt.kernels ? &r : nullptr);
       if (!graph) r.note = "graph capture not used (" + why + ")";
     }
     if (graph) {

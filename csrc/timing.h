@@ -25,18 +25,26 @@ struct TimingOptions {
                                   // with flush_l2); Note [eager wall time] in timing.cpp
   int min_samples = 5;
   int max_samples = 2000;
+  // > 0: Note [cut launches] in timing.cpp: a launch slower than this (ms) ends the timing
+  // after two warm launches (method "cut").
+  double cutoff_ms = 0.0;
+  bool kernels = false;  // read the names of the kernels launched (Note [kernels from a graph])
 };
 
 struct TimingResult {
   std::vector<double> per_launch_ms;  // one value per sample: sample time / launches
   int launches_per_sample = 1;
   int warmup_launches = 0;
-  std::string method;  // "graph", "eager" or "eager+flush"
+  std::string method;  // "graph", "eager", "eager+flush" or "cut"
   std::string note;    // e.g. why graph capture was not used
   int64_t workspace_bytes = 0;
   double estimate_ms = 0.0;  // first estimate of one launch, from the warm-up
   std::vector<double> eager_per_call_ms;  // host wall time per call, one value per sample
   int eager_calls_per_sample = 0;
+  // With TimingOptions::kernels: the kernels of one launch as the captured graph names
+  // them, in launch order (kernels_read false when no graph could say).
+  std::vector<std::string> kernels;
+  bool kernels_read = false;
 };
 
 TimingResult time_algorithm(Direction d, Problem& p, int algo, const std::string& math_type,

@@ -74,6 +74,13 @@ part_tests-gpu-problem() {  # the GPU test files but the model's, engines' and p
   files=$(ls tests/test_gpu*.py | grep -v -E '^tests/test_gpu_(engines|model|pinning).py$')
   "$PY" "${PYTEST[@]}" $files > "$LOG/tests-gpu-problem.txt" 2>&1
 }
+part_tests-kernels() {  # kernel names from captured graphs against the profiler's
+  "$PY" "${PYTEST[@]}" tests/test_gpu_kernels.py > "$LOG/tests-kernels.txt" 2>&1
+}
+part_main-job() {  # the main job alone, with its wall-time breakdown (--verbose)
+  "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --verbose --no-store \
+    --json "$LOG/main-job.json" > "$LOG/main-job.txt" 2>&1
+}
 part_tests-model() {
   "$PY" "${PYTEST[@]}" tests/test_gpu_model.py > "$LOG/tests-model.txt" 2>&1
 }
@@ -275,6 +282,7 @@ show_part() {  # what each part's log says, for the call's output
   case $1 in
     tests*) grep -E '^(FAILED|ERROR)' "$LOG/$1.txt"; tail -4 "$LOG/$1.txt" ;;
     main) cat "$LOG/main.txt" ;;
+    main-job) grep -v ': engine [0-9]*/' "$LOG/main-job.txt" | tail -25 ;;
     depthwise) sed -n '/^== summary/,$p' "$LOG/eng_depthwise.txt"; tail -3 "$LOG/eng_depthwise.txt" ;;
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;

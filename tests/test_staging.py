@@ -6,7 +6,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from cudnn_explorer.core.options import TimingSpec
-from cudnn_explorer.core.staging import ROUNDS, Timed, survivors
+from cudnn_explorer.core.staging import CUT_FLOOR_MS, ROUNDS, Timed, cutoff_ms, survivors
 from fakes import FakeOut, exploration
 
 FULL = TimingSpec(budget_ms=25.0)
@@ -30,7 +30,7 @@ class Search:
 
     def __init__(self, times, spreads=None):
         self.times, self.spreads = times, spreads or {}
-        self.names, self.timed, self.last = [], [], None
+        self.names, self.timed, self.cutoffs, self.last = [], [], [], None
 
     def engine_count(self):
         return 1
@@ -59,10 +59,17 @@ class Search:
         t = self.times[k]
         s = self.spreads.get(k, 0.0) if opt.budget_ms <= ROUNDS[0].budget_ms else 0.0
         self.timed.append((built.name, opt.budget_ms))
+        self.cutoffs.append((built.name, opt.cutoff_ms))
         self.last = built.name
-        per = [t * (1 - s), t * (1 - s), t, t * (1 + s), t * (1 + s)]
-        native = NS(per_launch_ms=per, launches_per_sample=10, method="graph",
-                    warmup_launches=12, note="", eager_per_call_ms=[], eager_calls_per_sample=0)
+        if 0 < opt.cutoff_ms < t * (1 - s):  # as csrc/timing.cpp: two warm launches, cut
+            native = NS(per_launch_ms=[t * (1 - s), t * (1 + s)], launches_per_sample=1,
+                        method="cut", warmup_launches=1, note="", eager_per_call_ms=[],
+                        eager_calls_per_sample=0)
+        else:
+            per = [t * (1 - s), t * (1 - s), t, t * (1 + s), t * (1 + s)]
+            native = NS(per_launch_ms=per, launches_per_sample=10, method="graph",
+                        warmup_launches=12, note="", eager_per_call_ms=[],
+                        eager_calls_per_sample=0)
         return NS(**{**vars(built), "status": "OK", "timed": timed, "timing": native})
 
 
@@ -200,3 +207,42 @@ def test_a_restarted_worker_stages_the_configs_an_earlier_one_timed(monkeypatch)
     assert all(b != ROUNDS[0].budget_ms for _, b in second.timed)  # round 1 not again
     assert sorted(second.names) == ["eng0_k2=0", "eng0_k2=1", "eng0_k2=3"]  # rebuilt
     assert sp.best().tag == "ConvFwd_eng0_k2=1"
+
+
+def test_the_cutoff_is_three_times_the_best_so_far_and_at_least_its_floor():
+    assert cutoff_ms(None) == 0.0 and cutoff_ms(0.0) == 0.0  # nothing timed yet: no cutoff
+    assert cutoff_ms(0.1) == CUT_FLOOR_MS == 1.0  # a launch under 1 ms is never cut
+    assert cutoff_ms(2.0) == pytest.approx(6.0)
+
+
+def test_a_config_far_behind_is_cut_in_round_one_and_a_noisy_cut_one_stays(monkeypatch):
+    #            k2=0 (heuristic A's first)  1      2      3     4 (noisy)
+    search = Search([1.0, 10.0, 1.05, 4.0, 20.0], spreads={4: 0.6})
+    sp, checked = explore(search, monkeypatch)
+    c = by_tag(sp)
+    cut_in_1 = dict((n, co) for (n, b), (_, co) in zip(search.timed, search.cutoffs)
+                    if b == ROUNDS[0].budget_ms)
+    assert cut_in_1["eng0_k2=0"] == 0.0  # the first config: nothing to compare with
+    assert all(co == pytest.approx(3.0) for n, co in cut_in_1.items() if n != "eng0_k2=0")
+    # later rounds time in full: no cutoff
+    assert all(co == 0.0 for (n, b), (_, co) in zip(search.timed, search.cutoffs)
+               if b != ROUNDS[0].budget_ms)
+    for k, ratio in ((1, 10.0), (3, 4.0)):
+        cfg = c[f"eng0_k2={k}"]
+        assert cfg.timing.method == "cut" and cfg.timing.samples == 2
+        assert cfg.left_round == 1 and cfg.left_ratio == pytest.approx(ratio)
+        assert cfg.left_note == f"left after round 1 at {ratio:.2f}x the best " \
+                                "(cut after two launches)"
+    # cut, but its two launches are 8 and 32 ms: the fast end of that noise is within
+    # reach, so it stays, is timed in full in round 2 (20 ms) and leaves there
+    noisy = c["eng0_k2=4"]
+    assert ("eng0_k2=4", ROUNDS[1].budget_ms) in search.timed
+    assert noisy.left_round == 2 and noisy.timing.method == "graph"
+    assert sp.best().tag == "ConvFwd_eng0_k2=0" and sorted(checked) == ["eng0_k2=0",
+                                                                        "eng0_k2=2"]
+
+
+def test_unstaged_configs_are_never_cut(monkeypatch):
+    search = Search([1.0, 10.0, 1.05])
+    explore(search, monkeypatch, staged=False)
+    assert {co for _, co in search.cutoffs} == {0.0}

@@ -68,7 +68,9 @@ class Timing(Record):
 
     ``method``: "graph" (events around replays of a CUDA graph of
     ``launches_per_sample`` launches), "eager" (events around that many back-to-back
-    launches) or "eager+flush" (one launch per sample, L2 cleared before it).
+    launches), "eager+flush" (one launch per sample, L2 cleared before it) or "cut" (a
+    staged search's first round stopped after two warm eager launches, each slower than
+    its cutoff: Note [cut launches] in core/staging.py).
     ``spread`` = (p75 - p25) / median. ``eager``: the wall time per call of an eager loop
     of ``eager.launches_per_sample`` back-to-back calls measured on the host clock and
     synchronised at the end (method "wall"): what a caller pays when it does not use CUDA
@@ -156,7 +158,9 @@ class EngineConfig(_Checked, Record):
         if self.left_round is None:
             return ""
         ratio = "" if self.left_ratio is None else f" at {self.left_ratio:.2f}x the best"
-        return f"left after round {self.left_round}{ratio}"
+        cut = " (cut after two launches)" if self.timing is not None and \
+            self.timing.method == "cut" else ""
+        return f"left after round {self.left_round}{ratio}{cut}"
 
 
 @dataclass

@@ -12,13 +12,24 @@ report re-times them properly. The thresholds come from three H200 sweeps
 (docs/method.md): of 6,229 engine configs over 159 problem-directions, 17.3% were within
 1.30x of their direction's best and 8.6% within 1.08x; the spread of a full-budget
 timing was at most 0.78% for 95% of them and 2.2% for 99%.
+
+Note [cut launches] (csrc/timing.cpp): in round 1, a candidate whose two warm launches
+each take more than :func:`cutoff_ms` of the best median so far (``CUT_RATIO`` times it,
+and at least ``CUT_FLOOR_MS``) is timed no further: those two eager times are its round-1
+samples, and the same selection then decides (a noisy pair stays, and round 2 times it in
+full). Such a candidate is at least 3x the round's best, where round 1 keeps up to 1.30x:
+a margin of 2.3x for the error of one eager launch, which above 1 ms is far smaller (its
+launch overhead is microseconds). On the H200's default problem (32x3x224x224, 3x3),
+configs slower than that spent 14.8 s of round 1's 22.5 s of GPU time in their full
+sampling (ten or more launches each: the estimate, the warm-up, the graph's warm launch
+and five samples).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, Hashable, Iterable, List, Mapping, Tuple
 
-__all__ = ["Round", "ROUNDS", "Timed", "survivors"]
+__all__ = ["Round", "ROUNDS", "Timed", "survivors", "cutoff_ms", "CUT_RATIO", "CUT_FLOOR_MS"]
 
 
 @dataclass(frozen=True)
@@ -60,3 +71,14 @@ def survivors(times: Mapping[Hashable, Timed], keep_within: float,
         else:
             left[key] = t.median_ms / best
     return stay, left
+
+
+CUT_RATIO, CUT_FLOOR_MS = 3.0, 1.0
+
+
+def cutoff_ms(best_ms) -> float:
+    """Round 1's cutoff (ms) for the next candidate, given the best median so far (None:
+    nothing timed yet, no cutoff: 0). Note [cut launches]."""
+    if best_ms is None or best_ms <= 0:
+        return 0.0
+    return max(CUT_RATIO * best_ms, CUT_FLOOR_MS)

@@ -13,9 +13,9 @@ from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_p
                           same_kernels, space_size)
 from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
-from ..core.staging import ROUNDS, Round, Timed, survivors
+from ..core.staging import ROUNDS, Round, Timed, cutoff_ms, survivors
 from . import native
-from .kernels import kernel_names
+from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, check_output
 from .timing import timing_from_native
 
@@ -24,18 +24,21 @@ __all__ = ["explore_engines"]
 
 def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
                 engine: int, knobs: Knobs, heuristic_ranks: Dict[str, int], kernels: bool,
-                stage: Callable[[str], None] = lambda s: None, built=None):
-    """Build (unless ``built``, a plan build() made earlier), time (when ``spec.retime``)
-    and check (against ``ref``, when given) one config: (its record, the build result,
-    for timing it again). ``stage`` hears "running" between building the plan and running
-    it (a watchdog tells which hung)."""
+                stage: Callable[[str], None] = lambda s: None, built=None,
+                cutoff_ms: float = 0.0):
+    """Build (unless ``built``, a plan build() made earlier), time (when ``spec.retime``;
+    a launch slower than ``cutoff_ms`` > 0 ends it, Note [cut launches] in
+    csrc/timing.cpp) and check (against ``ref``, when given) one config: (its record, the
+    build result, for timing it again). ``stage`` hears "running" between building the
+    plan and running it (a watchdog tells which hung)."""
     out_name = OUTPUT_OF[direction]
     tensors[out_name].fill_(float("nan"))
     made = built if built is not None else search.build(engine, [list(k) for k in knobs])
     res = made
     if res.status == "built":
         stage("running")
-        res = search.measure(res, spec.retime, native.timing_options(spec))
+        res = search.measure(res, spec.retime,
+                             native.timing_options(spec, cutoff_ms, kernels=kernels))
     op = OPERATION_OF[direction]
     tag = config_tag(direction, engine, knobs)
     if res.name:
@@ -47,8 +50,11 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
         checked = check_output(problem, tensors[out_name], ref, math_type)
     names = None
     if res.status == "OK" and kernels:
-        names = list(kernel_names(lambda i=res.plan_index: native.call(
-            f"executing {tag}", search.execute, i)))
+        if res.timed and getattr(res.timing, "kernels_read", False):
+            names = list(distinct(res.timing.kernels))  # as its timing's graph named them
+        else:
+            names = list(kernel_names(lambda i=res.plan_index: native.call(
+                f"executing {tag}", search.execute, i)))
     cfg = EngineConfig(
         tag=tag, engine=engine, knobs=[list(k) for k in knobs], status=res.status,
         message=res.message, numeric_notes=list(res.numeric_notes),
@@ -181,6 +187,10 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             exhausted = True
         return exhausted
 
+    def best_so_far() -> Optional[float]:
+        times = [c.time for c in configs if c.ok and c.time is not None]
+        return min(times) if times else None
+
     def attempt(e: int, ch: Knobs) -> Optional[EngineConfig]:
         entry = engines[e]
         done[e].add(ch)
@@ -189,7 +199,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
         cfg, made = _run_config(search, first, problem, direction, tensors,
                                 None if staging else ref, e, ch, ranks(e, ch), kernels,
-                                stage=lambda st: emit({"stage": st}))
+                                stage=lambda st: emit({"stage": st}),
+                                cutoff_ms=cutoff_ms(best_so_far()) if staging else 0.0)
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only
             entry["rejected"] += 1

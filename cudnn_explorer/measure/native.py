@@ -181,10 +181,14 @@ def run_algorithm(direction: str, problem, algo: int, math_type: str) -> None:
          direction, problem, int(algo), math_type)
 
 
-def timing_options(spec: TimingSpec):
+def timing_options(spec: TimingSpec, cutoff_ms: float = 0.0, kernels: bool = False):
     """Native TimingOptions (see csrc/timing.h) of ``spec``: sampling budget and warm-up
-    in ms, L2 flush, graph, and the eager wall-clock loop's budget."""
+    in ms, L2 flush, graph, and the eager wall-clock loop's budget; ``cutoff_ms`` > 0
+    ends the timing of a launch slower than that (Note [cut launches] in
+    csrc/timing.cpp); ``kernels``: read the kernels from the captured graph."""
     opt = load().TimingOptions()
+    opt.cutoff_ms = float(cutoff_ms)
+    opt.kernels = bool(kernels)
     opt.budget_ms = float(spec.budget_ms)
     opt.flush_l2 = bool(spec.flush_l2)
     opt.use_graph = bool(spec.graph)
@@ -193,10 +197,12 @@ def timing_options(spec: TimingSpec):
     return opt
 
 
-def time_algorithm(direction: str, problem, algo: int, math_type: str, spec: TimingSpec):
-    """Native TimingResult: steady-state per-launch samples in ms (see csrc/timing.h)."""
+def time_algorithm(direction: str, problem, algo: int, math_type: str, spec: TimingSpec,
+                   kernels: bool = False):
+    """Native TimingResult: steady-state per-launch samples in ms (see csrc/timing.h),
+    with the kernels of one launch when ``kernels`` (and a graph could name them)."""
     return call(f"timing {direction} algorithm {algo} ({math_type})", load().time_algorithm,
-                direction, problem, int(algo), math_type, timing_options(spec))
+                direction, problem, int(algo), math_type, timing_options(spec, kernels=kernels))
 
 
 def frontend_available() -> bool:

@@ -33,7 +33,8 @@ PRESTART = "cudnn_explorer.measure.prestart"  # Note [children started ahead]
 READY_TIMEOUT_S = 120.0  # importing torch on a busy host
 CHILD_MODULE = "cudnn_explorer.measure.problem_child"
 PRELOAD = ("torch,cudnn_explorer.measure.tensors,cudnn_explorer.measure.timing,"
-           "cudnn_explorer.measure.kernels")  # what our child imports ahead (not a fake)
+           "cudnn_explorer.measure.kernels,cudnn_explorer._C")  # what our child imports
+# ahead (not a fake); the extension names the kernels of a captured graph (measure/kernels.py)
 # Variables the child must not inherit from the user's shell: they change what it logs.
 LOG_VARS = ("CUDNN_FRONTEND_LOG_INFO", "CUDNN_FRONTEND_LOG_FILE", "CUDNN_LOGLEVEL_DBG",
              "CUDNN_LOGDEST_DBG", "CUDNN_LOGINFO_DBG", "CUDNN_LOGERR_DBG", "CUDNN_LOGWARN_DBG",

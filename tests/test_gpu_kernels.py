@@ -1,0 +1,71 @@
+"""On the GPU: the kernels a captured CUDA graph names are the profiler's, for legacy
+rows, engine configs (timed in full and cut after two launches) and PyTorch's own calls
+(Note [kernels from a graph] in csrc/graph_kernels.cpp)."""
+import pytest
+
+from cudnn_explorer.core.options import ExploreOptions, TimingSpec
+from cudnn_explorer.core.problem import DIRECTIONS, ConvProblem
+
+pytestmark = pytest.mark.gpu
+
+PROBLEMS = {
+    "fp32": dict(shape="8,16,32,32", out_channels=32),
+    "fp16-nhwc": dict(shape="8,32,28,28", out_channels=64, dtype="float16", layout="nhwc"),
+    "depthwise-bf16": dict(shape="8,32,28,28", out_channels=32, groups=32, dtype="bfloat16",
+                           layout="nhwc"),
+    "3d": dict(shape="2,8,6,12,12", out_channels=16),
+}
+BRIEF = TimingSpec(budget_ms=1.0, warmup_ms=1.0)
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_graph_names_are_the_profilers(name):
+    import torch
+
+    from cudnn_explorer.core.knobs import OPERATION_OF, parse_tags
+    from cudnn_explorer.measure import kernels, native
+    from cudnn_explorer.measure.legacy import LegacyLab, unique_rows
+    from cudnn_explorer.measure.problem_child import torch_call
+    from cudnn_explorer.measure.tensors import make_tensors
+
+    p = ConvProblem.create(**PROBLEMS[name])
+    compared = {"legacy": 0, "engine": 0, "cut": 0, "pytorch": 0}
+    for d in DIRECTIONS:
+        lab = LegacyLab(p, d, ExploreOptions(check=False))
+        for r in unique_rows(lab.find(None).find):
+            if r.status_code != 0:
+                continue
+            lab.measure(r.algo, r.math_type, BRIEF, check=False)
+            graph = lab.kernels(r.algo, r.math_type)
+            prof = kernels._from_profiler(lambda: native.run_algorithm(
+                d, lab.native, r.algo, r.math_type), 1)
+            assert graph == prof, (d, r.algo_name, r.math_type)
+            compared["legacy"] += 1
+        search = native.engine_search(d, lab.native)
+        for t in parse_tags(f"{OPERATION_OF[d]}_{n}" for n in search.heuristics("A")[:6]):
+            for cutoff in (0.0, 1e-6):  # timed in full; cut after two launches
+                b = search.build(t.engine, [list(k) for k in t.knobs])
+                if b.status != "built":
+                    continue
+                res = search.measure(b, True, native.timing_options(BRIEF, cutoff, True))
+                if res.status != "OK":
+                    continue
+                assert res.timing.kernels_read, (d, t)
+                assert res.timing.method == ("cut" if cutoff else "graph"), (d, t)
+                if cutoff:
+                    assert len(res.timing.per_launch_ms) == 2
+                prof = kernels._from_profiler(
+                    lambda i=res.plan_index: search.execute(i), 1)
+                assert kernels.distinct(res.timing.kernels) == prof, (d, str(t), cutoff)
+                compared["cut" if cutoff else "engine"] += 1
+        lab.close()
+        t = make_tensors(p, d, 0, 0, poison=False)
+        fn = torch_call(p, d, t)
+        fn()
+        torch.cuda.synchronize()
+        graph = kernels._from_graph(fn)
+        assert graph is not None, d
+        assert kernels.distinct(graph) == kernels._from_profiler(fn, 1), d
+        assert kernels.kernel_names(fn) == kernels.distinct(graph)
+        compared["pytorch"] += 1
+    assert all(compared.values()), compared
