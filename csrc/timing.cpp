@@ -80,15 +80,19 @@ struct Timer {
   // Note [graph capture]: cuDNN calls are captured on a side stream with the handle
   // bound to it; if any call is not capturable the capture is abandoned and we fall
   // back to eager launches, saying why in the result's note.
+  // ``names``: read the graph's kernels into it; ``instantiate`` false: only that (the
+  // graph is never launched), so a capture in relaxed mode may serve.
   GraphExec capture(int n, std::string* why, TimingResult* names = nullptr,
-                    bool instantiate = true) const {
+                    bool instantiate = true, bool relaxed = false) const {
     c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
     Event ready;
     ready.record(stream);
     CE_CUDA_CHECK(cudaStreamWaitEvent(side.stream(), ready.get(), 0));
     HandleStreamScope restore(h, stream);
     CE_CUDNN_CHECK(cudnnSetStream(h, side.stream()), ctx);
-    if (cudaStreamBeginCapture(side.stream(), cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    const cudaStreamCaptureMode mode =
+        relaxed ? cudaStreamCaptureModeRelaxed : cudaStreamCaptureModeThreadLocal;
+    if (cudaStreamBeginCapture(side.stream(), mode) != cudaSuccess) {
       *why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(cudaGetLastError());
       return nullptr;
     }
@@ -128,6 +132,17 @@ struct Timer {
     r.kernels_read = true;
   }
 
+  // The kernels of a launch that was not captured for its timing (cut, eager, graphs
+  // off): a capture of one launch, in relaxed mode, never instantiated nor launched. Some
+  // plans cannot be captured to be replayed (e.g. engine configs with knob 3, USE_TEX,
+  // fail under a thread-local capture), and a graph that is only read needs no more.
+  // Earlier launches did any first-call work, so the capture holds what a launch runs.
+  void name_kernels(TimingResult& r) const {
+    if (!opt.kernels || r.kernels_read) return;
+    std::string why;
+    capture(1, &why, &r, /*instantiate=*/false, /*relaxed=*/true);
+  }
+
   // Note [eager wall time]: what a caller that does not use CUDA graphs pays per call:
   // the host clock around k back-to-back launches, synchronised at the end. Each call's
   // host cost is included: when the host cannot queue launches as fast as the GPU runs
@@ -153,8 +168,9 @@ struct Timer {
 
   TimingResult operator()() const {
     TimingResult r;
-    // Warm-up: the first launch loads modules; then estimate one launch and warm up more.
-    launch();
+    // Warm-up: the first launch loads modules (unless the caller launched once already);
+    // then estimate one launch and warm up more.
+    if (!opt.warmed) launch();
     CE_CUDA_CHECK(cudaStreamSynchronize(stream));
     // Note [cut launches]: a staged search's first round only ranks, and a config whose
     // launch takes several times the round's best so far cannot rank near it: two warm
@@ -171,10 +187,7 @@ struct Timer {
           r.launches_per_sample = 1;
           r.warmup_launches = 1;
           r.estimate_ms = std::min(first, second);
-          if (opt.kernels && opt.use_graph) {
-            std::string why;
-            capture(1, &why, &r, /*instantiate=*/false);
-          }
+          name_kernels(r);
           return r;
         }
       }
@@ -207,6 +220,7 @@ struct Timer {
         CE_CUDA_CHECK(cudaMemsetAsync(flush.get(), 0, flush_bytes, stream));
         r.per_launch_ms.push_back(time_eager(1));
       }
+      name_kernels(r);
       return r;
     }
 
@@ -235,6 +249,7 @@ struct Timer {
       while (!done(r.per_launch_ms.size())) r.per_launch_ms.push_back(time_eager(k) / k);
     }
     if (opt.eager_budget_ms > 0) eager_wall(k, r);
+    name_kernels(r);
     return r;
   }
 };

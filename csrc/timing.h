@@ -29,6 +29,7 @@ struct TimingOptions {
   // after two warm launches (method "cut").
   double cutoff_ms = 0.0;
   bool kernels = false;  // read the names of the kernels launched (Note [kernels from a graph])
+  bool warmed = false;   // the caller launched once already: no first warm-up launch here
 };
 
 struct TimingResult {

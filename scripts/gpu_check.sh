@@ -77,6 +77,9 @@ part_tests-gpu-problem() {  # the GPU test files but the model's, engines' and p
 part_tests-kernels() {  # kernel names from captured graphs against the profiler's
   "$PY" "${PYTEST[@]}" tests/test_gpu_kernels.py > "$LOG/tests-kernels.txt" 2>&1
 }
+part_tests-pytorch() {  # PyTorch's children: every mode, started ahead, a hung one
+  "$PY" "${PYTEST[@]}" tests/test_gpu_pytorch.py > "$LOG/tests-pytorch.txt" 2>&1
+}
 part_main-job() {  # the main job alone, with its wall-time breakdown (--verbose)
   "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --verbose --no-store \
     --json "$LOG/main-job.json" > "$LOG/main-job.txt" 2>&1

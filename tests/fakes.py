@@ -133,7 +133,7 @@ class FakeLab:
                   searched=["DEFAULT_MATH", "TENSOR_OP_MATH"], workspace_free=-1,
                   find_errors=[])
 
-    def measure(self, algo, math_type, spec, check):
+    def measure(self, algo, math_type, spec, check, cutoff_ms=0.0):
         from cudnn_explorer.measure.tensors import Check
 
         self.calls.append(("measure", self.direction, algo, spec))
@@ -246,7 +246,7 @@ class FakeBench:
 
         return run_children(problem, options, say, child_module="fake_torch_child")
 
-    def prestart(self):
+    def prestart(self, problem, options):
         self.calls.append(("prestart",))
 
     def lab(self, problem, direction, options):

@@ -201,7 +201,7 @@ def test_a_bench_keeps_its_worker_while_the_gpu_has_room(steady_worker, monkeypa
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (free_gib << 30, 96 << 30))
     p = ConvProblem.create("1,8,8,8", out_channels=8)
     bench = pipeline.GpuBench(0)
-    bench.prestart()
+    bench.prestart(p, ExploreOptions.create(pytorch=False))
     assert bench.worker.proc is not None and bench.worker.proc.poll() is None
     for d in ("fwd", "bwd-data"):
         bench.engines(p, d, ExploreOptions.create(), [], [], lambda m: None)

@@ -30,6 +30,7 @@ def test_graph_names_are_the_profilers(name):
 
     p = ConvProblem.create(**PROBLEMS[name])
     compared = {"legacy": 0, "engine": 0, "cut": 0, "pytorch": 0}
+    unnamed = []
     for d in DIRECTIONS:
         lab = LegacyLab(p, d, ExploreOptions(check=False))
         for r in unique_rows(lab.find(None).find):
@@ -42,21 +43,32 @@ def test_graph_names_are_the_profilers(name):
             assert graph == prof, (d, r.algo_name, r.math_type)
             compared["legacy"] += 1
         search = native.engine_search(d, lab.native)
-        for t in parse_tags(f"{OPERATION_OF[d]}_{n}" for n in search.heuristics("A")[:6]):
+        configs = [(t.engine, [list(k) for k in t.knobs]) for t in parse_tags(
+            f"{OPERATION_OF[d]}_{n}" for n in search.heuristics("A")[:6])]
+        # knob 3 (USE_TEX) = 1: plans that a thread-local capture refuses (timed eagerly)
+        tex = [e for e in range(search.engine_count())
+               if any(k.type == 3 for k in search.engine_info(e).knobs)]
+        configs += [(e, [[3, 1]]) for e in tex[:3]]
+        for engine, knobs in configs:
             for cutoff in (0.0, 1e-6):  # timed in full; cut after two launches
-                b = search.build(t.engine, [list(k) for k in t.knobs])
+                b = search.build(engine, knobs)
                 if b.status != "built":
                     continue
                 res = search.measure(b, True, native.timing_options(BRIEF, cutoff, True))
                 if res.status != "OK":
                     continue
-                assert res.timing.kernels_read, (d, t)
-                assert res.timing.method == ("cut" if cutoff else "graph"), (d, t)
                 if cutoff:
-                    assert len(res.timing.per_launch_ms) == 2
+                    assert res.timing.method == "cut" and len(res.timing.per_launch_ms) == 2
+                elif res.timing.method == "eager":  # not capturable for replays
+                    compared["eager"] = compared.get("eager", 0) + 1
+                else:
+                    assert res.timing.method == "graph", (d, engine, knobs)
                 prof = kernels._from_profiler(
                     lambda i=res.plan_index: search.execute(i), 1)
-                assert kernels.distinct(res.timing.kernels) == prof, (d, str(t), cutoff)
+                if not res.timing.kernels_read:  # the caller asks the profiler then
+                    unnamed.append((d, engine, knobs, res.timing.method))
+                    continue
+                assert kernels.distinct(res.timing.kernels) == prof, (d, engine, knobs, cutoff)
                 compared["cut" if cutoff else "engine"] += 1
         lab.close()
         t = make_tensors(p, d, 0, 0, poison=False)
@@ -68,4 +80,7 @@ def test_graph_names_are_the_profilers(name):
         assert kernels.distinct(graph) == kernels._from_profiler(fn, 1), d
         assert kernels.kernel_names(fn) == kernels.distinct(graph)
         compared["pytorch"] += 1
+    print(name, compared, "not named by a graph:", unnamed)
     assert all(compared.values()), compared
+    # a graph names every kernel the timing ran, a config timed eagerly included
+    assert not unnamed, unnamed

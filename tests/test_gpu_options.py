@@ -18,10 +18,12 @@ def _explore(**kw):
 
 
 def _methods(exp, left=False):
-    """(path, timing) of every timed row; engine configs that left the staged search early
-    (timed in its rounds only, without the eager loop) only with ``left``."""
+    """(path, timing) of every timed row; legacy rows and engine configs that left the
+    staged search early (timed in its rounds only, without the eager loop) only with
+    ``left``."""
     d = exp.directions[0]
-    return ([("legacy", r.timing) for r in d.find if r.timing]
+    return ([("legacy", r.timing) for r in d.find
+             if r.timing and (left or r.left_round is None)]
             + [("engine", c.timing) for c in d.engines.configs
                if c.timing and (left or c.left_round is None)]
             + [("pytorch", p.steady) for p in d.pytorch if p.steady])

@@ -76,7 +76,7 @@ def test_a_legacy_row_takes_its_kernels_from_its_timing_graph(monkeypatch):
     lab.tensors, lab._kernels = {"y": FakeOut()}, {}
     asked = []
 
-    def time_algorithm(d, p, algo, math, spec, kernels=False):
+    def time_algorithm(d, p, algo, math, spec, kernels=False, cutoff_ms=0.0):
         asked.append(kernels)
         return _result(read=algo == 1).timing
 

@@ -45,6 +45,12 @@ def engine_eager(exp):
             for d in exp.directions for c in d.engines.configs if c.timing]
 
 
+def legacy_eager(exp):
+    """(left early?, eager measured?) of every timed legacy row."""
+    return [(r.left_round is not None, r.timing.eager is not None)
+            for d in exp.directions for r in d.find if r.timing]
+
+
 @pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("kw,method,eager", [
     ({}, "graph", True),
@@ -56,11 +62,12 @@ def test_timing_options_reach_every_path(tmp_path, monkeypatch, kw, method, eage
     got = methods(exp)
     assert {p for p, _, _ in got} == {"legacy", "engine", "pytorch"}
     assert all(m == method for _, m, _ in got), got
-    # every row timed in full has the eager loop as the options say; a config that left a
-    # staged search early was timed in its rounds only, without the loop
-    assert all(e == eager for p, _, e in got if p != "engine"), got
-    assert all(e == (eager and not left) for left, e in engine_eager(exp)), engine_eager(exp)
-    assert any(left for left, _ in engine_eager(exp)) == staged
+    # every row timed in full has the eager loop as the options say; a row or config that
+    # left a staged search early was timed in its rounds only, without the loop
+    assert all(e == eager for p, _, e in got if p == "pytorch"), got
+    for rows in (engine_eager(exp), legacy_eager(exp)):
+        assert all(e == (eager and not left) for left, e in rows), rows
+        assert any(left for left, _ in rows) == staged
     # the engine driver handed the native timer exactly these options, a staged search's
     # rounds their own budgets (2 ms, then 10 ms: at most the full 5 ms)
     budgets = {2.0, 5.0} if staged else {5.0}

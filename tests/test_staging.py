@@ -246,3 +246,92 @@ def test_unstaged_configs_are_never_cut(monkeypatch):
     search = Search([1.0, 10.0, 1.05])
     explore(search, monkeypatch, staged=False)
     assert {co for _, co in search.cutoffs} == {0.0}
+
+
+class Lab:
+    """LegacyLab's methods over rows (name, time ms, deterministic, wrong); each measure
+    recorded as (name, budget, cutoff, checked), cut as csrc/timing.cpp cuts."""
+
+    def __init__(self, rows, heuristic_first):
+        self.rows, self.first, self.measured = rows, heuristic_first, []
+
+    def find(self, cap):
+        found = [NS(algo=i, algo_name=n, math_type="DEFAULT_MATH", status="CUDNN_STATUS_SUCCESS",
+                    status_code=0, time_ms=t, memory_bytes=0, deterministic=det,
+                    found_under="DEFAULT_MATH") for i, (n, t, det, _) in enumerate(self.rows)]
+        first = next(r for r in found if r.algo_name == self.first)
+        return NS(math_type="DEFAULT_MATH", find=found, heuristics=[first], workspace=[],
+                  workspace_needed=0, workspace_given=0, requested=16, returned=len(found),
+                  find_wall_ms=1.0, find_wall_ms_all=1.0, searched=["DEFAULT_MATH"],
+                  workspace_free=-1, find_errors=[])
+
+    def measure(self, algo, math_type, spec, check, cutoff_ms=0.0):
+        from cudnn_explorer.core.records import Timing
+        from cudnn_explorer.measure.tensors import Check
+
+        name, t, _, wrong = self.rows[algo]
+        self.measured.append((name, spec.budget_ms, cutoff_ms, check))
+        if 0 < cutoff_ms < t:
+            timing = Timing.from_samples([t, t], 1, "cut", 1)
+        else:
+            timing = Timing.from_samples([t] * 5, 10, spec.method, 12, "",
+                                         [t] * 5 if spec.eager_budget_ms else [], 10)
+        return timing, (Check(1.0 if wrong else 1e-4, 1e-2, True) if check else None)
+
+    def kernels(self, algo, math_type):
+        return (f"kernel_{algo}",)
+
+
+def test_legacy_rows_are_staged_like_engine_configs():
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.measure.legacy import measure_legacy
+    from cudnn_explorer.report.tables import flags
+
+    rows = [("IMPLICIT_GEMM", 1.0, False, False),
+            ("GEMM", 0.5, False, True),              # the fastest, but WRONG
+            ("FFT", 5.0, False, False),              # cut in round 1
+            ("WINOGRAD", 1.05, False, False),        # the heuristics' first
+            ("DIRECT", 1.2, False, False),           # leaves in round 2
+            ("IMPLICIT_PRECOMP_GEMM", 2.0, False, False),  # PyTorch's legacy pick
+            ("FFT_TILING", 1.6, True, False)]        # the fastest deterministic row
+    lab = Lab(rows, "WINOGRAD")
+    options = ExploreOptions.create(budget_ms=25, staged=True)
+    leg = measure_legacy(exploration().problem, "fwd", lab, options, "NVIDIA H200", True,
+                         finalists=["IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH)"])
+    got = {r.algo_name: r for r in leg.find}
+    r1, r2 = ROUNDS[0].budget_ms, ROUNDS[1].budget_ms
+    first = [m for m in lab.measured if m[1] == r1]
+    assert [m[0] for m in first] == [r[0] for r in rows]  # every row briefly, and checked
+    assert all(m[3] for m in first) and first[0][2] == 0.0  # the first: no cutoff
+    # the cutoff is 3x the best correct time so far, never the WRONG row's
+    assert all(m[2] == pytest.approx(3.0) for m in first[1:])
+    assert got["GEMM"].left_round == 1 and got["GEMM"].correct is False
+    assert got["FFT"].left_round == 1 and got["FFT"].left_ratio == pytest.approx(5.0)
+    assert got["FFT"].timing.method == "cut"
+    assert "left after round 1 at 5.00x the best (cut after two launches) (timed briefly)" \
+        in flags(got["FFT"])
+    assert sorted(m[0] for m in lab.measured if m[1] == r2) == [
+        "DIRECT", "FFT_TILING", "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "WINOGRAD"]
+    assert got["DIRECT"].left_round == 2 and got["DIRECT"].left_ratio == pytest.approx(1.2)
+    finals = sorted(m[0] for m in lab.measured if m[1] == 25)
+    assert finals == ["FFT_TILING", "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "WINOGRAD"]
+    assert all(m[3] and m[2] == 0.0 for m in lab.measured if m[1] == 25)
+    for name in finals:  # timed in full: the eager loop included, no left note
+        assert got[name].left_round is None and got[name].timing.eager is not None
+    # only finalists rank: the best is the fastest correct one
+    from cudnn_explorer.core.records import rankable
+    assert min((r for r in leg.find if rankable(r)), key=lambda r: r.time).algo_name == \
+        "IMPLICIT_GEMM"
+    assert got["IMPLICIT_GEMM"].kernels == ["kernel_0"]
+
+
+def test_unstaged_legacy_rows_are_timed_once_in_full():
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.measure.legacy import measure_legacy
+
+    lab = Lab([("IMPLICIT_GEMM", 1.0, False, False), ("FFT", 5.0, False, False)], "FFT")
+    leg = measure_legacy(exploration().problem, "fwd", lab,
+                         ExploreOptions.create(budget_ms=25, staged=False), "NVIDIA H200", True)
+    assert [(m[0], m[1], m[2]) for m in lab.measured] == [("IMPLICIT_GEMM", 25, 0.0),
+                                                          ("FFT", 25, 0.0)]
+    assert all(r.left_round is None for r in leg.find)

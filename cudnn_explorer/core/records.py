@@ -41,6 +41,21 @@ class _Checked:
         return self.max_error <= self.tolerance  # NaN compares False: never correct
 
 
+class _Staged:
+    """``left_note`` of a record a staged search may have let go (its fields
+    ``left_round``, ``left_ratio`` and ``timing``; Note [staged search])."""
+
+    @property
+    def left_note(self) -> str:
+        """"left after round 1 at 2.31x the best", or "" for a finalist."""
+        if self.left_round is None:
+            return ""
+        ratio = "" if self.left_ratio is None else f" at {self.left_ratio:.2f}x the best"
+        cut = " (cut after two launches)" if self.timing is not None and \
+            self.timing.method == "cut" else ""
+        return f"left after round {self.left_round}{ratio}{cut}"
+
+
 def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool,
                   free_bytes: Optional[int] = None) -> str:
     """Why a Find row that did not run could not: it needs more workspace than Find was
@@ -57,7 +72,7 @@ def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool,
 
 def rankable(r) -> bool:
     """A row (AlgoResult) or engine config that ran, has a time, and is not WRONG; an
-    engine config that left a staged search early (timed briefly, not checked) is not."""
+    row or engine config that left a staged search early (timed briefly) is not."""
     return r.ok and r.time is not None and r.correct is not False and \
         getattr(r, "left_round", None) is None
 
@@ -111,7 +126,7 @@ class Timing(Record):
 
 
 @dataclass
-class EngineConfig(_Checked, Record):
+class EngineConfig(_Checked, _Staged, Record):
     """One cuDNN 9 engine config (an engine and its knob choices), built and timed by us.
 
     ``tag`` uses cudnn-frontend's/PyTorch's format, e.g. ``ConvFwd_eng46_k2=4_k5=2_k14=3``.
@@ -152,15 +167,6 @@ class EngineConfig(_Checked, Record):
     def time(self) -> Optional[float]:
         return self.timing.median_ms if self.timing is not None else None
 
-    @property
-    def left_note(self) -> str:
-        """"left after round 1 at 2.31x the best", or "" for a finalist."""
-        if self.left_round is None:
-            return ""
-        ratio = "" if self.left_ratio is None else f" at {self.left_ratio:.2f}x the best"
-        cut = " (cut after two launches)" if self.timing is not None and \
-            self.timing.method == "cut" else ""
-        return f"left after round {self.left_round}{ratio}{cut}"
 
 
 @dataclass
@@ -254,7 +260,7 @@ class PyTorchPick(_Checked, Record):
 
 
 @dataclass
-class AlgoResult(_Checked, Record):
+class AlgoResult(_Checked, _Staged, Record):
     """One (algorithm, math type) row from cudnnFind*Ex or cudnnGet*_v7.
 
     ``time_ms``: cudnnFind's own single measurement in milliseconds (None for heuristic
@@ -282,6 +288,8 @@ class AlgoResult(_Checked, Record):
     found_under: str = ""                # the descriptor math type of the Find call
     pytorch_candidate: Optional[bool] = None  # among the rows PyTorch's legacy path picks
     # from (its Find call, under its math type); None: files older than schema 6
+    left_round: Optional[int] = None     # the staged search's round it left in (None: a
+    left_ratio: Optional[float] = None   # finalist), and its median over that round's best
 
     @property
     def ok(self) -> bool:

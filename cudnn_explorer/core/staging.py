@@ -26,10 +26,13 @@ and five samples).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, Hashable, Iterable, List, Mapping, Tuple
 
-__all__ = ["Round", "ROUNDS", "Timed", "survivors", "cutoff_ms", "CUT_RATIO", "CUT_FLOOR_MS"]
+from .options import TimingSpec
+
+__all__ = ["Round", "ROUNDS", "Timed", "survivors", "round_timing", "cutoff_ms", "CUT_RATIO",
+           "CUT_FLOOR_MS"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,13 @@ class Round:
 
 ROUNDS = (Round(budget_ms=2.0, warmup_ms=1.0, keep_within=1.30),
           Round(budget_ms=10.0, warmup_ms=2.0, keep_within=1.08))
+
+
+def round_timing(full: TimingSpec, r: Round) -> TimingSpec:
+    """A round's timing: the full one's method with the round's (smaller) budget, and no
+    eager wall-clock loop (a round's times only rank; the finalists get the loop)."""
+    return replace(full, budget_ms=min(r.budget_ms, full.budget_ms),
+                   warmup_ms=min(r.warmup_ms, full.warmup_ms), eager=False)
 
 
 @dataclass(frozen=True)

@@ -352,4 +352,9 @@ def main(argv=None, setup=None, search=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Note [quick exit] (measure/problem_child.py): every result has been written; the
+    # parent waits for this process to end, and the driver frees its CUDA context.
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

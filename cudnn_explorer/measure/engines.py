@@ -13,7 +13,7 @@ from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_p
                           same_kernels, space_size)
 from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
-from ..core.staging import ROUNDS, Round, Timed, cutoff_ms, survivors
+from ..core.staging import ROUNDS, Timed, cutoff_ms, round_timing, survivors
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, check_output
@@ -74,13 +74,6 @@ def _key(engine, knobs) -> Tuple[int, Knobs]:
     """A config's engine and knobs as the search keys them (a record's or an event's
     lists of [type, value] made hashable)."""
     return int(engine), tuple(tuple(k) for k in knobs)
-
-
-def _round_timing(full: TimingSpec, r: Round) -> TimingSpec:
-    """A round's timing: the full one's method with the round's (smaller) budget, and no
-    eager wall-clock loop (a round's times only rank; the finalists get the loop)."""
-    return replace(full, budget_ms=min(r.budget_ms, full.budget_ms),
-                   warmup_ms=min(r.warmup_ms, full.warmup_ms), eager=False)
 
 
 def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
@@ -178,7 +171,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         engines[e]["failed"] += 1
 
     staging = staged and timing.retime
-    first = _round_timing(timing, ROUNDS[0]) if staging else timing
+    first = round_timing(timing, ROUNDS[0]) if staging else timing
     built: Dict[int, object] = {}  # configs' index -> their build result, to time again
 
     def over_budget() -> bool:
@@ -319,7 +312,7 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
 
     live = [i for i in range(len(configs)) if timed(i)]
     for number, rnd in enumerate(ROUNDS, 1):
-        spec = _round_timing(full, rnd)
+        spec = round_timing(full, rnd)
         if number > 1:
             say(f"{direction}: round {number}: timing {len(live)} configs again "
                 f"({spec.budget_ms:g} ms each)")

@@ -8,13 +8,14 @@ seam CPU tests replace with a fake (tests/fakes.py).
 """
 from __future__ import annotations
 
-from typing import Callable, List, NamedTuple, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..core import analysis
 from ..core.errors import ResourceError
 from ..core.options import ExploreOptions, TimingSpec
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note
+from ..core.staging import ROUNDS, Timed, cutoff_ms, round_timing, survivors
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import (OUTPUT_OF, Check, check_output, make_tensors, native_problem, reference,
@@ -53,15 +54,16 @@ class LegacyLab:
                                       self.problem.find_math_types)
 
     def measure(self, algo: int, math_type: str, timing: Optional[TimingSpec],
-                check: bool):
+                check: bool, cutoff_ms: float = 0.0):
         """(Timing or None, Check or None) of one algorithm: re-timed with ``timing``
-        (None: run once) and its output checked against the reference."""
+        (None: run once; a launch slower than ``cutoff_ms`` > 0 ends it, Note [cut
+        launches]) and its output checked against the reference."""
         out = self.tensors[OUTPUT_OF[self.direction]]
         out.fill_(float("nan"))  # poison: an element the algorithm does not write stays NaN
         t = None
         if timing is not None:
             res = native.time_algorithm(self.direction, self.native, algo, math_type, timing,
-                                        kernels=True)
+                                        kernels=True, cutoff_ms=cutoff_ms)
             t = timing_from_native(res)
             if res.kernels_read:
                 self._kernels[(algo, math_type)] = distinct(res.kernels)
@@ -113,10 +115,15 @@ class LegacyRows(NamedTuple):
 
 def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOptions,
                    gpu_name: str, want_kernels: bool,
-                   say: Callable[[str], None] = lambda m: None) -> LegacyRows:
+                   say: Callable[[str], None] = lambda m: None,
+                   finalists: Sequence[str] = ()) -> LegacyRows:
     """Find, then every successful row re-timed (options.timing) and checked
     (options.check), with its kernels when ``want_kernels`` (to match PyTorch's picks and
-    engine configs to it)."""
+    engine configs to it). With ``options.staged``, the rows are timed in the staged
+    search's rounds (Note [staged search] in core/staging.py): every one briefly, those
+    near the best again, the finalists in full; ``finalists`` ("ALGO (MATH_TYPE)", e.g.
+    PyTorch's legacy pick) always reach the final round, and so do the heuristics' first
+    row and the fastest deterministic one. Every row is checked as it is first timed."""
     say(f"{direction}: cudnnFind")
     rep = lab.find(options.max_workspace_bytes)
     workspace = [WorkspaceEntry(w.algo, w.algo_name, w.math_type, w.status,
@@ -125,43 +132,58 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
     found = unique_rows(rep.find)
     free = None if rep.workspace_free < 0 else int(rep.workspace_free)
     n_ok = sum(1 for r in found if r.status_code == 0)
-    rows, i = [], 0
-    for r in found:
-        ok = r.status_code == 0
-        timing: Optional[Timing] = None
-        check: Optional[Check] = None
-        kernels = None
-        note = ""
-        peak = analysis.peak_for(gpu_name, problem.dtype, r.math_type) if ok else None
-        if ok:
-            i += 1
-            if options.retime or options.check:
-                say(f"{direction}: {'re-timing' if options.retime else 'checking'} {i}/{n_ok} "
-                    f"{r.algo_name} ({r.math_type})")
-                try:
-                    timing, check = lab.measure(r.algo, r.math_type,
-                                                options.timing if options.retime else None,
-                                                options.check)
-                except ResourceError as e:  # this row only: the others may still fit
-                    note = str(e)
-            if want_kernels and not note:
-                kernels = list(lab.kernels(r.algo, r.math_type))
-        else:
+    staged = options.staged and options.retime
+    first = round_timing(options.timing, ROUNDS[0]) if staged else options.timing
+    timings: Dict[int, Optional[Timing]] = {}
+    checks: Dict[int, Optional[Check]] = {}
+    kernels: Dict[int, Optional[List[str]]] = {}
+    notes: Dict[int, str] = {}
+    i = 0
+    for n, r in enumerate(found):
+        if r.status_code != 0:
             need = max(asks.get((r.algo, r.math_type)) or 0, int(r.memory_bytes) or 0)
-            note = find_row_note(need, int(rep.workspace_given),
-                                 options.max_workspace_bytes is not None, free)
+            notes[n] = find_row_note(need, int(rep.workspace_given),
+                                     options.max_workspace_bytes is not None, free)
+            continue
+        i += 1
+        if options.retime or options.check:
+            say(f"{direction}: {'re-timing' if options.retime else 'checking'} {i}/{n_ok} "
+                f"{r.algo_name} ({r.math_type})")
+            times = [t.median_ms for m, t in timings.items()
+                     if t is not None and not _wrong(checks.get(m))]
+            try:
+                timings[n], checks[n] = lab.measure(
+                    r.algo, r.math_type, first if options.retime else None, options.check,
+                    cutoff_ms=cutoff_ms(min(times) if times else None) if staged else 0.0)
+            except ResourceError as e:  # this row only: the others may still fit
+                notes[n] = str(e)
+        if want_kernels and not notes.get(n):
+            kernels[n] = list(lab.kernels(r.algo, r.math_type))
+    left: Dict[int, Tuple[int, Optional[float]]] = {}
+    if staged:
+        keep = set(finalists)
+        if rep.heuristics:
+            keep.add(f"{rep.heuristics[0].algo_name} ({rep.heuristics[0].math_type})")
+        left = _rounds(lab, found, timings, checks, options, keep, direction, say)
+    rows = []
+    for n, r in enumerate(found):
+        ok = r.status_code == 0
+        timing, check = timings.get(n), checks.get(n)
+        peak = analysis.peak_for(gpu_name, problem.dtype, r.math_type) if ok else None
+        gone = left.get(n)
         rows.append(AlgoResult(
             algo=r.algo, algo_name=r.algo_name, math_type=r.math_type, status=r.status,
             status_code=r.status_code,
             time_ms=float(r.time_ms) if r.time_ms >= 0 and ok else None,
             workspace_bytes=int(r.memory_bytes), deterministic=bool(r.deterministic),
-            note=note, timing=timing,
+            note=notes.get(n, ""), timing=timing,
             max_error=check.max_error if check else None,
             tolerance=check.tolerance if check else None,
             output_finite=check.output_finite if check else None,
             peak_tflops=peak.tflops if peak else None, peak_unit=peak.unit if peak else "",
-            kernels=kernels, found_under=r.found_under,
-            pytorch_candidate=r.found_under == rep.math_type))
+            kernels=kernels.get(n), found_under=r.found_under,
+            pytorch_candidate=r.found_under == rep.math_type,
+            left_round=gone[0] if gone else None, left_ratio=gone[1] if gone else None))
     heuristics = [AlgoResult(algo=h.algo, algo_name=h.algo_name, math_type=h.math_type,
                              status=h.status, status_code=h.status_code, time_ms=None,
                              workspace_bytes=int(h.memory_bytes),
@@ -171,6 +193,47 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
                       int(rep.workspace_given), int(rep.requested), int(rep.returned),
                       float(rep.find_wall_ms), list(rep.searched), float(rep.find_wall_ms_all),
                       free, list(rep.find_errors))
+
+
+def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]],
+            options: ExploreOptions, keep: set, direction: str,
+            say) -> Dict[int, Tuple[int, Optional[float]]]:
+    """The legacy rows' staged search after its first round (``timings`` and ``checks``
+    updated in place as rows are timed again): {row that left: (its round, its median
+    over the round's best)}. A row found WRONG never sets the best and leaves in round 1:
+    it cannot rank."""
+    def name(n: int) -> str:
+        return f"{found[n].algo_name} ({found[n].math_type})"
+
+    live = [n for n, t in timings.items() if t is not None]
+    left: Dict[int, Tuple[int, Optional[float]]] = {
+        n: (1, None) for n in live if _wrong(checks.get(n))}
+    live = [n for n in live if n not in left]
+    for number, rnd in enumerate(ROUNDS, 1):
+        spec = round_timing(options.timing, rnd)
+        if number > 1:
+            say(f"{direction}: legacy round {number}: timing {len(live)} rows again "
+                f"({spec.budget_ms:g} ms each)")
+            for n in live:
+                timings[n], _ = lab.measure(found[n].algo, found[n].math_type, spec, False)
+        always = {n for n in live if name(n) in keep}
+        det = [n for n in live if found[n].deterministic]
+        if det:
+            always.add(min(det, key=lambda n: timings[n].median_ms))
+        stay, gone = survivors({n: Timed(timings[n].median_ms, timings[n].spread)
+                                for n in live}, rnd.keep_within, always)
+        left.update({n: (number, ratio) for n, ratio in gone.items()})
+        live = stay
+    say(f"{direction}: {len(live)} legacy finalists: timing them in full")
+    for n in live:
+        timings[n], checks[n] = lab.measure(found[n].algo, found[n].math_type, options.timing,
+                                            options.check)
+    return left
+
+
+def _wrong(c: Optional[Check]) -> bool:
+    """A row's check found it WRONG (not finite, or beyond its bound)."""
+    return c is not None and (c.output_finite is False or not c.max_error <= c.tolerance)
 
 
 def unique_rows(found):

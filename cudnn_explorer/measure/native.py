@@ -198,11 +198,13 @@ def timing_options(spec: TimingSpec, cutoff_ms: float = 0.0, kernels: bool = Fal
 
 
 def time_algorithm(direction: str, problem, algo: int, math_type: str, spec: TimingSpec,
-                   kernels: bool = False):
+                   kernels: bool = False, cutoff_ms: float = 0.0):
     """Native TimingResult: steady-state per-launch samples in ms (see csrc/timing.h),
-    with the kernels of one launch when ``kernels`` (and a graph could name them)."""
+    with the kernels of one launch when ``kernels`` (and a graph could name them);
+    ``cutoff_ms`` > 0: Note [cut launches] in csrc/timing.cpp."""
     return call(f"timing {direction} algorithm {algo} ({math_type})", load().time_algorithm,
-                direction, problem, int(algo), math_type, timing_options(spec, kernels=kernels))
+                direction, problem, int(algo), math_type,
+                timing_options(spec, cutoff_ms, kernels))
 
 
 def frontend_available() -> bool:

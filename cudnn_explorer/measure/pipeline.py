@@ -22,7 +22,7 @@ from ..core.exploration import Environment, Exploration, Measurement
 from ..core.records import DirectionResult, EngineSpace
 from ..core.schema import utc_now
 from . import native
-from .pytorch_picks import ModeRun, pick_of, run_children
+from .pytorch_picks import ModeRun, pick_of, run_children, start_first_child
 from .engine_worker import EngineWorker, explore_isolated
 from .legacy import LegacyLab, measure_legacy
 from .tensors import OUTPUT_OF, REFERENCE, make_tensors, native_problem, problem_view, reference
@@ -54,11 +54,16 @@ class GpuBench:
         self.device = device
         self.worker = EngineWorker()
         self.keep_worker = keep_worker
+        self._first_child = None
 
-    def prestart(self) -> None:
-        """Start the engine worker's process now, ahead of its first job (it imports, and
-        touches no GPU until then)."""
-        self.worker.start()
+    def prestart(self, problem: ConvProblem, options: ExploreOptions) -> None:
+        """Start, before this process imports torch, the processes ``options`` will need:
+        the engine worker, ahead of its first job, and PyTorch's first child (both import,
+        and touch no GPU until they are given work; Note [children started ahead])."""
+        if options.engines:
+            self.worker.start()
+        if options.pytorch and self._first_child is None:
+            self._first_child = start_first_child(problem, options)
 
     def _keep(self) -> bool:
         if self.keep_worker is not None:
@@ -78,7 +83,8 @@ class GpuBench:
         return native.frontend_available()
 
     def children(self, problem: ConvProblem, options: ExploreOptions, say) -> List[ModeRun]:
-        return run_children(problem, options, say)
+        first, self._first_child = self._first_child, None
+        return run_children(problem, options, say, first=first)
 
     def lab(self, problem: ConvProblem, direction: str, options: ExploreOptions) -> LegacyLab:
         return LegacyLab(problem, direction, options)
@@ -94,8 +100,12 @@ class GpuBench:
                 self.worker.close()
 
     def close(self) -> None:
-        """End the engine worker (a later engines() call starts another)."""
+        """End the engine worker (a later engines() call starts another), and a child
+        started for children() that never ran."""
         self.worker.close()
+        if self._first_child is not None:
+            self._first_child.close()
+            self._first_child = None
 
     def scope(self):
         """Run on this bench's GPU (torch.cuda.device)."""
@@ -156,6 +166,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
 def _explore(problem: ConvProblem, options: ExploreOptions, progress, bench,
              on_direction) -> Exploration:
     say = progress or (lambda msg: None)
+    bench.prestart(problem, options)  # importing ahead of us; Note [one engine worker]
     env = bench.environment()
     if options.engines and not bench.frontend_available():
         raise MissingDependencyError(
@@ -173,8 +184,6 @@ def _explore(problem: ConvProblem, options: ExploreOptions, progress, bench,
                            measurement=measurement, complete=complete,
                            pytorch_wall_s=pytorch_s, wall_s=time.perf_counter() - t0)
 
-    if options.engines:
-        bench.prestart()  # Note [one engine worker]
     try:
         runs = bench.children(problem, options, say) if options.pytorch else []
         pytorch_s = time.perf_counter() - t0 if options.pytorch else None
@@ -198,8 +207,12 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
     try:
         lab = bench.lab(problem, d, options)
         try:
+            # a staged search times PyTorch's legacy pick in full
+            legacy_picks = [p.legacy_algo for p in (pick_of(run, d) for run in runs)
+                            if p.legacy_algo]
             leg = measure_legacy(problem, d, lab, options, env.gpu_name,
-                                 want_kernels=options.pytorch or options.engines, say=say)
+                                 want_kernels=options.pytorch or options.engines, say=say,
+                                 finalists=legacy_picks)
         finally:
             lab.close()  # the engine workers get the GPU's memory
     except ResourceError as e:

@@ -28,7 +28,8 @@ from ..core.records import AlgoResult, PyTorchPick
 from .prestart import READY
 from .procs import child_env, describe_rc
 
-__all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", "pick_of"]
+__all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", "pick_of",
+           "start_first_child"]
 PRESTART = "cudnn_explorer.measure.prestart"  # Note [children started ahead]
 READY_TIMEOUT_S = 120.0  # importing torch on a busy host
 CHILD_MODULE = "cudnn_explorer.measure.problem_child"
@@ -183,16 +184,27 @@ class ModeRun(NamedTuple):
     error: str = ""
 
 
+def start_first_child(problem: ConvProblem, options: ExploreOptions,
+                      child_module: str = CHILD_MODULE) -> "_Child":
+    """The first mode's child of run_children(problem, options), started now, to import
+    while the caller does (pass it as run_children's ``first``; close() it if unused)."""
+    return _Child(problem, default_modes(options.benchmark_limit)[0], options, None,
+                  child_module)
+
+
 def run_children(problem: ConvProblem, options: ExploreOptions,
                  progress: Optional[Callable[[str], None]] = None,
-                 child_module: str = CHILD_MODULE) -> List[ModeRun]:
+                 child_module: str = CHILD_MODULE, first: Optional["_Child"] = None
+                 ) -> List[ModeRun]:
     """Every mode of default_modes(options.benchmark_limit), each in a fresh child, one
     after another, the next one's process started while the current one runs (Note
-    [children started ahead] in measure/prestart.py). A mode whose child fails keeps its
-    error; the other modes' results are kept."""
+    [children started ahead] in measure/prestart.py); ``first``: the first mode's child,
+    started earlier by start_first_child with the same problem and options. A mode whose
+    child fails keeps its error; the other modes' results are kept."""
     specs = default_modes(options.benchmark_limit)
     runs: List[ModeRun] = []
-    ahead = _Child(problem, specs[0], options, None, child_module)
+    ahead = first if first is not None else _Child(problem, specs[0], options, None,
+                                                   child_module)
     try:
         for i, spec in enumerate(specs):
             child, ahead = ahead, None

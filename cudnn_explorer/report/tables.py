@@ -21,7 +21,8 @@ __all__ = ["render_exploration", "render_direction", "render_info", "flags", "he
 
 
 def flags(r) -> str:
-    """WRONG / noisy / Find disagreement / a timing method other than the one asked for."""
+    """WRONG / noisy / Find disagreement / a timing method other than the one asked for /
+    the round a staged search let it go in."""
     out = []
     if r.correct is False:
         tol = f"{r.tolerance:.0e}" if r.tolerance is not None else "?"
@@ -30,8 +31,10 @@ def flags(r) -> str:
         out.append("noisy")
     if r.find_disagrees:
         out.append(f"Find {r.find_ratio:.1f}x")
-    if r.timing is not None and r.timing.method != "graph":
-        out.append(r.timing.method)
+    if r.timing is not None and r.timing.method not in ("graph", "cut"):
+        out.append(r.timing.method)  # "cut" is said by the left note
+    if getattr(r, "left_note", ""):
+        out.append(f"{r.left_note} (timed briefly)")
     if r.ok and r.note:
         out.append(r.note)
     return ", ".join(out)
