@@ -245,7 +245,10 @@ ConfigResult EngineSearch::measure(ConfigResult r, bool time, const TimingOption
     return CUDNN_STATUS_EXECUTION_FAILED;
   };
   const std::string ctx = "engine config " + r.name + " on " + I.ctx;
-  if (launch() != CUDNN_STATUS_SUCCESS) {
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  cudnnStatus_t launched = CUDNN_STATUS_SUCCESS;
+  const double first_ms = time_launch(stream, launch, &launched);  // the execute check
+  if (launched != CUDNN_STATUS_SUCCESS) {
     r.status = "execute failed";
     r.message = last;
     return r;
@@ -255,8 +258,8 @@ ConfigResult EngineSearch::measure(ConfigResult r, bool time, const TimingOption
     try {
       TimingOptions warm = opt;
       warm.warmed = true;  // the launch above was the first
-      r.timing = time_launches(h, c10::cuda::getCurrentCUDAStream().stream(), I.p.x().device(),
-                               launch, warm, ctx);
+      warm.first_ms = first_ms;
+      r.timing = time_launches(h, stream, I.p.x().device(), launch, warm, ctx);
       r.timed = true;
     } catch (const std::exception& e) {
       r.status = "timing failed";

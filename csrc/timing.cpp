@@ -168,28 +168,27 @@ struct Timer {
 
   TimingResult operator()() const {
     TimingResult r;
-    // Warm-up: the first launch loads modules (unless the caller launched once already);
-    // then estimate one launch and warm up more.
-    if (!opt.warmed) launch();
+    // Warm-up: the first launch loads modules (unless the caller launched once already,
+    // and says how long it took: first_ms); then estimate one launch and warm up more.
+    const double first = opt.warmed ? opt.first_ms : time_eager(1);
     CE_CUDA_CHECK(cudaStreamSynchronize(stream));
     // Note [cut launches]: a staged search's first round only ranks, and a config whose
-    // launch takes several times the round's best so far cannot rank near it: two warm
-    // launches both slower than the cutoff end its timing (their times are its samples,
-    // method "cut"), instead of the ten or more launches of a full sampling. The caller
-    // chooses the cutoff (measure/engines.py, Note [staged search] in core/staging.py).
-    if (opt.cutoff_ms > 0) {
-      const double first = time_eager(1);
-      if (first > opt.cutoff_ms) {
-        const double second = time_eager(1);
-        if (second > opt.cutoff_ms) {
-          r.method = "cut";
-          r.per_launch_ms = {first, second};
-          r.launches_per_sample = 1;
-          r.warmup_launches = 1;
-          r.estimate_ms = std::min(first, second);
-          name_kernels(r);
-          return r;
-        }
+    // launch takes several times the round's best so far cannot rank near it: when the
+    // first launch and the next, warm one are both slower than the cutoff, the timing ends
+    // there (the warm launch's time is its one sample, method "cut"), instead of the ten
+    // or more launches of a full sampling. The first launch's time includes its module
+    // loading, so it only decides. The caller chooses the cutoff (measure/engines.py,
+    // Note [cut launches] in core/staging.py).
+    if (opt.cutoff_ms > 0 && first > opt.cutoff_ms) {
+      const double second = time_eager(1);
+      if (second > opt.cutoff_ms) {
+        r.method = "cut";
+        r.per_launch_ms = {second};
+        r.launches_per_sample = 1;
+        r.warmup_launches = 1;
+        r.estimate_ms = second;
+        name_kernels(r);
+        return r;
       }
     }
     double est = std::max(time_eager(3) / 3.0, 1e-4);
@@ -287,6 +286,16 @@ struct TimeFn {
 };
 
 }  // namespace
+
+double time_launch(cudaStream_t stream, const Launch& run, cudnnStatus_t* status) {
+  Event a, b;
+  a.record(stream);
+  *status = run();
+  b.record(stream);
+  if (*status != CUDNN_STATUS_SUCCESS) return -1.0;
+  CE_CUDA_CHECK(cudaEventSynchronize(b.get()));
+  return elapsed_ms(a, b);
+}
 
 TimingResult time_launches(cudnnHandle_t h, cudaStream_t stream, c10::Device device,
                            const Launch& run, const TimingOptions& opt, const std::string& ctx) {

@@ -30,6 +30,7 @@ struct TimingOptions {
   double cutoff_ms = 0.0;
   bool kernels = false;  // read the names of the kernels launched (Note [kernels from a graph])
   bool warmed = false;   // the caller launched once already: no first warm-up launch here
+  double first_ms = -1;  // with warmed: that launch's time (time_launch), < 0 if not timed
 };
 
 struct TimingResult {
@@ -53,6 +54,10 @@ TimingResult time_algorithm(Direction d, Problem& p, int algo, const std::string
 
 // One launch of the thing being timed, on the handle's current stream.
 using Launch = std::function<cudnnStatus_t()>;
+
+// One launch between CUDA events, synchronised: its time in ms, or -1 when it failed
+// (``status`` says how).
+double time_launch(cudaStream_t stream, const Launch& run, cudnnStatus_t* status);
 
 // The timing method itself, for any launch (legacy algorithm or engine-config plan).
 TimingResult time_launches(cudnnHandle_t h, cudaStream_t stream, c10::Device device,

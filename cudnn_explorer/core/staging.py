@@ -13,16 +13,16 @@ report re-times them properly. The thresholds come from three H200 sweeps
 1.30x of their direction's best and 8.6% within 1.08x; the spread of a full-budget
 timing was at most 0.78% for 95% of them and 2.2% for 99%.
 
-Note [cut launches] (csrc/timing.cpp): in round 1, a candidate whose two warm launches
-each take more than :func:`cutoff_ms` of the best median so far (``CUT_RATIO`` times it,
-and at least ``CUT_FLOOR_MS``) is timed no further: those two eager times are its round-1
-samples, and the same selection then decides (a noisy pair stays, and round 2 times it in
-full). Such a candidate is at least 3x the round's best, where round 1 keeps up to 1.30x:
-a margin of 2.3x for the error of one eager launch, which above 1 ms is far smaller (its
-launch overhead is microseconds). On the H200's default problem (32x3x224x224, 3x3),
-configs slower than that spent 14.8 s of round 1's 22.5 s of GPU time in their full
-sampling (ten or more launches each: the estimate, the warm-up, the graph's warm launch
-and five samples).
+Note [cut launches] (csrc/timing.cpp): in round 1, a candidate whose first launch and the
+next one each take more than :func:`cutoff_ms` of the best median so far (``CUT_RATIO``
+times it, and at least ``CUT_FLOOR_MS``) is timed no further: the second launch's time is
+its one round-1 sample (the first's includes module loading, so it only decides), and it
+leaves unless the caller names it. Such a candidate is at least 3x the round's best, where
+round 1 keeps up to 1.30x: a margin of 2.3x, twice over, for the error of an eager launch,
+which above 1 ms is far smaller (its launch overhead is microseconds). On the H200's
+default problem (32x3x224x224, 3x3), configs slower than that spent 14.8 s of round 1's
+22.5 s of GPU time in their full sampling (ten or more launches each: the estimate, the
+warm-up, the graph's warm launch and five samples).
 """
 from __future__ import annotations
 
