@@ -182,11 +182,27 @@ def test_an_exploration_records_where_its_wall_time_went(tmp_path, monkeypatch):
     assert [r["round"] for r in d.engines.rounds] == [1, 2, "final"]
     again = Exploration.from_json(exp.to_json())
     assert (again.wall_s, again.pytorch_wall_s) == (exp.wall_s, exp.pytorch_wall_s)
+    assert exp.wall_s >= exp.setup_s + exp.pytorch_wall_s and again.setup_s == exp.setup_s
+    # each of PyTorch's processes: its wait, its run and the phases the child measured
+    assert [c.label for c in again.pytorch_children] == [
+        "benchmark", "benchmark, limit 0 (all)", "heuristics (benchmark off)",
+        "deterministic", "legacy API, benchmark"]
+    assert again.pytorch_children == exp.pytorch_children
+    for c in exp.pytorch_children:
+        assert c.ready_wait_s >= 0 and c.run_s >= sum(c.phases_s.values())
+        assert sum(c.phases_s.values()) == pytest.approx(0.01)
     lines = wall_lines(again)
     assert lines[0] == f"wall time: {exp.wall_s:.1f} s"
-    assert "PyTorch's fresh processes" in lines[1]
-    assert lines[2].startswith("  fwd: legacy rows ") and "engine configs" in lines[2]
-    assert "round 1 " in lines[2] and "finalists " in lines[2]
+    assert lines[1].startswith("  setup (torch imported, CUDA started")
+    assert "PyTorch's fresh processes" in lines[2]
+    assert lines[3].startswith("    benchmark: waited ") and \
+        ": cuda 0.0, tensors 0.0, first calls 0.0, checks 0.0, kernels 0.0, steady 0.0, " \
+        "the rest (its start and end) " in lines[3]
+    assert lines[8].startswith("  fwd: legacy rows ") and "engine configs" in lines[8]
+    assert "round 1 " in lines[8] and "finalists " in lines[8]
     old = exp.to_dict()
+    for key in ("setup_s", "pytorch_children"):  # a file saved before they were recorded
+        del old[key]
+    assert wall_lines(Exploration.from_dict(old))[1].startswith("  PyTorch's fresh")
     del old["wall_s"], old["pytorch_wall_s"]
     assert wall_lines(Exploration.from_dict(old)) == []  # a file saved before

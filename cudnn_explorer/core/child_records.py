@@ -78,7 +78,10 @@ class FirstCall(Record):
 class ProblemChildResult(_Versioned):
     """PyTorch's own call for one problem in one mode: its ``settings`` (benchmark,
     deterministic, benchmark_limit, allow_tf32, ...), each direction's FirstCall, and the
-    log the parent read (``log_text``: cudnn-frontend's or cuDNN's API log)."""
+    log the parent read (``log_text``: cudnn-frontend's or cuDNN's API log). Wall time
+    (s): ``phases_s``, where the child's run went (measure/problem_child.py's PHASES);
+    the parent's view, ``ready_wait_s`` (waiting for the child, started ahead, to finish
+    its imports) and ``run_s`` (from its go to its end)."""
 
     SCHEMA = PROBLEM_CHILD_SCHEMA
     directions: List[FirstCall] = field(default_factory=list)
@@ -86,6 +89,9 @@ class ProblemChildResult(_Versioned):
     torch: str = ""
     cudnn: Optional[int] = None
     log_text: str = ""
+    phases_s: Dict[str, float] = field(default_factory=dict)
+    ready_wait_s: Optional[float] = None
+    run_s: Optional[float] = None
     schema: str = PROBLEM_CHILD_SCHEMA
     schema_version: int = CHILD_VERSION
 

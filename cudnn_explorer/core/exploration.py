@@ -14,7 +14,7 @@ from .records import DirectionResult
 from .schema import Record, convert, shown
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "Environment", "Measurement", "Exploration",
-           "cudnn_version"]
+           "ChildWall", "cudnn_version"]
 
 SCHEMA_NAME = "cudnn_explorer.exploration"
 SCHEMA_VERSION = 6
@@ -29,6 +29,18 @@ def cudnn_version(v: str) -> str:
     if n >= 90000:  # cuDNN 9: major*10000 + minor*100 + patch
         return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
     return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"  # cuDNN <= 8
+
+
+@dataclass(frozen=True)
+class ChildWall(Record):
+    """Where one of PyTorch's fresh processes spent its wall time (s): waiting for it to
+    be ready (its imports, when it was started ahead), its run from its go to its end,
+    and the phases of that run the child measured itself (measure/problem_child.py)."""
+
+    label: str
+    ready_wait_s: Optional[float] = None
+    run_s: Optional[float] = None
+    phases_s: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -95,9 +107,13 @@ class Exploration:
     schema_version: int = SCHEMA_VERSION
     measurement: Measurement = field(default_factory=Measurement)
     complete: bool = True  # False: interrupted, ``directions`` are those that finished
-    # wall time (s): PyTorch's fresh processes (every mode), and the whole exploration
+    # wall time (s): PyTorch's fresh processes (every mode), the whole exploration (its
+    # setup included: torch imported, CUDA started, the environment read, the processes
+    # started ahead), and that setup
     pytorch_wall_s: Optional[float] = None
     wall_s: Optional[float] = None
+    pytorch_children: List[ChildWall] = field(default_factory=list)  # each mode's process
+    setup_s: Optional[float] = None
 
     def direction(self, name: str) -> DirectionResult:
         for d in self.directions:
@@ -117,7 +133,10 @@ class Exploration:
             "directions": [d.to_dict() for d in self.directions],
             **({} if self.complete else {"complete": False}),
             **{k: v for k, v in (("pytorch_wall_s", self.pytorch_wall_s),
-                                 ("wall_s", self.wall_s)) if v is not None},
+                                 ("wall_s", self.wall_s), ("setup_s", self.setup_s))
+               if v is not None},
+            **({"pytorch_children": [c.to_dict() for c in self.pytorch_children]}
+               if self.pytorch_children else {}),
         }
 
     def to_json(self) -> str:
@@ -149,7 +168,12 @@ class Exploration:
             convert(d.get(key, ""), str, key)
         complete = convert(d.get("complete", True), bool, "complete")
         walls = {k: None if d.get(k) is None else convert(d[k], float, k)
-                 for k in ("pytorch_wall_s", "wall_s")}
+                 for k in ("pytorch_wall_s", "wall_s", "setup_s")}
+        children = d.get("pytorch_children", [])
+        if not isinstance(children, list):
+            raise UserError(f"pytorch_children: {shown(children)} is not a list")
+        walls["pytorch_children"] = [ChildWall.from_dict(c, f"pytorch_children[{i}]")
+                                     for i, c in enumerate(children)]
         return cls(
             problem=ConvProblem.from_dict(d.get("problem")),
             environment=Environment.from_dict(d.get("environment") or {}, "environment"),

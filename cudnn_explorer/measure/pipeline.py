@@ -18,7 +18,7 @@ from ..core.errors import (ChildError, Interrupted, MissingDependencyError, Reso
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.version import __version__
-from ..core.exploration import Environment, Exploration, Measurement
+from ..core.exploration import ChildWall, Environment, Exploration, Measurement
 from ..core.records import DirectionResult, EngineSpace
 from ..core.schema import utc_now
 from . import native
@@ -166,6 +166,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
 def _explore(problem: ConvProblem, options: ExploreOptions, progress, bench,
              on_direction) -> Exploration:
     say = progress or (lambda msg: None)
+    t0 = time.perf_counter()
     bench.prestart(problem, options)  # importing ahead of us; Note [one engine worker]
     env = bench.environment()
     if options.engines and not bench.frontend_available():
@@ -175,18 +176,21 @@ def _explore(problem: ConvProblem, options: ExploreOptions, progress, bench,
             "(or run without engines: --no-engines, engines=False)")
     measurement = measurement_of(options, env, problem)
     results = []
-    t0 = time.perf_counter()
+    setup_s = time.perf_counter() - t0
     pytorch_s = None
+    runs = []
 
     def exploration(complete: bool = True) -> Exploration:
         return Exploration(problem=problem, environment=env, directions=results,
                            tool_version=__version__, created=utc_now(),
                            measurement=measurement, complete=complete,
-                           pytorch_wall_s=pytorch_s, wall_s=time.perf_counter() - t0)
+                           pytorch_wall_s=pytorch_s, wall_s=time.perf_counter() - t0,
+                           setup_s=setup_s, pytorch_children=_child_walls(runs))
 
     try:
+        t1 = time.perf_counter()
         runs = bench.children(problem, options, say) if options.pytorch else []
-        pytorch_s = time.perf_counter() - t0 if options.pytorch else None
+        pytorch_s = time.perf_counter() - t1 if options.pytorch else None
         with bench.scope():
             for d in options.directions:
                 results.append(_direction(problem, d, options, bench, runs, env, say))
@@ -195,6 +199,13 @@ def _explore(problem: ConvProblem, options: ExploreOptions, progress, bench,
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from the command line: keep what finished
         raise Interrupted(exploration(complete=False) if results else None) from None
     return exploration()
+
+
+def _child_walls(runs: List[ModeRun]) -> List[ChildWall]:
+    """Where each of PyTorch's processes spent its wall time, as far as it said."""
+    return [ChildWall(label=r.spec.label, ready_wait_s=r.result.ready_wait_s,
+                      run_s=r.result.run_s, phases_s=dict(r.result.phases_s))
+            for r in runs if r.result is not None]
 
 
 def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs,

@@ -43,6 +43,12 @@ def torch_call(problem, direction, t):
         y, x, w, None, stride, padding, dilation, False, [0] * nsp, problem.groups, mask)
 
 
+# A run's phases, in the order they come: the CUDA context; per direction its tensors,
+# its first call (PyTorch's search, when benchmarking), its check against the float64
+# reference, its kernels read, its steady-state calls and re-timing.
+PHASES = ("cuda", "tensors", "first calls", "checks", "kernels", "steady")
+
+
 def run(spec: dict) -> ProblemChildResult:
     import torch
 
@@ -68,11 +74,23 @@ def run(spec: dict) -> ProblemChildResult:
     calls = []
     spec_t = TimingSpec(**spec["timing"])
     check = bool(spec.get("check", True))
+    phases = dict.fromkeys(PHASES, 0.0)  # where this run's wall time went (s)
+    lap = time.perf_counter()
+
+    def spent(phase: str) -> None:
+        nonlocal lap
+        now = time.perf_counter()
+        phases[phase] += now - lap
+        lap = now
+
     torch.zeros(1, device="cuda")  # CUDA context outside the first-call measurement
+    spent("cuda")
     for d in spec["directions"]:
         # PyTorch's backward call reads all three tensors: no NaN poison anywhere.
         t = tensors.make_tensors(problem, d, device, int(spec.get("seed", 0)), poison=False)
         fn = torch_call(problem, d, t)
+        torch.cuda.synchronize()
+        spent("tensors")
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         alloc0, res0 = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
@@ -84,6 +102,7 @@ def run(spec: dict) -> ProblemChildResult:
         end = log_size(log)
         first_peak = torch.cuda.max_memory_allocated() - alloc0
         first_res = torch.cuda.memory_reserved() - res0
+        spent("first calls")
         checked = None
         if check:  # the same reference and bound as our rows (PyTorch's math rule)
             ref = tensors.reference(problem, d, t)
@@ -93,7 +112,9 @@ def run(spec: dict) -> ProblemChildResult:
                                                      problem.math_type)._asdict())
             del ref
         del result
+        spent("checks")
         names = kernels.kernel_names(fn)
+        spent("kernels")
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         alloc1 = torch.cuda.memory_allocated()
@@ -102,13 +123,14 @@ def run(spec: dict) -> ProblemChildResult:
         torch.cuda.synchronize()
         steady_peak = torch.cuda.max_memory_allocated() - alloc1
         steady = timing.time_callable(fn, spec_t) if spec_t.retime else None
+        spent("steady")
         calls.append(FirstCall(
             direction=d, first_call_ms=first_ms, first_peak_alloc_bytes=first_peak,
             first_reserved_growth_bytes=first_res, steady=steady,
             steady_peak_alloc_bytes=steady_peak, kernels=list(names), check=checked,
             log_span=[start, end]))
     return ProblemChildResult(directions=calls, settings=settings, torch=torch.__version__,
-                              cudnn=torch.backends.cudnn.version())
+                              cudnn=torch.backends.cudnn.version(), phases_s=phases)
 
 
 def main(argv=None) -> int:

@@ -108,12 +108,15 @@ class _Child:
     def run(self) -> ProblemChildResult:
         """Let it run; its result with its log_text, or ChildError."""
         what = self.what
+        t0 = time.perf_counter()
         _ready(self.proc, READY_TIMEOUT_S)  # the time limit is the mode's own run
+        t1 = time.perf_counter()
         try:
             _, stderr = self.proc.communicate("go\n", timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             raise ChildError(f"{what} did not finish within {self.timeout_s:g} s and was "
                              f"killed; raise --child-timeout or use --no-pytorch") from None
+        t2 = time.perf_counter()
         if self.proc.returncode != 0:
             tail = [ln for ln in (stderr or "").strip().splitlines() if ln.strip()]
             raise ChildError(f"{what} failed ({describe_rc(self.proc.returncode)}): "
@@ -133,7 +136,7 @@ class _Child:
             which = ("cuDNN API log (CUDNN_LOGLEVEL_DBG)" if self.spec.legacy
                      else "cudnn-frontend log (CUDNN_FRONTEND_LOG_INFO)")
             raise ChildError(f"{what} wrote no {which}; cannot tell what PyTorch chose")
-        return replace(result, log_text=text)
+        return replace(result, log_text=text, ready_wait_s=t1 - t0, run_s=t2 - t1)
 
     def close(self) -> None:
         """End the process if it still runs (an error, Ctrl-C), close its pipes and remove

@@ -242,15 +242,33 @@ def render_exploration(exp: Exploration, show_engines: bool = False) -> str:
     return "\n".join(header_lines(exp)) + "\n\n" + "\n\n".join(body) + "\n"
 
 
+def _child_wall(c) -> str:
+    """"waited 3.1 s for its imports; ran 3.6 s: cuda 0.5, first calls 1.1, ..." (s)."""
+    parts = []
+    if c.ready_wait_s is not None:
+        parts.append(f"waited {c.ready_wait_s:.1f} s for its imports")
+    if c.run_s is not None:
+        phases = ", ".join(f"{k} {v:.1f}" for k, v in c.phases_s.items())
+        rest = c.run_s - sum(c.phases_s.values())
+        inside = f": {phases}, the rest (its start and end) {rest:.1f}" if phases else ""
+        parts.append(f"ran {c.run_s:.1f} s{inside}")
+    return "; ".join(parts) or "not measured"
+
+
 def wall_lines(exp: Exploration) -> List[str]:
     """Where an exploration's wall time went (s), as far as it recorded it; [] for one
     saved before it did (or answered from the results store)."""
     if exp.wall_s is None:
         return []
     out = [f"wall time: {exp.wall_s:.1f} s"]
+    if exp.setup_s is not None:
+        out.append(f"  setup (torch imported, CUDA started, the environment read): "
+                   f"{exp.setup_s:.1f} s")
     if exp.pytorch_wall_s is not None:
         out.append(f"  PyTorch's fresh processes (every mode, every direction): "
                    f"{exp.pytorch_wall_s:.1f} s")
+    for c in exp.pytorch_children:
+        out.append(f"    {c.label}: {_child_wall(c)}")
     for d in exp.directions:
         parts = []
         if d.legacy_wall_s is not None:
