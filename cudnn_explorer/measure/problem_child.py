@@ -91,7 +91,6 @@ def run(spec: dict) -> ProblemChildResult:
         fn = torch_call(problem, d, t)
         torch.cuda.synchronize()
         spent("tensors")
-        torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         alloc0, res0 = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
         start = log_size(log)
