@@ -106,10 +106,12 @@ def commands(keep, batch):
         "targets": (os.path.join(keep, "targets.txt"),
                     ["model", "resnet50", "--batch", batch, "--target",
                      "h200,a100,h100,l4,v100,rtx4090,b200"]),
-        # 6: Winograd's workspace, per algorithm and per engine config
+        # 6: Winograd's workspace, per algorithm and per engine config (every row and
+        # config timed in full: the thorough profile)
         "winograd": (os.path.join(keep, "winograd.json"),
                      ["--shape", "32,64,56,56", "--out-channels", "64", "--kernel", "3",
-                      "--tf32", "off", "--no-pytorch", "--quiet", "--json",
+                      "--tf32", "off", "--no-pytorch", "--profile", "thorough",
+                      "--quiet", "--json",
                       os.path.join(keep, "winograd.json")]),
     }
 
