@@ -14,7 +14,13 @@ engine worker per direction (the model command's way of re-timing given plans), 
 The misses are printed.
 
 Usage: python scripts/bench_search.py [--problems NAME,...] [--model resnet50 [--batch 32
-           --amp fp16 --channels-last] [--limit N]] [--budget-ms 100] [--json PATH]
+           --amp fp16 --channels-last] [--limit N]] [--budget-ms 100] [--keep DIR]
+           [--json PATH]
+
+--keep DIR: each problem's result is kept in DIR/NAME.json as it finishes, and a problem
+found there is not measured again, so the benchmark can be spread over several calls of
+a limited length; Ctrl-C (or SIGINT from `timeout -s INT`) ends it with the totals of the
+problems that finished.
 """
 import argparse
 import json
@@ -58,6 +64,45 @@ def retimed(problem, direction, tags, options):
     return out
 
 
+def measure_problem(name, p, full, staged) -> dict:
+    """One problem explored by both profiles, then their best configs and PyTorch's pick
+    timed again side by side: {"wall_s": {profile: s}, "rows": [per direction]}."""
+    import cudnn_explorer as ce
+
+    exps, walls, rows = {}, {}, []
+    for label, opts in (("full", full), ("staged", staged)):
+        t0 = time.perf_counter()
+        exps[label] = ce.explore(p, opts)
+        walls[label] = time.perf_counter() - t0
+        e = exps[label]
+        parts = "; ".join(f"{d.direction} legacy {d.legacy_wall_s or 0:.1f} s, engines "
+                          f"{d.engines_wall_s or 0:.1f} s" for d in e.directions)
+        print(f"{name} {label}: {walls[label]:.1f} s (PyTorch's children "
+              f"{e.pytorch_wall_s or 0:.1f} s; {parts})", flush=True)
+    for d in exps["full"].directions:
+        ds = exps["staged"].direction(d.direction)
+        bf = d.engines.best(allowed_only=True) if d.engines else None
+        bs = ds.engines.best(allowed_only=True) if ds and ds.engines else None
+        pick = d.pytorch_pick("benchmark")
+        if bf is None or bs is None:
+            rows.append({"problem": name, "direction": d.direction, "error":
+                         "no best config in one of the searches"})
+            continue
+        tags = [bf.tag, bs.tag] + ([pick.engine_tag] if pick and pick.engine_tag else [])
+        again = retimed(p, d.direction, sorted(set(tags)), full)
+        row = {"problem": name, "direction": d.direction, "full_best": bf.tag,
+               "staged_best": bs.tag, "full_ms": again.get(bf.tag),
+               "staged_ms": again.get(bs.tag)}
+        if row["full_ms"] and row["staged_ms"]:
+            row["hit"] = row["staged_ms"] <= 1.02 * row["full_ms"]
+        if pick and pick.engine_tag:
+            pf, ps = d.config_timing(pick.engine_tag), ds.config_timing(pick.engine_tag)
+            if pf is not None and ps is not None:
+                row["pick_ratio"] = ps.median_ms / pf.median_ms
+        rows.append(row)
+    return {"wall_s": walls, "rows": rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", default=",".join(PROBLEMS),
@@ -69,6 +114,8 @@ def main() -> int:
     ap.add_argument("--eval", action="store_true")
     ap.add_argument("--limit", type=int, default=None, help="at most N of the model's problems")
     ap.add_argument("--budget-ms", type=float, default=100.0)
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="keep each problem's result there; skip the problems kept")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 
@@ -89,40 +136,26 @@ def main() -> int:
     full = ExploreOptions.create(budget_ms=a.budget_ms).profiled("thorough")
     staged = full.profiled("quick")
     rows, wall, walls = [], {"full": 0.0, "staged": 0.0}, {}
-    for name, p in problems:
-        exps = {}
-        for label, opts in (("full", full), ("staged", staged)):
-            t0 = time.perf_counter()
-            exps[label] = ce.explore(p, opts)
-            s = time.perf_counter() - t0
-            wall[label] += s
-            walls.setdefault(name, {})[label] = s
-            e = exps[label]
-            parts = "; ".join(f"{d.direction} legacy {d.legacy_wall_s or 0:.1f} s, engines "
-                              f"{d.engines_wall_s or 0:.1f} s" for d in e.directions)
-            print(f"{name} {label}: {s:.1f} s (PyTorch's children "
-                  f"{e.pytorch_wall_s or 0:.1f} s; {parts})", flush=True)
-        for d in exps["full"].directions:
-            ds = exps["staged"].direction(d.direction)
-            bf = d.engines.best(allowed_only=True) if d.engines else None
-            bs = ds.engines.best(allowed_only=True) if ds and ds.engines else None
-            pick = d.pytorch_pick("benchmark")
-            if bf is None or bs is None:
-                rows.append({"problem": name, "direction": d.direction, "error":
-                             "no best config in one of the searches"})
-                continue
-            tags = [bf.tag, bs.tag] + ([pick.engine_tag] if pick and pick.engine_tag else [])
-            again = retimed(p, d.direction, sorted(set(tags)), full)
-            row = {"problem": name, "direction": d.direction, "full_best": bf.tag,
-                   "staged_best": bs.tag, "full_ms": again.get(bf.tag),
-                   "staged_ms": again.get(bs.tag)}
-            if row["full_ms"] and row["staged_ms"]:
-                row["hit"] = row["staged_ms"] <= 1.02 * row["full_ms"]
-            if pick and pick.engine_tag:
-                pf, ps = d.config_timing(pick.engine_tag), ds.config_timing(pick.engine_tag)
-                if pf is not None and ps is not None:
-                    row["pick_ratio"] = ps.median_ms / pf.median_ms
-            rows.append(row)
+    if a.keep:
+        os.makedirs(a.keep, exist_ok=True)
+    try:
+        for name, p in problems:
+            kept = os.path.join(a.keep, name.replace("/", "_") + ".json") if a.keep else None
+            if kept and os.path.exists(kept):
+                with open(kept) as f:
+                    one = json.load(f)
+                print(f"{name}: kept in {kept}", flush=True)
+            else:
+                one = measure_problem(name, p, full, staged)
+                if kept:
+                    write_atomic(kept, json.dumps(one, indent=1) + "\n")
+            rows += one["rows"]
+            walls[name] = one["wall_s"]
+            for label in wall:
+                wall[label] += one["wall_s"][label]
+    except KeyboardInterrupt:
+        print(f"interrupted: the totals of the {len(walls)} problems that finished",
+              flush=True)
     scored = [r for r in rows if "hit" in r]
     hits = sum(r["hit"] for r in scored)
     picks = [r for r in rows if "pick_ratio" in r]

@@ -197,9 +197,11 @@ part_pin-mobilenet() {
 
 # The staged search against the full one (scripts/bench_search.py; SEARCH_ARGS picks the
 # problems, e.g. "--problems default,bf16-1x1-s2-nhwc" or "--problems none --model resnet50").
+# SEARCH_KEEP (a folder carried between calls) keeps each problem's result, so that the
+# benchmark spreads over calls of at most 10 minutes.
 part_search() {
-  "$PY" scripts/bench_search.py ${SEARCH_ARGS:-} --json "$LOG/search.json" \
-    > "$LOG/search.txt" 2>&1
+  "$PY" scripts/bench_search.py ${SEARCH_ARGS:-} --keep "${SEARCH_KEEP:-$LOG/search}" \
+    --json "$LOG/search.json" > "$LOG/search.txt" 2>&1
 }
 
 # A timm model's sweep (quick profile; PIN_BUDGET_MS as for the pinning sweeps).

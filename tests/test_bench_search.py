@@ -1,0 +1,65 @@
+"""scripts/bench_search.py without a GPU: each problem kept as it finishes, a kept one not
+measured again, the totals over what finished (an interrupt included)."""
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "bench_search", os.path.join(ROOT, "scripts", "bench_search.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    measured = []
+
+    def measure_problem(name, p, full, staged):
+        if name == "fp32-no-tf32" and os.environ.get("BENCH_INTERRUPT"):
+            raise KeyboardInterrupt
+        measured.append(name)
+        hit = name != "fp32-tf32"
+        return {"wall_s": {"full": 10.0, "staged": 2.0},
+                "rows": [{"problem": name, "direction": "fwd", "full_best": "a",
+                          "staged_best": "a" if hit else "b", "full_ms": 1.0,
+                          "staged_ms": 1.0 if hit else 1.5, "hit": hit,
+                          "pick_ratio": 1.01}]}
+
+    monkeypatch.setattr(mod, "measure_problem", measure_problem)
+    return mod, measured
+
+
+def run(mod, monkeypatch, tmp_path, *args):
+    out = tmp_path / "out.json"
+    monkeypatch.setattr(sys, "argv", ["bench_search.py", *args, "--json", str(out)])
+    assert mod.main() == 0
+    return json.loads(out.read_text())
+
+
+def test_kept_problems_are_not_measured_again(bench, monkeypatch, tmp_path, capsys):
+    mod, measured = bench
+    keep = tmp_path / "keep"
+    names = "default,fp32-tf32"
+    got = run(mod, monkeypatch, tmp_path, "--problems", names, "--keep", str(keep))
+    assert measured == ["default", "fp32-tf32"]
+    assert sorted(os.listdir(keep)) == ["default.json", "fp32-tf32.json"]
+    assert (got["hits"], got["scored"], got["wall_s"]) == (1, 2, {"full": 20.0, "staged": 4.0})
+    assert "miss: " in capsys.readouterr().out  # fp32-tf32's staged best is 50% slower
+    again = run(mod, monkeypatch, tmp_path, "--problems", names + ",fp32-no-tf32",
+                "--keep", str(keep))
+    assert measured == ["default", "fp32-tf32", "fp32-no-tf32"]  # only the new one
+    assert (again["hits"], again["scored"]) == (2, 3)
+    assert again["checks"]["pick_within_3pct"] is True
+
+
+def test_an_interrupt_keeps_the_totals_of_what_finished(bench, monkeypatch, tmp_path,
+                                                       capsys):
+    mod, measured = bench
+    monkeypatch.setenv("BENCH_INTERRUPT", "1")
+    got = run(mod, monkeypatch, tmp_path, "--problems", "default,fp32-no-tf32,fp32-tf32")
+    assert measured == ["default"] and got["scored"] == 1
+    assert "interrupted: the totals of the 1 problems that finished" in capsys.readouterr().out
