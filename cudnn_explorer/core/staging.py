@@ -15,9 +15,11 @@ timing was at most 0.78% for 95% of them and 2.2% for 99%.
 
 Note [cut launches] (csrc/timing.cpp): in round 1, a candidate whose first launch and the
 next one each take more than :func:`cutoff_ms` of the best median so far (``CUT_RATIO``
-times it, and at least ``CUT_FLOOR_MS``) is timed no further: the second launch's time is
-its one round-1 sample (the first's includes module loading, so it only decides), and it
-leaves unless the caller names it. Such a candidate is at least 3x the round's best, where
+times it, and at least ``CUT_FLOOR_MS``) is timed no further: the second launch's time (a
+replay of a CUDA graph of one launch where the plan can be captured, so that the host's
+time to issue it is left out, as in every graph-timed row) is its one round-1 sample (the
+first's includes module loading, so it only decides), and it leaves unless the caller
+names it. Such a candidate is at least 3x the round's best, where
 round 1 keeps up to 1.30x: a margin of 2.3x, twice over, for the error of an eager launch,
 which above 1 ms is far smaller (its launch overhead is microseconds). On the H200's
 default problem (32x3x224x224, 3x3), configs slower than that spent 14.8 s of round 1's
