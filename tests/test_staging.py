@@ -254,8 +254,8 @@ class Lab:
     """LegacyLab's methods over rows (name, time ms, deterministic, wrong); each measure
     recorded as (name, budget, cutoff, checked), cut as csrc/timing.cpp cuts."""
 
-    def __init__(self, rows, heuristic_first):
-        self.rows, self.first, self.measured = rows, heuristic_first, []
+    def __init__(self, rows, heuristic_first, oom=()):
+        self.rows, self.first, self.measured, self.oom = rows, heuristic_first, [], set(oom)
 
     def find(self, cap):
         found = [NS(algo=i, algo_name=n, math_type="DEFAULT_MATH", status="CUDNN_STATUS_SUCCESS",
@@ -273,6 +273,9 @@ class Lab:
 
         name, t, _, wrong = self.rows[algo]
         self.measured.append((name, spec.budget_ms, cutoff_ms, check))
+        if (name, spec.budget_ms) in self.oom:
+            from cudnn_explorer.core.errors import ResourceError
+            raise ResourceError(f"out of GPU memory timing {name}")
         if 0 < cutoff_ms < t:
             timing = Timing.from_samples([t], 1, "cut", 1)
         else:
@@ -337,3 +340,22 @@ def test_unstaged_legacy_rows_are_timed_once_in_full():
     assert [(m[0], m[1], m[2]) for m in lab.measured] == [("IMPLICIT_GEMM", 25, 0.0),
                                                           ("FFT", 25, 0.0)]
     assert all(r.left_round is None for r in leg.find)
+
+
+def test_a_legacy_row_out_of_memory_in_a_later_round_keeps_its_time_and_says_why():
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.measure.legacy import measure_legacy
+
+    rows = [("IMPLICIT_GEMM", 1.0, False, False), ("WINOGRAD", 1.02, False, False),
+            ("FFT", 1.04, True, False)]
+    lab = Lab(rows, "IMPLICIT_GEMM", oom=[("WINOGRAD", ROUNDS[1].budget_ms),
+                                          ("FFT", 25)])
+    leg = measure_legacy(exploration().problem, "fwd", lab,
+                         ExploreOptions.create(budget_ms=25, staged=True), "NVIDIA H200", True)
+    got = {r.algo_name: r for r in leg.find}
+    # out of memory in round 2: its round-1 time stays, it leaves there, the note says why
+    assert got["WINOGRAD"].left_round == 2 and got["WINOGRAD"].timing.median_ms == 1.02
+    assert "out of GPU memory" in got["WINOGRAD"].note
+    # out of memory when timed in full: it keeps its round-2 time and does not rank
+    assert got["FFT"].left_round == 2 and "out of GPU memory" in got["FFT"].note
+    assert got["IMPLICIT_GEMM"].left_round is None and got["IMPLICIT_GEMM"].timing.eager

@@ -164,7 +164,7 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
         keep = set(finalists)
         if rep.heuristics:
             keep.add(f"{rep.heuristics[0].algo_name} ({rep.heuristics[0].math_type})")
-        left = _rounds(lab, found, timings, checks, options, keep, direction, say)
+        left = _rounds(lab, found, timings, checks, notes, options, keep, direction, say)
     rows = []
     for n, r in enumerate(found):
         ok = r.status_code == 0
@@ -196,14 +196,27 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
 
 
 def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]],
-            options: ExploreOptions, keep: set, direction: str,
+            notes: Dict[int, str], options: ExploreOptions, keep: set, direction: str,
             say) -> Dict[int, Tuple[int, Optional[float]]]:
     """The legacy rows' staged search after its first round (``timings`` and ``checks``
     updated in place as rows are timed again): {row that left: (its round, its median
     over the round's best)}. A row found WRONG never sets the best and leaves in round 1:
-    it cannot rank."""
+    it cannot rank. A row that no longer fits in memory when timed again keeps its last
+    time, leaves in the round it was in, and its note says why (``notes``)."""
     def name(n: int) -> str:
         return f"{found[n].algo_name} ({found[n].math_type})"
+
+    def again(n: int, spec: TimingSpec, check: bool, number: int) -> bool:
+        try:
+            timing, checked = lab.measure(found[n].algo, found[n].math_type, spec, check)
+        except ResourceError as e:  # this row only: the others may still fit
+            notes[n] = str(e)
+            left[n] = (number, None)
+            return False
+        timings[n] = timing
+        if check:
+            checks[n] = checked
+        return True
 
     live = [n for n, t in timings.items() if t is not None]
     left: Dict[int, Tuple[int, Optional[float]]] = {
@@ -214,8 +227,7 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
         if number > 1:
             say(f"{direction}: legacy round {number}: timing {len(live)} rows again "
                 f"({spec.budget_ms:g} ms each)")
-            for n in live:
-                timings[n], _ = lab.measure(found[n].algo, found[n].math_type, spec, False)
+            live = [n for n in live if again(n, spec, False, number)]
         always = {n for n in live if name(n) in keep}
         det = [n for n in live if found[n].deterministic]
         if det:
@@ -226,8 +238,7 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
         live = stay
     say(f"{direction}: {len(live)} legacy finalists: timing them in full")
     for n in live:
-        timings[n], checks[n] = lab.measure(found[n].algo, found[n].math_type, options.timing,
-                                            options.check)
+        again(n, options.timing, options.check, len(ROUNDS))
     return left
 
 
