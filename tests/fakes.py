@@ -175,8 +175,8 @@ FAKE_CHILD = textwrap.dedent("""\
              check=dict(max_error=1e-3, tolerance=1e-2, output_finite=True)
              if spec["check"] else None)
         for d in spec["directions"]],
-        phases_s={{"cuda": 0.004, "tensors": 0.0, "first calls": 0.003, "checks": 0.0,
-                  "kernels": 0.0, "steady": 0.003}})
+        phases_s={{"cuda": 0.0001, "tensors": 0.0, "first calls": 0.0001, "checks": 0.0,
+                  "kernels": 0.0, "steady": 0.0001}})
     json.dump(out, open(sys.argv[2], "w"))
     """)
 
