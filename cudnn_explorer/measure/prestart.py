@@ -5,11 +5,13 @@ ARG... as its command line.
 
 Note [children started ahead]: PyTorch's modes run one after another, each in a fresh
 process (measure/pytorch_picks.py), and importing torch takes seconds of each (about 5 s
-on an H200's host). So the next mode's process is started while the current one runs:
-it imports and waits, touching no GPU (CUDA starts when the module runs), so it disturbs
-no measurement, and the mode still runs in a process of its own, its environment set at
-start. A parent that goes away before the line comes ends it (end of stdin: exit 0,
-nothing run).
+on an H200's host), more than most modes take to run (2-3 s for the default problem). So
+every mode's process is started at once, the first before the parent imports torch
+itself: each imports and waits, touching no GPU (CUDA starts when the module runs), so
+it disturbs no measurement, and each mode still runs in a process of its own, its
+environment set at start. (Started one ahead, a mode that runs for less than an import
+takes leaves the next one still importing.) A parent that goes away before the line comes
+ends it (end of stdin: exit 0, nothing run).
 """
 from __future__ import annotations
 

@@ -200,30 +200,28 @@ def run_children(problem: ConvProblem, options: ExploreOptions,
                  child_module: str = CHILD_MODULE, first: Optional["_Child"] = None
                  ) -> List[ModeRun]:
     """Every mode of default_modes(options.benchmark_limit), each in a fresh child, one
-    after another, the next one's process started while the current one runs (Note
+    after another, every mode's process started at once, ahead of its turn (Note
     [children started ahead] in measure/prestart.py); ``first``: the first mode's child,
     started earlier by start_first_child with the same problem and options. A mode whose
     child fails keeps its error; the other modes' results are kept."""
     specs = default_modes(options.benchmark_limit)
     runs: List[ModeRun] = []
-    ahead = first if first is not None else _Child(problem, specs[0], options, None,
-                                                   child_module)
+    started = [first if first is not None else _Child(problem, specs[0], options, None,
+                                                      child_module)]
     try:
-        for i, spec in enumerate(specs):
-            child, ahead = ahead, None
+        started += [_Child(problem, spec, options, None, child_module) for spec in specs[1:]]
+        for spec, child in zip(specs, started):
             if progress:
                 progress(f"PyTorch child: {spec.label}")
             try:
-                if i + 1 < len(specs):
-                    ahead = _Child(problem, specs[i + 1], options, None, child_module)
                 runs.append(ModeRun(spec, child.run()))
             except ChildError as e:
                 runs.append(ModeRun(spec, None, str(e)))
             finally:
                 child.close()
     finally:
-        if ahead is not None:
-            ahead.close()
+        for child in started[len(runs):]:  # an error or Ctrl-C: those that never ran
+            child.close()
     return runs
 
 
