@@ -280,3 +280,30 @@ def test_legacy_pick_matches_kernels_and_determinism():
     picks = _picks("default_benchmark_legacy.result.json", "legacy_api_default.log", spec, rows)
     assert picks[0].same_kernels_as == ["IMPLICIT_PRECOMP_GEMM (DEFAULT_MATH)"]
     assert picks[0].deterministic is True
+
+
+def test_children_started_earlier_are_the_ones_that_run(fake_children, monkeypatch):
+    log = fake_children / "ahead.log"
+    monkeypatch.setenv("AHEAD_LOG", str(log))
+    p = ConvProblem.create("1,3,8,8")
+    options = ExploreOptions.create(directions="fwd", child_timeout_s=30)
+    started = children.start_children(p, options, child_module="fakechild_ahead")
+    assert len(started) == len(children.default_modes())
+    pids = [c.proc.pid for c in started]
+    children.run_children(p, options, child_module="fakechild_ahead", ahead=started)
+    assert [int(ln.split()[0]) for ln in log.read_text().splitlines()] == pids
+
+
+def test_a_bench_closed_before_its_children_ran_ends_them(fake_children, monkeypatch):
+    from cudnn_explorer.measure import pipeline
+
+    monkeypatch.setattr(pipeline, "start_children", lambda p, o: children.start_children(
+        p, o, child_module="fakechild_ahead"))
+    bench = pipeline.GpuBench(0)
+    bench.prestart(ConvProblem.create("1,3,8,8"),
+                   ExploreOptions.create(directions="fwd", engines=False))
+    procs = [c.proc for c in bench._children]
+    assert len(procs) == len(children.default_modes()) and all(
+        proc.poll() is None for proc in procs)
+    bench.close()
+    assert all(proc.poll() is not None for proc in procs) and bench._children == []

@@ -22,7 +22,7 @@ from ..core.exploration import ChildWall, Environment, Exploration, Measurement
 from ..core.records import DirectionResult, EngineSpace
 from ..core.schema import utc_now
 from . import native
-from .pytorch_picks import ModeRun, pick_of, run_children, start_first_child
+from .pytorch_picks import ModeRun, pick_of, run_children, start_children
 from .engine_worker import EngineWorker, explore_isolated
 from .legacy import LegacyLab, measure_legacy
 from .tensors import OUTPUT_OF, REFERENCE, make_tensors, native_problem, problem_view, reference
@@ -54,16 +54,17 @@ class GpuBench:
         self.device = device
         self.worker = EngineWorker()
         self.keep_worker = keep_worker
-        self._first_child = None
+        self._children: list = []
 
     def prestart(self, problem: ConvProblem, options: ExploreOptions) -> None:
         """Start, before this process imports torch, the processes ``options`` will need:
-        the engine worker, ahead of its first job, and PyTorch's first child (both import,
-        and touch no GPU until they are given work; Note [children started ahead])."""
+        the engine worker, ahead of its first job, and PyTorch's children, one per mode
+        (they import, and touch no GPU until they are given work; Note [children started
+        ahead])."""
         if options.engines:
             self.worker.start()
-        if options.pytorch and self._first_child is None:
-            self._first_child = start_first_child(problem, options)
+        if options.pytorch and not self._children:
+            self._children = start_children(problem, options)
 
     def _keep(self) -> bool:
         if self.keep_worker is not None:
@@ -83,8 +84,8 @@ class GpuBench:
         return native.frontend_available()
 
     def children(self, problem: ConvProblem, options: ExploreOptions, say) -> List[ModeRun]:
-        first, self._first_child = self._first_child, None
-        return run_children(problem, options, say, first=first)
+        ahead, self._children = self._children, []
+        return run_children(problem, options, say, ahead=ahead)
 
     def lab(self, problem: ConvProblem, direction: str, options: ExploreOptions) -> LegacyLab:
         return LegacyLab(problem, direction, options)
@@ -100,12 +101,12 @@ class GpuBench:
                 self.worker.close()
 
     def close(self) -> None:
-        """End the engine worker (a later engines() call starts another), and a child
-        started for children() that never ran."""
+        """End the engine worker (a later engines() call starts another), and the
+        children started for children() that never ran."""
         self.worker.close()
-        if self._first_child is not None:
-            self._first_child.close()
-            self._first_child = None
+        for child in self._children:
+            child.close()
+        self._children = []
 
     def scope(self):
         """Run on this bench's GPU (torch.cuda.device)."""

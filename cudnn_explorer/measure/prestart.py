@@ -6,7 +6,7 @@ ARG... as its command line.
 Note [children started ahead]: PyTorch's modes run one after another, each in a fresh
 process (measure/pytorch_picks.py), and importing torch takes seconds of each (about 5 s
 on an H200's host), more than most modes take to run (2-3 s for the default problem). So
-every mode's process is started at once, the first before the parent imports torch
+every mode's process is started at once, before the parent imports torch
 itself: each imports and waits, touching no GPU (CUDA starts when the module runs), so
 it disturbs no measurement, and each mode still runs in a process of its own, its
 environment set at start. (Started one ahead, a mode that runs for less than an import

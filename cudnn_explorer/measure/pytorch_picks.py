@@ -29,7 +29,7 @@ from .prestart import READY
 from .procs import child_env, describe_rc
 
 __all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", "pick_of",
-           "start_first_child"]
+           "start_children"]
 PRESTART = "cudnn_explorer.measure.prestart"  # Note [children started ahead]
 READY_TIMEOUT_S = 120.0  # importing torch on a busy host
 CHILD_MODULE = "cudnn_explorer.measure.problem_child"
@@ -187,29 +187,34 @@ class ModeRun(NamedTuple):
     error: str = ""
 
 
-def start_first_child(problem: ConvProblem, options: ExploreOptions,
-                      child_module: str = CHILD_MODULE) -> "_Child":
-    """The first mode's child of run_children(problem, options), started now, to import
-    while the caller does (pass it as run_children's ``first``; close() it if unused)."""
-    return _Child(problem, default_modes(options.benchmark_limit)[0], options, None,
-                  child_module)
+def start_children(problem: ConvProblem, options: ExploreOptions,
+                   child_module: str = CHILD_MODULE) -> List["_Child"]:
+    """Every mode's child of run_children(problem, options), started now, to import while
+    the caller does (pass them as run_children's ``ahead``; close() those unused)."""
+    started: List[_Child] = []
+    try:
+        for spec in default_modes(options.benchmark_limit):
+            started.append(_Child(problem, spec, options, None, child_module))
+    except BaseException:
+        for child in started:
+            child.close()
+        raise
+    return started
 
 
 def run_children(problem: ConvProblem, options: ExploreOptions,
                  progress: Optional[Callable[[str], None]] = None,
-                 child_module: str = CHILD_MODULE, first: Optional["_Child"] = None
+                 child_module: str = CHILD_MODULE, ahead: Sequence["_Child"] = ()
                  ) -> List[ModeRun]:
     """Every mode of default_modes(options.benchmark_limit), each in a fresh child, one
     after another, every mode's process started at once, ahead of its turn (Note
-    [children started ahead] in measure/prestart.py); ``first``: the first mode's child,
-    started earlier by start_first_child with the same problem and options. A mode whose
-    child fails keeps its error; the other modes' results are kept."""
+    [children started ahead] in measure/prestart.py); ``ahead``: those children, started
+    earlier by start_children with the same problem and options (default: started now).
+    A mode whose child fails keeps its error; the other modes' results are kept."""
     specs = default_modes(options.benchmark_limit)
     runs: List[ModeRun] = []
-    started = [first if first is not None else _Child(problem, specs[0], options, None,
-                                                      child_module)]
+    started = list(ahead) or start_children(problem, options, child_module)
     try:
-        started += [_Child(problem, spec, options, None, child_module) for spec in specs[1:]]
         for spec, child in zip(specs, started):
             if progress:
                 progress(f"PyTorch child: {spec.label}")
