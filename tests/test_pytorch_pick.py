@@ -307,3 +307,18 @@ def test_a_bench_closed_before_its_children_ran_ends_them(fake_children, monkeyp
         proc.poll() is None for proc in procs)
     bench.close()
     assert all(proc.poll() is not None for proc in procs) and bench._children == []
+
+
+def test_a_model_bench_starts_no_problem_children(monkeypatch):
+    """A model's problems take PyTorch's picks from the model's own run: its bench starts
+    the engine worker ahead, and no child per mode."""
+    from cudnn_explorer.measure import pipeline
+    from cudnn_explorer.model.pytorch_run import ModelBench
+
+    started = []
+    monkeypatch.setattr(pipeline, "start_children", lambda p, o: started.append(p) or [])
+    monkeypatch.setattr(pipeline.EngineWorker, "start", lambda self: started.append("worker"))
+    bench = ModelBench(0, {})
+    bench.prestart(ConvProblem.create("1,3,8,8"), ExploreOptions.create(directions="fwd"))
+    assert started == ["worker"]
+    bench.close()

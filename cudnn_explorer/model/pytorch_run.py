@@ -415,6 +415,10 @@ class ModelBench(GpuBench):
         super().__init__(device, keep_worker=True)
         self.runs = runs
 
+    def prestart(self, problem: ConvProblem, options: ExploreOptions) -> None:
+        """The engine worker only: no problem child runs here (children())."""
+        super().prestart(problem, options.updated(pytorch=False))
+
     def children(self, problem: ConvProblem, options: ExploreOptions, say) -> List[ModeRun]:
         if problem not in self.runs:
             raise ChildError("this problem was not in the model's run")
