@@ -153,8 +153,7 @@ struct Timer {
       std::string why;
       GraphExec g = capture(1, &why, opt.kernels ? &r : nullptr);
       if (g) {
-        CE_CUDA_CHECK(cudaGraphUpload(g.get(), stream));
-        CE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        CE_CUDA_CHECK(cudaGraphUpload(g.get(), stream));  // ordered before the events
         Event a, b;
         a.record(stream);
         CE_CUDA_CHECK(cudaGraphLaunch(g.get(), stream));
@@ -193,8 +192,8 @@ struct Timer {
     TimingResult r;
     // Warm-up: the first launch loads modules (unless the caller launched once already,
     // and says how long it took: first_ms); then estimate one launch and warm up more.
+    // No synchronisation here: every later event is stream-ordered after that launch.
     const double first = opt.warmed ? opt.first_ms : time_eager(1);
-    CE_CUDA_CHECK(cudaStreamSynchronize(stream));
     // Note [cut launches]: a staged search's first round only ranks, and a config whose
     // launch takes several times the round's best so far cannot rank near it: when the
     // first launch and the next, warm one are both slower than the cutoff, the timing ends
