@@ -216,7 +216,8 @@ class FakeSearch:
         native = None if t is None else NS(
             per_launch_ms=per, launches_per_sample=t.launches_per_sample, method=t.method,
             warmup_launches=12, note="", eager_per_call_ms=[t.eager.median_ms] * 5
-            if t.eager else [], eager_calls_per_sample=10 if t.eager else 0)
+            if t.eager else [], eager_calls_per_sample=10 if t.eager else 0,
+            kernels=[], kernels_read=False)
         return NS(**{**vars(built), "status": "OK", "timed": timed, "timing": native})
 
 

@@ -251,7 +251,7 @@ STAGED_WORKER = WORKER_HEAD + textwrap.dedent("""\
             t = TIMES[k]
             native = NS(per_launch_ms=[t] * 5, launches_per_sample=10, method="graph",
                         warmup_launches=12, note="", eager_per_call_ms=[],
-                        eager_calls_per_sample=0)
+                        eager_calls_per_sample=0, kernels=[], kernels_read=False)
             return NS(**{**vars(built), "status": "OK", "timed": timed, "timing": native})
     """) + WORKER_TAIL
 

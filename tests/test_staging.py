@@ -64,12 +64,12 @@ class Search:
         if 0 < opt.cutoff_ms < t * (1 - s):  # as csrc/timing.cpp: two launches, cut
             native = NS(per_launch_ms=[t], launches_per_sample=1,
                         method="cut", warmup_launches=1, note="", eager_per_call_ms=[],
-                        eager_calls_per_sample=0)
+                        eager_calls_per_sample=0, kernels=[], kernels_read=False)
         else:
             per = [t * (1 - s), t * (1 - s), t, t * (1 + s), t * (1 + s)]
             native = NS(per_launch_ms=per, launches_per_sample=10, method="graph",
                         warmup_launches=12, note="", eager_per_call_ms=[],
-                        eager_calls_per_sample=0)
+                        eager_calls_per_sample=0, kernels=[], kernels_read=False)
         return NS(**{**vars(built), "status": "OK", "timed": timed, "timing": native})
 
 

@@ -50,7 +50,7 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
         checked = check_output(problem, tensors[out_name], ref, math_type)
     names = None
     if res.status == "OK" and kernels:
-        if res.timed and getattr(res.timing, "kernels_read", False):
+        if res.timed and res.timing.kernels_read:
             names = list(distinct(res.timing.kernels))  # as its timing's graph named them
         else:
             names = list(kernel_names(lambda i=res.plan_index: native.call(

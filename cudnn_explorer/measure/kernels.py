@@ -31,17 +31,15 @@ def distinct(names: Iterable[str]) -> Tuple[str, ...]:
 def kernel_names(fn: Callable[[], object], repeats: int = 1) -> Tuple[str, ...]:
     """Sorted distinct names of the GPU kernels ``fn`` launches (after one warm-up call):
     from a CUDA graph of one call, else from the profiler over ``repeats`` calls."""
-    import torch
-
     fn()
-    torch.cuda.synchronize()
     names = _from_graph(fn)
     return distinct(names) if names is not None else _from_profiler(fn, repeats)
 
 
 def _from_graph(fn: Callable[[], object]) -> Optional[Tuple[str, ...]]:
-    """The kernels of one call of ``fn`` captured into a CUDA graph (not replayed), or None
-    when it cannot be captured or the graph cannot be read."""
+    """The kernels of one call of ``fn`` captured into a CUDA graph (not replayed, so
+    nothing runs and nothing needs a synchronisation), or None when it cannot be captured
+    or the graph cannot be read."""
     import torch
 
     from . import native
@@ -66,7 +64,6 @@ def _from_graph(fn: Callable[[], object]) -> Optional[Tuple[str, ...]]:
         names = None
     finally:
         stream.wait_stream(side)
-        torch.cuda.synchronize()
         del graph
     return None if names is None else tuple(names)
 
@@ -75,6 +72,7 @@ def _from_profiler(fn: Callable[[], object], repeats: int) -> Tuple[str, ...]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    torch.cuda.synchronize()  # the warm-up call's kernels stay out of the profile
     with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle"
         warnings.simplefilter("ignore", UserWarning)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
