@@ -40,11 +40,11 @@ def run_rules(pytorch_flags=()) -> list:
     ]
 
 
-PROFILE_HELP = ("quick (default): a staged search of the engine configs: every config "
-                "timed briefly, those far behind the best leave, the finalists (PyTorch's "
-                "picks always among them) timed with the full budget and checked "
-                "(docs/method.md); thorough: every config timed with the full budget and "
-                "checked")
+PROFILE_HELP = ("quick (default): a staged search of the legacy rows and the engine "
+                "configs: every candidate timed briefly, those far behind the best leave, "
+                "the finalists (PyTorch's picks always among them) timed with the full "
+                "budget and checked (docs/method.md); thorough: every row and config timed "
+                "with the full budget and checked")
 
 
 def add_run_args(p: Parser, profile_help: str = PROFILE_HELP) -> Group:

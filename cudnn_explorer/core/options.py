@@ -97,9 +97,10 @@ class ExploreOptions:
     # their kernels not read, so no map from legacy algorithms to configs (model
     # --profile quick).
     engine_sampling: bool = _option(True, "--profile", "True or False", "bool")
-    # True (the quick profile, the default): engine configs are timed in rounds, and only
-    # the finalists get the full budget and the accuracy check (Note [staged search] in
-    # core/staging.py); False (the thorough profile): every config gets both.
+    # True (the quick profile, the default): legacy rows and engine configs are timed in
+    # rounds, and only the finalists get the full budget (and, for engine configs, the
+    # accuracy check: Note [staged search] in core/staging.py); False (the thorough
+    # profile): every row and config gets both.
     staged: bool = _option(True, "--profile", "True or False", "bool")
 
     @classmethod
@@ -153,9 +154,9 @@ class ExploreOptions:
         return cls.create(**{k: v for k, v in d.items() if k in names})
 
 
-# How a profile sets the options. quick (the default): a staged search of the engine
-# configs (Note [staged search]); thorough: every config re-timed with the full budget and
-# checked. A model sweep's quick re-times with 25 ms budgets and explores only the engine
+# How a profile sets the options. quick (the default): a staged search of the legacy rows
+# and the engine configs (Note [staged search]); thorough: every row and config re-timed
+# with the full budget and checked. A model sweep's quick re-times with 25 ms budgets and explores only the engine
 # configs PyTorch's heuristics and fallbacks list, each in full: its staged search (of
 # those few configs per direction) has not been compared with the full one on a GPU yet.
 # Its thorough keeps every other option as given (each engine's knob space sampled, 100

@@ -84,8 +84,9 @@ class Timing(Record):
     ``method``: "graph" (events around replays of a CUDA graph of
     ``launches_per_sample`` launches), "eager" (events around that many back-to-back
     launches), "eager+flush" (one launch per sample, L2 cleared before it) or "cut" (a
-    staged search's first round stopped after two warm eager launches, each slower than
-    its cutoff: Note [cut launches] in core/staging.py).
+    staged search's first round stopped after its first launch and one warm one, both
+    slower than its cutoff; that warm one is its sample: Note [cut launches] in
+    core/staging.py).
     ``spread`` = (p75 - p25) / median. ``eager``: the wall time per call of an eager loop
     of ``eager.launches_per_sample`` back-to-back calls measured on the host clock and
     synchronised at the end (method "wall"): what a caller pays when it does not use CUDA
@@ -284,7 +285,7 @@ class AlgoResult(_Checked, _Staged, Record):
     output_finite: Optional[bool] = None  # False: NaN/Inf in the output (then WRONG)
     peak_tflops: Optional[float] = None  # arithmetic ceiling for this dtype and math type
     peak_unit: str = ""
-    kernels: Optional[List[str]] = None  # GPU kernels one launch runs (torch.profiler)
+    kernels: Optional[List[str]] = None  # GPU kernels one launch runs (measure/kernels.py)
     found_under: str = ""                # the descriptor math type of the Find call
     pytorch_candidate: Optional[bool] = None  # among the rows PyTorch's legacy path picks
     # from (its Find call, under its math type); None: files older than schema 6

@@ -19,9 +19,9 @@ times it, and at least ``CUT_FLOOR_MS``) is timed no further: the second launch'
 replay of a CUDA graph of one launch where the plan can be captured, so that the host's
 time to issue it is left out, as in every graph-timed row) is its one round-1 sample (the
 first's includes module loading, so it only decides), and it leaves unless the caller
-names it. Such a candidate is at least 3x the round's best, where
-round 1 keeps up to 1.30x: a margin of 2.3x, twice over, for the error of an eager launch,
-which above 1 ms is far smaller (its launch overhead is microseconds). On the H200's
+names it. Such a candidate is at least 3x the round's best, where round 1 keeps up to
+1.30x: a margin of 2.3x for the error of one launch's time, which above 1 ms is far
+smaller (a launch's overhead is microseconds). On the H200's
 default problem (32x3x224x224, 3x3), configs slower than that spent 14.8 s of round 1's
 22.5 s of GPU time in their full sampling (ten or more launches each: the estimate, the
 warm-up, the graph's warm launch and five samples).

@@ -267,8 +267,8 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
         legacy_rows=[AlgoResult.from_dict(r) for r in spec.get("legacy_rows", [])],
         max_per_engine=int(spec.get("max_per_engine", 8)),
         time_budget_s=spec.get("time_budget_s"), timing=TimingSpec(**spec["timing"]),
-        # Reading kernels starts the profiler, about 7 s in each fresh worker on an H200:
-        # more than timing the listed configs. Without sampling it is left out.
+        # Without sampling (a model's quick profile) kernels are not read: that profile
+        # maps no legacy algorithm to configs (docs/method.md).
         kernels=search is None and sample,
         preferred_tags=spec.get("preferred_tags", []), sample=sample,
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,

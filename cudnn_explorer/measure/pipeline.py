@@ -32,11 +32,11 @@ __all__ = ["explore", "GpuBench", "environment", "info", "run_algorithm", "refer
 
 
 # Note [one engine worker]: the directions of one problem share one engine worker, as a
-# model sweep's problems do. Starting a worker costs seconds (Python and torch, its CUDA
-# context, and the profiler that reads kernels: about 5 s, 0.5 s and 6 s on an H200), paid
-# once per run instead of once per direction. Its process is started ahead, as the run
-# begins: until its first job it only imports (no CUDA), so it measures nothing and
-# disturbs no measurement. Between jobs it holds its CUDA context but no tensors (it
+# model sweep's problems do. Starting a worker costs seconds (Python and torch, and its
+# CUDA context: about 5 s and 0.5 s on an H200), paid once per run instead of once per
+# direction. Its process is started ahead, before this process imports torch: until its
+# first job it only imports (no CUDA), so it measures nothing and disturbs no
+# measurement. Between jobs it holds its CUDA context but no tensors (it
 # returns its cached memory); while the GPU has less than KEEP_WORKER_FREE_BYTES free
 # after a direction, the worker ends with that direction instead, so that the next
 # direction's legacy rows and Find get the memory of its context too.
