@@ -194,7 +194,7 @@ def test_an_exploration_records_where_its_wall_time_went(tmp_path, monkeypatch):
         assert sum(c.phases_s.values()) == pytest.approx(0.0003)
     lines = wall_lines(again)
     assert lines[0] == f"wall time: {exp.wall_s:.1f} s"
-    assert lines[1].startswith("  setup (torch imported, CUDA started")
+    assert lines[1].startswith("  setup (children started; torch imported and CUDA started")
     assert "PyTorch's fresh processes" in lines[2]
     assert lines[3].startswith("    benchmark: waited ") and \
         ": cuda 0.0, tensors 0.0, first calls 0.0, checks 0.0, kernels 0.0, steady 0.0, " \

@@ -175,3 +175,16 @@ def test_the_profile_picks_the_staged_search_or_the_full_one(argv, staged):
     mo = options_from_args(m, engines=True).profiled(m.profile, ("budget_ms",), model=True)
     assert mo.staged is False and mo.budget_ms == 7.0
     assert mo.engine_sampling is not staged  # quick: only the listed configs
+
+
+def test_process_age_counts_from_the_interpreters_start():
+    """--verbose's "process: N s" is the process's age, imports and all: a process that
+    slept 1.2 s before importing us reads at least that much."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import time; time.sleep(1.2); "
+                          "from cudnn_explorer.cli.output import process_age_s; "
+                          "print(process_age_s())"], capture_output=True, text=True, timeout=60)
+    age = float(out.stdout)
+    assert 1.2 <= age < 30, out

@@ -184,3 +184,23 @@ def test_a_pick_whose_first_call_searched_no_plan_is_named_and_explained():
     plain = render_sweep(ModelSweep.from_dict(json.loads(gzip.decompress(
         open(ref, "rb").read()))))
     assert "no search" not in plain
+
+
+def test_cli_sweep_keeps_the_budget_the_user_gave(tmp_path, monkeypatch):
+    """The model profile's budgets give way to --budget-ms and --engine-budget-s given on
+    the command line, through the whole sweep (the job applies the profile again)."""
+    import cudnn_explorer.jobs.sweep as job
+    from cudnn_explorer.cli import model as cli
+
+    real = job.sweep_model
+    monkeypatch.setattr(job, "capture", lambda spec, device, notify: small_capture())
+    monkeypatch.setattr(job, "sweep_model", lambda cap, options, **kw: real(
+        cap, options.updated(child_timeout_s=30), bench=FakeBench(tmp_path, monkeypatch), **kw))
+    out = tmp_path / "sweep.json"
+    assert cli.run(["resnet18", "--batch", "2", "--budget-ms", "7", "--engine-budget-s", "20",
+                    "--no-store", "--quiet", "--json", str(out)]) == 0
+    options = json.loads(out.read_text())["options"]
+    assert (options["budget_ms"], options["engine_budget_s"]) == (7.0, 20.0)
+    assert cli.run(["resnet18", "--batch", "2", "--no-store", "--quiet", "--json", str(out)]) == 0
+    options = json.loads(out.read_text())["options"]  # the quick profile's own
+    assert (options["budget_ms"], options["engine_budget_s"]) == (25.0, 60.0)

@@ -242,6 +242,17 @@ def test_a_config_far_behind_is_cut_in_round_one_unless_it_is_named(monkeypatch)
     assert named.left_round is None and named.timing.method == "graph"
     assert sp.best().tag == "ConvFwd_eng0_k2=0" and sorted(checked) == [
         "eng0_k2=0", "eng0_k2=2", "eng0_k2=4"]
+    # the summary names the methods of its own rows: none of them is a cut config
+    import dataclasses
+
+    from cudnn_explorer.report.engines import summary_methods
+    from cudnn_explorer.report.tables import render_exploration
+
+    e = exploration()
+    e = dataclasses.replace(e, directions=[dataclasses.replace(e.directions[0], engines=sp)])
+    assert summary_methods(e) == {"graph"}
+    assert "== summary: steady-state median and eager wall time per launch or call (ms), " \
+        "one timing method for all (graph)" in render_exploration(e)
 
 
 def test_unstaged_configs_are_never_cut(monkeypatch):

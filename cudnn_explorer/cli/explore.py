@@ -13,7 +13,7 @@ from ..jobs import gpu
 from .args import Parser, Refuse, check_rules, tf32
 from .groups import (HARMLESS, RUN_FLAGS, add_run_args, options_from_args, run_rules,
                      store_choice)
-from .output import check_output_path, error, notify, progress_lines, write_output
+from .output import check_output_path, error, notify, process_age_s, progress_lines, write_output
 
 __all__ = ["build_parser", "run", "CONFLICTS", "PROBLEM_FLAGS"]
 
@@ -145,6 +145,10 @@ def run(argv: List[str]) -> int:
         if a.verbose and not a.load:  # where the time went, beside the progress lines
             for line in tables.wall_lines(exp):
                 print(line, file=sys.stderr)
+            age = process_age_s()
+            if age is not None:
+                print(f"process: {age:.1f} s since it started (the interpreter, imports, "
+                      f"the results store and the exploration)", file=sys.stderr)
         if a.json is not None:
             write_output(exp.to_json() + "\n", a.json, "--json")
         if a.csv is not None:

@@ -141,10 +141,10 @@ def run(argv: List[str]) -> int:
 
         check_rules(UNDER_TORCHRUN, ["TORCHRUN"] + flags)
         return run_rank(a, world, spec, options, profile, iterations)
-    return _run_here(a, spec, options, profile, iterations, target_profiles)
+    return _run_here(a, spec, options, profile, iterations, target_profiles, keep)
 
 
-def _run_here(a, spec, options, profile, iterations, target_profiles) -> int:
+def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> int:
     from ..jobs import gpu
     from ..jobs.sweep import capture, sweep_model
     from ..report.model import render_capture, render_sweep
@@ -187,8 +187,9 @@ def _run_here(a, spec, options, profile, iterations, target_profiles) -> int:
 
     store = store_choice(a)
     try:
-        sw = sweep_model(cap, options, profile=profile, iterations=iterations, store=store,
-                         save=save, progress=progress, notify=told, plans=a.plans,
+        # keep: sweep_model applies the profile again, and the flags given still win
+        sw = sweep_model(cap, options, profile=profile, keep=keep, iterations=iterations,
+                         store=store, save=save, progress=progress, notify=told, plans=a.plans,
                          uncovered=a.uncovered or "off",
                          allow_environment=a.allow_environment)
     except KeyboardInterrupt:

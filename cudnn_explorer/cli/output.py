@@ -12,7 +12,7 @@ from ..core.errors import UserError
 from ..core.files import write_atomic
 
 __all__ = ["check_output_path", "write_output", "say", "notify", "progress_lines",
-           "plot_paths", "error"]
+           "plot_paths", "error", "process_age_s"]
 
 
 def check_output_path(path: Optional[str], flag: str) -> None:
@@ -93,3 +93,18 @@ def plot_paths(out: str, flag: str) -> List[str]:
     for path in paths:
         check_output_path(path, flag)
     return paths
+
+
+def process_age_s() -> Optional[float]:
+    """Seconds since this process started (the interpreter's start, before any import),
+    from /proc (clock-tick resolution); None where /proc does not say."""
+    try:
+        with open("/proc/self/stat") as f:
+            stat = f.read()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        # the fields after the command's name, which is in parentheses and may hold spaces
+        started = int(stat[stat.rindex(")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - started)

@@ -7,11 +7,11 @@ from typing import List, Optional, Tuple
 
 from ..core.choices import TIE, best_legacy
 from ..core.exploration import Exploration
-from ..core.records import MIB, DirectionResult
+from ..core.records import MIB, DirectionResult, Timing
 from .format import (eager_ms, fmt_mib, fmt_ms, short_algo, short_choice, short_tag, table,
                      timing_cells)
 
-__all__ = ["summary_lines", "summary_table", "engines_table"]
+__all__ = ["summary_lines", "summary_methods", "summary_table", "engines_table"]
 
 def summary_lines(d: DirectionResult) -> List[str]:
     """Findings of one direction's engine exploration, one sentence each."""
@@ -123,31 +123,33 @@ def engines_table(d: DirectionResult) -> str:
                                       "heuristic rank", "note"]))
 
 
-def _entries(d: DirectionResult) -> List[Tuple[str, str, Optional[float], Optional[float]]]:
-    """(who, what, median ms, eager ms) of the best legacy algorithm, the best engine
-    config PyTorch's rules allow, and PyTorch's benchmark pick at the requested limit."""
+def _entries(d: DirectionResult) -> List[Tuple[str, str, Optional[float], Optional[float],
+                                               Optional[Timing]]]:
+    """(who, what, median ms, eager ms, timing) of the best legacy algorithm, the best
+    engine config PyTorch's rules allow, and PyTorch's benchmark pick at the requested
+    limit."""
     out = []
     legacy, pt_legacy = best_legacy(d)
     if pt_legacy is not legacy:
         t = pt_legacy.timing
         out.append(("best legacy, PyTorch's math",
                     short_algo(pt_legacy.algo_name, pt_legacy.math_type),
-                    t.median_ms if t else None, eager_ms(t)))
+                    t.median_ms if t else None, eager_ms(t), t))
     if legacy is not None:
         t = legacy.timing
         who = "best legacy algorithm" if pt_legacy is legacy else "best legacy, any math"
         out.append((who, short_algo(legacy.algo_name, legacy.math_type),
-                    t.median_ms if t else None, eager_ms(t)))
+                    t.median_ms if t else None, eager_ms(t), t))
     best = d.engines.best(allowed_only=True) if d.engines is not None else None
     if best is not None:
         cut = " (budget cut)" if d.engines.budget_exhausted else ""
         out.append(("best engine config" + cut, short_tag(best.tag), best.time,
-                    eager_ms(best.timing)))
+                    eager_ms(best.timing), best.timing))
     bench = d.pytorch_pick("benchmark", api=None)
     if bench is not None:
         t = d.pick_timing(bench)
         out.append(("PyTorch's benchmark pick", short_choice(bench),
-                    t.median_ms if t else None, eager_ms(t)))
+                    t.median_ms if t else None, eager_ms(t), t))
     return out
 
 
@@ -157,6 +159,13 @@ def vs_fastest(t: Optional[float], fastest: Optional[float], all_within: bool) -
     if t <= fastest:
         return f"fastest{' (tie within 3%)' if all_within else ''}"
     return f"{(t / fastest - 1) * 100:+.0f}%"
+
+
+def summary_methods(exp: Exploration) -> set:
+    """The timing methods of the summary's own rows (summary_table), which may be fewer
+    than those of every row: a candidate cut in round 1 is never among them."""
+    return {e[4].method for d in exp.directions if d.engines is not None
+            for e in _entries(d) if e[4] is not None}
 
 
 def summary_table(exp: Exploration) -> str:
@@ -171,7 +180,7 @@ def summary_table(exp: Exploration) -> str:
         times = [e[2] for e in entries if e[2] is not None]
         fastest = min(times) if times else None
         within = bool(times) and len(times) > 1 and max(times) <= fastest * (1 + TIE)
-        for i, (who, what, med, eager) in enumerate(entries):
+        for i, (who, what, med, eager, _) in enumerate(entries):
             rows.append([d.direction if i == 0 else "", who, what, fmt_ms(med), fmt_ms(eager),
                          vs_fastest(med, fastest, within)])
     if not rows:

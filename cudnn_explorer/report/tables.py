@@ -12,7 +12,7 @@ from typing import List
 from ..core.analysis import FIND_DISAGREE, NOISY_SPREAD
 from ..core.records import DirectionResult
 from ..core.exploration import Exploration
-from .engines import engines_table, summary_lines, summary_table
+from .engines import engines_table, summary_lines, summary_methods, summary_table
 from .format import (DIRECTION_TITLES, FIND_CALLS, MATH_ORDER, describe_environment, fmt_err,
                      fmt_mib, fmt_ms, fmt_version, short_math, short_status, table, wrap)
 from .pytorch import render_pytorch
@@ -234,7 +234,7 @@ def render_exploration(exp: Exploration, show_engines: bool = False) -> str:
     body = [render_direction(d, show_engines) for d in exp.directions]
     summary = summary_table(exp)
     if summary:
-        methods = _methods(exp)
+        methods = summary_methods(exp)
         same = (f"one timing method for all ({', '.join(methods)})" if len(methods) == 1
                 else f"timing methods: {', '.join(sorted(methods))}")
         body.append(f"== summary: steady-state median and eager wall time per launch or call "
@@ -262,7 +262,8 @@ def wall_lines(exp: Exploration) -> List[str]:
         return []
     out = [f"wall time: {exp.wall_s:.1f} s"]
     if exp.setup_s is not None:
-        out.append(f"  setup (torch imported, CUDA started, the environment read): "
+        out.append(f"  setup (children started; torch imported and CUDA started where "
+                   f"not yet; the environment read): "
                    f"{exp.setup_s:.1f} s")
     if exp.pytorch_wall_s is not None:
         out.append(f"  PyTorch's fresh processes (every mode, every direction): "
