@@ -10,13 +10,14 @@ op's own record, must be the same, and the log must name them. Beside them, the 
 tiny convolution), and the gain the sweep predicted ("left on the table") with --sweep.
 
 Usage: python scripts/bench_pin.py --plans FILE [--sweep SWEEP.json] [--model resnet50]
-           [--batch 32] [--amp fp16] [--no-channels-last] [--eval] [--json PATH]
+           [--batch 32] [--amp fp16] [--no-channels-last] [--eval] [--keep DIR] [--json PATH]
        python scripts/bench_pin.py --host-only [--json PATH]   (the host cost alone)
 Goals (docs/pinning.md): pinned steady step <= the faster of on and off; pinned first
 iteration <= off's + the plan builds; pinned peak reserved <= off's + 5%; eager step <=
 off's + 2%; host cost <= ATen's + 3 us; identical plans in every process.
 """
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -33,13 +34,50 @@ MIB = 2**20
 MODES = {"off": "heuristic", "on": "benchmark", "pinned": "pinned"}
 
 
-def child(spec, tmp, name, timeout_s, frontend_log=False):
-    """One model process. Note [no log while timing]: cudnn-frontend's log, when on, writes
-    lines at every execution of a graph's plan (the pinned op's path) but not of PyTorch's
-    own plans: it is on only in the process that reads the plans from it, never in a timed
-    one."""
+def spec_key(spec) -> dict:
+    """What a kept process's result depends on: its spec with the plan file's path
+    replaced by a digest of the file (each call writes the file to a fresh place)."""
+    with open(spec["plans"], "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return dict(spec, plans=digest)
+
+
+def kept_result(keep, name, spec):
+    """(result, frontend log) of process ``name`` kept in ``keep`` for this very spec;
+    None when there is none, it was kept for another spec, or it does not read."""
     from cudnn_explorer.core.child_records import ModelChildResult
 
+    paths = [os.path.join(keep, f"{name}.{x}") for x in ("key.json", "result.json", "log")]
+    try:
+        with open(paths[0]) as f:
+            if json.load(f) != spec_key(spec):
+                return None
+        with open(paths[1]) as f:
+            result = ModelChildResult.read(json.load(f), name)
+        log = ""
+        if os.path.exists(paths[2]):
+            with open(paths[2], "rb") as f:
+                log = f.read().decode(errors="replace")
+    except (OSError, ValueError):  # absent, or not a result this script wrote
+        return None
+    if result.error or not result.sizes:
+        return None
+    return result, log
+
+
+def child(spec, tmp, name, timeout_s, frontend_log=False, keep=None):
+    """One model process: (its result, its wall time in s, cudnn-frontend's log); with
+    ``keep``, a result kept there for the same spec is read back instead (wall time None),
+    and a new one is kept there. Note [no log while timing]: cudnn-frontend's log, when on,
+    writes lines at every execution of a graph's plan (the pinned op's path) but not of
+    PyTorch's own plans: it is on only in the process that reads the plans from it, never
+    in a timed one."""
+    from cudnn_explorer.core.child_records import ModelChildResult
+
+    if keep:
+        got = kept_result(keep, name, spec)
+        if got is not None:
+            return got[0], None, got[1]
     spec_path = os.path.join(tmp, f"{name}.spec.json")
     result_path = os.path.join(tmp, f"{name}.result.json")
     log = os.path.join(tmp, f"{name}.frontend.log")
@@ -65,6 +103,12 @@ def child(spec, tmp, name, timeout_s, frontend_log=False):
     if frontend_log and os.path.exists(log):
         with open(log, "rb") as f:
             log_text = f.read().decode(errors="replace")
+    if keep:  # the result first, its key last: a key is there only with what it names
+        os.makedirs(keep, exist_ok=True)
+        with open(result_path) as f:
+            write_atomic(os.path.join(keep, f"{name}.result.json"), f.read())
+        write_atomic(os.path.join(keep, f"{name}.log"), log_text)
+        write_atomic(os.path.join(keep, f"{name}.key.json"), json.dumps(spec_key(spec)))
     return result, wall, log_text
 
 
@@ -182,6 +226,10 @@ def main() -> int:
     ap.add_argument("--max-timed-s", type=float, default=15.0)
     ap.add_argument("--timeout-s", type=float, default=240.0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="keep each process's result in DIR as it finishes, and read back "
+                         "those kept for the same spec and plan file instead of running "
+                         "them again (a benchmark spread over calls of limited length)")
     ap.add_argument("--host-only", action="store_true",
                     help="only the op's host cost per call (no model, --plans unread)")
     a = ap.parse_args()
@@ -203,18 +251,25 @@ def main() -> int:
             "device": 0, "seed": 0, "iterations": a.iterations, "warmup": 5,
             "target_ci": 0.01, "max_timed_s": a.max_timed_s,
             "plans": os.path.abspath(a.plans), "allow_environment": False}
-    out = {"model": spec.describe(), "plans": a.plans, "modes": {}}
+    # kept: the processes read back from --keep, measured by an earlier run of this script
+    out = {"model": spec.describe(), "plans": a.plans, "modes": {}, "kept": []}
     with tempfile.TemporaryDirectory() as tmp:
         runs = {}
         for steady_only in (False, True):  # interleaved: every mode's first, then steady
             for name, mode in MODES.items():
                 tag = f"{name}-{'graph' if steady_only else 'first'}"
                 r, wall, log = child(dict(base, mode=mode, steady_only=steady_only), tmp, tag,
-                                     a.timeout_s)
+                                     a.timeout_s, keep=a.keep)
                 runs[tag] = (r, log)
-                print(f"{tag}: {wall:.1f} s", flush=True)
-        third, _, third_log = child(dict(base, mode="pinned", steady_only=True), tmp,
-                                    "pinned-third", a.timeout_s, frontend_log=True)
+                if wall is None:
+                    out["kept"].append(tag)
+                print(f"{tag}: " + ("kept from an earlier run" if wall is None
+                                    else f"{wall:.1f} s"), flush=True)
+        third, wall, third_log = child(dict(base, mode="pinned", steady_only=True), tmp,
+                                       "pinned-third", a.timeout_s, frontend_log=True,
+                                       keep=a.keep)
+        if wall is None:
+            out["kept"].append("pinned-third")
         for name in MODES:
             out["modes"][name] = summarise(runs[f"{name}-first"][0], runs[f"{name}-graph"][0])
         ran = [r.sizes[0].pinned_first.plans_ran for r in

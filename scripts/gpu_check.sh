@@ -174,7 +174,9 @@ part_model() {
 # Pinning a model (scripts/bench_pin.py): its sweep (quick profile; PIN_BUDGET_MS re-timing
 # budget, default the profile's), the plan file written from it (policy best), then off,
 # on and pinned side by side in fresh processes. PIN_SWEEPS=DIR uses DIR/NAME.sweep.json, a
-# sweep carried along, where it exists.
+# sweep carried along, where it exists. PIN_KEEP=DIR (a folder carried between calls) keeps
+# each of the benchmark's processes as it finishes (bench_pin.py --keep), so that a
+# benchmark cut by a call's end goes on where it stopped in the next one.
 pin_bench() {  # NAME MODEL-ARGS...
   local name=$1; shift
   local sweep=$LOG/$name.sweep.json
@@ -188,6 +190,7 @@ pin_bench() {  # NAME MODEL-ARGS...
     > "$LOG/$name.plans.txt" 2>&1 || return 1
   "$PY" -m cudnn_explorer plans check "$LOG/$name.plans.json" >> "$LOG/$name.plans.txt" 2>&1
   "$PY" scripts/bench_pin.py --plans "$LOG/$name.plans.json" --sweep "$sweep" \
+    ${PIN_KEEP:+--keep "$PIN_KEEP/$name"} \
     --model "$@" --json "$LOG/$name.bench.json" > "$LOG/$name.bench.txt" 2>&1
 }
 part_pin-resnet50() { pin_bench pin-resnet50 resnet50 --batch 32 --amp fp16 --channels-last; }

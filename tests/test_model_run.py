@@ -271,7 +271,12 @@ def test_sweep_file_version_2_round_trips_and_version_1_loads():
      "failed \\(exit code 1\\): RuntimeError: no model here"),
     ("import time; time.sleep(30)", "did not finish within 2 s"),
 ])
-def test_failing_child_keeps_its_error_per_mode_and_per_problem(tmp_path, body, match):
+def test_failing_child_keeps_its_error_per_mode_and_per_problem(tmp_path, monkeypatch, body,
+                                                                 match):
+    from cudnn_explorer.measure import prestart
+
+    # a child that never says it is ready is let go after this, then its own limit counts
+    monkeypatch.setattr(prestart, "READY_TIMEOUT_S", 1.0)
     fake = tmp_path / "python"
     fake.write_text(f"#!/bin/sh\nexec {os.sys.executable} -c \"{body}\"\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
@@ -412,7 +417,7 @@ def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size()
     calls = []
 
     def child(fail, fail_twice=(), crash_at=None):
-        def run(spec, env, tmp, timeout_s, python, what):
+        def run(spec, model, timeout_s, python, what, ahead=None):
             calls.append(([s[1] for s in spec["shapes"]], [s[1] for s in spec["retried"]]))
             sizes = []
             for shape in spec["shapes"]:
@@ -573,3 +578,63 @@ def test_plans_pytorch_picked_are_retimed_in_full(monkeypatch):
     [(d, o, tags)] = seen
     assert d == "fwd" and tags == list(counts)
     assert not o.staged and not o.engine_sampling and o.budget_ms == 7.0
+
+
+def _ready_child(tmp_path, result: ModelChildResult):
+    """A stand-in interpreter for the model processes: it says it is ready at once, waits
+    for its go, then writes ``result`` (the prestart protocol, without torch)."""
+    (tmp_path / "result.json").write_text(json.dumps(result.to_dict()))
+    (tmp_path / "child.py").write_text(
+        "import shutil, sys\n"
+        "print('cudnn_explorer: ready', flush=True)\n"
+        "if sys.stdin.readline():\n"
+        f"    shutil.copy({str(tmp_path / 'result.json')!r}, sys.argv[-1])\n")
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nexec {os.sys.executable} {tmp_path / 'child.py'} \"$@\"\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeypatch):
+    """Note [model children started ahead]: each mode's process and its steady process
+    are started at once, each given its spec in its turn; every one has ended when the
+    run returns, and when it is interrupted."""
+    result = ModelChildResult(sizes=[SizeResult(input_shape=[3, 8, 8], first_ms=1.0,
+                                                steady_ms=[1.0, 1.0])])
+    python = _ready_child(tmp_path, result)
+    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
+    cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
+                  problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
+    opts = ExploreOptions.create(child_timeout_s=60)
+    modes = pytorch_run.model_modes()[:3]
+    started, at_run = [], []
+    real_init, real_run = pytorch_run._Started.__init__, pytorch_run._Started.run
+
+    def init(self, *args, **kw):
+        real_init(self, *args, **kw)
+        started.append(self)
+
+    def run(self, spec, *args):
+        at_run.append((len(started), bool(spec.get("steady_only"))))
+        return real_run(self, spec, *args)
+
+    monkeypatch.setattr(pytorch_run._Started, "__init__", init)
+    monkeypatch.setattr(pytorch_run._Started, "run", run)
+    got, _ = pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
+                                   modes=modes, graph=True)
+    # three modes, each a first and a steady process: all six running before the first go
+    assert at_run == [(6, False), (6, True)] * 3
+    assert [m.sizes[0].first_ms for m in got.modes] == [1.0] * 3
+    assert all("wrote no cudnn-frontend log" in m.error for m in got.modes)
+    assert all(s.proc.poll() is not None for s in started)
+    # interrupted in the first mode's run: the processes whose turn never came are ended
+    started.clear()
+
+    def interrupted(self, spec, *args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pytorch_run._Started, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pytorch_run.run_model(cap, opts, iterations=1, python=python, modes=modes)
+    assert len(started) == 3 and all(s.proc.poll() is not None for s in started)
+    assert all(not os.path.exists(s.spec_path) for s in started)  # their files removed

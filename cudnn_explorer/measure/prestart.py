@@ -17,10 +17,27 @@ from __future__ import annotations
 
 import importlib
 import runpy
+import select
 import sys
+import time
 
-__all__ = ["main", "READY"]
+__all__ = ["main", "READY", "READY_TIMEOUT_S", "wait_ready"]
 READY = "cudnn_explorer: ready"
+READY_TIMEOUT_S = 120.0  # importing torch on a busy host
+
+
+def wait_ready(proc, timeout_s=None) -> None:
+    """In the parent: wait until a child started ahead (a subprocess.Popen with text
+    pipes) says it is ready, or exits, or ``timeout_s`` (default READY_TIMEOUT_S) passes:
+    then its own time limit covers the rest."""
+    deadline = time.monotonic() + (READY_TIMEOUT_S if timeout_s is None else timeout_s)
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            return
+        line = proc.stdout.readline()
+        if not line or line.strip() == READY:
+            return
 
 
 def main(argv=None) -> int:

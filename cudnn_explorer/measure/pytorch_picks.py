@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 import tempfile
@@ -25,13 +24,12 @@ from ..core.errors import UserError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, PyTorchPick
-from .prestart import READY
+from .prestart import wait_ready
 from .procs import child_env, describe_rc
 
 __all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", "pick_of",
            "start_children"]
 PRESTART = "cudnn_explorer.measure.prestart"  # Note [children started ahead]
-READY_TIMEOUT_S = 120.0  # importing torch on a busy host
 CHILD_MODULE = "cudnn_explorer.measure.problem_child"
 PRELOAD = ("torch,cudnn_explorer.measure.tensors,cudnn_explorer.measure.timing,"
            "cudnn_explorer.measure.kernels,cudnn_explorer._C")  # what our child imports
@@ -109,7 +107,7 @@ class _Child:
         """Let it run; its result with its log_text, or ChildError."""
         what = self.what
         t0 = time.perf_counter()
-        _ready(self.proc, READY_TIMEOUT_S)  # the time limit is the mode's own run
+        wait_ready(self.proc)  # the time limit is the mode's own run
         t1 = time.perf_counter()
         try:
             _, stderr = self.proc.communicate("go\n", timeout=self.timeout_s)
@@ -150,19 +148,6 @@ class _Child:
             except OSError:  # stdin of a process that died: nothing to flush to
                 pass
         self._tmp.cleanup()
-
-
-def _ready(proc: subprocess.Popen, timeout_s: float) -> None:
-    """Wait until a child started ahead says it is ready (or exits, or ``timeout_s``
-    passes: then its own time limit covers the rest)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
-        if not ready:
-            return
-        line = proc.stdout.readline()
-        if not line or line.strip() == READY:
-            return
 
 
 def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,

@@ -35,11 +35,15 @@ from ..core.pytorch_run import ConvCall, IterationTiming, ModelModeRun, ModelRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import rankable
-from ..measure.pytorch_picks import LOG_VARS, ModeRun, ModeSpec, default_modes
+from ..measure.prestart import wait_ready
+from ..measure.pytorch_picks import LOG_VARS, PRESTART, ModeRun, ModeSpec, default_modes
 from ..measure.pipeline import GpuBench
 from ..measure.procs import child_env, describe_rc
+from . import zoo
 
 __all__ = ["model_modes", "run_model", "run_key", "StoreCache", "ModelBench", "retime_plans"]
+
+MODEL_CHILD = "cudnn_explorer.model.model_child"
 
 
 def model_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
@@ -53,10 +57,102 @@ def _shapes(capture: Capture) -> List[List[int]]:
     return [spec.shape_at(s) for s in spec.sizes] if spec.sizes else [list(spec.input_shape)]
 
 
+# Note [model children started ahead]: PyTorch's run of a model takes one fresh process
+# per mode, two with a CUDA graph (Note [steady process]), one after another, and each
+# spent seconds importing torch and the model's library before its first iteration: on
+# the H200, timm's ConvNeXt-atto's four modes took 14.5-27.0 s each, of which their first
+# iterations 3.5-15.9 s. So every process run_model will need is started at once, through
+# measure/prestart.py, as the problem children are (Note [children started ahead]): each
+# imports and waits, touching no GPU, and gets its spec when its turn comes; the mode's
+# time limit counts from then. A process whose turn never comes (an error, Ctrl-C) is
+# ended; a steady process tried once more (Note [failed capture]) starts at its turn.
+class _Started:
+    """A model/model_child.py process started ahead of its turn (Note [model children
+    started ahead]): it imports torch and the model's library, then waits for its spec.
+    ``log``: cudnn-frontend's log on, into a file of its own (``log_path``)."""
+
+    def __init__(self, model, python: Optional[str], log: bool):
+        self._tmp = tempfile.TemporaryDirectory(prefix="cudnn_explorer_model_")
+        tmp = self._tmp.name
+        self.spec_path, self.result_path = (os.path.join(tmp, "spec.json"),
+                                            os.path.join(tmp, "result.json"))
+        self.log_path = os.path.join(tmp, "frontend.log") if log else None
+        env = child_env(drop=LOG_VARS)
+        if log:
+            env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=self.log_path)
+        self.proc = subprocess.Popen(
+            [python or sys.executable, "-m", PRESTART, "--preload", _preload(model),
+             MODEL_CHILD, self.spec_path, self.result_path], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def run(self, spec: dict, timeout_s: float, what: str) -> Tuple[ModelChildResult, str]:
+        """(result, error) of this process on ``spec``: the sizes that finished, also when
+        it failed later. ``timeout_s`` counts from its go, after its imports."""
+        with open(self.spec_path, "w") as f:
+            json.dump(dict(spec, log_file=self.log_path), f)
+        wait_ready(self.proc)
+        error = ""
+        try:
+            _, stderr = self.proc.communicate("go\n", timeout=timeout_s)
+            if self.proc.returncode != 0:
+                tail = [ln for ln in (stderr or "").strip().splitlines() if ln.strip()]
+                error = (f"{what} failed ({describe_rc(self.proc.returncode)}): "
+                         f"{tail[-1] if tail else 'no output'}")
+        except subprocess.TimeoutExpired:
+            self.close(keep_files=True)
+            error = f"{what} did not finish within {timeout_s:g} s and was killed; raise " \
+                    f"--child-timeout"
+        result = ModelChildResult()
+        if os.path.exists(self.result_path):
+            try:
+                with open(self.result_path) as f:
+                    result = ModelChildResult.read(json.load(f), "result")
+            except (ValueError, UserError) as e:
+                error = error or f"{what} wrote a malformed result: {e}"
+        error = error or result.error
+        if not result.sizes and not error:
+            error = f"{what} exited without a result"
+        return result, error
+
+    def log_bytes(self) -> bytes:
+        """What cudnn-frontend's log holds (bytes: the child's spans are byte offsets)."""
+        if self.log_path is None or not os.path.exists(self.log_path):
+            return b""
+        with open(self.log_path, "rb") as f:
+            return f.read()
+
+    def close(self, keep_files: bool = False) -> None:
+        """End the process if it still runs (its turn never came, an error, Ctrl-C), close
+        its pipes and, unless ``keep_files``, remove its files."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                pipe.close()
+            except OSError:  # stdin of a process that died: nothing to flush to
+                pass
+        if not keep_files:
+            self._tmp.cleanup()
+
+
+def _preload(model) -> str:
+    """What a model process imports ahead (measure/prestart.py): torch and our child, and
+    the model's library where it is one we know (never the user's own module: its import
+    errors are the child's to report)."""
+    names = ["torch", MODEL_CHILD]
+    if model.name.startswith(zoo.TIMM):
+        names.append("timm")
+    elif model.name and not model.factory:
+        names.append("torchvision")
+    return ",".join(names)
+
+
 def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
            warmup: int, timeout_s: float, python: Optional[str],
            target_ci: Optional[float], device: int, graph: bool,
-           say: Callable[[str], None] = lambda m: None
+           say: Callable[[str], None] = lambda m: None,
+           ahead: Optional[Tuple["_Started", Optional["_Started"]]] = None
            ) -> Tuple[ModelChildResult, bytes, str]:
     """(result, log text, error) of one mode's child; the result holds every shape that
     finished even when the child failed later (error then says why). With ``graph``,
@@ -73,35 +169,56 @@ def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations
     pinned = mode.mode == "pinned"
     if pinned:  # (the job checked the file's environment against this one)
         spec.update(plans=mode.plans, pinned_benchmark=mode.benchmark, allow_environment=True)
+    first, steady = ahead or _start(capture, mode, python, graph)
+    try:
+        return _run_mode(first, steady, spec, capture, mode, timeout_s, python, target_ci,
+                         graph, say)
+    finally:
+        first.close()
+        if steady is not None:
+            steady.close()
+
+
+def _run_mode(first: "_Started", steady: Optional["_Started"], spec: dict, capture: Capture,
+              mode: ModeSpec, timeout_s: float, python: Optional[str],
+              target_ci: Optional[float], graph: bool, say: Callable[[str], None]
+              ) -> Tuple[ModelChildResult, bytes, str]:
+    """_child's work on its processes: the first one's run, then the steady one's."""
+    pinned = mode.mode == "pinned"
     what = f"PyTorch's run of the model ({mode.label})"
-    with tempfile.TemporaryDirectory(prefix="cudnn_explorer_model_") as tmp:
-        log = os.path.join(tmp, "frontend.log")
-        env = child_env(drop=LOG_VARS)
-        # Note [pinned runs without the log]: cudnn-frontend's log writes at every
-        # execution of a graph's plan, the pinned op's path, and slowed the pinned mode's
-        # eager steps alone (ResNet-50 on the H200: 35.5 against 23.8 ms per eager step).
-        # The op's own record says what ran, so the pinned mode runs without it.
-        if not pinned:
-            env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
-        result, error = _run_child(dict(spec, log_file=None if pinned else log), env, tmp,
-                                   timeout_s, python, what)
-        text = b""  # bytes: the child's spans are byte offsets
-        if os.path.exists(log):
-            with open(log, "rb") as f:
-                text = f.read()
+    result, error = first.run(spec, timeout_s, what)
+    text = first.log_bytes()
+    first.close()
     if result.sizes and not text.strip() and not pinned:
         error = error or (f"{what} wrote no cudnn-frontend log "
                           f"(CUDNN_FRONTEND_LOG_INFO); cannot tell what PyTorch chose")
     if graph and result.sizes:
         say(f"PyTorch's run of the model: {mode.label}: steady steps as a CUDA graph, in a "
             f"process of their own")
-        timed, why = _steady(dict(spec, target_ci=target_ci, steady_only=True, log_file=None),
+        timed, why = _steady(dict(spec, target_ci=target_ci, steady_only=True),
                              [s.input_shape for s in result.sizes], timeout_s, python,
-                             f"the steady timing's own process ({mode.label})", say)
+                             f"the steady timing's own process ({mode.label})", say,
+                             capture.model, steady)
         # each size's steady iterations are the steady process's where it timed them
         result = replace(result, sizes=[_steady_of(s, timed.get(tuple(s.input_shape)), why)
                                         for s in result.sizes])
     return result, text, error
+
+
+def _start(capture: Capture, mode: ModeSpec, python: Optional[str], graph: bool
+           ) -> Tuple[_Started, Optional[_Started]]:
+    """``mode``'s processes, started now: the first one and, with ``graph``, its steady
+    timing's own (Note [steady process]). Note [pinned runs without the log]:
+    cudnn-frontend's log writes at every execution of a graph's plan, the pinned op's path,
+    and slowed the pinned mode's eager steps alone (ResNet-50 on the H200: 35.5 against
+    23.8 ms per eager step). The op's own record says what ran, so the pinned mode runs
+    without it; a steady process never needs it."""
+    first = _Started(capture.model, python, log=mode.mode != "pinned")
+    try:
+        return first, _Started(capture.model, python, log=False) if graph else None
+    except BaseException:
+        first.close()
+        raise
 
 
 def _steady_of(size: SizeResult, t: Optional[SizeResult], why: str) -> SizeResult:
@@ -115,7 +232,8 @@ def _steady_of(size: SizeResult, t: Optional[SizeResult], why: str) -> SizeResul
 
 
 def _steady(spec: dict, shapes: List[List[int]], timeout_s: float, python: Optional[str],
-            what: str, say: Callable[[str], None]) -> Tuple[Dict[tuple, SizeResult], str]:
+            what: str, say: Callable[[str], None], model=None,
+            ahead: Optional[_Started] = None) -> Tuple[Dict[tuple, SizeResult], str]:
     """Per shape, its steady timing from steady processes (model/model_child.py's
     "steady_only"), and why the shapes missing from it are missing. Note [failed capture]:
     a failed capture ends its process; the next one begins at that size and captures it
@@ -126,10 +244,14 @@ def _steady(spec: dict, shapes: List[List[int]], timeout_s: float, python: Optio
     first_failure: Dict[tuple, str] = {}
     todo, why = list(shapes), ""
     while todo:
-        with tempfile.TemporaryDirectory(prefix="cudnn_explorer_steady_") as tmp:
+        try:
             steady, why = _run_child(
                 dict(spec, shapes=todo, retried=[list(k) for k in first_failure]),
-                child_env(drop=LOG_VARS), tmp, timeout_s, python, what)
+                model, timeout_s, python, what, ahead)
+        finally:  # a later try (Note [failed capture]) starts a process of its own
+            if ahead is not None:
+                ahead.close()
+                ahead = None
         done = steady.sizes
         for t in done:
             key = tuple(t.input_shape)
@@ -160,36 +282,16 @@ def _after_failure(first: str, t: SizeResult) -> str:
     return f"{first}, and again {again} ({second}); timed eagerly"
 
 
-def _run_child(spec: dict, env: dict, tmp: str, timeout_s: float, python: Optional[str],
-               what: str) -> Tuple[ModelChildResult, str]:
-    """(result, error) of one model/model_child.py process on ``spec``: the sizes that finished,
-    also when it failed later."""
-    spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    error = ""
+def _run_child(spec: dict, model, timeout_s: float, python: Optional[str], what: str,
+               ahead: Optional[_Started] = None) -> Tuple[ModelChildResult, str]:
+    """(result, error) of one model/model_child.py process without cudnn-frontend's log on
+    ``spec`` (``ahead``: one started before, else one started now): the sizes that
+    finished, also when it failed later."""
+    child = ahead or _Started(model, python, log=False)
     try:
-        proc = subprocess.run([python or sys.executable, "-m", "cudnn_explorer.model.model_child",
-                               spec_path, result_path], env=env, capture_output=True,
-                              text=True, timeout=timeout_s)
-        if proc.returncode != 0:
-            tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
-            error = (f"{what} failed ({describe_rc(proc.returncode)}): "
-                     f"{tail[-1] if tail else 'no output'}")
-    except subprocess.TimeoutExpired:
-        error = f"{what} did not finish within {timeout_s:g} s and was killed; raise " \
-                f"--child-timeout"
-    result = ModelChildResult()
-    if os.path.exists(result_path):
-        try:
-            with open(result_path) as f:
-                result = ModelChildResult.read(json.load(f), "result")
-        except (ValueError, UserError) as e:
-            error = error or f"{what} wrote a malformed result: {e}"
-    error = error or result.error
-    if not result.sizes and not error:
-        error = f"{what} exited without a result"
-    return result, error
+        return child.run(spec, timeout_s, what)
+    finally:
+        child.close()
 
 
 def _search(log: bytes, span, direction: str) -> Optional[logs.FrontendSearch]:
@@ -291,7 +393,9 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     (the others are left out of what is returned): a rank's part of the modes under
     torchrun, kept in ``cache`` for every rank to read. ``graph``: time the steady
     iterations as replays of a CUDA graph of the whole step where it can be captured
-    (model/model_child.py), a round of eager ones beside them."""
+    (model/model_child.py), a round of eager ones beside them. Every process the modes
+    not answered from ``cache`` need is started at once, each run in its turn (Note [model
+    children started ahead])."""
     say = progress or (lambda m: None)
     index = {u.problem: i for i, u in enumerate(capture.problems)}
     runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}
@@ -299,47 +403,72 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     timeout_s = options.child_timeout_s * len(_shapes(capture))
     if target_ci is not None:
         timeout_s += 60.0 * len(_shapes(capture))
+    todo = []
     for k, mode in enumerate(modes or model_modes(options.benchmark_limit)):
-        if share is not None and k not in share:
-            continue
-        key = run_key(capture, mode, k, options, iterations, warmup, target_ci, graph)
-        hit = _stored(cache.lookup(key) if cache is not None else None, say)
-        if hit is not None:  # answered from the results store
-            stored, per = hit
-            say(f"PyTorch's run of the model: {mode.label}: from the results store "
-                f"(measured {stored.stored})")
-            done.append(stored)
-        else:
-            say(f"PyTorch's run of the model: {mode.label}")
-            t0 = time.perf_counter()
-            result, log, error = _child(capture, mode, options, iterations, warmup,
-                                        timeout_s, python, target_ci,
-                                        options.device if device is None else device, graph,
-                                        say)
-            sizes = [_size_run(s, index, log) for s in result.sizes]
-            limit = result.settings.get("benchmark_limit", mode.benchmark_limit)
-            done.append(ModelModeRun(label=mode.label, mode=mode.mode,
-                                     benchmark_limit=limit if mode.mode == "benchmark"
-                                     else None, error=error, sizes=sizes,
-                                     wall_s=round(time.perf_counter() - t0, 3)))
-            # without a log nothing says what PyTorch chose; a later failure keeps the rest
-            per = _per_problem(result, index, log) if log.strip() else {}
-            if mode.mode == "pinned":  # not PyTorch's choice: no problem's pick
-                per = {}
-            if cache is not None and done[-1].ok and not error:
-                cache.save(key, mode.label, done[-1].to_dict(),
-                           {str(i): r.to_dict() for i, r in per.items()})
-        if mode.mode == "pinned":  # the pinned mode is the model's run only
-            continue
-        for u in capture.problems:
-            i = index[u.problem]
-            if i in per:
-                runs[u.problem].append(ModeRun(mode, per[i]))
-            else:
-                runs[u.problem].append(ModeRun(mode, None, error or (
-                    f"{mode.label}: the model's run reached no call of this problem")))
+        if share is None or k in share:
+            key = run_key(capture, mode, k, options, iterations, warmup, target_ci, graph)
+            todo.append((k, mode, key, _stored(cache.lookup(key) if cache is not None
+                                               else None, say)))
+    # Note [model children started ahead]
+    ahead: Dict[int, Tuple[_Started, Optional[_Started]]] = {}
+    try:
+        for k, mode, _, hit in todo:
+            if hit is None:
+                ahead[k] = _start(capture, mode, python, graph)
+        for k, mode, key, hit in todo:
+            per = _run_mode_of(capture, options, mode, key, hit, ahead.get(k), done,
+                               iterations, warmup, timeout_s, python, target_ci, device,
+                               graph, cache, index, say)
+            if mode.mode == "pinned":  # the pinned mode is the model's run only
+                continue
+            for u in capture.problems:
+                i = index[u.problem]
+                if i in per:
+                    runs[u.problem].append(ModeRun(mode, per[i]))
+                else:
+                    runs[u.problem].append(ModeRun(mode, None, done[-1].error or (
+                        f"{mode.label}: the model's run reached no call of this problem")))
+    finally:  # those whose turn never came (an error, Ctrl-C)
+        for first, steady in ahead.values():
+            first.close()
+            if steady is not None:
+                steady.close()
     return ModelRun(modes=done, iterations=iterations, warmup=warmup,
                     target_ci=target_ci), runs
+
+
+def _run_mode_of(capture: Capture, options: ExploreOptions, mode: ModeSpec, key: str, hit,
+                 ahead, done: List[ModelModeRun], iterations: int, warmup: int,
+                 timeout_s: float, python: Optional[str], target_ci: Optional[float],
+                 device: Optional[int], graph: bool, cache, index, say
+                 ) -> Dict[int, ProblemChildResult]:
+    """One mode of run_model: its run appended to ``done`` (from the results store when
+    ``hit``, else from its processes ``ahead``), and its per-problem results."""
+    if hit is not None:  # answered from the results store
+        stored, per = hit
+        say(f"PyTorch's run of the model: {mode.label}: from the results store "
+            f"(measured {stored.stored})")
+        done.append(stored)
+        return per
+    say(f"PyTorch's run of the model: {mode.label}")
+    t0 = time.perf_counter()
+    result, log, error = _child(capture, mode, options, iterations, warmup, timeout_s, python,
+                                target_ci, options.device if device is None else device,
+                                graph, say, ahead)
+    sizes = [_size_run(s, index, log) for s in result.sizes]
+    limit = result.settings.get("benchmark_limit", mode.benchmark_limit)
+    done.append(ModelModeRun(label=mode.label, mode=mode.mode,
+                             benchmark_limit=limit if mode.mode == "benchmark" else None,
+                             error=error, sizes=sizes,
+                             wall_s=round(time.perf_counter() - t0, 3)))
+    # without a log nothing says what PyTorch chose; a later failure keeps the rest
+    per = _per_problem(result, index, log) if log.strip() else {}
+    if mode.mode == "pinned":  # not PyTorch's choice: no problem's pick
+        per = {}
+    if cache is not None and done[-1].ok and not error:
+        cache.save(key, mode.label, done[-1].to_dict(),
+                   {str(i): r.to_dict() for i, r in per.items()})
+    return per
 
 
 def _stored(hit, say) -> Optional[Tuple[ModelModeRun, Dict[int, ProblemChildResult]]]:

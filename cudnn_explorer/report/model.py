@@ -199,7 +199,8 @@ def render_sweep(sw: ModelSweep) -> str:
     for e in errors:
         lines += wrap(f"#{e.index + 1} not explored: {e.error}", "- ")
     if sw.wall_s is not None:
-        lines.append(f"- sweep wall time: {sw.wall_s:.0f} s")
+        lines += wrap(f"the unique problems' explorations: {sw.wall_s:.0f} s of wall time "
+                      f"(the capture and PyTorch's own run of the model not included)", "- ")
     if sw.pytorch_run is not None:
         lines += ["", render_model_run(sw.pytorch_run, cap).rstrip("\n")]
     return "\n".join(lines) + "\n"
