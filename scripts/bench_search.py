@@ -14,8 +14,12 @@ engine worker per direction (the model command's way of re-timing given plans), 
 The misses are printed.
 
 Usage: python scripts/bench_search.py [--problems NAME,...] [--model resnet50 [--batch 32
-           --amp fp16 --channels-last] [--limit N]] [--budget-ms 100] [--keep DIR]
-           [--json PATH]
+           --amp fp16 --channels-last] [--limit N]] [--budget-ms 100] [--model-profile]
+           [--keep DIR] [--json PATH]
+
+--model-profile: the two searches compared are a model sweep's quick profile as it is
+(only the engine configs PyTorch's heuristics and fallbacks list, every one timed in full)
+and the same configs staged: whether a model sweep can stage its search too.
 
 --keep DIR: each problem's result is kept in DIR/NAME.json as it finishes, and a problem
 found there is not measured again, so the benchmark can be spread over several calls of
@@ -114,6 +118,11 @@ def main() -> int:
     ap.add_argument("--eval", action="store_true")
     ap.add_argument("--limit", type=int, default=None, help="at most N of the model's problems")
     ap.add_argument("--budget-ms", type=float, default=100.0)
+    ap.add_argument("--model-profile", action="store_true",
+                    help="compare the model sweep's quick profile (only the engine configs "
+                         "PyTorch's heuristics and fallbacks list, each timed in full with "
+                         "its 25 ms budgets) with the same configs staged, instead of the "
+                         "problem's thorough and quick profiles (--budget-ms unused)")
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep each problem's result there; skip the problems kept")
     ap.add_argument("--json", default=None)
@@ -133,14 +142,20 @@ def main() -> int:
                          train=not a.eval)
         for i, u in enumerate(cap.problems[:a.limit]):
             problems.append((f"{a.model}#{i + 1}", u.problem))
-    full = ExploreOptions.create(budget_ms=a.budget_ms).profiled("thorough")
-    staged = full.profiled("quick")
+    if a.model_profile:  # what a model sweep's quick profile runs, then the same staged
+        full = ExploreOptions.create().profiled("quick", model=True)
+        staged = full.updated(staged=True)
+    else:
+        full = ExploreOptions.create(budget_ms=a.budget_ms).profiled("thorough")
+        staged = full.profiled("quick")
     rows, wall, walls = [], {"full": 0.0, "staged": 0.0}, {}
     if a.keep:
         os.makedirs(a.keep, exist_ok=True)
     try:
         for name, p in problems:
-            kept = os.path.join(a.keep, name.replace("/", "_") + ".json") if a.keep else None
+            # the two comparisons keep their results apart
+            stem = name.replace("/", "_") + (".model-profile" if a.model_profile else "")
+            kept = os.path.join(a.keep, stem + ".json") if a.keep else None
             if kept and os.path.exists(kept):
                 with open(kept) as f:
                     one = json.load(f)
@@ -160,7 +175,10 @@ def main() -> int:
     hits = sum(r["hit"] for r in scored)
     picks = [r for r in rows if "pick_ratio" in r]
     pick_ok = sum(abs(r["pick_ratio"] - 1) <= 0.03 for r in picks)
-    out = {"problems": [n for n, _ in problems], "wall_s": wall, "problem_wall_s": walls,
+    out = {"compared": "the model sweep's quick profile, unstaged (full) and staged"
+                       if a.model_profile else "the thorough profile (full) and the quick one "
+                                               "(staged)",
+           "problems": [n for n, _ in problems], "wall_s": wall, "problem_wall_s": walls,
            "rows": rows,
            "hits": hits, "scored": len(scored), "pick_within_3pct": pick_ok,
            "picks": len(picks),

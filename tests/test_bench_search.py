@@ -63,3 +63,30 @@ def test_an_interrupt_keeps_the_totals_of_what_finished(bench, monkeypatch, tmp_
     got = run(mod, monkeypatch, tmp_path, "--problems", "default,fp32-no-tf32,fp32-tf32")
     assert measured == ["default"] and got["scored"] == 1
     assert "interrupted: the totals of the 1 problems that finished" in capsys.readouterr().out
+
+
+def test_the_model_profile_compares_a_model_sweeps_search_with_itself_staged(
+        bench, monkeypatch, tmp_path):
+    mod, measured = bench
+    seen = []
+    real = mod.measure_problem
+
+    def measure_problem(name, p, full, staged):
+        seen.append((full, staged))
+        return real(name, p, full, staged)
+
+    monkeypatch.setattr(mod, "measure_problem", measure_problem)
+    keep = tmp_path / "keep"
+    got = run(mod, monkeypatch, tmp_path, "--problems", "default", "--model-profile",
+              "--keep", str(keep))
+    ((full, staged),) = seen
+    # the model sweep's quick profile: listed configs only, 25 ms budgets, unstaged; then
+    # the very same options staged
+    assert (full.staged, full.engine_sampling, full.budget_ms) == (False, False, 25.0)
+    assert staged == full.updated(staged=True)
+    assert got["compared"].startswith("the model sweep's quick profile")
+    # kept apart from the problem profiles' comparison of the same problem
+    assert os.listdir(keep) == ["default.model-profile.json"]
+    run(mod, monkeypatch, tmp_path, "--problems", "default", "--keep", str(keep))
+    assert sorted(os.listdir(keep)) == ["default.json", "default.model-profile.json"]
+    assert measured == ["default", "default"]
