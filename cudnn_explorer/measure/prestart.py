@@ -11,7 +11,8 @@ itself: each imports and waits, touching no GPU (CUDA starts when the module run
 it disturbs no measurement, and each mode still runs in a process of its own, its
 environment set at start. (Started one ahead, a mode that runs for less than an import
 takes leaves the next one still importing.) A parent that goes away before the line comes
-ends it (end of stdin: exit 0, nothing run).
+ends it (end of stdin: exit 0, nothing run). A model's run starts its mode processes the
+same way (Note [model children started ahead] in model/pytorch_run.py).
 """
 from __future__ import annotations
 
