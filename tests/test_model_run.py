@@ -638,3 +638,27 @@ def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeyp
         pytorch_run.run_model(cap, opts, iterations=1, python=python, modes=modes)
     assert len(started) == 3 and all(s.proc.poll() is not None for s in started)
     assert all(not os.path.exists(s.spec_path) for s in started)  # their files removed
+
+
+@pytest.mark.parametrize("name,factory,extra", [("resnet18", "", "torchvision"),
+                                                ("timm:resnet18", "", "timm"),
+                                                ("", "mine:build", None)])
+def test_a_model_process_imports_ahead_what_its_child_needs_and_runs_it_once(name, factory,
+                                                                           extra):
+    """The preload names torch, the model's library (never the user's module) and what
+    the child imports, not the child itself: runpy then runs its one copy, without
+    warning that the module was imported before."""
+    import subprocess
+    import sys
+
+    spec = ModelSpec(name=name, factory=factory, input_shape=[3, 8, 8], batch=1)
+    preload = pytorch_run._preload(spec).split(",")
+    assert "torch" in preload and pytorch_run.MODEL_CHILD not in preload
+    assert (extra in preload) if extra else not {"torchvision", "timm", "mine"} & set(preload)
+    out = subprocess.run([sys.executable, "-m", "cudnn_explorer.measure.prestart", "--preload",
+                          ",".join(n for n in preload if n not in ("torchvision", "timm")),
+                          pytorch_run.MODEL_CHILD], input="go\n", capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.startswith("cudnn_explorer: ready")
+    assert "usage: python -m cudnn_explorer.model.model_child" in out.stderr, out.stderr
+    assert "RuntimeWarning" not in out.stderr, out.stderr

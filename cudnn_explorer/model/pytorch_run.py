@@ -137,10 +137,12 @@ class _Started:
 
 
 def _preload(model) -> str:
-    """What a model process imports ahead (measure/prestart.py): torch and our child, and
-    the model's library where it is one we know (never the user's own module: its import
-    errors are the child's to report)."""
-    names = ["torch", MODEL_CHILD]
+    """What a model process imports ahead (measure/prestart.py): torch, what our child
+    imports (not the child itself: runpy would then run a second copy of a module already
+    imported), and the model's library where it is one we know (never the user's own
+    module: its import errors are the child's to report)."""
+    names = ["torch", "cudnn_explorer.model.tracer", "cudnn_explorer.model.zoo",
+             "cudnn_explorer.core.child_records", "cudnn_explorer.measure.procs"]
     if model.name.startswith(zoo.TIMM):
         names.append("timm")
     elif model.name and not model.factory:
