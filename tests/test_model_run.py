@@ -20,7 +20,7 @@ from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
 from cudnn_explorer.core.problem import ConvProblem  # noqa: E402
 from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
 from cudnn_explorer.measure.pytorch_picks import pick_of  # noqa: E402
-from cudnn_explorer.model import pytorch_run  # noqa: E402
+from cudnn_explorer.model import mode_process, pytorch_run  # noqa: E402
 from cudnn_explorer.model.tracer import capture, iteration  # noqa: E402
 from cudnn_explorer.model.model_child import _NoGpu, _Probe, first_iteration  # noqa: E402
 from cudnn_explorer.report.model import render_model_run, render_sweep  # noqa: E402
@@ -364,7 +364,7 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         assert t.note == "no CUDA graphs on the CPU; timed eagerly"
     assert [len(s.calls) for s in m.sizes] == [5, 5]  # the first process's probe
     # the steady process failing: the first process's eager round stays, saying why
-    real = pytorch_run._run_child
+    real = mode_process.run_child
 
     def steady_fails(spec, *args):
         if spec.get("steady_only"):
@@ -372,7 +372,7 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         return real(spec, *args)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pytorch_run, "_run_child", steady_fails)
+        mp.setattr(mode_process, "run_child", steady_fails)
         failed, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1,
                                           modes=mode, graph=True)
     for s in failed.modes[0].sizes:
@@ -390,7 +390,7 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         return real(spec, *args)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pytorch_run, "_run_child", steady_stops)
+        mp.setattr(mode_process, "run_child", steady_stops)
         part, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1,
                                         modes=mode, graph=True)
     first, second = part.modes[0].sizes
@@ -439,8 +439,8 @@ def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size()
 
     said = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pytorch_run, "_run_child", child(fail={12, 20}, fail_twice={20}))
-        timed, why = pytorch_run._steady({}, shapes, 60, None, "steady", said.append)
+        mp.setattr(mode_process, "run_child", child(fail={12, 20}, fail_twice={20}))
+        timed, why = mode_process.steady({}, shapes, 60, None, "steady", said.append)
     assert why == ""
     assert calls == [([8, 12, 16, 20], []), ([12, 16, 20], [12]), ([20], [12, 20])]
     assert [timed[tuple(s)].steady_method for s in shapes] == ["graph"] * 3 + ["eager"]
@@ -455,13 +455,13 @@ def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size()
                     "steady: CUDA graph capture failed (20) at input 3x20x20; captured once "
                     "more in a fresh process"]
     # the same reason twice is said once
-    assert pytorch_run._after_failure("x", _size({"input_shape": [3], "steady_note": "x"})) == \
+    assert mode_process.after_failure("x", _size({"input_shape": [3], "steady_note": "x"})) == \
         "x, and again in a fresh process that began at this size; timed eagerly"
     # a process that dies: what finished stays, the rest is left with why (no endless retry)
     calls.clear()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pytorch_run, "_run_child", child(fail={8}, crash_at=16))
-        timed, why = pytorch_run._steady({}, shapes, 60, None, "steady", said.append)
+        mp.setattr(mode_process, "run_child", child(fail={8}, crash_at=16))
+        timed, why = mode_process.steady({}, shapes, 60, None, "steady", said.append)
     assert calls == [([8, 12, 16, 20], []), ([8, 12, 16, 20], [8])]
     assert sorted(timed) == [(3, 8, 8), (3, 12, 12)] and "SIGSEGV" in why
 
@@ -608,7 +608,9 @@ def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeyp
     opts = ExploreOptions.create(child_timeout_s=60)
     modes = pytorch_run.model_modes()[:3]
     started, at_run = [], []
-    real_init, real_run = pytorch_run._Started.__init__, pytorch_run._Started.run
+    from cudnn_explorer.measure.prestart import StartedChild
+
+    real_init, real_run = StartedChild.__init__, StartedChild.go
 
     def init(self, *args, **kw):
         real_init(self, *args, **kw)
@@ -618,8 +620,8 @@ def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeyp
         at_run.append((len(started), bool(spec.get("steady_only"))))
         return real_run(self, spec, *args)
 
-    monkeypatch.setattr(pytorch_run._Started, "__init__", init)
-    monkeypatch.setattr(pytorch_run._Started, "run", run)
+    monkeypatch.setattr(StartedChild, "__init__", init)
+    monkeypatch.setattr(StartedChild, "go", run)
     got, _ = pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
                                    modes=modes, graph=True)
     # three modes, each a first and a steady process: all six running before the first go
@@ -633,7 +635,7 @@ def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeyp
     def interrupted(self, spec, *args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pytorch_run._Started, "run", interrupted)
+    monkeypatch.setattr(StartedChild, "go", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pytorch_run.run_model(cap, opts, iterations=1, python=python, modes=modes)
     assert len(started) == 3 and all(s.proc.poll() is not None for s in started)
@@ -652,12 +654,12 @@ def test_a_model_process_imports_ahead_what_its_child_needs_and_runs_it_once(nam
     import sys
 
     spec = ModelSpec(name=name, factory=factory, input_shape=[3, 8, 8], batch=1)
-    preload = pytorch_run._preload(spec).split(",")
-    assert "torch" in preload and pytorch_run.MODEL_CHILD not in preload
+    preload = mode_process.preload(spec).split(",")
+    assert "torch" in preload and mode_process.MODEL_CHILD not in preload
     assert (extra in preload) if extra else not {"torchvision", "timm", "mine"} & set(preload)
     out = subprocess.run([sys.executable, "-m", "cudnn_explorer.measure.prestart", "--preload",
                           ",".join(n for n in preload if n not in ("torchvision", "timm")),
-                          pytorch_run.MODEL_CHILD], input="go\n", capture_output=True,
+                          mode_process.MODEL_CHILD], input="go\n", capture_output=True,
                          text=True, timeout=120)
     assert out.stdout.startswith("cudnn_explorer: ready")
     assert "usage: python -m cudnn_explorer.model.model_child" in out.stderr, out.stderr

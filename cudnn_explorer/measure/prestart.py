@@ -12,19 +12,28 @@ it disturbs no measurement, and each mode still runs in a process of its own, it
 environment set at start. (Started one ahead, a mode that runs for less than an import
 takes leaves the next one still importing.) A parent that goes away before the line comes
 ends it (end of stdin: exit 0, nothing run). A model's run starts its mode processes the
-same way (Note [model children started ahead] in model/pytorch_run.py).
+same way (Note [model children started ahead] in model/mode_process.py).
 """
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import runpy
 import select
+import subprocess
 import sys
+import tempfile
 import time
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
-__all__ = ["main", "READY", "READY_TIMEOUT_S", "wait_ready"]
+from .procs import child_env
+
+__all__ = ["main", "READY", "READY_TIMEOUT_S", "PRESTART", "wait_ready", "StartedChild",
+           "last_line"]
 READY = "cudnn_explorer: ready"
 READY_TIMEOUT_S = 120.0  # importing torch on a busy host
+PRESTART = "cudnn_explorer.measure.prestart"
 
 
 def wait_ready(proc, timeout_s=None) -> None:
@@ -39,6 +48,76 @@ def wait_ready(proc, timeout_s=None) -> None:
         line = proc.stdout.readline()
         if not line or line.strip() == READY:
             return
+
+
+class StartedChild:
+    """In the parent: ``python -m cudnn_explorer.measure.prestart --preload PRELOAD MODULE
+    SPEC RESULT``, started now, in a temporary folder of its own (``spec_path``,
+    ``result_path``, ``log_path``). ``log_env(log_path)`` gives the variables that turn
+    its library's log on into ``log_name`` there (None: no log); ``drop``: variables it
+    must not inherit."""
+
+    def __init__(self, module: str, preload: str = "", python: Optional[str] = None,
+                 log_env: Optional[Callable[[str], Dict[str, str]]] = None,
+                 log_name: str = "child.log", drop: Sequence[str] = ()):
+        self._tmp = tempfile.TemporaryDirectory(prefix="cudnn_explorer_")
+        tmp = self._tmp.name
+        self.spec_path, self.result_path = (os.path.join(tmp, "spec.json"),
+                                            os.path.join(tmp, "result.json"))
+        self.log_path = os.path.join(tmp, log_name) if log_env else None
+        env = child_env(drop=drop)
+        if log_env:
+            env.update(log_env(self.log_path))
+        self.proc = subprocess.Popen(
+            [python or sys.executable, "-m", PRESTART, "--preload", preload, module,
+             self.spec_path, self.result_path], env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def go(self, spec: dict, timeout_s: float) -> Tuple[int, str, float, float]:
+        """Write ``spec``, wait until the child is ready, let it run: (its exit status,
+        its stderr, the seconds waited for it to be ready, the seconds it ran). The time
+        limit ``timeout_s`` counts from its go; past it the child is ended, its files
+        kept, and subprocess.TimeoutExpired raised."""
+        with open(self.spec_path, "w") as f:
+            json.dump(spec, f)
+        t0 = time.perf_counter()
+        wait_ready(self.proc)
+        t1 = time.perf_counter()
+        try:
+            _, stderr = self.proc.communicate("go\n", timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._end()
+            raise
+        return self.proc.returncode, stderr or "", t1 - t0, time.perf_counter() - t1
+
+    def log_bytes(self) -> bytes:
+        """What its log holds so far (bytes: the children's spans are byte offsets)."""
+        if self.log_path is None or not os.path.exists(self.log_path):
+            return b""
+        with open(self.log_path, "rb") as f:
+            return f.read()
+
+    def _end(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        """End the process if it still runs (its turn never came, an error, Ctrl-C), close
+        its pipes and remove its files. Closing again does nothing more."""
+        self._end()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                pipe.close()  # a no-op after go()'s communicate
+            except OSError:  # stdin of a process that died: nothing to flush to
+                pass
+        self._tmp.cleanup()
+
+
+def last_line(stderr: str) -> str:
+    """A failed child's last words: the last non-blank line of its stderr."""
+    tail = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    return tail[-1] if tail else "no output"
 
 
 def main(argv=None) -> int:

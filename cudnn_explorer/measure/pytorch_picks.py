@@ -10,9 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import tempfile
-import time
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, List, NamedTuple, Optional, Sequence
 
@@ -24,12 +21,11 @@ from ..core.errors import UserError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, PyTorchPick
-from .prestart import wait_ready
-from .procs import child_env, describe_rc
+from .prestart import StartedChild, last_line
+from .procs import describe_rc
 
 __all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", "pick_of",
            "start_children"]
-PRESTART = "cudnn_explorer.measure.prestart"  # Note [children started ahead]
 CHILD_MODULE = "cudnn_explorer.measure.problem_child"
 PRELOAD = ("torch,cudnn_explorer.measure.tensors,cudnn_explorer.measure.timing,"
            "cudnn_explorer.measure.kernels,cudnn_explorer._C")  # what our child imports
@@ -80,49 +76,39 @@ class _Child:
                  python: Optional[str], child_module: str):
         self.spec, self.timeout_s = spec, options.child_timeout_s
         self.what = f"PyTorch child ({spec.label})"
-        self._tmp = tempfile.TemporaryDirectory(prefix="cudnn_explorer_")
-        tmp = self._tmp.name
-        self.log = os.path.join(tmp, "api.log" if spec.legacy else "frontend.log")
-        spec_path, self.result_path = (os.path.join(tmp, "spec.json"),
-                                       os.path.join(tmp, "result.json"))
-        with open(spec_path, "w") as f:
-            json.dump({"problem": problem.to_dict(), "directions": list(options.directions),
-                       "mode": spec.mode, "benchmark_limit": spec.benchmark_limit,
-                       "device": options.device, "seed": options.seed,
-                       "timing": asdict(options.timing), "check": options.check,
-                       "log_file": None if spec.legacy else self.log}, f)
-        env = child_env(drop=LOG_VARS)
         if spec.legacy:
-            env.update(TORCH_CUDNN_V8_API_DISABLED="1", CUDNN_LOGLEVEL_DBG="3",
-                       CUDNN_LOGDEST_DBG=self.log)
+            def log_env(path):
+                return dict(TORCH_CUDNN_V8_API_DISABLED="1", CUDNN_LOGLEVEL_DBG="3",
+                            CUDNN_LOGDEST_DBG=path)
         else:
-            env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=self.log)
-        self.proc = subprocess.Popen(
-            [python or sys.executable, "-m", PRESTART, "--preload",
-             PRELOAD if child_module == CHILD_MODULE else "", child_module, spec_path,
-             self.result_path], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+            def log_env(path):
+                return dict(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=path)
+        self.child = StartedChild(child_module,
+                                  PRELOAD if child_module == CHILD_MODULE else "", python,
+                                  log_env, "api.log" if spec.legacy else "frontend.log",
+                                  drop=LOG_VARS)
+        self.log, self.proc = self.child.log_path, self.child.proc
+        self._spec = {"problem": problem.to_dict(), "directions": list(options.directions),
+                      "mode": spec.mode, "benchmark_limit": spec.benchmark_limit,
+                      "device": options.device, "seed": options.seed,
+                      "timing": asdict(options.timing), "check": options.check,
+                      "log_file": None if spec.legacy else self.log}
 
     def run(self) -> ProblemChildResult:
         """Let it run; its result with its log_text, or ChildError."""
         what = self.what
-        t0 = time.perf_counter()
-        wait_ready(self.proc)  # the time limit is the mode's own run
-        t1 = time.perf_counter()
-        try:
-            _, stderr = self.proc.communicate("go\n", timeout=self.timeout_s)
+        try:  # the time limit is the mode's own run
+            rc, stderr, waited, ran = self.child.go(self._spec, self.timeout_s)
         except subprocess.TimeoutExpired:
             raise ChildError(f"{what} did not finish within {self.timeout_s:g} s and was "
                              f"killed; raise --child-timeout or use --no-pytorch") from None
-        t2 = time.perf_counter()
-        if self.proc.returncode != 0:
-            tail = [ln for ln in (stderr or "").strip().splitlines() if ln.strip()]
-            raise ChildError(f"{what} failed ({describe_rc(self.proc.returncode)}): "
-                             f"{tail[-1] if tail else 'no output'}")
-        if not os.path.exists(self.result_path):
+        if rc != 0:
+            raise ChildError(f"{what} failed ({describe_rc(rc)}): {last_line(stderr)}")
+        result_path = self.child.result_path
+        if not os.path.exists(result_path):
             raise ChildError(f"{what} exited without writing its result")
         try:
-            with open(self.result_path) as f:
+            with open(result_path) as f:
                 result = ProblemChildResult.read(json.load(f), "result")
         except (ValueError, UserError) as e:
             raise ChildError(f"{what} wrote a malformed result: {e}") from None
@@ -134,20 +120,12 @@ class _Child:
             which = ("cuDNN API log (CUDNN_LOGLEVEL_DBG)" if self.spec.legacy
                      else "cudnn-frontend log (CUDNN_FRONTEND_LOG_INFO)")
             raise ChildError(f"{what} wrote no {which}; cannot tell what PyTorch chose")
-        return replace(result, log_text=text, ready_wait_s=t1 - t0, run_s=t2 - t1)
+        return replace(result, log_text=text, ready_wait_s=waited, run_s=ran)
 
     def close(self) -> None:
         """End the process if it still runs (an error, Ctrl-C), close its pipes and remove
         its files."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                pipe.close()  # a no-op after run()'s communicate
-            except OSError:  # stdin of a process that died: nothing to flush to
-                pass
-        self._tmp.cleanup()
+        self.child.close()
 
 
 def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,

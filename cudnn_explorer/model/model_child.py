@@ -3,7 +3,7 @@
     python -m cudnn_explorer.model.model_child SPEC.json RESULT.json
 
 PyTorch's benchmark cache lives per process, so each mode gets its own (docs/method.md).
-The parent (model/pytorch_run.py) sets cudnn-frontend's log (CUDNN_FRONTEND_LOG_INFO,
+The parent (model/mode_process.py) sets cudnn-frontend's log (CUDNN_FRONTEND_LOG_INFO,
 CUDNN_FRONTEND_LOG_FILE) before this process starts.
 
 SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, in order),
@@ -16,7 +16,7 @@ SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, 
 With ``target_ci``, timed iterations go on in rounds of ``iterations`` until the 95%
 confidence interval of their mean is within +-target_ci of it, or ``max_timed_s`` of
 timing has passed. With ``steady_only`` (the parent's second process, Note [steady
-process] in model/pytorch_run.py) the first iteration is neither probed nor timed, and
+process] in model/mode_process.py) the first iteration is neither probed nor timed, and
 the timed iterations are replays of a CUDA graph of the whole step (_graph_step), one
 round of eager iterations timed beside them. A capture that fails ends the process
 (Note [failed capture]): the size keeps its eager round and says why ("capture_failed"),

@@ -17,10 +17,6 @@ cudnn-frontend's log on. From its result and its log this builds, once:
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -35,265 +31,18 @@ from ..core.pytorch_run import ConvCall, IterationTiming, ModelModeRun, ModelRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import rankable
-from ..measure.prestart import wait_ready
-from ..measure.pytorch_picks import LOG_VARS, PRESTART, ModeRun, ModeSpec, default_modes
+from ..measure.prestart import StartedChild
+from ..measure.pytorch_picks import ModeRun, ModeSpec, default_modes
 from ..measure.pipeline import GpuBench
-from ..measure.procs import child_env, describe_rc
-from . import zoo
+from .mode_process import run_mode, shapes, start_mode
 
 __all__ = ["model_modes", "run_model", "run_key", "StoreCache", "ModelBench", "retime_plans"]
-
-MODEL_CHILD = "cudnn_explorer.model.model_child"
 
 
 def model_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
     """The per-problem modes on the engine API: benchmark at the requested limit, with
     every candidate timed (limit 0), heuristics, deterministic."""
     return [m for m in default_modes(benchmark_limit) if not m.legacy]
-
-
-def _shapes(capture: Capture) -> List[List[int]]:
-    spec = capture.model
-    return [spec.shape_at(s) for s in spec.sizes] if spec.sizes else [list(spec.input_shape)]
-
-
-# Note [model children started ahead]: PyTorch's run of a model takes one fresh process
-# per mode, two with a CUDA graph (Note [steady process]), one after another, and each
-# spent seconds importing torch and the model's library before its first iteration: on
-# the H200, timm's ConvNeXt-atto's four modes took 14.5-27.0 s each, of which their first
-# iterations 3.5-15.9 s. So every process run_model will need is started at once, through
-# measure/prestart.py, as the problem children are (Note [children started ahead]): each
-# imports and waits, touching no GPU, and gets its spec when its turn comes; the mode's
-# time limit counts from then. A process whose turn never comes (an error, Ctrl-C) is
-# ended; a steady process tried once more (Note [failed capture]) starts at its turn.
-class _Started:
-    """A model/model_child.py process started ahead of its turn (Note [model children
-    started ahead]): it imports torch and the model's library, then waits for its spec.
-    ``log``: cudnn-frontend's log on, into a file of its own (``log_path``)."""
-
-    def __init__(self, model, python: Optional[str], log: bool):
-        self._tmp = tempfile.TemporaryDirectory(prefix="cudnn_explorer_model_")
-        tmp = self._tmp.name
-        self.spec_path, self.result_path = (os.path.join(tmp, "spec.json"),
-                                            os.path.join(tmp, "result.json"))
-        self.log_path = os.path.join(tmp, "frontend.log") if log else None
-        env = child_env(drop=LOG_VARS)
-        if log:
-            env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=self.log_path)
-        self.proc = subprocess.Popen(
-            [python or sys.executable, "-m", PRESTART, "--preload", _preload(model),
-             MODEL_CHILD, self.spec_path, self.result_path], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def run(self, spec: dict, timeout_s: float, what: str) -> Tuple[ModelChildResult, str]:
-        """(result, error) of this process on ``spec``: the sizes that finished, also when
-        it failed later. ``timeout_s`` counts from its go, after its imports."""
-        with open(self.spec_path, "w") as f:
-            json.dump(dict(spec, log_file=self.log_path), f)
-        wait_ready(self.proc)
-        error = ""
-        try:
-            _, stderr = self.proc.communicate("go\n", timeout=timeout_s)
-            if self.proc.returncode != 0:
-                tail = [ln for ln in (stderr or "").strip().splitlines() if ln.strip()]
-                error = (f"{what} failed ({describe_rc(self.proc.returncode)}): "
-                         f"{tail[-1] if tail else 'no output'}")
-        except subprocess.TimeoutExpired:
-            self.close(keep_files=True)
-            error = f"{what} did not finish within {timeout_s:g} s and was killed; raise " \
-                    f"--child-timeout"
-        result = ModelChildResult()
-        if os.path.exists(self.result_path):
-            try:
-                with open(self.result_path) as f:
-                    result = ModelChildResult.read(json.load(f), "result")
-            except (ValueError, UserError) as e:
-                error = error or f"{what} wrote a malformed result: {e}"
-        error = error or result.error
-        if not result.sizes and not error:
-            error = f"{what} exited without a result"
-        return result, error
-
-    def log_bytes(self) -> bytes:
-        """What cudnn-frontend's log holds (bytes: the child's spans are byte offsets)."""
-        if self.log_path is None or not os.path.exists(self.log_path):
-            return b""
-        with open(self.log_path, "rb") as f:
-            return f.read()
-
-    def close(self, keep_files: bool = False) -> None:
-        """End the process if it still runs (its turn never came, an error, Ctrl-C), close
-        its pipes and, unless ``keep_files``, remove its files."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                pipe.close()
-            except OSError:  # stdin of a process that died: nothing to flush to
-                pass
-        if not keep_files:
-            self._tmp.cleanup()
-
-
-def _preload(model) -> str:
-    """What a model process imports ahead (measure/prestart.py): torch, what our child
-    imports (not the child itself: runpy would then run a second copy of a module already
-    imported), and the model's library where it is one we know (never the user's own
-    module: its import errors are the child's to report)."""
-    names = ["torch", "cudnn_explorer.model.tracer", "cudnn_explorer.model.zoo",
-             "cudnn_explorer.core.child_records", "cudnn_explorer.measure.procs"]
-    if model.name.startswith(zoo.TIMM):
-        names.append("timm")
-    elif model.name and not model.factory:
-        names.append("torchvision")
-    return ",".join(names)
-
-
-def _child(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
-           warmup: int, timeout_s: float, python: Optional[str],
-           target_ci: Optional[float], device: int, graph: bool,
-           say: Callable[[str], None] = lambda m: None,
-           ahead: Optional[Tuple["_Started", Optional["_Started"]]] = None
-           ) -> Tuple[ModelChildResult, bytes, str]:
-    """(result, log text, error) of one mode's child; the result holds every shape that
-    finished even when the child failed later (error then says why). With ``graph``,
-    Note [steady process]: the steady iterations are timed by a second fresh process of
-    the same mode (model/model_child.py's "steady_only"), which runs no probe: on the H200 a
-    CUDA-graph capture after the probed first iteration failed for each model tried (a
-    3-layer net, ResNet-18, ResNet-50), and the same steps captured in processes without
-    it. Its results replace the first child's one round of eager steps; where it fails,
-    that round stays, with the reason."""
-    spec = {"model": capture.model.to_dict(), "shapes": _shapes(capture), "mode": mode.mode,
-            "benchmark_limit": mode.benchmark_limit, "tf32": capture.tf32, "device": device,
-            "seed": options.seed, "iterations": iterations, "warmup": warmup,
-            "target_ci": None if graph else target_ci, "max_timed_s": 60.0}
-    pinned = mode.mode == "pinned"
-    if pinned:  # (the job checked the file's environment against this one)
-        spec.update(plans=mode.plans, pinned_benchmark=mode.benchmark, allow_environment=True)
-    first, steady = ahead or _start(capture, mode, python, graph)
-    try:
-        return _run_mode(first, steady, spec, capture, mode, timeout_s, python, target_ci,
-                         graph, say)
-    finally:
-        first.close()
-        if steady is not None:
-            steady.close()
-
-
-def _run_mode(first: "_Started", steady: Optional["_Started"], spec: dict, capture: Capture,
-              mode: ModeSpec, timeout_s: float, python: Optional[str],
-              target_ci: Optional[float], graph: bool, say: Callable[[str], None]
-              ) -> Tuple[ModelChildResult, bytes, str]:
-    """_child's work on its processes: the first one's run, then the steady one's."""
-    pinned = mode.mode == "pinned"
-    what = f"PyTorch's run of the model ({mode.label})"
-    result, error = first.run(spec, timeout_s, what)
-    text = first.log_bytes()
-    first.close()
-    if result.sizes and not text.strip() and not pinned:
-        error = error or (f"{what} wrote no cudnn-frontend log "
-                          f"(CUDNN_FRONTEND_LOG_INFO); cannot tell what PyTorch chose")
-    if graph and result.sizes:
-        say(f"PyTorch's run of the model: {mode.label}: steady steps as a CUDA graph, in a "
-            f"process of their own")
-        timed, why = _steady(dict(spec, target_ci=target_ci, steady_only=True),
-                             [s.input_shape for s in result.sizes], timeout_s, python,
-                             f"the steady timing's own process ({mode.label})", say,
-                             capture.model, steady)
-        # each size's steady iterations are the steady process's where it timed them
-        result = replace(result, sizes=[_steady_of(s, timed.get(tuple(s.input_shape)), why)
-                                        for s in result.sizes])
-    return result, text, error
-
-
-def _start(capture: Capture, mode: ModeSpec, python: Optional[str], graph: bool
-           ) -> Tuple[_Started, Optional[_Started]]:
-    """``mode``'s processes, started now: the first one and, with ``graph``, its steady
-    timing's own (Note [steady process]). Note [pinned runs without the log]:
-    cudnn-frontend's log writes at every execution of a graph's plan, the pinned op's path,
-    and slowed the pinned mode's eager steps alone (ResNet-50 on the H200: 35.5 against
-    23.8 ms per eager step). The op's own record says what ran, so the pinned mode runs
-    without it; a steady process never needs it."""
-    first = _Started(capture.model, python, log=mode.mode != "pinned")
-    try:
-        return first, _Started(capture.model, python, log=False) if graph else None
-    except BaseException:
-        first.close()
-        raise
-
-
-def _steady_of(size: SizeResult, t: Optional[SizeResult], why: str) -> SizeResult:
-    """``size`` of the first process with the steady iterations of the steady process's
-    ``t`` (None: it timed none, ``why``; the first process's eager round stays)."""
-    if t is None:
-        return replace(size, steady_note=f"{why}; one round of eager steps from the first "
-                                         f"process instead")
-    return replace(size, steady_ms=t.steady_ms, steady_method=t.steady_method,
-                   steady_note=t.steady_note, steady_eager_ms=t.steady_eager_ms)
-
-
-def _steady(spec: dict, shapes: List[List[int]], timeout_s: float, python: Optional[str],
-            what: str, say: Callable[[str], None], model=None,
-            ahead: Optional[_Started] = None) -> Tuple[Dict[tuple, SizeResult], str]:
-    """Per shape, its steady timing from steady processes (model/model_child.py's
-    "steady_only"), and why the shapes missing from it are missing. Note [failed capture]:
-    a failed capture ends its process; the next one begins at that size and captures it
-    once more (on the H200 a size whose capture failed after others in one process was
-    captured in a process of its own), timing it eagerly if that fails too; the sizes
-    after it go on there. At most two processes per size."""
-    timed: Dict[tuple, SizeResult] = {}
-    first_failure: Dict[tuple, str] = {}
-    todo, why = list(shapes), ""
-    while todo:
-        try:
-            steady, why = _run_child(
-                dict(spec, shapes=todo, retried=[list(k) for k in first_failure]),
-                model, timeout_s, python, what, ahead)
-        finally:  # a later try (Note [failed capture]) starts a process of its own
-            if ahead is not None:
-                ahead.close()
-                ahead = None
-        done = steady.sizes
-        for t in done:
-            key = tuple(t.input_shape)
-            if t.capture_failed is not None:
-                first_failure[key] = t.capture_failed
-                say(f"{what}: {t.capture_failed} at input {'x'.join(map(str, key))}; "
-                    f"captured once more in a fresh process")
-                continue
-            if key in first_failure:
-                t = replace(t, steady_note=_after_failure(first_failure[key], t))
-            timed[key] = t
-        last = done[-1] if done else None
-        if last is None or why and last.capture_failed is None:
-            break  # the process failed: the rest keep the first process's round, with why
-        todo = todo[todo.index(list(last.input_shape)) + (last.capture_failed is None):]
-    return timed, why
-
-
-def _after_failure(first: str, t: SizeResult) -> str:
-    """The note of a size whose first capture failed (Note [failed capture]), from its
-    second try's result ``t``."""
-    again = "in a fresh process that began at this size"
-    if t.steady_method == "graph":
-        return f"{first}; captured {again}"
-    second = t.steady_note
-    if not second or second == first:
-        return f"{first}, and again {again}; timed eagerly"
-    return f"{first}, and again {again} ({second}); timed eagerly"
-
-
-def _run_child(spec: dict, model, timeout_s: float, python: Optional[str], what: str,
-               ahead: Optional[_Started] = None) -> Tuple[ModelChildResult, str]:
-    """(result, error) of one model/model_child.py process without cudnn-frontend's log on
-    ``spec`` (``ahead``: one started before, else one started now): the sizes that
-    finished, also when it failed later."""
-    child = ahead or _Started(model, python, log=False)
-    try:
-        return child.run(spec, timeout_s, what)
-    finally:
-        child.close()
 
 
 def _search(log: bytes, span, direction: str) -> Optional[logs.FrontendSearch]:
@@ -402,9 +151,9 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     index = {u.problem: i for i, u in enumerate(capture.problems)}
     runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}
     done: List[ModelModeRun] = []
-    timeout_s = options.child_timeout_s * len(_shapes(capture))
+    timeout_s = options.child_timeout_s * len(shapes(capture))
     if target_ci is not None:
-        timeout_s += 60.0 * len(_shapes(capture))
+        timeout_s += 60.0 * len(shapes(capture))
     todo = []
     for k, mode in enumerate(modes or model_modes(options.benchmark_limit)):
         if share is None or k in share:
@@ -412,11 +161,11 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
             todo.append((k, mode, key, _stored(cache.lookup(key) if cache is not None
                                                else None, say)))
     # Note [model children started ahead]
-    ahead: Dict[int, Tuple[_Started, Optional[_Started]]] = {}
+    ahead: Dict[int, Tuple[StartedChild, Optional[StartedChild]]] = {}
     try:
         for k, mode, _, hit in todo:
             if hit is None:
-                ahead[k] = _start(capture, mode, python, graph)
+                ahead[k] = start_mode(capture, mode, python, graph)
         for k, mode, key, hit in todo:
             per = _run_mode_of(capture, options, mode, key, hit, ahead.get(k), done,
                                iterations, warmup, timeout_s, python, target_ci, device,
@@ -454,7 +203,7 @@ def _run_mode_of(capture: Capture, options: ExploreOptions, mode: ModeSpec, key:
         return per
     say(f"PyTorch's run of the model: {mode.label}")
     t0 = time.perf_counter()
-    result, log, error = _child(capture, mode, options, iterations, warmup, timeout_s, python,
+    result, log, error = run_mode(capture, mode, options, iterations, warmup, timeout_s, python,
                                 target_ci, options.device if device is None else device,
                                 graph, say, ahead)
     sizes = [_size_run(s, index, log) for s in result.sizes]

@@ -183,7 +183,7 @@ class ForwardTracker:
     H200, a small net's later CUDA-graph capture failed in the model's child after a first
     iteration tracked by it, and succeeded after one without. Global forward hooks alone,
     removed on exit, leave nothing behind (the graph is timed in a process of its own
-    anyway: Note [steady process] in model/pytorch_run.py)."""
+    anyway: Note [steady process] in model/mode_process.py)."""
 
     def __init__(self, model):
         self._names = {id(m): name for name, m in model.named_modules() if name}

@@ -1,0 +1,225 @@
+"""One mode of PyTorch's own run of a model (model/pytorch_run.py) in its fresh processes
+(model/model_child.py): the first one, which runs the probed first iteration with
+cudnn-frontend's log on, and, with a CUDA graph, the steady timing's own (Note [steady
+process]), once more from a size whose capture failed (Note [failed capture]). Every
+process is started ahead of its turn (Note [model children started ahead])."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import replace
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..core.capture import Capture
+from ..core.child_records import ModelChildResult, SizeResult
+from ..core.errors import UserError
+from ..core.options import ExploreOptions
+from ..measure.prestart import StartedChild, last_line
+from ..measure.procs import describe_rc
+from ..measure.pytorch_picks import LOG_VARS, ModeSpec
+from . import zoo
+
+__all__ = ["MODEL_CHILD", "shapes", "preload", "start_mode", "run_mode", "steady", "steady_of",
+           "after_failure", "run_child"]
+
+MODEL_CHILD = "cudnn_explorer.model.model_child"
+
+
+def shapes(capture: Capture) -> List[List[int]]:
+    """The input shapes (per sample) the capture's model runs at, in order."""
+    spec = capture.model
+    return [spec.shape_at(s) for s in spec.sizes] if spec.sizes else [list(spec.input_shape)]
+
+
+# Note [model children started ahead]: PyTorch's run of a model takes one fresh process
+# per mode, two with a CUDA graph (Note [steady process]), one after another, and each
+# spent seconds importing torch and the model's library before its first iteration: on
+# the H200, timm's ConvNeXt-atto's four modes took 14.5-27.0 s each, of which their first
+# iterations 3.5-15.9 s. So every process run_model will need is started at once, through
+# measure/prestart.py, as the problem children are (Note [children started ahead]): each
+# imports and waits, touching no GPU, and gets its spec when its turn comes; the mode's
+# time limit counts from then. A process whose turn never comes (an error, Ctrl-C) is
+# ended; a steady process tried once more (Note [failed capture]) starts at its turn.
+def preload(model) -> str:
+    """What a model process imports ahead (measure/prestart.py): torch, what our child
+    imports (not the child itself: runpy would then run a second copy of a module already
+    imported), and the model's library where it is one we know (never the user's own
+    module: its import errors are the child's to report)."""
+    names = ["torch", "cudnn_explorer.model.tracer", "cudnn_explorer.model.zoo",
+             "cudnn_explorer.core.child_records", "cudnn_explorer.measure.procs"]
+    if model.name.startswith(zoo.TIMM):
+        names.append("timm")
+    elif model.name and not model.factory:
+        names.append("torchvision")
+    return ",".join(names)
+
+
+def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
+             warmup: int, timeout_s: float, python: Optional[str],
+             target_ci: Optional[float], device: int, graph: bool,
+             say: Callable[[str], None] = lambda m: None,
+             ahead: Optional[Tuple[StartedChild, Optional[StartedChild]]] = None
+             ) -> Tuple[ModelChildResult, bytes, str]:
+    """(result, log text, error) of one mode's child (``ahead``: its processes, from
+    start_mode; default: started now); the result holds every shape that finished even
+    when the child failed later (error then says why). With ``graph``, Note [steady
+    process]: the steady iterations are timed by a second fresh process of the same mode
+    (model/model_child.py's "steady_only"), which runs no probe: on the H200 a CUDA-graph
+    capture after the probed first iteration failed for each model tried (a 3-layer net,
+    ResNet-18, ResNet-50), and the same steps captured in processes without it. Its
+    results replace the first child's one round of eager steps; where it fails, that round
+    stays, with the reason."""
+    spec = {"model": capture.model.to_dict(), "shapes": shapes(capture), "mode": mode.mode,
+            "benchmark_limit": mode.benchmark_limit, "tf32": capture.tf32, "device": device,
+            "seed": options.seed, "iterations": iterations, "warmup": warmup,
+            "target_ci": None if graph else target_ci, "max_timed_s": 60.0}
+    pinned = mode.mode == "pinned"
+    if pinned:  # (the job checked the file's environment against this one)
+        spec.update(plans=mode.plans, pinned_benchmark=mode.benchmark, allow_environment=True)
+    what = f"PyTorch's run of the model ({mode.label})"
+    first, second = ahead or start_mode(capture, mode, python, graph)
+    try:
+        result, error = _result(first, spec, timeout_s, what)
+        text = first.log_bytes()
+        first.close()  # its files go before the steady process runs
+        if result.sizes and not text.strip() and not pinned:
+            error = error or (f"{what} wrote no cudnn-frontend log "
+                              f"(CUDNN_FRONTEND_LOG_INFO); cannot tell what PyTorch chose")
+        if graph and result.sizes:
+            say(f"PyTorch's run of the model: {mode.label}: steady steps as a CUDA graph, in "
+                f"a process of their own")
+            timed, why = steady(dict(spec, target_ci=target_ci, steady_only=True),
+                                [s.input_shape for s in result.sizes], timeout_s, python,
+                                f"the steady timing's own process ({mode.label})", say,
+                                capture.model, second)
+            # each size's steady iterations are the steady process's where it timed them
+            result = replace(result, sizes=[steady_of(s, timed.get(tuple(s.input_shape)), why)
+                                            for s in result.sizes])
+        return result, text, error
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
+def start_mode(capture: Capture, mode: ModeSpec, python: Optional[str], graph: bool
+               ) -> Tuple[StartedChild, Optional[StartedChild]]:
+    """``mode``'s processes, started now: the first one and, with ``graph``, its steady
+    timing's own (Note [steady process]). Note [pinned runs without the log]:
+    cudnn-frontend's log writes at every execution of a graph's plan, the pinned op's path,
+    and slowed the pinned mode's eager steps alone (ResNet-50 on the H200: 35.5 against
+    23.8 ms per eager step). The op's own record says what ran, so the pinned mode runs
+    without it; a steady process never needs it."""
+    first = _started(capture.model, python, log=mode.mode != "pinned")
+    try:
+        return first, _started(capture.model, python, log=False) if graph else None
+    except BaseException:
+        first.close()
+        raise
+
+
+def steady_of(size: SizeResult, t: Optional[SizeResult], why: str) -> SizeResult:
+    """``size`` of the first process with the steady iterations of the steady process's
+    ``t`` (None: it timed none, ``why``; the first process's eager round stays)."""
+    if t is None:
+        return replace(size, steady_note=f"{why}; one round of eager steps from the first "
+                                         f"process instead")
+    return replace(size, steady_ms=t.steady_ms, steady_method=t.steady_method,
+                   steady_note=t.steady_note, steady_eager_ms=t.steady_eager_ms)
+
+
+def steady(spec: dict, sizes: List[List[int]], timeout_s: float, python: Optional[str],
+           what: str, say: Callable[[str], None], model=None,
+           ahead: Optional[StartedChild] = None) -> Tuple[Dict[tuple, SizeResult], str]:
+    """Per shape, its steady timing from steady processes (model/model_child.py's
+    "steady_only"), and why the shapes missing from it are missing. Note [failed capture]:
+    a failed capture ends its process; the next one begins at that size and captures it
+    once more (on the H200 a size whose capture failed after others in one process was
+    captured in a process of its own), timing it eagerly if that fails too; the sizes
+    after it go on there. At most two processes per size."""
+    timed: Dict[tuple, SizeResult] = {}
+    first_failure: Dict[tuple, str] = {}
+    todo, why = list(sizes), ""
+    while todo:
+        try:
+            steady, why = run_child(
+                dict(spec, shapes=todo, retried=[list(k) for k in first_failure]),
+                model, timeout_s, python, what, ahead)
+        finally:  # a later try (Note [failed capture]) starts a process of its own
+            if ahead is not None:
+                ahead.close()
+                ahead = None
+        done = steady.sizes
+        for t in done:
+            key = tuple(t.input_shape)
+            if t.capture_failed is not None:
+                first_failure[key] = t.capture_failed
+                say(f"{what}: {t.capture_failed} at input {'x'.join(map(str, key))}; "
+                    f"captured once more in a fresh process")
+                continue
+            if key in first_failure:
+                t = replace(t, steady_note=after_failure(first_failure[key], t))
+            timed[key] = t
+        last = done[-1] if done else None
+        if last is None or why and last.capture_failed is None:
+            break  # the process failed: the rest keep the first process's round, with why
+        todo = todo[todo.index(list(last.input_shape)) + (last.capture_failed is None):]
+    return timed, why
+
+
+def after_failure(first: str, t: SizeResult) -> str:
+    """The note of a size whose first capture failed (Note [failed capture]), from its
+    second try's result ``t``."""
+    again = "in a fresh process that began at this size"
+    if t.steady_method == "graph":
+        return f"{first}; captured {again}"
+    second = t.steady_note
+    if not second or second == first:
+        return f"{first}, and again {again}; timed eagerly"
+    return f"{first}, and again {again} ({second}); timed eagerly"
+
+
+def run_child(spec: dict, model, timeout_s: float, python: Optional[str], what: str,
+               ahead: Optional[StartedChild] = None) -> Tuple[ModelChildResult, str]:
+    """(result, error) of one model/model_child.py process without cudnn-frontend's log on
+    ``spec`` (``ahead``: one started before, else one started now): the sizes that
+    finished, also when it failed later."""
+    child = ahead or _started(model, python, log=False)
+    try:
+        return _result(child, spec, timeout_s, what)
+    finally:
+        child.close()
+
+
+def _started(model, python: Optional[str], log: bool) -> StartedChild:
+    """A model process started now; ``log``: cudnn-frontend's log on, into its own file."""
+    return StartedChild(MODEL_CHILD, preload(model), python,
+                        (lambda path: dict(CUDNN_FRONTEND_LOG_INFO="1",
+                                           CUDNN_FRONTEND_LOG_FILE=path)) if log else None,
+                        "frontend.log", drop=LOG_VARS)
+
+
+def _result(child: StartedChild, spec: dict, timeout_s: float, what: str
+            ) -> Tuple[ModelChildResult, str]:
+    """(result, error) of ``child`` run on ``spec``: the sizes that finished, also when
+    it failed later. ``timeout_s`` counts from its go, after its imports."""
+    error = ""
+    try:
+        rc, stderr, _, _ = child.go(dict(spec, log_file=child.log_path), timeout_s)
+        if rc != 0:
+            error = f"{what} failed ({describe_rc(rc)}): {last_line(stderr)}"
+    except subprocess.TimeoutExpired:
+        error = f"{what} did not finish within {timeout_s:g} s and was killed; raise " \
+                f"--child-timeout"
+    result = ModelChildResult()
+    if os.path.exists(child.result_path):
+        try:
+            with open(child.result_path) as f:
+                result = ModelChildResult.read(json.load(f), "result")
+        except (ValueError, UserError) as e:
+            error = error or f"{what} wrote a malformed result: {e}"
+    error = error or result.error
+    if not result.sizes and not error:
+        error = f"{what} exited without a result"
+    return result, error
