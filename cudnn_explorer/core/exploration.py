@@ -108,8 +108,8 @@ class Exploration:
     measurement: Measurement = field(default_factory=Measurement)
     complete: bool = True  # False: interrupted, ``directions`` are those that finished
     # wall time (s): PyTorch's fresh processes (every mode), the whole exploration (its
-    # setup included: torch imported, CUDA started, the environment read, the processes
-    # started ahead), and that setup
+    # setup included: the processes started ahead, torch imported and CUDA started where
+    # not yet, the environment read), and that setup
     pytorch_wall_s: Optional[float] = None
     wall_s: Optional[float] = None
     pytorch_children: List[ChildWall] = field(default_factory=list)  # each mode's process

@@ -156,9 +156,10 @@ class ExploreOptions:
 
 # How a profile sets the options. quick (the default): a staged search of the legacy rows
 # and the engine configs (Note [staged search]); thorough: every row and config re-timed
-# with the full budget and checked. A model sweep's quick re-times with 25 ms budgets and explores only the engine
-# configs PyTorch's heuristics and fallbacks list, each in full: its staged search (of
-# those few configs per direction) has not been compared with the full one on a GPU yet.
+# with the full budget and checked. A model sweep's quick re-times with 25 ms budgets and
+# explores only the engine configs PyTorch's heuristics and fallbacks list, each in full:
+# its staged search (of those few configs per direction) has not been compared with the
+# full one on a GPU yet (scripts/bench_search.py --model-profile does).
 # Its thorough keeps every other option as given (each engine's knob space sampled, 100
 # ms budgets).
 PROFILES = {"quick": dict(staged=True), "thorough": dict(staged=False)}

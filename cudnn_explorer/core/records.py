@@ -21,10 +21,22 @@ from .schema import Record, Signed, shown
 from .stats import timing_stats
 
 __all__ = ["AlgoResult", "WorkspaceEntry", "DirectionResult", "Timing", "PyTorchPick",
-           "EngineConfig", "EngineSpace", "MIB", "SUCCESS", "rankable", "find_row_note"]
+           "EngineConfig", "EngineSpace", "MIB", "SUCCESS", "rankable", "find_row_note",
+           "verdict"]
 
 MIB = 1024 * 1024
 SUCCESS = "CUDNN_STATUS_SUCCESS"
+
+
+def verdict(checked) -> Optional[bool]:
+    """Whether an output checked against the float64 reference is correct: True/False, or
+    None if not checked. ``checked``: anything with ``output_finite``, ``max_error`` and
+    ``tolerance`` (a record below, or measure.tensors.Check)."""
+    if checked.output_finite is False:
+        return False
+    if checked.max_error is None or checked.tolerance is None:
+        return None
+    return checked.max_error <= checked.tolerance  # NaN compares False: never correct
 
 
 class _Checked:
@@ -34,11 +46,7 @@ class _Checked:
     @property
     def correct(self) -> Optional[bool]:
         """True/False once checked against the reference; None if not checked."""
-        if self.output_finite is False:
-            return False
-        if self.max_error is None or self.tolerance is None:
-            return None
-        return self.max_error <= self.tolerance  # NaN compares False: never correct
+        return verdict(self)
 
 
 class _Staged:

@@ -14,7 +14,7 @@ from ..core import analysis
 from ..core.errors import ResourceError
 from ..core.options import ExploreOptions, TimingSpec
 from ..core.problem import ConvProblem
-from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note
+from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note, verdict
 from ..core.staging import ROUNDS, Timed, cutoff_ms, round_timing, survivors
 from . import native
 from .kernels import distinct, kernel_names
@@ -244,7 +244,7 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
 
 def _wrong(c: Optional[Check]) -> bool:
     """A row's check found it WRONG (not finite, or beyond its bound)."""
-    return c is not None and (c.output_finite is False or not c.max_error <= c.tolerance)
+    return c is not None and verdict(c) is False
 
 
 def unique_rows(found):

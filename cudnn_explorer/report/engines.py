@@ -123,33 +123,24 @@ def engines_table(d: DirectionResult) -> str:
                                       "heuristic rank", "note"]))
 
 
-def _entries(d: DirectionResult) -> List[Tuple[str, str, Optional[float], Optional[float],
-                                               Optional[Timing]]]:
-    """(who, what, median ms, eager ms, timing) of the best legacy algorithm, the best
-    engine config PyTorch's rules allow, and PyTorch's benchmark pick at the requested
-    limit."""
+def _entries(d: DirectionResult) -> List[Tuple[str, str, Optional[Timing]]]:
+    """(who, what, timing) of the best legacy algorithm, the best engine config PyTorch's
+    rules allow, and PyTorch's benchmark pick at the requested limit."""
     out = []
     legacy, pt_legacy = best_legacy(d)
     if pt_legacy is not legacy:
-        t = pt_legacy.timing
         out.append(("best legacy, PyTorch's math",
-                    short_algo(pt_legacy.algo_name, pt_legacy.math_type),
-                    t.median_ms if t else None, eager_ms(t), t))
+                    short_algo(pt_legacy.algo_name, pt_legacy.math_type), pt_legacy.timing))
     if legacy is not None:
-        t = legacy.timing
         who = "best legacy algorithm" if pt_legacy is legacy else "best legacy, any math"
-        out.append((who, short_algo(legacy.algo_name, legacy.math_type),
-                    t.median_ms if t else None, eager_ms(t), t))
+        out.append((who, short_algo(legacy.algo_name, legacy.math_type), legacy.timing))
     best = d.engines.best(allowed_only=True) if d.engines is not None else None
     if best is not None:
         cut = " (budget cut)" if d.engines.budget_exhausted else ""
-        out.append(("best engine config" + cut, short_tag(best.tag), best.time,
-                    eager_ms(best.timing), best.timing))
+        out.append(("best engine config" + cut, short_tag(best.tag), best.timing))
     bench = d.pytorch_pick("benchmark", api=None)
     if bench is not None:
-        t = d.pick_timing(bench)
-        out.append(("PyTorch's benchmark pick", short_choice(bench),
-                    t.median_ms if t else None, eager_ms(t), t))
+        out.append(("PyTorch's benchmark pick", short_choice(bench), d.pick_timing(bench)))
     return out
 
 
@@ -164,8 +155,8 @@ def vs_fastest(t: Optional[float], fastest: Optional[float], all_within: bool) -
 def summary_methods(exp: Exploration) -> set:
     """The timing methods of the summary's own rows (summary_table), which may be fewer
     than those of every row: a candidate cut in round 1 is never among them."""
-    return {e[4].method for d in exp.directions if d.engines is not None
-            for e in _entries(d) if e[4] is not None}
+    return {t.method for d in exp.directions if d.engines is not None
+            for _, _, t in _entries(d) if t is not None}
 
 
 def summary_table(exp: Exploration) -> str:
@@ -177,12 +168,13 @@ def summary_table(exp: Exploration) -> str:
         if d.engines is None:
             continue
         entries = _entries(d)
-        times = [e[2] for e in entries if e[2] is not None]
+        times = [t.median_ms for _, _, t in entries if t is not None]
         fastest = min(times) if times else None
         within = bool(times) and len(times) > 1 and max(times) <= fastest * (1 + TIE)
-        for i, (who, what, med, eager, _) in enumerate(entries):
-            rows.append([d.direction if i == 0 else "", who, what, fmt_ms(med), fmt_ms(eager),
-                         vs_fastest(med, fastest, within)])
+        for i, (who, what, t) in enumerate(entries):
+            med = t.median_ms if t is not None else None
+            rows.append([d.direction if i == 0 else "", who, what, fmt_ms(med),
+                         fmt_ms(eager_ms(t)), vs_fastest(med, fastest, within)])
     if not rows:
         return ""
     return table(rows, headers=["direction", "who", "what ran", "median (ms)",
