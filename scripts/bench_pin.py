@@ -36,10 +36,18 @@ MODES = {"off": "heuristic", "on": "benchmark", "pinned": "pinned"}
 
 def spec_key(spec) -> dict:
     """What a kept process's result depends on: its spec with the plan file's path
-    replaced by a digest of the file (each call writes the file to a fresh place)."""
+    replaced by a digest of what the file holds but the time it was written (each call
+    writes the file anew, to a fresh place, from the same sweep)."""
     with open(spec["plans"], "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    return dict(spec, plans=digest)
+        raw = f.read()
+    try:
+        doc = json.loads(raw)
+    except ValueError:  # not JSON: the bytes themselves
+        doc = None
+    if isinstance(doc, dict):
+        doc.pop("created", None)
+        raw = json.dumps(doc, sort_keys=True).encode()
+    return dict(spec, plans=hashlib.sha256(raw).hexdigest())
 
 
 def kept_result(keep, name, spec):

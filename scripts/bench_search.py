@@ -15,11 +15,16 @@ The misses are printed.
 
 Usage: python scripts/bench_search.py [--problems NAME,...] [--model resnet50 [--batch 32
            --amp fp16 --channels-last] [--limit N]] [--budget-ms 100] [--model-profile]
-           [--keep DIR] [--json PATH]
+           [--no-pytorch] [--keep DIR] [--json PATH]
 
 --model-profile: the two searches compared are a model sweep's quick profile as it is
 (only the engine configs PyTorch's heuristics and fallbacks list, every one timed in full)
 and the same configs staged: whether a model sweep can stage its search too.
+
+--no-pytorch: PyTorch's children are not run (five fresh processes per problem and
+profile, about 10 s each time on the H200). Their picks are then neither finalists of
+the staged search nor compared, so the hit rate is a lower bound of what a search with
+them gets (a model sweep's picks come from its own run of the model, and are finalists).
 
 --keep DIR: each problem's result is kept in DIR/NAME.json as it finishes, and a problem
 found there is not measured again, so the benchmark can be spread over several calls of
@@ -123,6 +128,8 @@ def main() -> int:
                          "PyTorch's heuristics and fallbacks list, each timed in full with "
                          "its 25 ms budgets) with the same configs staged, instead of the "
                          "problem's thorough and quick profiles (--budget-ms unused)")
+    ap.add_argument("--no-pytorch", action="store_true",
+                    help="run no PyTorch children (no picks: the hit rate is a lower bound)")
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep each problem's result there; skip the problems kept")
     ap.add_argument("--json", default=None)
@@ -148,13 +155,16 @@ def main() -> int:
     else:
         full = ExploreOptions.create(budget_ms=a.budget_ms).profiled("thorough")
         staged = full.profiled("quick")
+    if a.no_pytorch:
+        full, staged = full.updated(pytorch=False), staged.updated(pytorch=False)
     rows, wall, walls = [], {"full": 0.0, "staged": 0.0}, {}
     if a.keep:
         os.makedirs(a.keep, exist_ok=True)
     try:
         for name, p in problems:
             # the two comparisons keep their results apart
-            stem = name.replace("/", "_") + (".model-profile" if a.model_profile else "")
+            stem = name.replace("/", "_") + (".model-profile" if a.model_profile else "") \
+                + (".no-pytorch" if a.no_pytorch else "")
             kept = os.path.join(a.keep, stem + ".json") if a.keep else None
             if kept and os.path.exists(kept):
                 with open(kept) as f:
@@ -175,9 +185,10 @@ def main() -> int:
     hits = sum(r["hit"] for r in scored)
     picks = [r for r in rows if "pick_ratio" in r]
     pick_ok = sum(abs(r["pick_ratio"] - 1) <= 0.03 for r in picks)
-    out = {"compared": "the model sweep's quick profile, unstaged (full) and staged"
-                       if a.model_profile else "the thorough profile (full) and the quick one "
-                                               "(staged)",
+    out = {"compared": ("the model sweep's quick profile, unstaged (full) and staged"
+                        if a.model_profile else "the thorough profile (full) and the quick one "
+                                                "(staged)")
+                       + (", without PyTorch's children (no picks)" if a.no_pytorch else ""),
            "problems": [n for n, _ in problems], "wall_s": wall, "problem_wall_s": walls,
            "rows": rows,
            "hits": hits, "scored": len(scored), "pick_within_3pct": pick_ok,

@@ -47,6 +47,9 @@ def test_a_kept_process_is_read_back_only_for_its_own_spec(bench, monkeypatch, t
     # the same spec and file, the file elsewhere (each call writes it anew): read back
     moved = tmp_path / "b.plans.json"
     moved.write_text(plans.read_text())
+    # ... and written at another time from the same sweep: the same plans
+    plans.write_text('{"entries": [], "created": "2026-12-01T10:00:00+00:00"}')
+    moved.write_text('{"created": "2026-12-02T11:00:00+00:00", "entries": []}')
     again, wall, _ = bench.child(dict(spec, plans=str(moved)), tmp, "pinned-first", 60,
                                  keep=keep)
     assert wall is None and runs == ["pinned"] and again.sizes[0].first_ms == 10.0

@@ -90,3 +90,23 @@ def test_the_model_profile_compares_a_model_sweeps_search_with_itself_staged(
     run(mod, monkeypatch, tmp_path, "--problems", "default", "--keep", str(keep))
     assert sorted(os.listdir(keep)) == ["default.json", "default.model-profile.json"]
     assert measured == ["default", "default"]
+
+
+def test_no_pytorch_runs_no_children_and_is_kept_apart(bench, monkeypatch, tmp_path):
+    mod, measured = bench
+    seen = []
+    real = mod.measure_problem
+
+    def measure_problem(name, p, full, staged):
+        seen.append((full, staged))
+        return real(name, p, full, staged)
+
+    monkeypatch.setattr(mod, "measure_problem", measure_problem)
+    keep = tmp_path / "keep"
+    got = run(mod, monkeypatch, tmp_path, "--problems", "default", "--model-profile",
+              "--no-pytorch", "--keep", str(keep))
+    ((full, staged),) = seen
+    assert (full.pytorch, staged.pytorch) == (False, False)
+    assert staged == full.updated(staged=True)  # the same search but staged
+    assert got["compared"].endswith("without PyTorch's children (no picks)")
+    assert os.listdir(keep) == ["default.model-profile.no-pytorch.json"]
