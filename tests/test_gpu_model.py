@@ -118,3 +118,41 @@ def test_advise_goes_on_after_a_failed_capture(tmp_path):
     assert "from the first process instead" not in r.stdout, r.stdout[-3000:]
     assert "and again in a fresh process that began at this size" in r.stdout, r.stdout
     assert "== verdict for 100 iterations: " in r.stdout
+
+
+def test_a_sweeps_plans_pin_model_and_advise_and_an_uncovered_size_is_counted(tmp_path):
+    """The workflow on the GPU: a sweep at two input sizes, its plan file, then model and
+    advise with --plans. Every call at a covered size runs the file's plans; at a size the
+    file does not cover (32), advise counts the calls that ran PyTorch's own."""
+    import json
+    import re
+
+    (tmp_path / "tinynets.py").write_text(FACTORY)
+    env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    sweep, plans, store = tmp_path / "sweep.json", tmp_path / "p.plans.json", tmp_path / "s.db"
+    spec = ["--model", "tinynets:tiny", "--batch", "4", "--sizes", "16,24"]
+    quick = ["--budget-ms", "5", "--engine-configs", "1", "--engine-budget-s", "10",
+             "--store", str(store), "--quiet"]
+    r = run_cli("model", *spec, *quick, "--json", str(sweep), env=env, timeout=400)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("plans", "write", str(sweep), "-o", str(plans))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(plans.read_text())
+    # per size: conv1's fwd and bwd-filter (its input needs no gradient), and conv2's and
+    # conv3's one problem in all three directions
+    assert len(doc["entries"]) == 10 and doc["skipped"] == [], doc["skipped"]
+    r = run_cli("model", *spec, *quick, "--plans", str(plans), env=env, timeout=400)
+    assert r.returncode == 0, r.stderr
+    got = re.search(r"(\d+) of (\d+) convolution calls of the first iteration ran the plan "
+                    r"file's plans, 0 PyTorch's own", r.stdout)
+    assert got and got[1] == got[2], r.stdout[-3000:]
+    r = run_cli("advise", "--model", "tinynets:tiny", "--batch", "4", "--sizes", "16,24,32",
+                "--plans", str(plans), "--iterations", "500", "--target-ci", "5",
+                "--no-store", "--quiet", env=env, timeout=500)
+    assert r.returncode == 0, r.stderr + r.stdout[-3000:]
+    assert "== verdict for 500 iterations: " in r.stdout
+    assert "pinned to the plan file, per input size" in r.stdout, r.stdout
+    uncovered = re.search(r"pinned, size 32: (\d+) of (\d+) convolution calls of the first "
+                          r"iteration not pinned", r.stdout)
+    assert uncovered and uncovered[1] == uncovered[2], r.stdout[-3000:]
+    assert "pinned, size 16" not in r.stdout and "pinned, size 24" not in r.stdout
