@@ -25,8 +25,8 @@ struct TimingOptions {
                                   // with flush_l2); Note [eager wall time] in timing.cpp
   int min_samples = 5;
   int max_samples = 2000;
-  // > 0: Note [cut launches] in timing.cpp: a launch slower than this (ms) ends the timing
-  // after two warm launches (method "cut").
+  // > 0: Note [cut launches] in timing.cpp: when the first launch and the next, warm one
+  // are both slower than this (ms), the timing ends there (method "cut").
   double cutoff_ms = 0.0;
   bool kernels = false;  // read the names of the kernels launched (Note [kernels from a graph])
   bool warmed = false;   // the caller launched once already: no first warm-up launch here
