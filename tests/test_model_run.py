@@ -351,6 +351,17 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         assert {c.problem for c in second.calls} == {2, 3}
         assert first.steady is not None and len(first.steady.samples_ms) == 3
         assert first.steady.method == "eager" and not first.steady.note
+        # where its wall time went: the wait for its imports, the child's own phases, the
+        # parent's read of its log; together no more than the whole
+        assert list(m.phases_s) == [mode_process.WAITED, "setup", "first iterations",
+                                    "steady iterations", pytorch_run.LOG_READ], m.phases_s
+        assert all(v >= 0 for v in m.phases_s.values())
+        assert sum(m.phases_s.values()) <= m.wall_s + 1e-3
+        assert m.phases_s["first iterations"] > 0 and m.phases_s["setup"] > 0
+    text = render_model_run(run, cap)
+    phases = next(x for x in text.splitlines() if x.startswith("- each mode's wall time (s): "))
+    assert f"{run.modes[0].label} {run.modes[0].wall_s:.1f} (waited for its imports " in phases
+    assert ModelRun.from_dict(run.to_dict()).modes[0].phases_s == run.modes[0].phases_s
     assert all(r.result is None and "wrote no cudnn-frontend log" in r.error
                for rs in per.values() for r in rs)
     # a graph asked for: none on the CPU, so eager, saying why; no eager round beside it
@@ -363,6 +374,8 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         assert t.method == "eager" and len(t.samples_ms) == 3 and t.eager_ms == []
         assert t.note == "no CUDA graphs on the CPU; timed eagerly"
     assert [len(s.calls) for s in m.sizes] == [5, 5]  # the first process's probe
+    assert list(m.phases_s)[-2:] == [mode_process.STEADY_PROCESS, pytorch_run.LOG_READ]
+    assert sum(m.phases_s.values()) <= m.wall_s + 1e-3
     # the steady process failing: the first process's eager round stays, saying why
     real = mode_process.run_child
 
@@ -397,8 +410,6 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
     assert first.steady.note == "no CUDA graphs on the CPU; timed eagerly"
     assert second.steady.note == ("out of GPU memory at input 3x12x12: try a smaller --batch; "
                                   "one round of eager steps from the first process instead")
-    from cudnn_explorer.report.model import render_model_run
-
     text = render_model_run(run, cap)
     assert "no CUDA graphs on the CPU; timed eagerly" in text and " g " not in text
     key = pytorch_run.run_key

@@ -154,11 +154,12 @@ class SizeResult(Record):
 class ModelChildResult(_Versioned):
     """PyTorch's own run of a model in one mode: every input size that finished, and
     ``error`` (why it stopped, "" when it did not); in the pinned mode, what pinning did
-    (``pin_report``)."""
+    (``pin_report``); ``phases_s``, where its run went (model/model_child.py's PHASES)."""
 
     SCHEMA = MODEL_CHILD_SCHEMA
     sizes: List[SizeResult] = field(default_factory=list)
     pin_report: Optional[PinReport] = None
+    phases_s: Dict[str, float] = field(default_factory=dict)
     settings: Dict[str, object] = field(default_factory=dict)
     error: str = ""
     torch: str = ""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from . import stats
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from .analysis import NOISY_SPREAD
 from .pinning import PinCounts
@@ -131,6 +131,9 @@ class ModelModeRun(Record):
     sizes: List[SizeRun] = field(default_factory=list)
     wall_s: Optional[float] = None   # the child process, start to end
     stored: str = ""                 # when answered from the results store: measured then
+    # where wall_s went (s): the first process's phases (model/mode_process.py), then
+    # "the log read" (the parent's reading of cudnn-frontend's log into PyTorch's picks)
+    phases_s: Dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -20,10 +21,13 @@ from ..measure.procs import describe_rc
 from ..measure.pytorch_picks import LOG_VARS, ModeSpec
 from . import zoo
 
-__all__ = ["MODEL_CHILD", "shapes", "preload", "start_mode", "run_mode", "steady", "steady_of",
+__all__ = ["MODEL_CHILD", "WAITED", "STEADY_PROCESS", "shapes", "preload", "start_mode", "run_mode", "steady", "steady_of",
            "after_failure", "run_child"]
 
 MODEL_CHILD = "cudnn_explorer.model.model_child"
+# A mode's phases_s beside its first process's own (model/model_child.py's PHASES): the
+# seconds it was still importing when its turn came, and the steady process's whole run.
+WAITED, STEADY_PROCESS = "waited for its imports", "the steady process"
 
 
 def shapes(capture: Capture) -> List[List[int]]:
@@ -81,6 +85,7 @@ def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iteratio
     first, second = ahead or start_mode(capture, mode, python, graph)
     try:
         result, error = _result(first, spec, timeout_s, what)
+        phases = dict(result.phases_s)
         text = first.log_bytes()
         first.close()  # its files go before the steady process runs
         if result.sizes and not text.strip() and not pinned:
@@ -89,6 +94,7 @@ def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iteratio
         if graph and result.sizes:
             say(f"PyTorch's run of the model: {mode.label}: steady steps as a CUDA graph, in "
                 f"a process of their own")
+            t0 = time.perf_counter()
             timed, why = steady(dict(spec, target_ci=target_ci, steady_only=True),
                                 [s.input_shape for s in result.sizes], timeout_s, python,
                                 f"the steady timing's own process ({mode.label})", say,
@@ -96,7 +102,8 @@ def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iteratio
             # each size's steady iterations are the steady process's where it timed them
             result = replace(result, sizes=[steady_of(s, timed.get(tuple(s.input_shape)), why)
                                             for s in result.sizes])
-        return result, text, error
+            phases[STEADY_PROCESS] = round(time.perf_counter() - t0, 3)
+        return replace(result, phases_s=phases), text, error
     finally:
         first.close()
         if second is not None:
@@ -203,10 +210,11 @@ def _started(model, python: Optional[str], log: bool) -> StartedChild:
 def _result(child: StartedChild, spec: dict, timeout_s: float, what: str
             ) -> Tuple[ModelChildResult, str]:
     """(result, error) of ``child`` run on ``spec``: the sizes that finished, also when
-    it failed later. ``timeout_s`` counts from its go, after its imports."""
-    error = ""
+    it failed later, its phases_s led by the seconds waited for its imports (WAITED).
+    ``timeout_s`` counts from its go, after its imports."""
+    error, waited = "", None
     try:
-        rc, stderr, _, _ = child.go(dict(spec, log_file=child.log_path), timeout_s)
+        rc, stderr, waited, _ = child.go(dict(spec, log_file=child.log_path), timeout_s)
         if rc != 0:
             error = f"{what} failed ({describe_rc(rc)}): {last_line(stderr)}"
     except subprocess.TimeoutExpired:
@@ -222,4 +230,6 @@ def _result(child: StartedChild, spec: dict, timeout_s: float, what: str
     error = error or result.error
     if not result.sizes and not error:
         error = f"{what} exited without a result"
+    if waited is not None:
+        result = replace(result, phases_s={WAITED: round(waited, 3), **result.phases_s})
     return result, error

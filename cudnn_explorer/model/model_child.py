@@ -41,7 +41,8 @@ RESULT: a ModelChildResult (core/child_records.py), built from {"torch", "cudnn"
 "log_span"}], "steady_ms": [...], "warmup", "steady_method" ("eager" or "graph"),
 "steady_note", "steady_eager_ms" (with a graph: eager iterations beside it),
 "steady_peak_alloc", "steady_peak_reserved" (of eager steady iterations),
-"capture_failed" (why)}]}; with ``steady_only``, no first-iteration keys.
+"capture_failed" (why)}], "phases_s": {PHASES' name: s}}; with ``steady_only``, no
+first-iteration keys.
 The result is rewritten after every shape, so a child that dies keeps what finished.
 """
 from __future__ import annotations
@@ -59,6 +60,28 @@ from ..measure.procs import log_size, read_spec, write_result
 from . import zoo
 from .tracer import (ForwardTracker, backward_directions, conv_args, explored,
                       forward_direction, iteration, layer_name)
+
+
+# Where a model process's run goes (s), summed over its sizes: "setup" (the model built and
+# moved to the device, cuDNN loaded, the model pinned), "first iterations" (each size's
+# input made and its first iteration, probed or not), "steady iterations" (the warm-up and
+# timed eager ones), "CUDA graphs" (a steady process's captures and replays).
+PHASES = ("setup", "first iterations", "steady iterations", "CUDA graphs")
+
+
+class _Phases:
+    """The seconds of each of PHASES so far, into ``out["phases_s"]``."""
+
+    def __init__(self, out: dict):
+        self.out, self.t = out, time.perf_counter()
+        out["phases_s"] = {}
+
+    def end(self, phase: str) -> None:
+        """The time since the last end (or the start) is ``phase``'s."""
+        now = time.perf_counter()
+        d = self.out["phases_s"]
+        d[phase] = round(d.get(phase, 0.0) + now - self.t, 3)
+        self.t = now
 
 
 class _HostEvent:
@@ -274,6 +297,8 @@ def run(spec: dict, write) -> dict:
     import torch
 
     device_index = int(spec.get("device", 0))
+    out: dict = {}
+    phases = _Phases(out)
     if device_index < 0:  # on the CPU: the flow without a GPU (tests)
         cuda, device = _NoGpu(), "cpu"
     else:
@@ -291,12 +316,12 @@ def run(spec: dict, write) -> dict:
         torch.backends.cudnn.benchmark_limit = int(spec["benchmark_limit"])
     torch.backends.cudnn.allow_tf32 = bool(spec.get("tf32", True))
     mspec = ModelSpec.from_dict(spec["model"])
-    out = {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-           "settings": {"benchmark": torch.backends.cudnn.benchmark,
-                        "deterministic": torch.backends.cudnn.deterministic,
-                        "benchmark_limit": torch.backends.cudnn.benchmark_limit,
-                        "allow_tf32": torch.backends.cudnn.allow_tf32},
-           "error": "", "sizes": []}
+    out.update({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+                "settings": {"benchmark": torch.backends.cudnn.benchmark,
+                             "deterministic": torch.backends.cudnn.deterministic,
+                             "benchmark_limit": torch.backends.cudnn.benchmark_limit,
+                             "allow_tf32": torch.backends.cudnn.allow_tf32},
+                "error": "", "sizes": []})
     torch.manual_seed(int(spec.get("seed", 0)) % 2**63)
     model, _ = zoo.build(replace(mspec, sizes=[]), device)
     model.train(mspec.train)
@@ -310,6 +335,7 @@ def run(spec: dict, write) -> dict:
         out["pin_report"] = pin(model, spec["plans"],
                                 allow_environment=bool(spec.get("allow_environment"))).to_dict()
         pin_counts(reset=True)
+    phases.end("setup")
     seen: set = set()
     log = spec.get("log_file")
     iterations, warmup = int(spec.get("iterations", 20)), int(spec.get("warmup", 5))
@@ -335,6 +361,7 @@ def run(spec: dict, write) -> dict:
                                    _Probe(cuda, log, torch.backends.cudnn.allow_tf32, seen)))
             if counts:
                 size["pinned_first"] = counts(reset=True).to_dict()
+            phases.end("first iterations")
 
             def step():
                 model.zero_grad(set_to_none=True)
@@ -356,6 +383,7 @@ def run(spec: dict, write) -> dict:
             size.update(warmup=warmup, steady_peak_alloc=cuda.max_memory_allocated(),
                         steady_peak_reserved=cuda.max_memory_reserved(),
                         steady_ms=eager, steady_method="eager")
+            phases.end("steady iterations")
             if steady_only:
                 replay, note = (None, "no CUDA graphs on the CPU; timed eagerly") \
                     if device_index < 0 else _graph_step(torch, model, inputs, one, device)
@@ -370,6 +398,7 @@ def run(spec: dict, write) -> dict:
                     size.update(capture_failed=note)
                 stop = replay is None and device_index >= 0
                 replay = None  # the graph and its memory pool go before the next size
+                phases.end("CUDA graphs")
         except torch.OutOfMemoryError:
             out["error"] = (f"out of GPU memory at input {'x'.join(map(str, shape))}: try a "
                             f"smaller --batch")

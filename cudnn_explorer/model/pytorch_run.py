@@ -37,6 +37,7 @@ from ..measure.pipeline import GpuBench
 from .mode_process import run_mode, shapes, start_mode
 
 __all__ = ["model_modes", "run_model", "run_key", "StoreCache", "ModelBench", "retime_plans"]
+LOG_READ = "the log read"  # a mode's phase: its cudnn-frontend log read into PyTorch's picks
 
 
 def model_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
@@ -206,16 +207,19 @@ def _run_mode_of(capture: Capture, options: ExploreOptions, mode: ModeSpec, key:
     result, log, error = run_mode(capture, mode, options, iterations, warmup, timeout_s, python,
                                 target_ci, options.device if device is None else device,
                                 graph, say, ahead)
+    t1 = time.perf_counter()
     sizes = [_size_run(s, index, log) for s in result.sizes]
-    limit = result.settings.get("benchmark_limit", mode.benchmark_limit)
-    done.append(ModelModeRun(label=mode.label, mode=mode.mode,
-                             benchmark_limit=limit if mode.mode == "benchmark" else None,
-                             error=error, sizes=sizes,
-                             wall_s=round(time.perf_counter() - t0, 3)))
     # without a log nothing says what PyTorch chose; a later failure keeps the rest
     per = _per_problem(result, index, log) if log.strip() else {}
     if mode.mode == "pinned":  # not PyTorch's choice: no problem's pick
         per = {}
+    t2 = time.perf_counter()
+    limit = result.settings.get("benchmark_limit", mode.benchmark_limit)
+    done.append(ModelModeRun(label=mode.label, mode=mode.mode,
+                             benchmark_limit=limit if mode.mode == "benchmark" else None,
+                             error=error, sizes=sizes, wall_s=round(t2 - t0, 3),
+                             phases_s=dict(result.phases_s,
+                                           **{LOG_READ: round(t2 - t1, 3)})))
     if cache is not None and done[-1].ok and not error:
         cache.save(key, mode.label, done[-1].to_dict(),
                    {str(i): r.to_dict() for i, r in per.items()})

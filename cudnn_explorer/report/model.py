@@ -311,6 +311,7 @@ def render_model_run(run: ModelRun, cap: Capture) -> str:
                                           "1st alloc", "1st resv", "steady ms", "IQR",
                                           "alloc", "resv"]))
     lines += _steady_methods(run)
+    lines += _phase_lines(run)
     for e in errors:
         lines += wrap(e, "- no result: ")
     stored = [f"{m.label} (measured {m.stored})" for m in run.modes if m.stored]
@@ -360,6 +361,20 @@ def render_model_run(run: ModelRun, cap: Capture) -> str:
         lines += wrap(f"first iteration at each new input size with {bench.label}, in "
                       f"order: " + "; ".join(costs), "- ")
     return "\n".join(lines) + "\n"
+
+
+def _phase_lines(run: ModelRun) -> List[str]:
+    """Where each mode's wall time went (s), the rest being what no phase holds (the
+    process's start and its ending, the files between it and the parent)."""
+    parts = []
+    for m in run.modes:
+        if m.wall_s is None or not m.phases_s or m.stored:
+            continue
+        rest = m.wall_s - sum(m.phases_s.values())
+        parts.append(f"{m.label} {m.wall_s:.1f} ("
+                     + ", ".join(f"{k} {v:.1f}" for k, v in m.phases_s.items())
+                     + f", the rest {rest:.1f})")
+    return wrap("each mode's wall time (s): " + "; ".join(parts), "- ") if parts else []
 
 
 def _pinned_run_lines(run: ModelRun, cap: Capture) -> List[str]:
