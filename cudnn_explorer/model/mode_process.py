@@ -21,8 +21,8 @@ from ..measure.procs import describe_rc
 from ..measure.pytorch_picks import LOG_VARS, ModeSpec
 from . import zoo
 
-__all__ = ["MODEL_CHILD", "WAITED", "STEADY_PROCESS", "shapes", "preload", "start_mode", "run_mode", "steady", "steady_of",
-           "after_failure", "run_child"]
+__all__ = ["MODEL_CHILD", "WAITED", "STEADY_PROCESS", "shapes", "preload", "start_mode",
+           "run_mode", "steady", "steady_of", "after_failure", "run_child"]
 
 MODEL_CHILD = "cudnn_explorer.model.model_child"
 # A mode's phases_s beside its first process's own (model/model_child.py's PHASES): the
