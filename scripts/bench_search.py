@@ -59,12 +59,14 @@ PROBLEMS = {
 }
 
 
-def retimed(problem, direction, tags, options):
-    """{tag: median ms} of ``tags`` timed again together in one engine worker."""
+def retimed(problem, direction, tags, options, worker=None):
+    """{tag: median ms} of ``tags`` timed again together, and only they, in one engine
+    worker (``worker``: one kept for every re-timing; default a new one)."""
     from cudnn_explorer.measure.engine_worker import explore_isolated
 
     one = options.updated(directions=(direction,), engine_sampling=False, staged=False)
-    space = explore_isolated(problem, direction, one, preferred_tags=list(tags))
+    space = explore_isolated(problem, direction, one, preferred_tags=list(tags),
+                             worker=worker, only_preferred=True)
     out = {}
     for t in tags:
         c = space.config(t)
@@ -73,9 +75,10 @@ def retimed(problem, direction, tags, options):
     return out
 
 
-def measure_problem(name, p, full, staged) -> dict:
+def measure_problem(name, p, full, staged, worker=None) -> dict:
     """One problem explored by both profiles, then their best configs and PyTorch's pick
-    timed again side by side: {"wall_s": {profile: s}, "rows": [per direction]}."""
+    timed again side by side (in ``worker``, see retimed): {"wall_s": {profile: s},
+    "rows": [per direction]}."""
     import cudnn_explorer as ce
 
     exps, walls, rows = {}, {}, []
@@ -98,7 +101,7 @@ def measure_problem(name, p, full, staged) -> dict:
                          "no best config in one of the searches"})
             continue
         tags = [bf.tag, bs.tag] + ([pick.engine_tag] if pick and pick.engine_tag else [])
-        again = retimed(p, d.direction, sorted(set(tags)), full)
+        again = retimed(p, d.direction, sorted(set(tags)), full, worker)
         row = {"problem": name, "direction": d.direction, "full_best": bf.tag,
                "staged_best": bs.tag, "full_ms": again.get(bf.tag),
                "staged_ms": again.get(bs.tag)}
@@ -160,6 +163,11 @@ def main() -> int:
     rows, wall, walls = [], {"full": 0.0, "staged": 0.0}, {}
     if a.keep:
         os.makedirs(a.keep, exist_ok=True)
+    worker = None
+    if problems:  # one engine worker re-times every direction's choices (a start: seconds)
+        from cudnn_explorer.measure.engine_worker import EngineWorker
+
+        worker = EngineWorker()
     try:
         for name, p in problems:
             # the two comparisons keep their results apart
@@ -171,7 +179,7 @@ def main() -> int:
                     one = json.load(f)
                 print(f"{name}: kept in {kept}", flush=True)
             else:
-                one = measure_problem(name, p, full, staged)
+                one = measure_problem(name, p, full, staged, worker)
                 if kept:
                     write_atomic(kept, json.dumps(one, indent=1) + "\n")
             rows += one["rows"]
@@ -181,6 +189,9 @@ def main() -> int:
     except KeyboardInterrupt:
         print(f"interrupted: the totals of the {len(walls)} problems that finished",
               flush=True)
+    finally:
+        if worker is not None:
+            worker.close()
     scored = [r for r in rows if "hit" in r]
     hits = sum(r["hit"] for r in scored)
     picks = [r for r in rows if "pick_ratio" in r]

@@ -18,7 +18,7 @@ def bench(monkeypatch):
     spec.loader.exec_module(mod)
     measured = []
 
-    def measure_problem(name, p, full, staged):
+    def measure_problem(name, p, full, staged, worker=None):
         if name == "fp32-no-tf32" and os.environ.get("BENCH_INTERRUPT"):
             raise KeyboardInterrupt
         measured.append(name)
@@ -71,9 +71,9 @@ def test_the_model_profile_compares_a_model_sweeps_search_with_itself_staged(
     seen = []
     real = mod.measure_problem
 
-    def measure_problem(name, p, full, staged):
+    def measure_problem(name, p, full, staged, worker=None):
         seen.append((full, staged))
-        return real(name, p, full, staged)
+        return real(name, p, full, staged, worker)
 
     monkeypatch.setattr(mod, "measure_problem", measure_problem)
     keep = tmp_path / "keep"
@@ -97,9 +97,9 @@ def test_no_pytorch_runs_no_children_and_is_kept_apart(bench, monkeypatch, tmp_p
     seen = []
     real = mod.measure_problem
 
-    def measure_problem(name, p, full, staged):
+    def measure_problem(name, p, full, staged, worker=None):
         seen.append((full, staged))
-        return real(name, p, full, staged)
+        return real(name, p, full, staged, worker)
 
     monkeypatch.setattr(mod, "measure_problem", measure_problem)
     keep = tmp_path / "keep"

@@ -272,3 +272,20 @@ def test_a_config_that_hangs_in_a_later_round_is_recorded_and_the_rest_staged(tm
     assert by_tag["ConvFwd_eng0_k2=3"].left_round == 2
     assert sp.best().tag == "ConvFwd_eng0_k2=2"  # the fastest that did not hang
     assert [r["round"] for r in sp.rounds] == [1, 2, "final"]
+
+
+def test_only_the_preferred_configs_reach_the_worker_when_asked(fake_worker):
+    """explore_isolated(only_preferred=True) through a real worker process: the given
+    plans are timed, and neither the heuristics' config nor the sampling's."""
+    opts = ExploreOptions.create(engine_sampling=False)
+    with engine_worker.EngineWorker("fake_engine_worker") as w:
+        sp = engine_worker.explore_isolated(
+            ConvProblem.create("1,8,8,8", out_channels=8), "fwd", opts,
+            preferred_tags=["ConvFwd_eng0", "ConvFwd_eng1_k2=0"], worker=w,
+            only_preferred=True)
+        assert sorted(c.tag for c in sp.configs) == ["ConvFwd_eng0", "ConvFwd_eng1_k2=0"]
+        assert all(c.status == "OK" for c in sp.configs)
+        sp = engine_worker.explore_isolated(  # the default: the heuristics' one too
+            ConvProblem.create("1,8,8,8", out_channels=8), "fwd", opts,
+            preferred_tags=["ConvFwd_eng0"], worker=w)
+        assert sorted(c.tag for c in sp.configs) == ["ConvFwd_eng0", "ConvFwd_eng1_k2=2"]

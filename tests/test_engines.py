@@ -207,3 +207,25 @@ def test_legacy_configs_are_searched_before_the_knob_space_is_sampled(monkeypatc
     assert order[0] == "eng1_k2=0"
     assert all(not n.startswith("eng0") for n in order[:found]), order
     assert sp.legacy_map == {f"{legacy.algo_name} ({legacy.math_type})": ["ConvFwd_eng1_k2=3"]}
+
+
+def test_a_retiming_of_given_plans_times_those_plans_and_no_listed_config():
+    """only_preferred (bench_search's re-timing of two searches' choices): the preferred
+    tags are built and timed, and the configs cuDNN's heuristics list are not."""
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import engines as eng
+    from fakes import FakeOut, FakeSearch, exploration
+
+    def built(only):
+        seen = []
+        sp = eng.explore_engines(exploration().problem, "fwd", None,
+                                 {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
+                                 time_budget_s=None, timing=TimingSpec(budget_ms=1.0),
+                                 kernels=False, preferred_tags=["ConvFwd_eng0"],
+                                 sample=False, search=FakeSearch(seen), only_preferred=only)
+        return [c.tag for c in sp.configs], {name for name, *_ in seen}
+
+    tags, timed = built(True)
+    assert tags == ["ConvFwd_eng0"] and timed == {"eng0"}
+    tags, timed = built(False)  # the default: the heuristics' eng1_k2=1 too
+    assert tags == ["ConvFwd_eng0", "ConvFwd_eng1_k2=1"] and timed == {"eng0", "eng1_k2=1"}

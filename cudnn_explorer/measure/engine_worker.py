@@ -126,7 +126,8 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
                      start_timeout_s: float = 300.0,
                      progress: Optional[Callable[[str], None]] = None,
                      worker: Optional[EngineWorker] = None,
-                     finalist_tags: Optional[Sequence[str]] = None) -> EngineSpace:
+                     finalist_tags: Optional[Sequence[str]] = None,
+                     only_preferred: bool = False) -> EngineSpace:
     """Explore one direction's engine configs in worker processes (see the module doc),
     timed and checked as ``options`` say (options.timing unchanged), at most
     ``options.engine_configs`` valid configs per engine within ``options.engine_budget_s``.
@@ -134,11 +135,13 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
     new one, ended on return). Raises ChildError when a worker fails outside any config
     (e.g. it cannot start, or makes no progress within ``start_timeout_s``).
     ``options.staged``: a staged search, ``finalist_tags`` in its final round (default:
-    every preferred tag; measure/engines.py)."""
+    every preferred tag; measure/engines.py). ``only_preferred`` (without
+    ``options.engine_sampling``): only the preferred tags, a re-timing of given plans."""
     if worker is None:
         with EngineWorker() as own:
             return explore_isolated(problem, direction, options, legacy_rows, preferred_tags,
-                                    start_timeout_s, progress, own, finalist_tags)
+                                    start_timeout_s, progress, own, finalist_tags,
+                                    only_preferred)
     say = progress or (lambda m: None)
     time_budget_s = options.engine_budget_s
     config_timeout_s = options.engine_config_timeout_s
@@ -154,6 +157,7 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
                 "max_per_engine": options.engine_configs, "time_budget_s": left,
                 "sample": options.engine_sampling, "staged": options.staged,
                 "finalist_tags": None if finalist_tags is None else list(finalist_tags),
+                "only_preferred": only_preferred,
                 "timing": asdict(options.timing), "check": options.check, "prior": prior}
         space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
                                     worker)
@@ -273,7 +277,7 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
         preferred_tags=spec.get("preferred_tags", []), sample=sample,
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
         search=search, staged=bool(spec.get("staged", False)),
-        finalist_tags=spec.get("finalist_tags"))
+        finalist_tags=spec.get("finalist_tags"), only_preferred=bool(spec.get("only_preferred")))
     return space
 
 

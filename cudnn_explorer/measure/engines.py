@@ -85,7 +85,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                     prior: Optional[dict] = None,
                     on_event: Optional[Callable[[dict], None]] = None,
                     search=None, staged: bool = False,
-                    finalist_tags: Optional[Sequence[str]] = None) -> EngineSpace:
+                    finalist_tags: Optional[Sequence[str]] = None,
+                    only_preferred: bool = False) -> EngineSpace:
     """In this process: enumerate every engine of one direction, build, time and check up to
     ``max_per_engine`` valid knob configs per engine (trying at most ATTEMPTS_PER_CONFIG
     times as many candidates, see candidate_configs), time each as ``timing`` says (the
@@ -95,7 +96,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     configs cuDNN's heuristics list, for every engine, so that a time budget cuts the
     sampling rather than the configs that matter most. ``sample`` False stops after
     those listed configs: no sampling of the knob space, no search for the config of a
-    legacy algorithm.
+    legacy algorithm. ``only_preferred`` (a re-timing of given plans, with ``sample``
+    False) stops after the preferred tags.
 
     A config can hang or crash the process on the GPU, so callers normally run this in a
     worker process (measure/engine_worker.py): ``on_event``
@@ -239,7 +241,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         if t.engine < count and t.knobs in queues[t.engine] and t.knobs not in done[t.engine] \
                 and not over_budget():
             attempt(t.engine, t.knobs)
-    for e in range(count):
+    for e in () if only_preferred else range(count):
         for ch in [c for c in queues[e] if c in wanted[e] and c not in done[e]]:
             if over_budget():
                 break
