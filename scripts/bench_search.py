@@ -5,9 +5,9 @@ TF32, float16, bfloat16, depthwise and 3-D; with --model, every problem of that 
 capture too), every direction is explored twice in this process, without the results
 store: the thorough profile (the full search), then the quick one (staged). Their wall
 times are summed per profile, each problem's with its breakdown (PyTorch's children,
-legacy rows, engine configs per direction). Then
-the best config of each and PyTorch's benchmark pick are timed again side by side, in one
-engine worker per direction (the model command's way of re-timing given plans), and:
+legacy rows, engine configs per direction). Then the best config of each and PyTorch's
+benchmark pick are timed again side by side, those alone (explore_isolated's
+only_preferred), in one engine worker kept for the whole run, and:
 - hit: the staged best is within 2% of the full search's best (goal: 95% of the
   problem-directions);
 - PyTorch's pick: the staged search's median of it is within 3% of the full search's.

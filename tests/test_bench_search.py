@@ -33,6 +33,19 @@ def bench(monkeypatch):
     return mod, measured
 
 
+def options_seen(mod, monkeypatch):
+    """The (full, staged) options each measured problem is given, as a list filled in."""
+    seen = []
+    real = mod.measure_problem
+
+    def measure_problem(name, p, full, staged, worker=None):
+        seen.append((full, staged))
+        return real(name, p, full, staged, worker)
+
+    monkeypatch.setattr(mod, "measure_problem", measure_problem)
+    return seen
+
+
 def run(mod, monkeypatch, tmp_path, *args):
     out = tmp_path / "out.json"
     monkeypatch.setattr(sys, "argv", ["bench_search.py", *args, "--json", str(out)])
@@ -68,14 +81,7 @@ def test_an_interrupt_keeps_the_totals_of_what_finished(bench, monkeypatch, tmp_
 def test_the_model_profile_compares_a_model_sweeps_search_with_itself_staged(
         bench, monkeypatch, tmp_path):
     mod, measured = bench
-    seen = []
-    real = mod.measure_problem
-
-    def measure_problem(name, p, full, staged, worker=None):
-        seen.append((full, staged))
-        return real(name, p, full, staged, worker)
-
-    monkeypatch.setattr(mod, "measure_problem", measure_problem)
+    seen = options_seen(mod, monkeypatch)
     keep = tmp_path / "keep"
     got = run(mod, monkeypatch, tmp_path, "--problems", "default", "--model-profile",
               "--keep", str(keep))
@@ -94,14 +100,7 @@ def test_the_model_profile_compares_a_model_sweeps_search_with_itself_staged(
 
 def test_no_pytorch_runs_no_children_and_is_kept_apart(bench, monkeypatch, tmp_path):
     mod, measured = bench
-    seen = []
-    real = mod.measure_problem
-
-    def measure_problem(name, p, full, staged, worker=None):
-        seen.append((full, staged))
-        return real(name, p, full, staged, worker)
-
-    monkeypatch.setattr(mod, "measure_problem", measure_problem)
+    seen = options_seen(mod, monkeypatch)
     keep = tmp_path / "keep"
     got = run(mod, monkeypatch, tmp_path, "--problems", "default", "--model-profile",
               "--no-pytorch", "--keep", str(keep))
