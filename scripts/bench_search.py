@@ -17,9 +17,9 @@ Usage: python scripts/bench_search.py [--problems NAME,...] [--model resnet50 [-
            --amp fp16 --channels-last] [--limit N]] [--budget-ms 100] [--model-profile]
            [--no-pytorch] [--keep DIR] [--json PATH]
 
---model-profile: the two searches compared are a model sweep's quick profile as it is
-(only the engine configs PyTorch's heuristics and fallbacks list, every one timed in full)
-and the same configs staged: whether a model sweep can stage its search too.
+--model-profile: the two searches compared are a model sweep's quick profile (only the
+engine configs PyTorch's heuristics and fallbacks list, staged) and the same configs each
+timed in full: whether staging a model sweep's search loses its best configs.
 
 --no-pytorch: PyTorch's children are not run (five fresh processes per problem and
 profile, about 10 s each time on the H200). Their picks are then neither finalists of
@@ -153,8 +153,8 @@ def main() -> int:
         for i, u in enumerate(cap.problems[:a.limit]):
             problems.append((f"{a.model}#{i + 1}", u.problem))
     if a.model_profile:  # what a model sweep's quick profile runs, then the same staged
-        full = ExploreOptions.create().profiled("quick", model=True)
-        staged = full.updated(staged=True)
+        staged = ExploreOptions.create().profiled("quick", model=True)
+        full = staged.updated(staged=False)
     else:
         full = ExploreOptions.create(budget_ms=a.budget_ms).profiled("thorough")
         staged = full.profiled("quick")

@@ -123,13 +123,33 @@ def test_advise_assembles_the_advice_from_the_runs(tmp_path, monkeypatch):
 
     saved = Advice.from_json(gzip.decompress(open(os.path.join(
         FIX, "advice_r50_b16_dist80_h200.json.gz"), "rb").read()))
-    seen = {}
+    seen, order = {}, []
 
-    def run_model(cap, options, iterations, progress, modes, target_ci, cache, graph):
+    class Starts:  # the modes' processes, started before the capture
+        def __init__(self, spec, options, plans, graph, modes):
+            order.append(("started", [m.label for m in modes], plans, graph))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            order.append("closed")
+
+        def close(self):
+            order.append("closed")
+
+    def run_model(cap, options, iterations, progress, modes, target_ci, cache, graph,
+                  started):
+        assert isinstance(started, Starts)
         seen.update(modes=[m.label for m in modes], target_ci=target_ci, graph=graph)
         return saved.pytorch_run, {}
 
-    monkeypatch.setattr(job, "capture", lambda spec, device, notify: saved.capture)
+    def capture(spec, device, notify):
+        order.append("capture")
+        return saved.capture
+
+    monkeypatch.setattr(job, "mode_starts", Starts)
+    monkeypatch.setattr(job, "capture", capture)
     monkeypatch.setattr(pipeline, "environment", lambda device=0: saved.environment)
     monkeypatch.setattr(pytorch_run, "run_model", run_model)
     adv = ce.advise(saved.capture.model, iterations=saved.iterations,
@@ -138,6 +158,8 @@ def test_advise_assembles_the_advice_from_the_runs(tmp_path, monkeypatch):
     assert adv.sizes == saved.sizes and adv.iterations == saved.iterations
     assert seen == {"modes": ["benchmark", "heuristics (benchmark off)", "deterministic"],
                     "target_ci": 0.01, "graph": True}
+    assert order[:2] == [("started", seen["modes"], False, True), "capture"]
+    assert order[2:] and set(order[2:]) == {"closed"}
     strip = lambda t: t.split("\n", 3)[3]  # noqa: E731  (the header names the date)
     assert strip(render_advice(adv)) == strip(render_advice(saved))
     for kw, match in [(dict(iterations=0), "iterations 0: valid"),
@@ -145,6 +167,48 @@ def test_advise_assembles_the_advice_from_the_runs(tmp_path, monkeypatch):
                       (dict(target_ci=2.0), "target_ci 2.0: valid")]:
         with pytest.raises(UserError, match=match):
             ce.advise("resnet50", **kw)
+
+
+def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
+    """Note [model children started ahead]: PyTorch's mode processes (and the pinned
+    mode's, with a plan file) start before the model is captured, go to the sweep, and
+    are closed when it returns or fails; a fake bench (no PyTorch run) starts none."""
+    from cudnn_explorer.jobs import sweep as job
+
+    order = []
+
+    class Starts:
+        def __init__(self, spec, options, plans):
+            order.append(("started", spec.name, plans))
+
+        def close(self):
+            order.append("closed")
+
+    def capture(spec, device, notify):
+        order.append("capture")
+        return "the capture"
+
+    def swept(cap, *args):
+        order.append(("swept", cap, isinstance(args[-1], Starts)))
+        if cap == "fail":
+            raise KeyboardInterrupt
+        return "the sweep"
+
+    monkeypatch.setattr(job, "mode_starts", Starts)
+    monkeypatch.setattr(job, "capture", capture)
+    monkeypatch.setattr(job, "_swept", swept)
+    assert job.sweep_model("resnet18", batch=2) == "the sweep"
+    assert order == [("started", "resnet18", False), "capture",
+                     ("swept", "the capture", True), "closed"]
+    order.clear()
+    monkeypatch.setattr(job, "capture", lambda spec, device, notify: "fail")
+    with pytest.raises(KeyboardInterrupt):
+        job.sweep_model("resnet18", batch=2)
+    assert order == [("started", "resnet18", False), ("swept", "fail", True), "closed"]
+    order.clear()
+    monkeypatch.setattr(job, "capture", capture)
+    job.sweep_model("resnet18", batch=2, bench=object())
+    assert order == ["capture", ("swept", "the capture", False)]
 
 
 def test_the_atomic_writer_keeps_the_users_umask(tmp_path):

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from cudnn_explorer.core.options import ExploreOptions
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -86,10 +88,11 @@ def test_the_model_profile_compares_a_model_sweeps_search_with_itself_staged(
     got = run(mod, monkeypatch, tmp_path, "--problems", "default", "--model-profile",
               "--keep", str(keep))
     ((full, staged),) = seen
-    # the model sweep's quick profile: listed configs only, 25 ms budgets, unstaged; then
-    # the very same options staged
-    assert (full.staged, full.engine_sampling, full.budget_ms) == (False, False, 25.0)
-    assert staged == full.updated(staged=True)
+    # the model sweep's quick profile: listed configs only, 25 ms budgets, staged; against
+    # the very same options unstaged
+    assert (staged.staged, staged.engine_sampling, staged.budget_ms) == (True, False, 25.0)
+    assert staged == ExploreOptions.create().profiled("quick", model=True)
+    assert full == staged.updated(staged=False)
     assert got["compared"].startswith("the model sweep's quick profile")
     # kept apart from the problem profiles' comparison of the same problem
     assert os.listdir(keep) == ["default.model-profile.json"]

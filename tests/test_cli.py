@@ -163,8 +163,8 @@ def test_harmless_flags_are_taken_where_they_change_nothing(tmp_path):
                                          (["--profile", "THOROUGH"], False)])
 def test_the_profile_picks_the_staged_search_or_the_full_one(argv, staged):
     """quick (the default) is the staged search, thorough times every config in full; a
-    model's quick narrows the configs and budgets instead (not staged yet), and a flag the
-    user gives wins."""
+    model's quick stages too, and narrows the configs and budgets, and a flag the user
+    gives wins."""
     from cudnn_explorer.cli import explore, model
     from cudnn_explorer.cli.groups import options_from_args
 
@@ -173,7 +173,7 @@ def test_the_profile_picks_the_staged_search_or_the_full_one(argv, staged):
     assert opts.staged is staged and opts.engine_sampling and opts.budget_ms == 100.0
     m = model.build_parser().parse_args(["resnet18", "--budget-ms", "7", *argv])
     mo = options_from_args(m, engines=True).profiled(m.profile, ("budget_ms",), model=True)
-    assert mo.staged is False and mo.budget_ms == 7.0
+    assert mo.staged is staged and mo.budget_ms == 7.0
     assert mo.engine_sampling is not staged  # quick: only the listed configs
 
 

@@ -653,6 +653,49 @@ def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeyp
     assert all(not os.path.exists(s.spec_path) for s in started)  # their files removed
 
 
+def test_run_model_runs_the_processes_started_before_and_starts_no_other(tmp_path,
+                                                                        monkeypatch):
+    """ModeStarts, what the model jobs start before the capture: run_model takes each
+    mode's processes from it by position and starts none; the pinned mode's first process
+    has no log; one never taken (a mode answered from the store) and one started for
+    another ``graph`` setting are ended by close, and a mode not started is started."""
+    result = ModelChildResult(sizes=[SizeResult(input_shape=[3, 8, 8], first_ms=1.0,
+                                                steady_ms=[1.0, 1.0])])
+    python = _ready_child(tmp_path, result)
+    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
+    cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
+                  problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
+    opts = ExploreOptions.create(child_timeout_s=60)
+    modes = pytorch_run.model_modes()[:2]
+    started = []
+    from cudnn_explorer.measure.prestart import StartedChild
+
+    real_init = StartedChild.__init__
+
+    def init(self, *args, **kw):
+        real_init(self, *args, **kw)
+        started.append(self)
+
+    monkeypatch.setattr(StartedChild, "__init__", init)
+    with mode_process.ModeStarts(cap.model, [False, False, True], python=python,
+                                 graph=True) as starts:
+        assert len(started) == 6
+        assert [s.log_path is None for s in started] == [False, True, False, True, True, True]
+        got, _ = pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
+                                       modes=modes, graph=True, started=starts)
+        assert len(started) == 6  # run_model started none of its own
+        assert [m.sizes[0].first_ms for m in got.modes] == [1.0, 1.0]
+        assert [s.proc.poll() is not None for s in started] == [True] * 4 + [False] * 2
+    assert all(s.proc.poll() is not None for s in started)  # the third mode's, never taken
+    started.clear()
+    with mode_process.ModeStarts(cap.model, [False], python=python, graph=False) as starts:
+        pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
+                              modes=modes, graph=True, started=starts)
+        # started for no CUDA graph: not taken; both modes started their own two
+        assert len(started) == 5 and started[0].proc.poll() is None
+    assert all(s.proc.poll() is not None for s in started)
+
+
 @pytest.mark.parametrize("name,factory,extra", [("resnet18", "", "torchvision"),
                                                 ("timm:resnet18", "", "timm"),
                                                 ("", "mine:build", None)])

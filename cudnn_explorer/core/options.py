@@ -156,15 +156,14 @@ class ExploreOptions:
 
 # How a profile sets the options. quick (the default): a staged search of the legacy rows
 # and the engine configs (Note [staged search]); thorough: every row and config re-timed
-# with the full budget and checked. A model sweep's quick re-times with 25 ms budgets and
-# explores only the engine configs PyTorch's heuristics and fallbacks list, each in full:
-# staged, its search (of those few configs per direction) kept a best config within 2% of
-# the full one's for 45 of 45 ResNet-50 problem-directions on the H200 (scripts/
-# bench_search.py --model-profile, docs/benchmarks.md); a whole sweep staged is not timed.
-# Its thorough keeps every other option as given (each engine's knob space sampled, 100
-# ms budgets).
+# with the full budget and checked. A model sweep's quick stages the engine configs
+# PyTorch's heuristics and fallbacks list, with 25 ms budgets for the finalists: against
+# the same configs each timed in full, its best config was within 2% for 45 of 45
+# ResNet-50 problem-directions on the H200 (scripts/bench_search.py --model-profile,
+# docs/benchmarks.md). Its thorough keeps every other option as given (each engine's knob
+# space sampled, 100 ms budgets, no stages).
 PROFILES = {"quick": dict(staged=True), "thorough": dict(staged=False)}
-MODEL_PROFILES = {"quick": dict(staged=False, budget_ms=25.0, engine_budget_s=60.0,
+MODEL_PROFILES = {"quick": dict(staged=True, budget_ms=25.0, engine_budget_s=60.0,
                                 engine_sampling=False),
                   "thorough": dict(staged=False)}
 # The name the thorough profile had before the staged search (saved sweeps still say it).

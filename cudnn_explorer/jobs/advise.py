@@ -16,7 +16,7 @@ from .events import Notify, notifier, quiet_progress
 from . import gpu
 from .plans import pinned_mode, read_plans
 from .stores import StoreChoice, opened
-from .sweep import capture, model_spec, store_cache
+from .sweep import capture, mode_starts, model_spec, store_cache
 
 __all__ = ["advise"]
 
@@ -71,26 +71,30 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     from ..measure.pytorch_picks import ModeSpec
     from ..model.pytorch_run import model_modes, retime_plans, run_model
 
-    cap = capture(spec, f"cuda:{options.device}", notify)
-    env = pipeline.environment(options.device)
-    pinned, plan_file = pinned_mode(plans, env, uncovered, allow_environment) if plans \
-        else (None, None)
-    choice = StoreChoice.of(store, refresh)
-    with opened(choice, notify) as db:
-        cache = store_cache(db, env, cap, notify, not choice.refresh)
-        modes = [m for m in model_modes(options.benchmark_limit)
-                 if not (m.mode == "benchmark" and m.benchmark_limit == 0
-                         and options.benchmark_limit != 0)] + ([pinned] if pinned else [])
-        run, _ = run_model(cap, options, iterations=10, progress=say, modes=modes,
-                           target_ci=target_ci, cache=cache, graph=graph)
-        rep, stability = None, []
-        if repeats:
-            again: List[ModeSpec] = [ModeSpec(f"benchmark, repeat {k + 1}", "benchmark",
-                                              False, options.benchmark_limit)
-                                     for k in range(repeats)]
-            rep, _ = run_model(cap, options, iterations=3, warmup=1, progress=say,
-                               modes=again, cache=cache, graph=graph)
-            stability = retime_plans(cap, plan_counts(rep), options, say)
+    modes = [m for m in model_modes(options.benchmark_limit)
+             if not (m.mode == "benchmark" and m.benchmark_limit == 0
+                     and options.benchmark_limit != 0)]
+    # Note [model children started ahead]: the modes' processes import during the capture
+    with mode_starts(spec, options, bool(plans), graph, modes) as starts:
+        cap = capture(spec, f"cuda:{options.device}", notify)
+        env = pipeline.environment(options.device)
+        pinned, plan_file = pinned_mode(plans, env, uncovered, allow_environment) if plans \
+            else (None, None)
+        choice = StoreChoice.of(store, refresh)
+        with opened(choice, notify) as db:
+            cache = store_cache(db, env, cap, notify, not choice.refresh)
+            run, _ = run_model(cap, options, iterations=10, progress=say,
+                               modes=modes + ([pinned] if pinned else []),
+                               target_ci=target_ci, cache=cache, graph=graph, started=starts)
+            starts.close()  # those a stored mode did not need
+            rep, stability = None, []
+            if repeats:
+                again: List[ModeSpec] = [ModeSpec(f"benchmark, repeat {k + 1}", "benchmark",
+                                                  False, options.benchmark_limit)
+                                         for k in range(repeats)]
+                rep, _ = run_model(cap, options, iterations=3, warmup=1, progress=say,
+                                   modes=again, cache=cache, graph=graph)
+                stability = retime_plans(cap, plan_counts(rep), options, say)
     return Advice(capture=cap, pytorch_run=run, sizes=[[s, c] for s, c in dist],
                   iterations=iterations, environment=env, tool_version=__version__,
                   created=utc_now(), repeats=rep, stability=stability,

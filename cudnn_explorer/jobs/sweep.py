@@ -13,7 +13,7 @@ from .events import Notify, notifier
 from . import gpu
 from .stores import StoreChoice, opened, saver, without_store
 
-__all__ = ["model_spec", "capture", "sweep_model", "SweepProgress"]
+__all__ = ["model_spec", "capture", "sweep_model", "mode_starts", "SweepProgress"]
 
 # progress(done, total, message): problems done of total; a message of the step in hand
 SweepProgress = Callable[[int, int, str], None]
@@ -89,8 +89,38 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
 
         read_plans(plans)
     options = (options or ExploreOptions.create()).profiled(profile, keep, model=True)
-    cap = model if isinstance(model, Capture) else capture(
-        model, f"cuda:{options.device}", notify, **kw)
+    spec = model.model if isinstance(model, Capture) else model_spec(model, **kw)
+    # Note [model children started ahead]: PyTorch's mode processes import meanwhile
+    starts = mode_starts(spec, options, bool(plans)) if options.pytorch and bench is None \
+        else None
+    try:
+        cap = model if isinstance(model, Capture) else capture(
+            spec, f"cuda:{options.device}", notify)
+        return _swept(cap, options, profile, iterations, store, refresh, save, progress,
+                      notify, bench, plans, uncovered, allow_environment, starts)
+    finally:
+        if starts is not None:
+            starts.close()
+
+
+def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bool = False,
+                modes=None):
+    """The processes of PyTorch's run of the model ``spec`` in ``modes`` (default
+    model_modes(options.benchmark_limit)), then in the pinned mode with ``plans``, started
+    now (model.mode_process.ModeStarts), each with ``graph``'s steady process: before the
+    capture, so that they import while it runs."""
+    from ..model.mode_process import ModeStarts
+    from ..model.pytorch_run import model_modes
+
+    pinned = [m.mode == "pinned" for m in modes or model_modes(options.benchmark_limit)]
+    return ModeStarts(spec, pinned + ([True] if plans else []), graph=graph)
+
+
+def _swept(cap: Capture, options: ExploreOptions, profile: str, iterations: int, store,
+           refresh: bool, save, progress, notify: Notify, bench, plans, uncovered: str,
+           allow_environment: bool, starts) -> ModelSweep:
+    """sweep_model's sweep of the captured model ``cap`` (``starts``: PyTorch's mode
+    processes, started before the capture)."""
     pipeline = gpu.measuring()
     from ..model.sweep import sweep
 
@@ -115,7 +145,9 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
                 extra.append(pinned_mode(plans, here, uncovered, allow_environment)[0])
             run, bench = pytorch_run(cap, options, iterations, say,
                                      store_cache(db, env, cap, notify, not choice.refresh),
-                                     extra)
+                                     extra, starts)
+            if starts is not None:
+                starts.close()  # those a stored mode did not need
 
         def cached(problem, one):
             if db is None or choice.refresh:
@@ -139,12 +171,13 @@ def store_cache(db, env, cap: Capture, notify: Notify, read: bool = True):
 
 
 def pytorch_run(cap: Capture, options: ExploreOptions, iterations: int, say, cache,
-                extra=()):
+                extra=(), starts=None):
     """PyTorch's own run of the model (its modes, then ``extra`` ones such as the pinned
-    mode), and the pipeline's bench that takes its picks."""
+    mode; ``starts``: their processes started before, mode_starts), and the pipeline's
+    bench that takes its picks."""
     from ..model.pytorch_run import ModelBench, model_modes, run_model
 
     run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
-                                 cache=cache,
+                                 cache=cache, started=starts,
                                  modes=model_modes(options.benchmark_limit) + list(extra))
     return run, ModelBench(options.device, per_problem)

@@ -10,9 +10,9 @@ import os
 import subprocess
 import time
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..core.capture import Capture
+from ..core.capture import Capture, ModelSpec
 from ..core.child_records import ModelChildResult, SizeResult
 from ..core.errors import UserError
 from ..core.options import ExploreOptions
@@ -22,7 +22,7 @@ from ..measure.pytorch_picks import LOG_VARS, ModeSpec
 from . import zoo
 
 __all__ = ["MODEL_CHILD", "WAITED", "STEADY_PROCESS", "shapes", "preload", "start_mode",
-           "run_mode", "steady", "steady_of", "after_failure", "run_child"]
+           "ModeStarts", "run_mode", "steady", "steady_of", "after_failure", "run_child"]
 
 MODEL_CHILD = "cudnn_explorer.model.model_child"
 # A mode's phases_s beside its first process's own (model/model_child.py's PHASES): the
@@ -44,7 +44,10 @@ def shapes(capture: Capture) -> List[List[int]]:
 # measure/prestart.py, as the problem children are (Note [children started ahead]): each
 # imports and waits, touching no GPU, and gets its spec when its turn comes; the mode's
 # time limit counts from then. A process whose turn never comes (an error, Ctrl-C) is
-# ended; a steady process tried once more (Note [failed capture]) starts at its turn.
+# ended; a steady process tried once more (Note [failed capture]) starts at its turn. The
+# model jobs start them even before the parent captures the model (ModeStarts): the first
+# mode's process of the timm sweep above, started with the run, still waited 10.0 s for
+# its imports, which now overlap the parent's capture.
 def preload(model) -> str:
     """What a model process imports ahead (measure/prestart.py): torch, what our child
     imports (not the child itself: runpy would then run a second copy of a module already
@@ -82,7 +85,7 @@ def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iteratio
     if pinned:  # (the job checked the file's environment against this one)
         spec.update(plans=mode.plans, pinned_benchmark=mode.benchmark, allow_environment=True)
     what = f"PyTorch's run of the model ({mode.label})"
-    first, second = ahead or start_mode(capture, mode, python, graph)
+    first, second = ahead or start_mode(capture.model, mode.mode == "pinned", python, graph)
     try:
         result, error = _result(first, spec, timeout_s, what)
         phases = dict(result.phases_s)
@@ -110,20 +113,57 @@ def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iteratio
             second.close()
 
 
-def start_mode(capture: Capture, mode: ModeSpec, python: Optional[str], graph: bool
+def start_mode(model: ModelSpec, pinned: bool, python: Optional[str], graph: bool
                ) -> Tuple[StartedChild, Optional[StartedChild]]:
-    """``mode``'s processes, started now: the first one and, with ``graph``, its steady
-    timing's own (Note [steady process]). Note [pinned runs without the log]:
+    """A mode's processes for ``model``, started now: the first one and, with ``graph``,
+    its steady timing's own (Note [steady process]). Note [pinned runs without the log]:
     cudnn-frontend's log writes at every execution of a graph's plan, the pinned op's path,
     and slowed the pinned mode's eager steps alone (ResNet-50 on the H200: 35.5 against
-    23.8 ms per eager step). The op's own record says what ran, so the pinned mode runs
-    without it; a steady process never needs it."""
-    first = _started(capture.model, python, log=mode.mode != "pinned")
+    23.8 ms per eager step). The op's own record says what ran, so the ``pinned`` mode
+    runs without it; a steady process never needs it."""
+    first = _started(model, python, log=not pinned)
     try:
-        return first, _started(capture.model, python, log=False) if graph else None
+        return first, _started(model, python, log=False) if graph else None
     except BaseException:
         first.close()
         raise
+
+
+class ModeStarts:
+    """The processes of PyTorch's run of ``model``, started before the model is captured
+    (Note [model children started ahead]): they import while the parent captures. One
+    mode per entry of ``pinned`` (whether the mode at that position is the pinned one),
+    each as start_mode starts it. run_model takes position k's with ``take(k, graph)``;
+    ``close()`` ends those never taken (a mode answered from the results store, an
+    error). A context manager: it closes on exit."""
+
+    def __init__(self, model: ModelSpec, pinned: Sequence[bool], python: Optional[str] = None,
+                 graph: bool = False):
+        self.graph = graph
+        self._ahead: Dict[int, Tuple[StartedChild, Optional[StartedChild]]] = {}
+        try:
+            for k, p in enumerate(pinned):
+                self._ahead[k] = start_mode(model, p, python, graph)
+        except BaseException:
+            self.close()
+            raise
+
+    def take(self, k: int, graph: bool) -> Optional[Tuple[StartedChild, Optional[StartedChild]]]:
+        """Position ``k``'s processes (None: none started for it, or not for ``graph``)."""
+        return self._ahead.pop(k, None) if graph == self.graph else None
+
+    def close(self) -> None:
+        for first, second in self._ahead.values():
+            first.close()
+            if second is not None:
+                second.close()
+        self._ahead.clear()
+
+    def __enter__(self) -> "ModeStarts":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def steady_of(size: SizeResult, t: Optional[SizeResult], why: str) -> SizeResult:

@@ -34,7 +34,7 @@ from ..core.records import rankable
 from ..measure.prestart import StartedChild
 from ..measure.pytorch_picks import ModeRun, ModeSpec, default_modes
 from ..measure.pipeline import GpuBench
-from .mode_process import run_mode, shapes, start_mode
+from .mode_process import ModeStarts, run_mode, shapes, start_mode
 
 __all__ = ["model_modes", "run_model", "run_key", "StoreCache", "ModelBench", "retime_plans"]
 LOG_READ = "the log read"  # a mode's phase: its cudnn-frontend log read into PyTorch's picks
@@ -128,7 +128,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
               warmup: int = 5, progress: Optional[Callable[[str], None]] = None,
               python: Optional[str] = None, modes: Optional[List[ModeSpec]] = None,
               target_ci: Optional[float] = None, device: Optional[int] = None,
-              cache=None, share: Optional[Sequence[int]] = None, graph: bool = False
+              cache=None, share: Optional[Sequence[int]] = None, graph: bool = False,
+              started: Optional[ModeStarts] = None
               ) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
     """Every mode of ``modes`` (default model_modes(options.benchmark_limit)), each the
     model's own run in a fresh child (at most ``options.child_timeout_s`` per input
@@ -147,7 +148,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     iterations as replays of a CUDA graph of the whole step where it can be captured
     (model/model_child.py), a round of eager ones beside them. Every process the modes
     not answered from ``cache`` need is started at once, each run in its turn (Note [model
-    children started ahead])."""
+    children started ahead]); ``started``: those of ``modes`` already started (by
+    position), taken from there (the caller closes what is left)."""
     say = progress or (lambda m: None)
     index = {u.problem: i for i, u in enumerate(capture.problems)}
     runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}
@@ -166,7 +168,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     try:
         for k, mode, _, hit in todo:
             if hit is None:
-                ahead[k] = start_mode(capture, mode, python, graph)
+                ahead[k] = (started.take(k, graph) if started is not None else None) or \
+                    start_mode(capture.model, mode.mode == "pinned", python, graph)
         for k, mode, key, hit in todo:
             per = _run_mode_of(capture, options, mode, key, hit, ahead.get(k), done,
                                iterations, warmup, timeout_s, python, target_ci, device,
