@@ -131,6 +131,63 @@ def test_channels_last_strides_give_nhwc():
     assert by_layer(cap)["a"].problem != by_layer(plain)["a"].problem
 
 
+def _strided(sizes, perm):
+    """A dense tensor of ``sizes`` laid out in the dimension order ``perm`` (outermost
+    first), e.g. (0, 2, 3, 1) for channels_last."""
+    return torch.empty([sizes[d] for d in perm]).permute(
+        *[perm.index(d) for d in range(len(sizes))])
+
+
+AMBIGUOUS = [(16, 120, 1, 1), (2, 1, 5, 5), (1, 8, 1, 1), (4, 1, 1, 1), (2, 3, 1, 7),
+             (2, 3, 7, 1), (2, 0, 3, 3), (2, 8, 4, 4), (2, 3, 1, 1, 1), (2, 1, 3, 4, 4),
+             (2, 4, 3, 4, 5)]
+
+
+@pytest.mark.parametrize("sizes", AMBIGUOUS, ids=lambda s: "x".join(map(str, s)))
+def test_a_tensors_layout_is_decided_by_its_strides_as_pytorch_decides(sizes):
+    """Note [ambiguous strides]: strides_like_channels_last is c10's rule (here against
+    torch's own suggest_memory_format, where this torch has it in Python), for tensors
+    contiguous in both formats (C = 1, H = W = 1) among others, each laid out every way."""
+    import itertools
+
+    from cudnn_explorer.model.tracer import strides_like_channels_last
+
+    prims = pytest.importorskip("torch._prims_common")
+    if not hasattr(prims, "suggest_memory_format"):
+        pytest.skip("this torch has no suggest_memory_format in Python")
+    for perm in itertools.permutations(range(len(sizes))):
+        t = _strided(sizes, list(perm))
+        want = prims.suggest_memory_format(t) in (torch.channels_last,
+                                                  torch.channels_last_3d)
+        assert strides_like_channels_last(t) == want, (perm, t.stride())
+
+
+class SqueezeExcite(nn.Module):
+    """A squeeze-and-excitation block: its 1x1 convolutions run on N x C x 1 x 1 maps."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc1, self.fc2 = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1)
+
+    def forward(self, x):
+        x = self.conv(x)
+        s = torch.nn.functional.adaptive_avg_pool2d(x, 1)
+        return (x * self.fc2(torch.relu(self.fc1(s))).sigmoid()).mean()
+
+
+def test_a_channels_last_models_1x1_maps_are_nhwc_as_pytorch_runs_them():
+    """Note [ambiguous strides]: the squeeze-and-excitation convolutions of a channels_last
+    model (x N x C x 1 x 1, contiguous in both formats) are NHWC problems, as PyTorch
+    gives them to cuDNN; in a contiguous model they stay NCHW."""
+    cap = run(ModelSpec(**SPEC, channels_last=True), SqueezeExcite())
+    layout = {layer: u.problem.layout for layer, u in by_layer(cap).items()}
+    assert layout == {"conv": "nhwc", "fc1": "nhwc", "fc2": "nhwc"}
+    assert by_layer(cap)["fc1"].problem.input_shape[2:] == (1, 1)
+    plain = run(ModelSpec(**SPEC), SqueezeExcite())
+    assert {u.problem.layout for u in plain.problems} == {"nchw"}
+
+
 def test_capture_round_trips_through_json():
     cap = run(ModelSpec(**SPEC, amp="bf16", channels_last=True))
     again = Capture.from_json_dict(json.loads(cap.to_json()))

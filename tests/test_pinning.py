@@ -22,6 +22,14 @@ def _problem(x, w, stride, padding, dilation, groups, transposed=False, out_pad=
                       transposed, full(out_pad))
 
 
+def _channels_last(t):
+    """``t`` with channels_last strides (C innermost), which .contiguous(memory_format=)
+    does not give a tensor already contiguous in both formats (C = 1, H = W = 1)."""
+    order = [0] + list(range(2, t.dim())) + [1]
+    dense = torch.empty([t.shape[d] for d in order], dtype=t.dtype).copy_(t.permute(*order))
+    return dense.permute(0, t.dim() - 1, *range(1, t.dim() - 1))
+
+
 KEY_CASES = [
     # input, weight, stride, padding, dilation, transposed, output_padding, groups, dtype, fmt
     ((2, 4, 9, 9), (6, 2, 3, 3), [2, 1], [1], [1], False, [0], 2, "float16", "cl"),
@@ -31,6 +39,13 @@ KEY_CASES = [
     ((2, 4, 9, 9), (4, 3, 3, 3), [2], [1], [1], True, [1], 2, "float64", "cl"),
     ((3, 8, 7, 7), (8, 1, 5, 5), [1], [2], [1], False, [0], 8, "float32", None),
     ((1, 3, 16), (3, 5, 4), [2], [0], [1], True, [1], 1, "float32", None),
+    # Note [ambiguous strides]: contiguous in both formats; "clw": the weight too
+    ((16, 120, 1, 1), (32, 120, 1, 1), [1], [0], [1], False, [0], 1, "float16", "clw"),
+    ((16, 120, 1, 1), (32, 120, 1, 1), [1], [0], [1], False, [0], 1, "float16", "cl"),
+    ((2, 1, 9, 9), (4, 1, 3, 3), [1], [1], [1], False, [0], 1, "float32", "clw"),
+    ((2, 8, 1, 1), (8, 1, 1, 1), [1], [0], [1], False, [0], 8, "float16", "clw"),
+    ((2, 4, 1, 1, 1), (6, 4, 1, 1, 1), [1], [0], [1], False, [0], 1, "bfloat16", "clw"),
+    ((2, 4, 1, 1), (4, 3, 1, 1), [1], [0], [1], True, [0], 1, "float16", "clw"),
 ]
 
 
@@ -44,9 +59,10 @@ def test_the_ops_keys_are_the_plan_files_keys(case, tf32):
 
     xs, ws, s, p, d, tr, opad, g, dt, fmt = case
     x, w = torch.randn(xs, dtype=getattr(torch, dt)), torch.randn(ws, dtype=getattr(torch, dt))
-    if fmt:
-        f = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
-        x = x.contiguous(memory_format=f)
+    if fmt:  # channels_last strides, also where the shape is contiguous in both formats
+        x = _channels_last(x)
+        if fmt == "clw":
+            w = _channels_last(w)
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = tf32
     try:
