@@ -193,16 +193,17 @@ def main() -> int:
            "variants": {}, "alternating": {}}
     for n in names[1:]:
         use(n)
-        ratios, off, pinned = alternating(torch, step, model, 10)  # warm both
-        ratios, off, pinned = alternating(torch, step, model, a.pairs)
-        q = statistics.quantiles(ratios, n=4)
+        alternating(torch, step, model, 10)  # warm both
+        # (not ``ratios``: the paired rounds' ratios per variant are reported below)
+        steps, off, pinned = alternating(torch, step, model, a.pairs)
+        q = statistics.quantiles(steps, n=4)
         out["alternating"][n] = {
-            "pairs": len(ratios), "vs_off_median": statistics.median(ratios) - 1,
+            "pairs": len(steps), "vs_off_median": statistics.median(steps) - 1,
             "vs_off_iqr": [q[0] - 1, q[2] - 1], "off_median_ms": statistics.median(off),
             "pinned_median_ms": statistics.median(pinned)}
-        print(f"alternating {n}: {statistics.median(ratios) - 1:+.1%} against off (IQR "
+        print(f"alternating {n}: {statistics.median(steps) - 1:+.1%} against off (IQR "
               f"{q[0] - 1:+.1%} .. {q[2] - 1:+.1%}; off {statistics.median(off):.2f} ms, "
-              f"pinned {statistics.median(pinned):.2f} ms; {len(ratios)} pairs)", flush=True)
+              f"pinned {statistics.median(pinned):.2f} ms; {len(steps)} pairs)", flush=True)
     # the profiles, after the timed rounds; "on" stays last (its cache outlives it)
     for n in names + ["on"]:
         use(n)
