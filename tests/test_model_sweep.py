@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import requires_ext, run_cli  # noqa: E402
 from cudnn_explorer.core.capture import ModelSpec  # noqa: E402
+from cudnn_explorer.core.errors import UserError  # noqa: E402
 from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
 from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
 from cudnn_explorer.model.tracer import capture  # noqa: E402
@@ -204,3 +205,47 @@ def test_cli_sweep_keeps_the_budget_the_user_gave(tmp_path, monkeypatch):
     assert cli.run(["resnet18", "--batch", "2", "--no-store", "--quiet", "--json", str(out)]) == 0
     options = json.loads(out.read_text())["options"]  # the quick profile's own
     assert (options["budget_ms"], options["engine_budget_s"]) == (25.0, 60.0)
+
+
+def test_the_model_command_starts_pytorchs_processes_before_it_captures(tmp_path,
+                                                                       monkeypatch):
+    """Note [model children started ahead]: the model command starts the mode processes
+    before its capture and hands them to the sweep; they are closed when it returns and
+    when the capture fails; --capture-only and --no-pytorch start none."""
+    import cudnn_explorer.jobs.sweep as job
+    from cudnn_explorer.cli import model as cli
+
+    order = []
+
+    class Starts:
+        def __init__(self, spec, options, plans):
+            order.append("started")
+
+        def close(self):
+            order.append("closed")
+
+    def capture(spec, device, notify):
+        order.append("capture")
+        if spec.batch == 3:
+            raise UserError("no such model")
+        return small_capture()
+
+    def sweep_model(cap, options, starts=None, **kw):
+        order.append(("sweep", isinstance(starts, Starts)))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job, "mode_starts", Starts)
+    monkeypatch.setattr(job, "capture", capture)
+    monkeypatch.setattr(job, "sweep_model", sweep_model)
+    assert cli.run(["resnet18", "--batch", "2", "--no-store", "--quiet"]) == 130
+    assert order == ["started", "capture", ("sweep", True), "closed"]
+    order.clear()
+    with pytest.raises(UserError):
+        cli.run(["resnet18", "--batch", "3", "--no-store", "--quiet"])
+    assert order == ["started", "capture", "closed"]
+    order.clear()
+    assert cli.run(["resnet18", "--batch", "2", "--capture-only", "--quiet"]) == 0
+    assert order == ["capture"]
+    order.clear()
+    assert cli.run(["resnet18", "--batch", "2", "--no-pytorch", "--no-store", "--quiet"]) == 130
+    assert order == ["capture", ("sweep", False)]

@@ -146,8 +146,7 @@ def run(argv: List[str]) -> int:
 
 def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> int:
     from ..jobs import gpu
-    from ..jobs.sweep import capture, sweep_model
-    from ..report.model import render_capture, render_sweep
+    from ..jobs.sweep import capture, mode_starts
     from .output import notify
 
     gpu.measuring()
@@ -155,7 +154,23 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
 
     device = "cpu" if (a.capture_only or a.target) and not torch.cuda.is_available() \
         else f"cuda:{options.device}"
-    cap = capture(spec, device, notify)
+    # Note [model children started ahead]: PyTorch's mode processes import during the capture
+    starts = mode_starts(spec, options, bool(a.plans)) \
+        if options.pytorch and not (a.capture_only or a.target) else None
+    try:
+        return _captured(a, spec, options, profile, iterations, target_profiles, keep,
+                         capture(spec, device, notify), starts)
+    finally:
+        if starts is not None:
+            starts.close()
+
+
+def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
+              starts) -> int:
+    from ..jobs.sweep import sweep_model
+    from ..report.model import render_capture, render_sweep
+    from .output import notify
+
     if a.target and cap.problems:
         from .targets import run_model_targets
 
@@ -191,7 +206,7 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
         sw = sweep_model(cap, options, profile=profile, keep=keep, iterations=iterations,
                          store=store, save=save, progress=progress, notify=told, plans=a.plans,
                          uncovered=a.uncovered or "off",
-                         allow_environment=a.allow_environment)
+                         allow_environment=a.allow_environment, starts=starts)
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()

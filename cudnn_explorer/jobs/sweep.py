@@ -63,7 +63,7 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
                 save: Optional[Callable[[ModelSweep], None]] = None,
                 progress: Optional[SweepProgress] = None, notify: Optional[Notify] = None,
                 bench=None, plans: Optional[str] = None, uncovered: str = "off",
-                allow_environment: bool = False, **kw) -> ModelSweep:
+                allow_environment: bool = False, starts=None, **kw) -> ModelSweep:
     """Sweep ``model``: a torchvision name or "pkg.module:factory" with model_spec's
     keywords, a ModelSpec, or a Capture made before. Returns the ModelSweep: per unique
     problem its Exploration (PyTorch's pick in each mode, the best legacy algorithm, the
@@ -82,7 +82,10 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     then come from its children per problem, not from a run of the whole model.
     ``plans``: a plan file's path: PyTorch's run of the model gets a pinned mode too (the
     model pinned to the file, in a fresh process; jobs.plans.pinned_mode says what
-    ``uncovered`` and ``allow_environment`` do); it gives no problem a pick."""
+    ``uncovered`` and ``allow_environment`` do); it gives no problem a pick. ``starts``:
+    PyTorch's mode processes, started before a Capture given as ``model`` was made
+    (mode_starts, with the same options and plans; closed here); otherwise they are
+    started before this job's own capture."""
     notify = notifier(notify)
     if plans:  # a bad file is refused before the model runs
         from .plans import read_plans
@@ -91,8 +94,8 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     options = (options or ExploreOptions.create()).profiled(profile, keep, model=True)
     spec = model.model if isinstance(model, Capture) else model_spec(model, **kw)
     # Note [model children started ahead]: PyTorch's mode processes import meanwhile
-    starts = mode_starts(spec, options, bool(plans)) if options.pytorch and bench is None \
-        else None
+    if starts is None and options.pytorch and bench is None:
+        starts = mode_starts(spec, options, bool(plans))
     try:
         cap = model if isinstance(model, Capture) else capture(
             spec, f"cuda:{options.device}", notify)
