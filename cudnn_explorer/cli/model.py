@@ -149,15 +149,16 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
     from ..jobs.sweep import capture, mode_starts
     from .output import notify
 
-    gpu.measuring()
-    import torch
-
-    device = "cpu" if (a.capture_only or a.target) and not torch.cuda.is_available() \
-        else f"cuda:{options.device}"
-    # Note [model children started ahead]: PyTorch's mode processes import during the capture
+    # Note [model children started ahead]: PyTorch's mode processes import while this one
+    # imports torch and captures
     starts = mode_starts(spec, options, bool(a.plans)) \
         if options.pytorch and not (a.capture_only or a.target) else None
     try:
+        gpu.measuring()
+        import torch
+
+        device = "cpu" if (a.capture_only or a.target) and not torch.cuda.is_available() \
+            else f"cuda:{options.device}"
         return _captured(a, spec, options, profile, iterations, target_profiles, keep,
                          capture(spec, device, notify), starts)
     finally:
