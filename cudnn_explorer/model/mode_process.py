@@ -44,10 +44,11 @@ def shapes(capture: Capture) -> List[List[int]]:
 # measure/prestart.py, as the problem children are (Note [children started ahead]): each
 # imports and waits, touching no GPU, and gets its spec when its turn comes; the mode's
 # time limit counts from then. A process whose turn never comes (an error, Ctrl-C) is
-# ended; a steady process tried once more (Note [failed capture]) starts at its turn. The
-# model jobs start them even before the parent captures the model (ModeStarts): the first
-# mode's process of the timm sweep above, started with the run, still waited 10.0 s for
-# its imports, which now overlap the parent's capture.
+# ended; a steady process tried once more (Note [failed capture]) starts at its turn.
+# Started with the run, the first mode's process still waited 10.0 s (timm's sweep above)
+# and 10.8 s (ResNet-50's) for its imports; so the model jobs start them before they
+# capture the model, and the model command before it imports torch (ModeStarts; not yet
+# timed on a GPU).
 def preload(model) -> str:
     """What a model process imports ahead (measure/prestart.py): torch, what our child
     imports (not the child itself: runpy would then run a second copy of a module already
