@@ -4,11 +4,15 @@ Every number comes from the product's own commands (run as subprocesses, results
 as JSON beside the table): `advise` for the speed, memory, determinism and shape claims,
 the problem command for Winograd's workspace, and the results store's `compare` for
 "different cards choose differently". Writes a Markdown table: claim, measured value with
-its 95% confidence interval where there is one, verdict, and the command.
+its 95% confidence interval where there is one, verdict, what pinning changes (steps of
+its own: the workload swept, a plan file written from the sweep, `advise --plans` with
+it), and the command.
 
 Usage: python scripts/claims.py [--out docs/claims.md] [--keep DIR] [--batch 32]
-           [--steps r50,sizes,dist80,winograd] [--device N] [--store PATH] [--table-only]
-Needs a GPU; about 20 minutes on an H200. Each step's result is a JSON file in --keep:
+           [--steps r50,sizes,dist80,winograd,...] [--device N] [--store PATH] [--table-only]
+Needs a GPU; about 20 minutes on an H200, and the pinned steps' sweeps on top (ResNet-50's
+at one size about 3 minutes, at five sizes several times that). Each step's result is a
+JSON file in --keep:
 a step whose file is there is not measured again, so a run cut short goes on where it
 stopped, and the steps can run on several GPUs at once (one --steps list and --device
 each, the same --keep), then --table-only writes the table from the files (no GPU).
@@ -39,7 +43,9 @@ STEPS_BY = {"graph": "CUDA-graph replays of the whole step: GPU time",
             "eager": "eager steps, host time included"}
 
 
-STEPS = ("r50", "sizes", "dist80", "winograd", "compare", "targets")
+STEPS = ("r50", "sizes", "dist80", "winograd", "compare", "targets", "r50-pinned",
+         "sizes-pinned", "dist80-pinned")
+DIST80 = "224 80\n256 5\n288 5\n320 5\n352 5\n"  # the 80% rule's workload: size, share
 
 
 def shown_command(args, keep):
@@ -53,6 +59,9 @@ def measure(path, args, keep, device, store):
     the result writes it to ``path``, a .txt) on ``device`` with the results store
     ``store``, unless ``path`` is there from an earlier run."""
     if os.path.exists(path):
+        return
+    if args[0] == "plans":  # (writing a plan file measures nothing)
+        cli(args, keep)
         return
     if device is not None and args[0] != "compare" and "--target" not in args:
         args = [*args, "--device", str(device)]  # (those two need no GPU)
@@ -106,6 +115,16 @@ def commands(keep, batch):
         "targets": (os.path.join(keep, "targets.txt"),
                     ["model", "resnet50", "--batch", batch, "--target",
                      "h200,a100,h100,l4,v100,rtx4090,b200"]),
+        # the pinned column: each workload pinned to the plans its own sweep found
+        "r50-pinned": pinned_chain(keep, "resnet50_224_pinned", ["--batch", batch],
+                                   ["--iterations", "10000"]),
+        "sizes-pinned": pinned_chain(keep, "resnet50_sizes_pinned",
+                                     ["--batch", "16", "--sizes", "320:576:64"],
+                                     ["--iterations", "1000"]),
+        "dist80-pinned": pinned_chain(
+            keep, "resnet50_80_pinned",
+            ["--batch", "16", "--sizes", ",".join(ln.split()[0] for ln in DIST80.splitlines())],
+            ["--shape-dist", dist, "--iterations", "10000"], sized=False),
         # 6: Winograd's workspace, per algorithm and per engine config (every row and
         # config timed in full: the thorough profile)
         "winograd": (os.path.join(keep, "winograd.json"),
@@ -114,6 +133,24 @@ def commands(keep, batch):
                       "--quiet", "--json",
                       os.path.join(keep, "winograd.json")]),
     }
+
+
+def pinned_chain(keep, name, model_args, advise_args, sized=True):
+    """A pinned step, each command with the file it writes (the last one's is the step's
+    result): ResNet-50 swept with ``model_args``, a plan file from the sweep, and advise
+    with it, ``advise_args`` and the same batch (and sizes, unless ``sized`` is False)."""
+    sweep, plans, out = (os.path.join(keep, f"{name}.{ext}")
+                         for ext in ("sweep.json", "plans.json", "json"))
+    shape = model_args if sized else model_args[:2]
+    return [(sweep, ["model", "resnet50", *model_args, "--json", sweep]),
+            (plans, ["plans", "write", sweep, "-o", plans]),
+            (out, ["advise", "resnet50", *shape, *advise_args, "--plans", plans,
+                   "--json", out])]
+
+
+def steps_of(cmds, step):
+    """A step's commands in order: (file it writes, args) pairs."""
+    return cmds[step] if isinstance(cmds[step], list) else [cmds[step]]
 
 
 def main() -> int:
@@ -139,29 +176,34 @@ def main() -> int:
     keep = a.keep or tempfile.mkdtemp(prefix="claims_")
     os.makedirs(keep, exist_ok=True)
     with open(os.path.join(keep, "dist80.txt"), "w") as f:
-        f.write("224 80\n256 5\n288 5\n320 5\n352 5\n")
+        f.write(DIST80)
     cmds = commands(keep, a.batch)
-    shown = {step: shown_command(args, keep) for step, (_, args) in cmds.items()}
+    shown = {step: "; ".join(shown_command(args, keep) for _, args in steps_of(cmds, step))
+             for step in cmds}
     for step in steps if not a.table_only else ():
-        measure(*cmds[step], keep, a.device, a.store or os.path.join(keep, "results.db"))
+        for path, args in steps_of(cmds, step):  # a chain stops at a command that failed
+            measure(path, args, keep, a.device, a.store or os.path.join(keep, "results.db"))
+            if not os.path.exists(path):
+                break
     if not a.table_only and set(steps) != set(STEPS):
         print(f"measured {', '.join(steps)} into {keep}; the table: --table-only --keep {keep}")
         return 0
-    rows = table_rows(keep, cmds, shown)
-    env = None
-    for path, _ in cmds.values():
-        if path.endswith(".json") and os.path.exists(path):
-            with open(path) as f:
-                e = json.load(f).get("environment") or {}
-            env = f"{e.get('gpu_name', '?')}, torch {e.get('torch_version', '?')}, cuDNN " \
-                  f"{fmt_version(e.get('cudnn_runtime', '?'))}"
-            break
+    pinned = pinned_cells(keep, cmds, shown)
+    rows = [[c, m, v, pinned.get(c, ""), cmd] for c, m, v, cmd in table_rows(keep, cmds, shown)]
+    env, found = None, next((p for step in cmds for p, _ in steps_of(cmds, step)
+                             if p.endswith(".json") and os.path.exists(p)), None)
+    if found:  # the environment of the first result there
+        with open(found) as f:
+            e = json.load(f).get("environment") or {}
+        env = f"{e.get('gpu_name', '?')}, torch {e.get('torch_version', '?')}, cuDNN " \
+              f"{fmt_version(e.get('cudnn_runtime', '?'))}"
     lines = ["# The popular claims, measured", "",
              f"Measured by `python scripts/claims.py` on {env or 'no GPU (nothing measured)'}. "
              f"Each verdict is for this machine and these workloads; the commands reproduce "
              f"them.", "",
-             "| claim | measured | verdict | command |", "| --- | --- | --- | --- |"]
-    lines += [f"| {c} | {m} | {v} | `{cmd}` |" for c, m, v, cmd in rows]
+             "| claim | measured | verdict | pinned to a plan file | command |",
+             "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {c} | {m} | {v} | {pin} | `{cmd}` |" for c, m, v, pin, cmd in rows]
     with open(a.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(keep, "claims.json"), "w") as f:
@@ -325,6 +367,89 @@ def table_rows(keep, cmds, shown):
     return rows
 
 
+def pinned_cells(keep, cmds, shown):
+    """The pinned column, per claim: what the workload pinned to its own sweep's plans
+    measured (the pinned steps' advice), or why it was not."""
+    cells = {}
+
+    def advice(step):  # (the advice, its costs) or (None, why not)
+        path = steps_of(cmds, step)[-1][0]
+        if not os.path.exists(path):
+            return None, not_measured(keep, cmds, step)
+        adv = load_advice(path)
+        costs = adv.costs()
+        return (adv, costs) if costs and all(c.has_pinned for c in costs) else (
+            None, "not measured: the pinned mode did not run at every size (log.txt)")
+
+    adv, costs = advice("r50-pinned")
+    how = f" (`{shown['r50-pinned']}`)"
+    r50 = ["ResNet-50 at 224 runs 15-23% faster per iteration with benchmark on",
+           "memory is basically unchanged with benchmark on",
+           "(measured here) PyTorch's benchmark pick is stable from run to run"]
+    if adv is None:
+        cells.update((claim, costs) for claim in r50)
+    else:
+        c, v = costs[0], verdict(costs, adv.iterations)
+        (d, lo, hi), (e, elo, ehi) = v.pinned_vs_off, v.pinned_vs_on
+        off, on = c.mean_off, c.mean_on
+        cells[r50[0]] = (f"pinned saves {pct(d / off)} of the steady iteration against off "
+                         f"(95% CI {pct(lo / off)} to {pct(hi / off)}) and {pct(e / on)} "
+                         f"against on ({pct(elo / on)} to {pct(ehi / on)}; "
+                         f"{STEPS_BY[c.method]}); the advice: '{v.choice}'" + how)
+        cells[r50[1]] = (f"first-iteration peak reserved {c.peak_pinned_bytes / GIB:.2f} GiB "
+                         f"pinned, {c.peak_off_bytes / GIB:.2f} GiB off, "
+                         f"{c.peak_on_bytes / GIB:.2f} GiB on" + how)
+        cells[r50[2]] = (f"{c.pinned_calls} of {c.pinned_calls + c.fallback_calls} "
+                         f"first-iteration convolution calls ran the plan file's plans, with "
+                         f"no search" + how)
+    cells["deterministic mode costs about 20%"] = (
+        "not measured: a plan file of deterministic configs (`plans write --deterministic`) "
+        "is pinned the same way")
+    for step, claim in (("sizes-pinned", "with variable input sizes benchmark mode runs "
+                                         "about 8% slower"),
+                        ("dist80-pinned", "turn benchmark on when at least 80% of inputs "
+                                          "share one shape")):
+        adv, costs = advice(step)
+        if adv is None:
+            cells[claim] = costs
+            continue
+        v = verdict(costs, adv.iterations)
+        ran = sum(c.pinned_calls for c in costs)
+        cells[claim] = (f"expected total {v.total_pinned_ms / 1e3:.1f} s pinned, "
+                        f"{v.total_on_ms / 1e3:.1f} s on, {v.total_off_ms / 1e3:.1f} s off "
+                        f"for {adv.iterations} iterations over {len(costs)} sizes, no search "
+                        f"at any; {ran} of {ran + sum(c.fallback_calls for c in costs)} "
+                        f"first-iteration calls pinned; the advice: '{v.choice}' "
+                        f"(`{shown[step]}`)")
+    cells["Winograd takes 20-30% more memory"] = (
+        "not measured: a plan file holds the configs its sweep chose; `plans write "
+        "--max-workspace MiB` keeps only those within a workspace")
+    cells["different cards choose differently"] = (
+        "a plan file names its GPU, compute capability, cuDNN, cudnn-frontend and torch; "
+        "pinning it elsewhere is refused, naming what differs (tested without a GPU)")
+    return cells
+
+
+def not_measured(keep, cmds, step) -> str:
+    """Why a chained step has no result: the first of its commands without its file, and
+    its exit status where the log has it."""
+    args = next(a for p, a in steps_of(cmds, step) if not os.path.exists(p))
+    rc = exit_status(keep, shown_command(args, keep))
+    return f"not measured: `{args[0]} {args[1]}` exited {rc} (log.txt in the results " \
+        f"folder)" if rc is not None else f"not measured: step {step} has not run to its end here"
+
+
+def exit_status(keep, cmd):
+    """The last exit status log.txt in ``keep`` records for the command ``cmd`` (None:
+    it never ended, or never ran)."""
+    log, text = os.path.join(keep, "log.txt"), ""
+    if os.path.exists(log):
+        with open(log) as f:
+            text = f.read()
+    failed = re.findall(rf"^\$ {re.escape(cmd)}(?: .*)?\nexit (\d+)$", text, re.M)
+    return failed[-1] if failed else None
+
+
 def sizes_verdict(ratio: float, break_even) -> str:
     """The variable-sizes claim (about 8% slower) against ``ratio``, the expected total with
     benchmark on over that with it off, less 1."""
@@ -363,14 +488,9 @@ def missing(rows, path, cmd, claim) -> bool:
     from one that never ended."""
     if os.path.exists(path):
         return True
-    log = os.path.join(os.path.dirname(path), "log.txt")
-    text = ""
-    if os.path.exists(log):
-        with open(log) as f:
-            text = f.read()
-    failed = re.findall(rf"^\$ {re.escape(cmd)}(?: .*)?\nexit (\d+)$", text, re.M)
-    rows.append([claim, f"not measured: the command exited {failed[-1]} (its output: log.txt "
-                        f"in the results folder)" if failed else
+    rc = exit_status(os.path.dirname(path), cmd)
+    rows.append([claim, f"not measured: the command exited {rc} (its output: log.txt "
+                        f"in the results folder)" if rc is not None else
                         "not measured: the command has not run to its end here",
                  "untested", cmd])
     return False

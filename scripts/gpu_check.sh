@@ -258,6 +258,11 @@ part_claims() {
 # compare reads that store after winograd's exploration has gone into it.
 part_claims-a() { claims_steps claims-a r50,winograd,compare,targets; }
 part_claims-b() { claims_steps claims-b sizes,dist80; }
+# The pinned column: each workload swept, its plan file, advise --plans (the sweeps at five
+# sizes are long: one part each, CLAIMS_KEEP carried between calls).
+part_claims-pinned() { claims_steps claims-pinned r50-pinned; }
+part_claims-pinned-sizes() { claims_steps claims-pinned-sizes sizes-pinned; }
+part_claims-pinned-dist80() { claims_steps claims-pinned-dist80 dist80-pinned; }
 claims_steps() {  # LOGNAME STEPS
   "$PY" scripts/claims.py --steps "$2" --keep "${CLAIMS_KEEP:-$LOG/claims}" >> "$LOG/$1.txt" 2>&1
 }
@@ -298,7 +303,7 @@ show_part() {  # what each part's log says, for the call's output
     model) tail -40 "$LOG/model.txt" ;;
     torchrun) tail -30 "$LOG/torchrun.txt" ;;
     claims|claims-table) tail -20 "$LOG/claims.txt" ;;
-    claims-a|claims-b) tail -5 "$LOG/$1.txt" ;;
+    claims-a|claims-b|claims-pinned*) tail -5 "$LOG/$1.txt" ;;
   esac
 }
 

@@ -12,6 +12,9 @@ from conftest import REPO
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "advice_r50_b32_fp32_h200.json.gz")
 SIZES = os.path.join(REPO, "tests", "fixtures", "advice_r50_b16_sizes_h200.json.gz")
 DIST80 = os.path.join(REPO, "tests", "fixtures", "advice_r50_b16_dist80_h200.json.gz")
+# advise resnet50 --batch 32 --plans FILE --iterations 10000 on the H200 (2026-12-02), the
+# plan file from the quick profile's sweep of the same workload
+PINNED = os.path.join(REPO, "tests", "fixtures", "advice_r50_b32_fp32_pinned_h200.json.gz")
 
 
 def _claims():
@@ -33,7 +36,7 @@ def test_range_verdict():
 
 def test_table_from_an_h200_advice(tmp_path):
     for src, name in ((FIXTURE, "resnet50_224.json"), (SIZES, "resnet50_sizes.json"),
-                      (DIST80, "resnet50_80.json")):
+                      (DIST80, "resnet50_80.json"), (PINNED, "resnet50_224_pinned.json")):
         with gzip.open(src) as f, open(tmp_path / name, "wb") as g:
             shutil.copyfileobj(f, g)
     out = tmp_path / "claims.md"
@@ -43,18 +46,31 @@ def test_table_from_an_h200_advice(tmp_path):
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert "on NVIDIA H200, torch 2.11.0+cu130, cuDNN 9.19.0." in text
-    rows = {cells[1].strip(): [c.strip() for c in cells[2:5]]
-            for cells in (ln.split("|") for ln in text.splitlines()[6:]) if len(cells) > 4}
+    # measured, verdict, pinned to a plan file, command
+    rows = {cells[1].strip(): [c.strip() for c in cells[2:6]]
+            for cells in (ln.split("|") for ln in text.splitlines()[6:]) if len(cells) > 5}
     assert len(rows) == 8
     speed = rows["ResNet-50 at 224 runs 15-23% faster per iteration with benchmark on"]
     assert "(95% CI -0.6% to -0.4%)" in speed[0] and "CUDA-graph replays" in speed[0]
     assert speed[1] == "does not hold"
+    # the pinned column: the same workload pinned to its sweep's plans (its own advice)
+    assert speed[2].startswith(
+        "pinned saves +0.3% of the steady iteration against off (95% CI +0.3% to +0.4%) and "
+        "+0.9% against on (+0.8% to +0.9%; CUDA-graph replays of the whole step: GPU time); "
+        "the advice: 'pinned' (`python -m cudnn_explorer model resnet50 --batch 32 --json "
+        "resnet50_224_pinned.sweep.json; python -m cudnn_explorer plans write "
+        "resnet50_224_pinned.sweep.json -o resnet50_224_pinned.plans.json; python -m "
+        "cudnn_explorer advise resnet50 --batch 32 --iterations 10000 --plans"), speed[2]
     memory = rows["memory is basically unchanged with benchmark on"]
     assert "7.51 GiB on vs 3.44 GiB off" in memory[0] and memory[1] == "does not hold"
+    assert memory[2].startswith("first-iteration peak reserved 3.43 GiB pinned, 3.44 GiB off, "
+                                "7.51 GiB on")
     det = rows["deterministic mode costs about 20%"]
     assert det[0].startswith("-0.5% per iteration") and det[1] == "does not hold"
     stable = rows["(measured here) PyTorch's benchmark pick is stable from run to run"]
     assert stable[0].startswith("29 of 68 problem-directions") and stable[1] == "does not hold"
+    assert stable[2].startswith("158 of 158 first-iteration convolution calls ran the plan "
+                                "file's plans, with no search")
     # five sizes: far slower than the claim over 1000 iterations, the steady iterations a
     # little faster; two sizes' steps were graph replays, three eager
     sizes = rows["with variable input sizes benchmark mode runs about 8% slower"]
@@ -66,6 +82,7 @@ def test_table_from_an_h200_advice(tmp_path):
     assert "GPU time for size 320, 384; eager steps" in sizes[0]
     assert sizes[1] == ("depends on the iterations per size: slower by far more here; "
                         "benchmark on pays off only after 96588 iterations")
+    assert sizes[2] == "not measured: step sizes-pinned has not run to its end here"
     # 80% of the inputs at one size: the steady saving with its CI, the search cost, the
     # totals, the advice (all five sizes graph-timed)
     rule = rows["turn benchmark on when at least 80% of inputs share one shape"]
@@ -79,15 +96,20 @@ def test_table_from_an_h200_advice(tmp_path):
     # a step whose command failed says so, with its exit status from the log
     os.remove(tmp_path / "resnet50_80.json")
     with open(tmp_path / "log.txt", "w") as f:
-        f.write(f"$ {rule[2].strip('`')} --store results.db\nexit 3\nout\nerr\n")
+        f.write(f"$ {rule[3].strip('`')} --store results.db\nexit 3\nout\nerr\n"
+                "$ python -m cudnn_explorer plans write resnet50_80_pinned.sweep.json -o "
+                "resnet50_80_pinned.plans.json"
+                "\nexit 2\n")
+    open(tmp_path / "resnet50_80_pinned.sweep.json", "w").close()
     r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
                         "--table-only", "--keep", str(tmp_path), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert ("| turn benchmark on when at least 80% of inputs share one shape | not measured: "
-            "the command exited 3 (its output: log.txt in the results folder) | untested"
+            "the command exited 3 (its output: log.txt in the results folder) | untested | "
+            "not measured: `plans write` exited 2 (log.txt in the results folder) |"
             ) in out.read_text()
-    assert "advise resnet50 --batch 32" in speed[2] and str(tmp_path) not in text
+    assert "advise resnet50 --batch 32" in speed[3] and str(tmp_path) not in text
 
 
 def test_every_measuring_command_keeps_its_results_in_the_store_given(tmp_path, monkeypatch):
@@ -101,15 +123,24 @@ def test_every_measuring_command_keeps_its_results_in_the_store_given(tmp_path, 
     keep, store = str(tmp_path), str(tmp_path / "results.db")
     cmds = claims.commands(keep, "32")
     for step in claims.STEPS:
-        claims.measure(*cmds[step], keep, 1, store)
-    assert sorted(a[0] for a in ran) == ["--shape", "advise", "advise", "advise", "compare",
-                                         "model"]
+        for path, args in claims.steps_of(cmds, step):
+            claims.measure(path, args, keep, 1, store)
+    # each pinned step: a sweep, its plan file and advise with it
+    assert sorted(a[0] for a in ran) == ["--shape"] + ["advise"] * 6 + ["compare"] + \
+        ["model"] * 4 + ["plans"] * 3
     for args in ran:
-        if "--target" in args:
+        if "--target" in args or args[0] == "plans":
             assert "--store" not in args and "--device" not in args, args
         else:
             assert args[args.index("--store") + 1] == store, args
-    assert all("--store" not in claims.shown_command(a, keep) for _, a in cmds.values())
+    assert all("--store" not in claims.shown_command(a, keep)
+               for step in cmds for _, a in claims.steps_of(cmds, step))
+    advise = [a for a in ran if a[0] == "advise" and "--plans" in a]
+    assert [a[a.index("--plans") + 1] == os.path.join(keep, n + ".plans.json")
+            for a, n in zip(advise, ("resnet50_224_pinned", "resnet50_sizes_pinned",
+                                     "resnet50_80_pinned"))] == [True] * 3
+    dist80 = next(a for a in ran if a[0] == "model" and "224,256,288,320,352" in a)
+    assert dist80[:5] == ["model", "resnet50", "--batch", "16", "--sizes"]
     # a step whose file is there runs nothing
     ran.clear()
     (tmp_path / "winograd.json").write_text("{}")
