@@ -44,6 +44,8 @@ from cudnn_explorer.core.files import write_atomic  # noqa: E402  (after the pat
 
 PROBLEMS = {
     "default": dict(shape="32,3,224,224", kernel=3),
+    # the README's bfloat16 example (all directions here)
+    "readme-bf16-nhwc": dict(shape="32,64,56,56", kernel=3, dtype="bfloat16", layout="nhwc"),
     "r50-3x3-fp16-nhwc": dict(shape="32,128,28,28", out_channels=128, kernel=3,
                               dtype="float16", layout="nhwc"),
     "r50-1x1-fp16-nhwc": dict(shape="32,256,56,56", out_channels=64, kernel=1, padding=0,
