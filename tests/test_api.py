@@ -209,6 +209,13 @@ def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
     monkeypatch.setattr(job, "capture", capture)
     job.sweep_model("resnet18", batch=2, bench=object())
     assert order == ["capture", ("swept", "the capture", False)]
+    order.clear()  # with a plan file: the pinned mode's process too
+    from cudnn_explorer.jobs import plans as plans_job
+
+    monkeypatch.setattr(plans_job, "read_plans", lambda path: None)
+    job.sweep_model("resnet18", batch=2, plans="resnet18.plans.json")
+    assert order == [("started", "resnet18", True), "capture",
+                     ("swept", "the capture", True), "closed"]
 
 
 def test_the_atomic_writer_keeps_the_users_umask(tmp_path):
