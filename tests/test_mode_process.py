@@ -1,0 +1,145 @@
+"""The processes of PyTorch's run of a model (model/mode_process.py), on the CPU with a
+stand-in interpreter: every mode's processes started before the first one runs, those
+started before the capture (ModeStarts) taken by position and the rest ended, and what a
+process imports ahead of its turn."""
+import json
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+
+from cudnn_explorer.core.child_records import ModelChildResult, SizeResult  # noqa: E402
+from cudnn_explorer.core.capture import Capture, ModelSpec, UniqueConv  # noqa: E402
+from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
+from cudnn_explorer.core.problem import ConvProblem  # noqa: E402
+from cudnn_explorer.model import mode_process, pytorch_run  # noqa: E402
+
+
+def _ready_child(tmp_path, result: ModelChildResult):
+    """A stand-in interpreter for the model processes: it says it is ready at once, waits
+    for its go, then writes ``result`` (the prestart protocol, without torch)."""
+    (tmp_path / "result.json").write_text(json.dumps(result.to_dict()))
+    (tmp_path / "child.py").write_text(
+        "import shutil, sys\n"
+        "print('cudnn_explorer: ready', flush=True)\n"
+        "if sys.stdin.readline():\n"
+        f"    shutil.copy({str(tmp_path / 'result.json')!r}, sys.argv[-1])\n")
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nexec {os.sys.executable} {tmp_path / 'child.py'} \"$@\"\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeypatch):
+    """Note [model children started ahead]: each mode's process and its steady process
+    are started at once, each given its spec in its turn; every one has ended when the
+    run returns, and when it is interrupted."""
+    result = ModelChildResult(sizes=[SizeResult(input_shape=[3, 8, 8], first_ms=1.0,
+                                                steady_ms=[1.0, 1.0])])
+    python = _ready_child(tmp_path, result)
+    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
+    cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
+                  problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
+    opts = ExploreOptions.create(child_timeout_s=60)
+    modes = pytorch_run.model_modes()[:3]
+    started, at_run = [], []
+    from cudnn_explorer.measure.prestart import StartedChild
+
+    real_init, real_run = StartedChild.__init__, StartedChild.go
+
+    def init(self, *args, **kw):
+        real_init(self, *args, **kw)
+        started.append(self)
+
+    def run(self, spec, *args):
+        at_run.append((len(started), bool(spec.get("steady_only"))))
+        return real_run(self, spec, *args)
+
+    monkeypatch.setattr(StartedChild, "__init__", init)
+    monkeypatch.setattr(StartedChild, "go", run)
+    got, _ = pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
+                                   modes=modes, graph=True)
+    # three modes, each a first and a steady process: all six running before the first go
+    assert at_run == [(6, False), (6, True)] * 3
+    assert [m.sizes[0].first_ms for m in got.modes] == [1.0] * 3
+    assert all("wrote no cudnn-frontend log" in m.error for m in got.modes)
+    assert all(s.proc.poll() is not None for s in started)
+    # interrupted in the first mode's run: the processes whose turn never came are ended
+    started.clear()
+
+    def interrupted(self, spec, *args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(StartedChild, "go", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pytorch_run.run_model(cap, opts, iterations=1, python=python, modes=modes)
+    assert len(started) == 3 and all(s.proc.poll() is not None for s in started)
+    assert all(not os.path.exists(s.spec_path) for s in started)  # their files removed
+
+
+def test_run_model_runs_the_processes_started_before_and_starts_no_other(tmp_path,
+                                                                        monkeypatch):
+    """ModeStarts, what the model jobs start before the capture: run_model takes each
+    mode's processes from it by position and starts none; the pinned mode's first process
+    has no log; one never taken (a mode answered from the store) and one started for
+    another ``graph`` setting are ended by close, and a mode not started is started."""
+    result = ModelChildResult(sizes=[SizeResult(input_shape=[3, 8, 8], first_ms=1.0,
+                                                steady_ms=[1.0, 1.0])])
+    python = _ready_child(tmp_path, result)
+    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
+    cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
+                  problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
+    opts = ExploreOptions.create(child_timeout_s=60)
+    modes = pytorch_run.model_modes()[:2]
+    started = []
+    from cudnn_explorer.measure.prestart import StartedChild
+
+    real_init = StartedChild.__init__
+
+    def init(self, *args, **kw):
+        real_init(self, *args, **kw)
+        started.append(self)
+
+    monkeypatch.setattr(StartedChild, "__init__", init)
+    with mode_process.ModeStarts(cap.model, [False, False, True], python=python,
+                                 graph=True) as starts:
+        assert len(started) == 6
+        assert [s.log_path is None for s in started] == [False, True, False, True, True, True]
+        got, _ = pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
+                                       modes=modes, graph=True, started=starts)
+        assert len(started) == 6  # run_model started none of its own
+        assert [m.sizes[0].first_ms for m in got.modes] == [1.0, 1.0]
+        assert [s.proc.poll() is not None for s in started] == [True] * 4 + [False] * 2
+    assert all(s.proc.poll() is not None for s in started)  # the third mode's, never taken
+    started.clear()
+    with mode_process.ModeStarts(cap.model, [False], python=python, graph=False) as starts:
+        pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
+                              modes=modes, graph=True, started=starts)
+        # started for no CUDA graph: not taken; both modes started their own two
+        assert len(started) == 5 and started[0].proc.poll() is None
+    assert all(s.proc.poll() is not None for s in started)
+
+
+@pytest.mark.parametrize("name,factory,extra", [("resnet18", "", "torchvision"),
+                                                ("timm:resnet18", "", "timm"),
+                                                ("", "mine:build", None)])
+def test_a_model_process_imports_ahead_what_its_child_needs_and_runs_it_once(name, factory,
+                                                                           extra):
+    """The preload names torch, the model's library (never the user's module) and what
+    the child imports, not the child itself: runpy then runs its one copy, without
+    warning that the module was imported before."""
+    import subprocess
+    import sys
+
+    spec = ModelSpec(name=name, factory=factory, input_shape=[3, 8, 8], batch=1)
+    preload = mode_process.preload(spec).split(",")
+    assert "torch" in preload and mode_process.MODEL_CHILD not in preload
+    assert (extra in preload) if extra else not {"torchvision", "timm", "mine"} & set(preload)
+    out = subprocess.run([sys.executable, "-m", "cudnn_explorer.measure.prestart", "--preload",
+                          ",".join(n for n in preload if n not in ("torchvision", "timm")),
+                          mode_process.MODEL_CHILD], input="go\n", capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.startswith("cudnn_explorer: ready")
+    assert "usage: python -m cudnn_explorer.model.model_child" in out.stderr, out.stderr
+    assert "RuntimeWarning" not in out.stderr, out.stderr
