@@ -31,32 +31,46 @@ def _ready_child(tmp_path, result: ModelChildResult):
     return str(fake)
 
 
-def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeypatch):
-    """Note [model children started ahead]: each mode's process and its steady process
-    are started at once, each given its spec in its turn; every one has ended when the
-    run returns, and when it is interrupted."""
+def _tiny_run(tmp_path):
+    """(a stand-in interpreter whose every run gives one size, a one-problem capture, the
+    options) for run_model."""
     result = ModelChildResult(sizes=[SizeResult(input_shape=[3, 8, 8], first_ms=1.0,
                                                 steady_ms=[1.0, 1.0])])
-    python = _ready_child(tmp_path, result)
     problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
     cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
                   problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
-    opts = ExploreOptions.create(child_timeout_s=60)
-    modes = pytorch_run.model_modes()[:3]
-    started, at_run = [], []
+    return _ready_child(tmp_path, result), cap, ExploreOptions.create(child_timeout_s=60)
+
+
+def _recorded(monkeypatch):
+    """The list every StartedChild made from now on is appended to."""
     from cudnn_explorer.measure.prestart import StartedChild
 
-    real_init, real_run = StartedChild.__init__, StartedChild.go
+    started, real_init = [], StartedChild.__init__
 
     def init(self, *args, **kw):
         real_init(self, *args, **kw)
         started.append(self)
 
+    monkeypatch.setattr(StartedChild, "__init__", init)
+    return started
+
+
+def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeypatch):
+    """Note [model children started ahead]: each mode's process and its steady process
+    are started at once, each given its spec in its turn; every one has ended when the
+    run returns, and when it is interrupted."""
+    python, cap, opts = _tiny_run(tmp_path)
+    modes = pytorch_run.model_modes()[:3]
+    from cudnn_explorer.measure.prestart import StartedChild
+
+    started, at_run = _recorded(monkeypatch), []
+    real_run = StartedChild.go
+
     def run(self, spec, *args):
         at_run.append((len(started), bool(spec.get("steady_only"))))
         return real_run(self, spec, *args)
 
-    monkeypatch.setattr(StartedChild, "__init__", init)
     monkeypatch.setattr(StartedChild, "go", run)
     got, _ = pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
                                    modes=modes, graph=True)
@@ -84,24 +98,9 @@ def test_run_model_runs_the_processes_started_before_and_starts_no_other(tmp_pat
     mode's processes from it by position and starts none; the pinned mode's first process
     has no log; one never taken (a mode answered from the store) and one started for
     another ``graph`` setting are ended by close, and a mode not started is started."""
-    result = ModelChildResult(sizes=[SizeResult(input_shape=[3, 8, 8], first_ms=1.0,
-                                                steady_ms=[1.0, 1.0])])
-    python = _ready_child(tmp_path, result)
-    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
-    cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
-                  problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
-    opts = ExploreOptions.create(child_timeout_s=60)
+    python, cap, opts = _tiny_run(tmp_path)
     modes = pytorch_run.model_modes()[:2]
-    started = []
-    from cudnn_explorer.measure.prestart import StartedChild
-
-    real_init = StartedChild.__init__
-
-    def init(self, *args, **kw):
-        real_init(self, *args, **kw)
-        started.append(self)
-
-    monkeypatch.setattr(StartedChild, "__init__", init)
+    started = _recorded(monkeypatch)
     with mode_process.ModeStarts(cap.model, [False, False, True], python=python,
                                  graph=True) as starts:
         assert len(started) == 6
