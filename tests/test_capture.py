@@ -145,21 +145,19 @@ AMBIGUOUS = [(16, 120, 1, 1), (2, 1, 5, 5), (1, 8, 1, 1), (4, 1, 1, 1), (2, 3, 1
 
 @pytest.mark.parametrize("sizes", AMBIGUOUS, ids=lambda s: "x".join(map(str, s)))
 def test_a_tensors_layout_is_decided_by_its_strides_as_pytorch_decides(sizes):
-    """Note [ambiguous strides]: strides_like_channels_last is c10's rule (here against
-    torch's own suggest_memory_format, where this torch has it in Python), for tensors
-    contiguous in both formats (C = 1, H = W = 1) among others, each laid out every way."""
+    """Note [ambiguous strides]: layout_of follows torch's own suggest_memory_format (c10's
+    rule), for tensors contiguous in both formats (C = 1, H = W = 1) among others, each
+    laid out every way, beside a contiguous weight (never channels_last by its strides)."""
     import itertools
 
-    from cudnn_explorer.model.tracer import strides_like_channels_last
+    from cudnn_explorer.model.tracer import layout_of
+    from torch._prims_common import suggest_memory_format
 
-    prims = pytest.importorskip("torch._prims_common")
-    if not hasattr(prims, "suggest_memory_format"):
-        pytest.skip("this torch has no suggest_memory_format in Python")
+    w = torch.empty(4, max(sizes[1], 1), *[3] * (len(sizes) - 2))
     for perm in itertools.permutations(range(len(sizes))):
         t = _strided(sizes, list(perm))
-        want = prims.suggest_memory_format(t) in (torch.channels_last,
-                                                  torch.channels_last_3d)
-        assert strides_like_channels_last(t) == want, (perm, t.stride())
+        want = suggest_memory_format(t) in (torch.channels_last, torch.channels_last_3d)
+        assert (layout_of(t, w) == "nhwc") == want, (perm, t.stride())
 
 
 class SqueezeExcite(nn.Module):

@@ -19,8 +19,7 @@ from ..core.capture import (Capture, ModelSpec, Uncovered, UniqueConv, add_count
 from ..core.errors import ResourceError, UserError, described
 from ..core.problem import DTYPES, ConvProblem
 
-__all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of",
-           "strides_like_channels_last", "ForwardTracker",
+__all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "ForwardTracker",
            "not_covered", "explored", "forward_direction", "backward_directions", "layer_name",
            "ConvArgs", "conv_args"]
 
@@ -31,41 +30,26 @@ _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
 def layout_of(x, w) -> str:
     """The memory format PyTorch's cuDNN path runs (ATen's
     cudnn_conv_suggest_memory_format): channels_last when the input's or the 4-D or 5-D
-    weight's strides are like channels_last by c10's rule (Tensor.suggest_memory_format,
-    Note [ambiguous strides]); float64 and 1-D convolutions (ATen makes their input
+    weight's strides are like channels_last (Tensor.suggest_memory_format, Note
+    [ambiguous strides]); float64 and 1-D convolutions (ATen makes their input
     contiguous) never."""
     import torch
+    from torch._prims_common import suggest_memory_format  # as pinning/op.py's fake
 
     if w.dim() not in (4, 5) or x.dim() != w.dim() or torch.float64 in (x.dtype, w.dtype):
         return "nchw"
-    return "nhwc" if strides_like_channels_last(x) or strides_like_channels_last(w) \
-        else "nchw"
+    fmt = torch.channels_last if w.dim() == 4 else torch.channels_last_3d
+    return "nhwc" if fmt in (suggest_memory_format(x), suggest_memory_format(w)) else "nchw"
 
 
 # Note [ambiguous strides]: a tensor with C = 1 or H = W = 1 can be contiguous in both
 # memory formats (a channels_last model's squeeze-and-excitation convolutions: x
 # 16x120x1x1, strides 120,1,120,120). PyTorch decides by the strides alone
-# (c10/core/MemoryFormat.h, is_channels_last_strides_2d/3d), and cuDNN then gets the
-# tensors in that format: so a capture that called such a call NCHW explored another
+# (c10/core/MemoryFormat.h, is_channels_last_strides_2d/3d, which suggest_memory_format
+# follows), and cuDNN then gets the tensors in that format: so a capture that called such
+# a call NCHW (channels_last only when not also contiguous, as it did) explored another
 # problem than PyTorch ran, and the pinned op, which keys the call by ATen's rule, found
 # no plan for it (16 of MobileNetV3-Large's 62 calls on the H200).
-def strides_like_channels_last(t) -> bool:
-    """c10's is_channels_last_strides_2d (4-D) and _3d (5-D), as suggest_memory_format
-    uses them: each dimension's stride, in channels-last order (C, then the spatial ones
-    from the last, then N), at least the span of the ones before; ties of size-1
-    dimensions go to NCHW as there."""
-    sizes, strides = list(t.shape), list(t.stride())
-    if len(sizes) not in (4, 5) or strides[1] == 0:
-        return False
-    order = [1] + list(range(len(sizes) - 1, 1, -1)) + [0]
-    low = 0
-    for d in order:
-        if sizes[d] == 0 or strides[d] < low:
-            return False
-        if d == 0 and low == strides[1]:  # N111-like: NCHW by default
-            return False
-        low = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
-    return True
 
 
 def not_covered(x) -> str:
