@@ -95,26 +95,27 @@ def pct(x):
 
 
 def commands(keep, batch):
-    """Each step: the file it writes and the product command that writes it."""
+    """Each step: its product commands in order, each with the file it writes (the last
+    one's is the step's result)."""
     dist = os.path.join(keep, "dist80.txt")
     return {
         # 1-3: ResNet-50 at 224, fp32 (TF32 as PyTorch's default), training steps
-        "r50": (os.path.join(keep, "resnet50_224.json"),
-                ["advise", "resnet50", "--batch", batch, "--iterations", "10000",
-                 "--repeats", "3", "--json", os.path.join(keep, "resnet50_224.json")]),
+        "r50": [(os.path.join(keep, "resnet50_224.json"),
+                 ["advise", "resnet50", "--batch", batch, "--iterations", "10000",
+                  "--repeats", "3", "--json", os.path.join(keep, "resnet50_224.json")])],
         # 4: variable input sizes (the write-up's YOLO; a ResNet-50 at five square sizes)
-        "sizes": (os.path.join(keep, "resnet50_sizes.json"),
-                  ["advise", "resnet50", "--batch", "16", "--sizes", "320:576:64",
-                   "--iterations", "1000", "--json", os.path.join(keep, "resnet50_sizes.json")]),
+        "sizes": [(os.path.join(keep, "resnet50_sizes.json"),
+                   ["advise", "resnet50", "--batch", "16", "--sizes", "320:576:64", "--iterations",
+                    "1000", "--json", os.path.join(keep, "resnet50_sizes.json")])],
         # 5: the 80% rule
-        "dist80": (os.path.join(keep, "resnet50_80.json"),
-                   ["advise", "resnet50", "--batch", "16", "--shape-dist", dist,
-                    "--iterations", "10000", "--json", os.path.join(keep, "resnet50_80.json")]),
+        "dist80": [(os.path.join(keep, "resnet50_80.json"),
+                    ["advise", "resnet50", "--batch", "16", "--shape-dist", dist,
+                     "--iterations", "10000", "--json", os.path.join(keep, "resnet50_80.json")])],
         # 7: the store's comparison of environments, and the deviceless heuristics
-        "compare": (os.path.join(keep, "compare.txt"), ["compare"]),
-        "targets": (os.path.join(keep, "targets.txt"),
-                    ["model", "resnet50", "--batch", batch, "--target",
-                     "h200,a100,h100,l4,v100,rtx4090,b200"]),
+        "compare": [(os.path.join(keep, "compare.txt"), ["compare"])],
+        "targets": [(os.path.join(keep, "targets.txt"),
+                     ["model", "resnet50", "--batch", batch, "--target",
+                      "h200,a100,h100,l4,v100,rtx4090,b200"])],
         # the pinned column: each workload pinned to the plans its own sweep found
         "r50-pinned": pinned_chain(keep, "resnet50_224_pinned", ["--batch", batch],
                                    ["--iterations", "10000"]),
@@ -127,11 +128,10 @@ def commands(keep, batch):
             ["--shape-dist", dist, "--iterations", "10000"], sized=False),
         # 6: Winograd's workspace, per algorithm and per engine config (every row and
         # config timed in full: the thorough profile)
-        "winograd": (os.path.join(keep, "winograd.json"),
-                     ["--shape", "32,64,56,56", "--out-channels", "64", "--kernel", "3",
-                      "--tf32", "off", "--no-pytorch", "--profile", "thorough",
-                      "--quiet", "--json",
-                      os.path.join(keep, "winograd.json")]),
+        "winograd": [(os.path.join(keep, "winograd.json"),
+                      ["--shape", "32,64,56,56", "--out-channels", "64", "--kernel", "3",
+                       "--tf32", "off", "--no-pytorch", "--profile", "thorough",
+                       "--quiet", "--json", os.path.join(keep, "winograd.json")])],
     }
 
 
@@ -146,11 +146,6 @@ def pinned_chain(keep, name, model_args, advise_args, sized=True):
             (plans, ["plans", "write", sweep, "-o", plans]),
             (out, ["advise", "resnet50", *shape, *advise_args, "--plans", plans,
                    "--json", out])]
-
-
-def steps_of(cmds, step):
-    """A step's commands in order: (file it writes, args) pairs."""
-    return cmds[step] if isinstance(cmds[step], list) else [cmds[step]]
 
 
 def main() -> int:
@@ -178,10 +173,10 @@ def main() -> int:
     with open(os.path.join(keep, "dist80.txt"), "w") as f:
         f.write(DIST80)
     cmds = commands(keep, a.batch)
-    shown = {step: "; ".join(shown_command(args, keep) for _, args in steps_of(cmds, step))
+    shown = {step: "; ".join(shown_command(args, keep) for _, args in cmds[step])
              for step in cmds}
     for step in steps if not a.table_only else ():
-        for path, args in steps_of(cmds, step):  # a chain stops at a command that failed
+        for path, args in cmds[step]:  # a chain stops at a command that failed
             measure(path, args, keep, a.device, a.store or os.path.join(keep, "results.db"))
             if not os.path.exists(path):
                 break
@@ -190,7 +185,7 @@ def main() -> int:
         return 0
     pinned = pinned_cells(keep, cmds, shown)
     rows = [[c, m, v, pinned.get(c, ""), cmd] for c, m, v, cmd in table_rows(keep, cmds, shown)]
-    env, found = None, next((p for step in cmds for p, _ in steps_of(cmds, step)
+    env, found = None, next((p for step in cmds for p, _ in cmds[step]
                              if p.endswith(".json") and os.path.exists(p)), None)
     if found:  # the environment of the first result there
         with open(found) as f:
@@ -218,7 +213,7 @@ def table_rows(keep, cmds, shown):
     rows = []
 
     # 1-3: ResNet-50 at 224
-    r50, cmd = cmds["r50"][0], shown["r50"]
+    r50, cmd = cmds["r50"][-1][0], shown["r50"]
     if missing(rows, r50, cmd, "ResNet-50 at 224 runs 15-23% faster per iteration with "
                                "benchmark on"):
         adv = load_advice(r50)
@@ -262,7 +257,7 @@ def table_rows(keep, cmds, shown):
                      else "untested", cmd])
 
     # 4: variable input sizes
-    var, cmd = cmds["sizes"][0], shown["sizes"]
+    var, cmd = cmds["sizes"][-1][0], shown["sizes"]
     if missing(rows, var, cmd, "with variable input sizes benchmark mode runs about 8% "
                                "slower"):
         adv = load_advice(var)
@@ -281,7 +276,7 @@ def table_rows(keep, cmds, shown):
                      sizes_verdict(ratio, v.break_even), cmd])
 
     # 5: the 80% rule
-    rule, cmd = cmds["dist80"][0], shown["dist80"]
+    rule, cmd = cmds["dist80"][-1][0], shown["dist80"]
     if missing(rows, rule, cmd, "turn benchmark on when at least 80% of inputs share one "
                                 "shape"):
         adv = load_advice(rule)
@@ -306,7 +301,7 @@ def table_rows(keep, cmds, shown):
                      "holds here" if v.choice == "on" else "does not hold here", cmd])
 
     # 6: Winograd's workspace
-    wino, cmd = cmds["winograd"][0], shown["winograd"]
+    wino, cmd = cmds["winograd"][-1][0], shown["winograd"]
     if missing(rows, wino, cmd, "Winograd takes 20-30% more memory"):
         from cudnn_explorer.core.analysis import min_bytes
         from cudnn_explorer.core.exploration import Exploration
@@ -373,7 +368,7 @@ def pinned_cells(keep, cmds, shown):
     cells = {}
 
     def advice(step):  # (the advice, its costs) or (None, why not)
-        path = steps_of(cmds, step)[-1][0]
+        path = cmds[step][-1][0]
         if not os.path.exists(path):
             return None, not_measured(keep, cmds, step)
         adv = load_advice(path)
@@ -433,7 +428,7 @@ def pinned_cells(keep, cmds, shown):
 def not_measured(keep, cmds, step) -> str:
     """Why a chained step has no result: the first of its commands without its file, and
     its exit status where the log has it."""
-    args = next(a for p, a in steps_of(cmds, step) if not os.path.exists(p))
+    args = next(a for p, a in cmds[step] if not os.path.exists(p))
     rc = exit_status(keep, shown_command(args, keep))
     return f"not measured: `{args[0]} {args[1]}` exited {rc} (log.txt in the results " \
         f"folder)" if rc is not None else f"not measured: step {step} has not run to its end here"

@@ -123,7 +123,7 @@ def test_every_measuring_command_keeps_its_results_in_the_store_given(tmp_path, 
     keep, store = str(tmp_path), str(tmp_path / "results.db")
     cmds = claims.commands(keep, "32")
     for step in claims.STEPS:
-        for path, args in claims.steps_of(cmds, step):
+        for path, args in cmds[step]:
             claims.measure(path, args, keep, 1, store)
     # each pinned step: a sweep, its plan file and advise with it
     assert sorted(a[0] for a in ran) == ["--shape"] + ["advise"] * 6 + ["compare"] + \
@@ -134,7 +134,7 @@ def test_every_measuring_command_keeps_its_results_in_the_store_given(tmp_path, 
         else:
             assert args[args.index("--store") + 1] == store, args
     assert all("--store" not in claims.shown_command(a, keep)
-               for step in cmds for _, a in claims.steps_of(cmds, step))
+               for step in cmds for _, a in cmds[step])
     advise = [a for a in ran if a[0] == "advise" and "--plans" in a]
     assert [a[a.index("--plans") + 1] == os.path.join(keep, n + ".plans.json")
             for a, n in zip(advise, ("resnet50_224_pinned", "resnet50_sizes_pinned",
@@ -144,7 +144,7 @@ def test_every_measuring_command_keeps_its_results_in_the_store_given(tmp_path, 
     # a step whose file is there runs nothing
     ran.clear()
     (tmp_path / "winograd.json").write_text("{}")
-    claims.measure(*cmds["winograd"], keep, 1, store)
+    claims.measure(*cmds["winograd"][0], keep, 1, store)
     assert ran == []
 
 
