@@ -11,13 +11,12 @@ it), and the command.
 Usage: python scripts/claims.py [--out docs/claims.md] [--keep DIR] [--batch 32]
            [--steps r50,sizes,dist80,winograd,...] [--device N] [--store PATH] [--table-only]
 Needs a GPU; about 20 minutes on an H200, and the pinned steps' sweeps on top (ResNet-50's
-at one size about 3 minutes, at five sizes several times that). Each step's result is a
-JSON file in --keep:
-a step whose file is there is not measured again, so a run cut short goes on where it
-stopped, and the steps can run on several GPUs at once (one --steps list and --device
-each, the same --keep), then --table-only writes the table from the files (no GPU).
+at one size about 3 minutes, at five sizes over 10). Each step's result is a JSON file in
+--keep: a step whose file is there, complete, is not measured again, so a run cut short
+goes on where it stopped, and the steps can run on several GPUs at once (one --steps list
+and --device each, the same --keep), then --table-only writes the table from the files.
 The commands keep their results in the results store --store, by default results.db in
---keep: a step cut short in the middle answers what had finished from it (advise's runs
+--keep: a step cut short answers what had finished from it (problems swept, advise's runs
 of the model), also on another machine given the same folder.
 """
 import argparse
@@ -57,8 +56,10 @@ def shown_command(args, keep):
 def measure(path, args, keep, device, store):
     """Run the product's command ``args`` (which writes ``path``; a command whose output is
     the result writes it to ``path``, a .txt) on ``device`` with the results store
-    ``store``, unless ``path`` is there from an earlier run."""
-    if os.path.exists(path):
+    ``store``, unless ``path`` is there from an earlier run that finished (a command cut
+    short writes what had finished with "complete": false: measured again, it answers
+    that much from the store and goes on)."""
+    if finished(path):
         return
     if args[0] == "plans":  # (writing a plan file measures nothing)
         cli(args, keep)
@@ -71,6 +72,16 @@ def measure(path, args, keep, device, store):
     if path.endswith(".txt") and p.returncode == 0:
         with open(path, "w") as f:
             f.write(p.stdout)
+
+
+def finished(path):
+    """Whether ``path`` holds the result of a command that ran to its end (one that is
+    unreadable is measured again)."""
+    try:
+        with open(path) as f:
+            return not path.endswith(".json") or json.load(f).get("complete") is not False
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def cli(args, keep):
@@ -178,7 +189,7 @@ def main() -> int:
     for step in steps if not a.table_only else ():
         for path, args in cmds[step]:  # a chain stops at a command that failed
             measure(path, args, keep, a.device, a.store or os.path.join(keep, "results.db"))
-            if not os.path.exists(path):
+            if not finished(path):
                 break
     if not a.table_only and set(steps) != set(STEPS):
         print(f"measured {', '.join(steps)} into {keep}; the table: --table-only --keep {keep}")
@@ -369,7 +380,7 @@ def pinned_cells(keep, cmds, shown):
 
     def advice(step):  # (the advice, its costs) or (None, why not)
         path = cmds[step][-1][0]
-        if not os.path.exists(path):
+        if not finished(path):
             return None, not_measured(keep, cmds, step)
         adv = load_advice(path)
         costs = adv.costs()
@@ -428,7 +439,7 @@ def pinned_cells(keep, cmds, shown):
 def not_measured(keep, cmds, step) -> str:
     """Why a chained step has no result: the first of its commands without its file, and
     its exit status where the log has it."""
-    args = next(a for p, a in cmds[step] if not os.path.exists(p))
+    args = next(a for p, a in cmds[step] if not finished(p))
     rc = exit_status(keep, shown_command(args, keep))
     return f"not measured: `{args[0]} {args[1]}` exited {rc} (log.txt in the results " \
         f"folder)" if rc is not None else f"not measured: step {step} has not run to its end here"
@@ -481,7 +492,7 @@ def missing(rows, path, cmd, claim) -> bool:
     """False (and a row saying so) when the step's file is not there; True to go on. The
     log in the results folder tells a command that failed (its exit status is logged)
     from one that never ended."""
-    if os.path.exists(path):
+    if finished(path):
         return True
     rc = exit_status(os.path.dirname(path), cmd)
     rows.append([claim, f"not measured: the command exited {rc} (its output: log.txt "

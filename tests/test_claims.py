@@ -100,7 +100,7 @@ def test_table_from_an_h200_advice(tmp_path):
                 "$ python -m cudnn_explorer plans write resnet50_80_pinned.sweep.json -o "
                 "resnet50_80_pinned.plans.json"
                 "\nexit 2\n")
-    open(tmp_path / "resnet50_80_pinned.sweep.json", "w").close()
+    (tmp_path / "resnet50_80_pinned.sweep.json").write_text('{"complete": true}')
     r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
                         "--table-only", "--keep", str(tmp_path), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
@@ -145,6 +145,18 @@ def test_every_measuring_command_keeps_its_results_in_the_store_given(tmp_path, 
     ran.clear()
     (tmp_path / "winograd.json").write_text("{}")
     claims.measure(*cmds["winograd"][0], keep, 1, store)
+    assert ran == []
+    # one cut short (what had finished, "complete": false) or unreadable runs again
+    sweep, args = cmds["sizes-pinned"][0]
+    for text in ('{"complete": false, "entries": []}', '{"complete": fa'):
+        with open(sweep, "w") as f:
+            f.write(text)
+        claims.measure(sweep, args, keep, 1, store)
+    assert [a[:2] for a in ran] == [["model", "resnet50"]] * 2
+    ran.clear()
+    with open(sweep, "w") as f:
+        f.write('{"complete": true, "entries": []}')
+    claims.measure(sweep, args, keep, 1, store)
     assert ran == []
 
 
