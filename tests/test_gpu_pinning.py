@@ -387,3 +387,51 @@ def test_a_pinned_resnet50_trains_as_the_unpinned_one():
     rel = lambda a: max(abs(p - q) / abs(q) for p, q in zip(a, base))  # noqa: E731
     assert rel(got) <= max(3 * rel(other), 2e-3), (got, base, other)
     modules.unpin(pinned)
+
+
+def test_a_channels_last_mobilenet_runs_every_call_pinned():
+    """MobileNetV3-Large under AMP fp16 in channels_last: its squeeze-and-excitation 1x1
+    maps (N x C x 1 x 1, contiguous in both layouts) are captured NHWC, as PyTorch runs
+    them, so a plan file made from the capture covers every call of a training step
+    (Note [ambiguous strides] in cudnn_explorer/model/tracer.py); the pinned step's loss
+    is the unpinned one's."""
+    import torch
+    torchvision = pytest.importorskip("torchvision")
+
+    from cudnn_explorer.core.capture import ModelSpec
+    from cudnn_explorer.model.tracer import capture
+    from cudnn_explorer.pinning import modules, op
+
+    torch.manual_seed(0)
+    init = torchvision.models.mobilenet_v3_large().state_dict()
+
+    def model():
+        m = torchvision.models.mobilenet_v3_large().cuda().to(memory_format=torch.channels_last)
+        m.load_state_dict(init)
+        return m.eval()  # (no dropout; the batch norms' statistics fixed)
+
+    x = torch.randn(8, 3, 224, 224, device="cuda").contiguous(memory_format=torch.channels_last)
+    spec = ModelSpec.create(model="mobilenet_v3_large", batch=8, input_shape=(3, 224, 224),
+                            amp="fp16", channels_last=True, train=True)
+    cap = capture(model(), [x], spec, "cuda")
+    maps = [u.problem for u in cap.problems if tuple(u.problem.input_shape[2:]) == (1, 1)]
+    assert maps and all(p.layout == "nhwc" for p in maps), [(p.input_shape, p.layout)
+                                                           for p in maps]
+    pinned = model()
+    modules.pin(pinned, heuristic_plans([u.problem for u in cap.problems], limit=1),
+                allow_environment=True)
+
+    def step(m):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = m(x).float().square().mean()
+        loss.backward()
+        return loss.detach()
+
+    op.reset_counts()
+    got = step(pinned)
+    counts = op.pin_counts(reset=True)
+    want = step(model())
+    assert counts.fallback_calls == 0, [(d.description, d.reason) for d in counts.fallbacks]
+    assert counts.pinned_calls == cap.conv_calls, (counts.pinned_calls, cap.conv_calls)
+    close(got, want, TOL["float16"] * 4, "AMP loss")
+    modules.unpin(pinned)
