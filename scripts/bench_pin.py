@@ -125,7 +125,8 @@ def host_cost(calls=3000):
     gradients, ATen (F.conv2d, benchmark off) and the pinned op called directly (by its
     eager entry, and through torch.ops), then an nn.Conv2d layer unpinned and pinned; and
     a training call of the layer (forward with autograd, backward to the input and the
-    weight: three cuDNN directions), unpinned and pinned; in this process."""
+    weight: three cuDNN directions), unpinned and pinned; in this process, each group's
+    variants timed in turns."""
     import torch
 
     from cudnn_explorer.pinning import op
@@ -144,52 +145,50 @@ def host_cost(calls=3000):
     op_plans = heuristic_plans([problem])
     op.load_plans(op_plans)
 
-    def per_call(fn):
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize()
-        best = None
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(calls):
+    def per_call(fns, rounds=5):
+        """{name: us per call} of each of ``fns`` ({name: fn}), the best of ``rounds``
+        blocks of ``calls`` calls, the variants' blocks in turns (ABAB: a drift of the
+        host's speed reaches every variant alike)."""
+        for fn in fns.values():
+            for _ in range(200):
                 fn()
-            torch.cuda.synchronize()
-            us = (time.perf_counter() - t0) / calls * 1e6
-            best = us if best is None else min(best, us)
+        torch.cuda.synchronize()
+        best = {}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                torch.cuda.synchronize()
+                us = (time.perf_counter() - t0) / calls * 1e6
+                best[name] = min(best.get(name, us), us)
         return best
 
-    layer = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False).cuda().half().to(
-        memory_format=torch.channels_last)
-    with torch.no_grad():
-        aten_us = per_call(lambda: torch.nn.functional.conv2d(x, w, None, 1, 1))
-        pinned_us = per_call(lambda: call(x, w, None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1))
-        torch_ops_us = per_call(lambda: CONV(x, w, None, (1, 1), (1, 1), (1, 1), False, (0, 0),
-                                             1))
-        layer_us = per_call(lambda: layer(x))
-        from cudnn_explorer.pinning.modules import pin, unpin
+    from cudnn_explorer.pinning.modules import pin
 
-        pin(layer, op_plans, allow_environment=True)
-        pinned_layer_us = per_call(lambda: layer(x))
-        unpin(layer)
+    def layer():
+        torch.manual_seed(0)
+        return torch.nn.Conv2d(8, 8, 3, padding=1, bias=False).cuda().half().to(
+            memory_format=torch.channels_last)
+
+    plain, pinned = layer(), layer()
+    pin(pinned, op_plans, allow_environment=True)
+    with torch.no_grad():
+        us = per_call({
+            "aten_us": lambda: torch.nn.functional.conv2d(x, w, None, 1, 1),
+            "pinned_us": lambda: call(x, w, None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1),
+            "pinned_torch_ops_us": lambda: CONV(x, w, None, (1, 1), (1, 1), (1, 1), False,
+                                                (0, 0), 1),
+            "layer_us": lambda: plain(x), "pinned_layer_us": lambda: pinned(x)})
     # a training call: the layer's forward with autograd, and its backward (input and
     # weight gradients), unpinned and pinned
     xg = x.detach().clone().requires_grad_(True)
-    grad = torch.randn_like(layer(x))
-
-    def train():
-        layer(xg).backward(grad)
-
-    train_layer_us = per_call(train)
-    pin(layer, op_plans, allow_environment=True)
-    pinned_train_us = per_call(train)
-    unpin(layer)
+    grad = torch.randn_like(plain(x))
+    us.update(per_call({"train_layer_us": lambda: plain(xg).backward(grad),
+                        "pinned_train_us": lambda: pinned(xg).backward(grad)}))
     counts = op.pin_counts(reset=True)
     op.clear_plans()
-    return {"aten_us": aten_us, "pinned_us": pinned_us, "pinned_torch_ops_us": torch_ops_us,
-            "layer_us": layer_us,
-            "pinned_layer_us": pinned_layer_us, "train_layer_us": train_layer_us,
-            "pinned_train_us": pinned_train_us, "pinned_calls": counts.pinned_calls,
-            "fallback_calls": counts.fallback_calls,
+    return {**us, "pinned_calls": counts.pinned_calls, "fallback_calls": counts.fallback_calls,
             "problem": problem.describe()}
 
 
