@@ -13,6 +13,17 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def load_script(name: str):
+    """scripts/NAME.py as a module (its main() not run), for the scripts' own tests."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts",
+                                                                     name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def pytest_configure(config):
     # The default results store of every CLI run in the tests: a fresh one per session, so
     # that no test answers from a store another session (or the user) filled.

@@ -1,6 +1,5 @@
 """scripts/bench_pin.py without a GPU: a process's result kept with --keep is read back
 for the same spec and plan file, and run again for another."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,16 +8,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import load_script  # noqa: E402  (after the skip)
 
 
 @pytest.fixture
 def bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_pin", os.path.join(ROOT, "scripts", "bench_pin.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_pin")
 
 
 def test_a_kept_process_is_read_back_only_for_its_own_spec(bench, monkeypatch, tmp_path):

@@ -1,23 +1,18 @@
 """scripts/bench_search.py without a GPU: each problem kept as it finishes, a kept one not
 measured again, the totals over what finished (an interrupt included)."""
-import importlib.util
 import json
 import os
 import sys
 
 import pytest
 
+from conftest import load_script
 from cudnn_explorer.core.options import ExploreOptions
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location(
-        "bench_search", os.path.join(ROOT, "scripts", "bench_search.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("bench_search")
     measured = []
 
     def measure_problem(name, p, full, staged, worker=None):

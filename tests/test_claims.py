@@ -1,13 +1,12 @@
 """scripts/claims.py's table from saved results (no GPU): the verdict rules, and the rows
 an H200 advice for ResNet-50 gives (steps without a result say so)."""
 import gzip
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 
-from conftest import REPO
+from conftest import REPO, load_script
 
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "advice_r50_b32_fp32_h200.json.gz")
 SIZES = os.path.join(REPO, "tests", "fixtures", "advice_r50_b16_sizes_h200.json.gz")
@@ -18,11 +17,7 @@ PINNED = os.path.join(REPO, "tests", "fixtures", "advice_r50_b32_fp32_pinned_h20
 
 
 def _claims():
-    spec = importlib.util.spec_from_file_location("claims", os.path.join(REPO, "scripts",
-                                                                          "claims.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("claims")
 
 
 def test_range_verdict():
