@@ -207,6 +207,13 @@ part_search() {
     --json "$LOG/search.json" > "$LOG/search.txt" 2>&1
 }
 
+# What the tool's processes cost in GPU memory, and the main job with MEMORY_FREE_MIB (default
+# 2048) of the GPU free, as on a GPU shared with a training job (scripts/bench_memory.py).
+part_memory() {
+  "$PY" scripts/bench_memory.py --leave-free "${MEMORY_FREE_MIB:-2048}" \
+    --json "$LOG/memory.json" > "$LOG/memory.txt" 2>&1
+}
+
 # A timm model's sweep (quick profile; PIN_BUDGET_MS as for the pinning sweeps).
 part_timm-sweep() {
   "$PY" -m cudnn_explorer model timm:${TIMM_MODEL:-convnext_atto} --batch 32 --amp bf16 \
@@ -301,6 +308,7 @@ show_part() {  # what each part's log says, for the call's output
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
     targets) tail -4 "$LOG/targets.txt" ;;
     model) tail -40 "$LOG/model.txt" ;;
+    memory) cat "$LOG/memory.txt" ;;
     torchrun) tail -30 "$LOG/torchrun.txt" ;;
     claims|claims-table) tail -20 "$LOG/claims.txt" ;;
     claims-a|claims-b|claims-pinned*) tail -5 "$LOG/$1.txt" ;;
