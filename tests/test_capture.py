@@ -143,21 +143,57 @@ AMBIGUOUS = [(16, 120, 1, 1), (2, 1, 5, 5), (1, 8, 1, 1), (4, 1, 1, 1), (2, 3, 1
              (2, 4, 3, 4, 5)]
 
 
+def _cpp_rule(t) -> bool:
+    """c10's own answer, Tensor::suggest_memory_format, read off a CPU kernel whose output
+    is allocated in its input's suggested format (upsample_nearest's C++ meta function):
+    True (channels_last) or False; None where both formats give these sizes the same
+    strides and the output cannot tell."""
+    sizes = tuple(t.shape)
+    fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+    cl, plain = torch.empty(sizes, memory_format=fmt).stride(), torch.empty(sizes).stride()
+    if cl == plain or 0 in sizes:
+        return None
+    up = torch._C._nn.upsample_nearest2d if t.dim() == 4 else torch._C._nn.upsample_nearest3d
+    out = up(t, list(sizes[2:])).stride()
+    assert out in (cl, plain), out
+    return out == cl
+
+
 @pytest.mark.parametrize("sizes", AMBIGUOUS, ids=lambda s: "x".join(map(str, s)))
 def test_a_tensors_layout_is_decided_by_its_strides_as_pytorch_decides(sizes):
-    """Note [ambiguous strides]: layout_of follows torch's own suggest_memory_format (c10's
-    rule), for tensors contiguous in both formats (C = 1, H = W = 1) among others, each
-    laid out every way, beside a contiguous weight (never channels_last by its strides)."""
+    """Note [ambiguous strides]: layout_of follows c10's stride rule, which the cuDNN path
+    uses, for tensors contiguous in both formats (C = 1, H = W = 1) among others, each
+    laid out every way, beside a contiguous weight (never channels_last by its strides).
+    Among them a transposed sequence given an axis of size 1 (2x3x7x1 laid out N, H, C,
+    W: strides 21, 1, 3, 1), which c10 calls contiguous and an older Python copy of the
+    rule in torch._prims_common called channels_last."""
     import itertools
 
     from cudnn_explorer.model.tracer import layout_of
-    from torch._prims_common import suggest_memory_format
 
     w = torch.empty(4, max(sizes[1], 1), *[3] * (len(sizes) - 2))
+    decided = 0
     for perm in itertools.permutations(range(len(sizes))):
         t = _strided(sizes, list(perm))
-        want = suggest_memory_format(t) in (torch.channels_last, torch.channels_last_3d)
-        assert (layout_of(t, w) == "nhwc") == want, (perm, t.stride())
+        want = _cpp_rule(t)
+        if want is not None:
+            decided += 1
+            assert (layout_of(t, w) == "nhwc") == want, (perm, t.stride())
+    if 0 not in sizes and len(set(sizes[1:])) > 1:
+        assert decided, sizes
+    if sizes == (2, 3, 7, 1):
+        t = _strided(sizes, [0, 2, 1, 3])
+        assert t.stride() == (21, 1, 3, 1) and layout_of(t, w) == "nchw"
+
+
+def test_float64_and_1d_convolutions_are_never_nhwc():
+    from cudnn_explorer.model.tracer import layout_of
+
+    x = torch.empty(2, 3, 8, 8).to(memory_format=torch.channels_last)
+    w = torch.empty(4, 3, 3, 3)
+    assert layout_of(x, w) == "nhwc"
+    assert layout_of(x.double(), w.double()) == "nchw"
+    assert layout_of(torch.empty(2, 7, 3).transpose(1, 2), torch.empty(4, 3, 3)) == "nchw"
 
 
 class SqueezeExcite(nn.Module):

@@ -11,13 +11,31 @@ from . import native
 
 __all__ = ["OUTPUT_OF", "REFERENCE", "make_tensors", "native_problem", "reference",
            "problem_view", "max_error", "Check", "check_output", "check_result",
-           "tensor_bytes"]
+           "tensor_bytes", "cudnn_memory_format"]
 
 REFERENCE = ("float64 on the same GPU from the same inputs, computed by PyTorch with cuDNN "
              "disabled")
 
 # Which of (x, w, y) each direction writes; the other two are its inputs.
 OUTPUT_OF = {"fwd": "y", "bwd-data": "x", "bwd-filter": "w"}
+
+
+def cudnn_memory_format(x, w):
+    """The memory format PyTorch's cuDNN path gives a convolution of input ``x`` and
+    weight ``w`` (tensors, fake ones too): ATen's own rule, cudnn_conv_suggest_memory_format,
+    through the binding torch's FakeTensor convolution calls. channels_last (channels_last_3d
+    for 5-D) when the input's or the weight's strides are like it, by c10's
+    is_channels_last_strides_2d/3d (Note [ambiguous strides] in model/tracer.py);
+    contiguous for float64, and for 1-D convolutions (ATen makes their input contiguous).
+    Not torch._prims_common's Python copy of the stride rule: that copy has differed from
+    c10's (a stride-1 dimension of size > 1 followed by a smaller stride: a transposed
+    sequence given an axis of size 1, N x C x L x 1 with strides L*C, 1, C, 1, which c10
+    calls contiguous)."""
+    import torch
+
+    if w.dim() not in (4, 5) or x.dim() != w.dim():
+        return torch.contiguous_format
+    return torch._C._conv_determine_backend_memory_format(x, w, torch._C._ConvBackend.Cudnn)
 
 
 def _torch_dtype(torch, name: str):

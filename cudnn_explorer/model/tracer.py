@@ -28,28 +28,28 @@ _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
 
 
 def layout_of(x, w) -> str:
-    """The memory format PyTorch's cuDNN path runs (ATen's
-    cudnn_conv_suggest_memory_format): channels_last when the input's or the 4-D or 5-D
-    weight's strides are like channels_last (Tensor.suggest_memory_format, Note
-    [ambiguous strides]); float64 and 1-D convolutions (ATen makes their input
-    contiguous) never."""
+    """The layout PyTorch's cuDNN path runs the call in (measure.tensors.cudnn_memory_format,
+    ATen's own rule, as the pinned op's fake implementation decides it): NHWC when the
+    input's or the weight's strides are like channels_last (Note [ambiguous strides]);
+    float64 and 1-D convolutions never."""
     import torch
-    from torch._prims_common import suggest_memory_format  # as pinning/op.py's fake
 
-    if w.dim() not in (4, 5) or x.dim() != w.dim() or torch.float64 in (x.dtype, w.dtype):
-        return "nchw"
-    fmt = torch.channels_last if w.dim() == 4 else torch.channels_last_3d
-    return "nhwc" if fmt in (suggest_memory_format(x), suggest_memory_format(w)) else "nchw"
+    from ..measure.tensors import cudnn_memory_format
+
+    fmt = cudnn_memory_format(x, w)
+    return "nhwc" if fmt in (torch.channels_last, torch.channels_last_3d) else "nchw"
 
 
 # Note [ambiguous strides]: a tensor with C = 1 or H = W = 1 can be contiguous in both
 # memory formats (a channels_last model's squeeze-and-excitation convolutions: x
-# 16x120x1x1, strides 120,1,120,120). PyTorch decides by the strides alone
-# (c10/core/MemoryFormat.h, is_channels_last_strides_2d/3d, which suggest_memory_format
-# follows), and cuDNN then gets the tensors in that format: so a capture that called such
-# a call NCHW (channels_last only when not also contiguous, as it did) explored another
-# problem than PyTorch ran, and the pinned op, which keys the call by ATen's rule, found
-# no plan for it (16 of MobileNetV3-Large's 62 calls on the H200).
+# 16x120x1x1, strides 120,1,120,120). PyTorch decides by the strides alone (c10's
+# is_channels_last_strides_2d/3d in c10/core/MemoryFormat.h, which
+# Tensor::suggest_memory_format and so ATen's cudnn_conv_suggest_memory_format follow),
+# and cuDNN then gets the tensors in that format: so a capture that called such a call
+# NCHW (channels_last only when not also contiguous, as it did) explored another problem
+# than PyTorch ran, and the pinned op, which keys the call by ATen's rule, found no plan
+# for it (16 of MobileNetV3-Large's 62 calls on the H200). The capture and the op's fake
+# implementation ask ATen itself (measure.tensors.cudnn_memory_format).
 
 
 def not_covered(x) -> str:

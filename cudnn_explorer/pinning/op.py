@@ -19,18 +19,12 @@ from ..measure import native
 __all__ = ["ops", "load_plans", "clear_plans", "pin_counts", "reset_counts", "conv_keys"]
 
 
-def _layout(torch, input, weight):
-    """Note [output layout] in csrc/conv_op.cpp."""
-    from torch._prims_common import suggest_memory_format
+def _layout(input, weight):
+    """Note [output layout] in csrc/conv_op.cpp: ATen's rule for the cuDNN path, as the
+    capture decides a call's layout."""
+    from ..measure.tensors import cudnn_memory_format
 
-    if torch.float64 in (input.dtype, weight.dtype):
-        return torch.contiguous_format
-    fmts = (suggest_memory_format(input), suggest_memory_format(weight))
-    if weight.dim() == 4 and torch.channels_last in fmts:
-        return torch.channels_last
-    if weight.dim() == 5 and torch.channels_last_3d in fmts:
-        return torch.channels_last_3d
-    return torch.contiguous_format
+    return cudnn_memory_format(input, weight)
 
 
 def _full(values, n: int) -> List:
@@ -67,12 +61,12 @@ def ops():
                    output_padding, groups):
         shape = _output_shape(input, weight, stride, padding, dilation, transposed,
                               output_padding, groups)
-        return empty(shape, input, _layout(torch, input, weight))
+        return empty(shape, input, _layout(input, weight))
 
     @torch.library.register_fake("cudnn_explorer::conv_backward")
     def _conv_backward_fake(grad_output, input, weight, stride, padding, dilation,
                             transposed, output_padding, groups, output_mask):
-        fmt = _layout(torch, input, weight)
+        fmt = _layout(input, weight)
         gi = empty(input.shape, input, fmt) if output_mask[0] else None
         gw = empty(weight.shape, weight, fmt) if output_mask[1] else None
         gb = grad_output.new_empty((grad_output.shape[1],)) if output_mask[2] else None
