@@ -177,11 +177,16 @@ def main() -> int:
         return 3
     torch.cuda.init()
     torch.zeros(1, device=a.device)
-    costs = {k: process_cost(k, code, a.device) for k, code in PROCESS_KINDS.items()}
+    costs, failed = {}, {}
+    for k, code in PROCESS_KINDS.items():
+        try:
+            costs[k] = process_cost(k, code, a.device)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            costs[k], failed[k] = None, str(e)
     print("GPU memory a fresh process holds (MiB, the device's used memory, read from "
           "another process):")
     for k, v in costs.items():
-        print(f"  {v:8.1f}  {k}")
+        print(f"  {v:8.1f}  {k}" if v is not None else f"  {'failed':>8}  {k}: {failed[k]}")
     hog = None
     if a.leave_free is not None:
         free = torch.cuda.mem_get_info(a.device)[0]
