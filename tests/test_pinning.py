@@ -46,6 +46,10 @@ KEY_CASES = [
     ((2, 8, 1, 1), (8, 1, 1, 1), [1], [0], [1], False, [0], 8, "float16", "clw"),
     ((2, 4, 1, 1, 1), (6, 4, 1, 1, 1), [1], [0], [1], False, [0], 1, "bfloat16", "clw"),
     ((2, 4, 1, 1), (4, 3, 1, 1), [1], [0], [1], True, [0], 1, "float16", "clw"),
+    # "seq": a transposed sequence given an axis of size 1 (N x C x L x 1, strides L*C, 1,
+    # C, 1): c10 calls it contiguous, an older Python copy of its rule channels_last
+    ((2, 3, 7, 1), (4, 3, 3, 1), [1], [1, 0], [1], False, [0], 1, "float16", "seq"),
+    ((16, 120, 5, 1), (32, 120, 1, 1), [1], [0], [1], False, [0], 1, "float32", "seq"),
 ]
 
 
@@ -59,7 +63,10 @@ def test_the_ops_keys_are_the_plan_files_keys(case, tf32):
 
     xs, ws, s, p, d, tr, opad, g, dt, fmt = case
     x, w = torch.randn(xs, dtype=getattr(torch, dt)), torch.randn(ws, dtype=getattr(torch, dt))
-    if fmt:  # channels_last strides, also where the shape is contiguous in both formats
+    if fmt == "seq":
+        x = x[..., 0].transpose(1, 2).contiguous().transpose(1, 2).unsqueeze(-1)
+        assert x.stride() == (xs[1] * xs[2], 1, xs[1], 1), x.stride()
+    elif fmt:  # channels_last strides, also where the shape is contiguous in both formats
         x = _channels_last(x)
         if fmt == "clw":
             w = _channels_last(w)
