@@ -15,16 +15,9 @@ from ..core.logs import parse_tag
 from ..core.pinning import PinCounts, PinnedDirection
 from ..core.plans import PlanFile, native_key
 from ..measure import native
+from ..measure.tensors import cudnn_memory_format
 
 __all__ = ["ops", "load_plans", "clear_plans", "pin_counts", "reset_counts", "conv_keys"]
-
-
-def _layout(input, weight):
-    """Note [output layout] in csrc/conv_op.cpp: ATen's rule for the cuDNN path, as the
-    capture decides a call's layout."""
-    from ..measure.tensors import cudnn_memory_format
-
-    return cudnn_memory_format(input, weight)
 
 
 def _full(values, n: int) -> List:
@@ -61,12 +54,12 @@ def ops():
                    output_padding, groups):
         shape = _output_shape(input, weight, stride, padding, dilation, transposed,
                               output_padding, groups)
-        return empty(shape, input, _layout(input, weight))
+        return empty(shape, input, cudnn_memory_format(input, weight))
 
     @torch.library.register_fake("cudnn_explorer::conv_backward")
     def _conv_backward_fake(grad_output, input, weight, stride, padding, dilation,
                             transposed, output_padding, groups, output_mask):
-        fmt = _layout(input, weight)
+        fmt = cudnn_memory_format(input, weight)
         gi = empty(input.shape, input, fmt) if output_mask[0] else None
         gw = empty(weight.shape, weight, fmt) if output_mask[1] else None
         gb = grad_output.new_empty((grad_output.shape[1],)) if output_mask[2] else None
