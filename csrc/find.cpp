@@ -53,14 +53,19 @@ WorkspaceQuery query_workspace(cudnnHandle_t h, Problem& p, int algo, cudnnMathT
 // (CUDACachingAllocator::cacheInfo). Should even that allocation fail (fragmentation, a
 // neighbour's allocation), the size is halved until it succeeds, down to none. Algorithms
 // that need more come back with an error status; the Python side marks each with what it
-// needs and what was free, and re-times every other one.
+// needs and what was free, and re-times every other one. A workspace cut to what is free
+// leaves kFindHeadroomBytes of it to cuDNN's own allocations during Find (cudaMalloc, which
+// PyTorch's cache cannot serve): with none left, on an H200 with 2 GiB free, a Find of the
+// default problem failed with CUDNN_STATUS_INTERNAL_ERROR.
+constexpr int64_t kFindHeadroomBytes = int64_t{128} << 20;
+
 c10::DataPtr workspace_that_fits(const Problem& p, FindReport& rep) {
   auto* alloc = c10::cuda::CUDACachingAllocator::get();
   size_t largest = 0;  // 0 asks cacheInfo to start from cudaMemGetInfo's free memory
   c10::cuda::CUDACachingAllocator::cacheInfo(p.x().device().index(), &largest);
   if (static_cast<int64_t>(largest) < rep.workspace_given) {
     rep.workspace_free = static_cast<int64_t>(largest);
-    rep.workspace_given = rep.workspace_free;
+    rep.workspace_given = std::max<int64_t>(rep.workspace_free - kFindHeadroomBytes, 0);
   }
   while (true) {
     try {

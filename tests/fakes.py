@@ -241,6 +241,9 @@ class FakeBench:
     def environment(self):
         return ENV
 
+    def free_bytes(self):
+        return None  # a fake GPU cannot say
+
     def frontend_available(self):
         return True
 

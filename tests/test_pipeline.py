@@ -193,6 +193,52 @@ def test_out_of_memory_keeps_what_finished(tmp_path, monkeypatch):
     assert "not finished: engine configs: out of GPU memory" in text
 
 
+class FindFailsBench(FakeBench):
+    """bwd-data's Find fails on a GPU short of memory, as on the H200 with 2 GiB free (a
+    torch call inside it raised "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR")."""
+
+    def free_bytes(self):
+        return 23 * 2**20
+
+    def lab(self, problem, direction, options):
+        lab = super().lab(problem, direction, options)
+        if direction == "bwd-data":
+            def find(cap):
+                from cudnn_explorer.core.errors import GpuError
+
+                raise GpuError("the native call failed finding bwd-data algorithms: cuDNN "
+                               "error: CUDNN_STATUS_INTERNAL_ERROR")
+            lab.find = find
+        return lab
+
+
+def test_a_gpu_fault_in_one_direction_keeps_the_others(tmp_path, monkeypatch):
+    from cudnn_explorer.measure.pipeline import explore
+
+    opts = ExploreOptions.create(budget_ms=5, child_timeout_s=30, engine_budget_s=30)
+    exp = explore(P, opts, bench=FindFailsBench(tmp_path, monkeypatch))
+    fwd, bwd, wgrad = exp.directions
+    assert exp.complete and fwd.best() is not None and wgrad.best() is not None
+    assert fwd.engines is not None and wgrad.engines is not None and not fwd.error
+    assert bwd.find == [] and bwd.error == (
+        "the native call failed finding bwd-data algorithms: cuDNN error: "
+        "CUDNN_STATUS_INTERNAL_ERROR (23 MiB free on GPU 0)")
+    text = render_exploration(Exploration.from_json(exp.to_json()))
+    assert "not explored: the native call failed finding bwd-data" in text
+
+
+def test_the_free_memory_is_said_once():
+    from cudnn_explorer.core.errors import GpuError, ResourceError
+    from cudnn_explorer.measure.pipeline import _with_free_memory
+
+    e = ResourceError("out of GPU memory: needs about 300 MiB, 256 MiB free on GPU 0")
+    assert _with_free_memory(e, 5 << 20, 0) is e
+    g = GpuError("CUDA failed")
+    assert _with_free_memory(g, None, 1) is g
+    said = _with_free_memory(g, 5 << 20, 1)
+    assert type(said) is GpuError and str(said) == "CUDA failed (5 MiB free on GPU 1)"
+
+
 class WorkerFailsBench(FakeBench):
     """The engine worker dies before its first config (as one did on a GPU with 2 GiB free:
     its CUDA context did not fit)."""

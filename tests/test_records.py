@@ -39,6 +39,17 @@ def test_workspace_note_only_when_short():
     assert fwd_result().find[3].note == ""  # uncapped: enough workspace
 
 
+def test_workspace_note_says_when_the_gpu_was_short():
+    from cudnn_explorer.core.records import find_row_note
+
+    # cut to what was free (1.5 GiB), less the headroom left to cuDNN: the memory's fault
+    note = find_row_note(900 * MIB, 600 * MIB, False, 728 * MIB)
+    assert note == ("needs 900.00 MiB workspace > 600.00 MiB given (out of GPU memory: "
+                    "728.00 MiB free)")
+    assert "--max-workspace" in find_row_note(900 * MIB, 100 * MIB, True, None)
+    assert find_row_note(90 * MIB, 100 * MIB, True, 50 * MIB) == ""  # it fitted
+
+
 def test_json_round_trip():
     e = exploration()
     back = Exploration.from_json(e.to_json())

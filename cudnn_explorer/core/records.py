@@ -68,10 +68,12 @@ def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool,
                   free_bytes: Optional[int] = None) -> str:
     """Why a Find row that did not run could not: it needs more workspace than Find was
     given, because of --max-workspace or because the GPU had no more free (``free_bytes``:
-    the largest block it could give); "" when that is not the reason."""
+    the largest block it could give, recorded only when it was less than Find wanted; Find
+    was given that less a headroom for cuDNN's own allocations, Note [Find workspace that
+    fits] in csrc/find.cpp); "" when that is not the reason."""
     if need_bytes is None or need_bytes <= given_bytes:
         return ""
-    if free_bytes is not None and free_bytes <= given_bytes:
+    if free_bytes is not None:
         why = f" (out of GPU memory: {free_bytes / MIB:.2f} MiB free)"
     else:
         why = " (--max-workspace)" if capped else ""

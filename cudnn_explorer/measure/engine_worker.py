@@ -290,6 +290,9 @@ def _gpu_setup(problem, direction, device, seed, check):
     tensors = tn.make_tensors(problem, direction, device, seed)
     native = tn.native_problem(problem, tensors)
     ref = tn.reference(problem, direction, tensors) if check else None
+    from .native import release_cached_memory
+
+    release_cached_memory()  # Note [cached memory and cuDNN] in measure/legacy.py
     return native, tensors, ref
 
 

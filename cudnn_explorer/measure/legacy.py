@@ -45,6 +45,13 @@ class LegacyLab:
                 raise native.out_of_memory(
                     f"for the float64 reference of {direction} (--no-check skips it)",
                     tensor_bytes(problem, check=True), options.device) from None
+            # Note [cached memory and cuDNN]: the reference's float64 copies of the inputs
+            # are freed now, into PyTorch's cache, where cuDNN's own allocations (its
+            # handle's and Find's, made with cudaMalloc) cannot use them. On a GPU short of
+            # memory (2 GiB free on the H200) the default problem's bwd-data Find then
+            # failed with CUDNN_STATUS_INTERNAL_ERROR. So the cache goes back to the device;
+            # Find's workspace is sized from the device's free memory as well.
+            native.release_cached_memory()
 
     def find(self, cap_bytes: Optional[int]):
         """The native FindReport (csrc/find.h): Find under every math type the problem's
@@ -88,7 +95,10 @@ class LegacyLab:
                                                          math_type))
 
     def close(self) -> None:
+        """Drop the tensors and return PyTorch's cached memory to the device, for the
+        engine worker (another process) and the next direction."""
         self.tensors = self.native = self.ref = None
+        native.release_cached_memory()
 
 
 class LegacyRows(NamedTuple):

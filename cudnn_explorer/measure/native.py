@@ -124,6 +124,16 @@ def free_bytes(device: int) -> Optional[int]:
         return None
 
 
+def release_cached_memory() -> None:
+    """Return PyTorch's cached, unused GPU memory to the device (torch.cuda.empty_cache),
+    where cuDNN's own allocations and other processes can use it; a no-op before CUDA is
+    initialised."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def out_of_memory(what: str, need_bytes: int, device: int) -> ResourceError:
     """ResourceError for ``what`` needing ``need_bytes``, with what the GPU has free."""
     free = free_bytes(device)

@@ -13,8 +13,8 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from ..core import analysis
-from ..core.errors import (ChildError, Interrupted, MissingDependencyError, ResourceError,
-                           UserError)
+from ..core.errors import (ChildError, GpuError, Interrupted, MissingDependencyError,
+                           ResourceError, UserError)
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.version import __version__
@@ -79,6 +79,10 @@ class GpuBench:
 
     def environment(self) -> Environment:
         return environment(self.device)
+
+    def free_bytes(self) -> Optional[int]:
+        """The GPU's free memory now (None when it cannot be asked)."""
+        return native.free_bytes(self.device)
 
     def frontend_available(self) -> bool:
         return native.frontend_available()
@@ -202,6 +206,14 @@ def _explore(problem: ConvProblem, options: ExploreOptions, progress, bench,
     return exploration()
 
 
+def _with_free_memory(e: Exception, free: Optional[int], device: int) -> Exception:
+    """``e``, saying how much memory GPU ``device`` had free (``free`` bytes), unless its
+    message does already or the GPU could not say."""
+    if free is None or "MiB free" in str(e):
+        return e
+    return type(e)(f"{e} ({free / 2**20:.0f} MiB free on GPU {device})")
+
+
 def _child_walls(runs: List[ModeRun]) -> List[ChildWall]:
     """Where each of PyTorch's processes spent its wall time, as far as it said."""
     return [ChildWall(label=r.spec.label, ready_wait_s=r.result.ready_wait_s,
@@ -227,7 +239,11 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
                                  finalists=legacy_picks)
         finally:
             lab.close()  # the engine workers get the GPU's memory
-    except ResourceError as e:
+    except (ResourceError, GpuError) as e:
+        # A GPU fault in one direction (out of memory, or a call that failed on a GPU
+        # short of it: Note [cached memory and cuDNN] in measure/legacy.py) loses that
+        # direction only; the error says what the GPU had free.
+        e = _with_free_memory(e, bench.free_bytes(), options.device)
         say(f"{d}: {e}")
         return DirectionResult(direction=d, math_type=problem.math_type, find=[],
                                heuristics=[], workspace=[], workspace_needed_bytes=0,
@@ -245,7 +261,7 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
         t1 = time.perf_counter()
         try:
             space = bench.engines(problem, d, options, leg.ok, preferred, say, finalists)
-        except (ResourceError, ChildError) as e:
+        except (ResourceError, ChildError, GpuError) as e:
             # the legacy rows stay: a worker that cannot start (a GPU short of memory for
             # its CUDA context) or dies outside any config loses only the engine configs
             say(f"{d}: engine configs: {e}")

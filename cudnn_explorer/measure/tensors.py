@@ -160,7 +160,11 @@ def reference(problem: ConvProblem, direction: str, tensors: Dict):
     import torch.nn.functional as F
 
     nsp = problem.spatial_dims
-    x, w, y = (problem_view(problem, tensors[k]).double().contiguous() for k in ("x", "w", "y"))
+    # float64 copies of the direction's two inputs only: its output holds NaN here, and a
+    # copy of it would cost as much memory as the reference itself
+    x, w, y = (None if k == OUTPUT_OF[direction]
+               else problem_view(problem, tensors[k]).double().contiguous()
+               for k in ("x", "w", "y"))
     kw = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation,
               groups=problem.groups)
     conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nsp]
