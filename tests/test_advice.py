@@ -405,6 +405,30 @@ def test_three_modes_the_pinned_one_chosen_where_it_is_fastest_in_total():
     assert back.plans == "r.plans.json" and render_advice(back) == text
 
 
+def test_the_predicted_gain_is_compared_per_iteration_only_at_equal_shares():
+    """A plan file's prediction sums its entries over one iteration at each size: compared
+    with the steady step as a mean per iteration only when the sizes share equally."""
+    from cudnn_explorer.report.advice import _predicted_lines
+
+    sizes = [pinned(320, 620.0, 39.0, 3 * 2**30), pinned(416, 720.0, 58.0, 4 * 2**30)]
+    unequal = with_pinned(advice(), sizes, predicted=1.5).costs()
+    assert [c.share for c in unequal] == [0.75, 0.25]
+    def said(*args):
+        return " ".join(" ".join(_predicted_lines(*args)).split())
+
+    text = said(1.5, unequal, 1.25)
+    assert "predicted 1.500 ms over one iteration at each of the 2 sizes" in text
+    assert "unequal shares" in text and "realised" not in text
+    equal = [replace(c, share=0.5) for c in unequal]
+    assert all(isinstance(c, ShapeCost) for c in equal)
+    text = said(1.5, equal, 0.6)
+    assert ("predicted 1.500 ms over one iteration at each of the 2 sizes, 0.750 ms per "
+            "iteration at their equal shares") in text and "realised +0.600 ms (80%;" in text
+    text = said(0.2, equal[:1], 0.15)
+    assert "predicted 0.200 ms per iteration" in text and "(75%;" in text
+    assert _predicted_lines(None, equal, 0.6) == []
+
+
 def test_a_slower_pinned_mode_is_not_chosen_and_the_reason_says_why():
     adv = with_pinned(advice(), [pinned(320, 620.0, 45.0, 3 * 2**30),
                                  pinned(416, 720.0, 67.0, 4 * 2**30)])

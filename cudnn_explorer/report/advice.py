@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from typing import List
+from typing import List, Optional
 
 from ..core.advice import (PLAN_CACHE_LIMIT, Advice, comparable, pinned_difference,
                            plans_needed, steady_difference, verdict)
@@ -164,11 +164,7 @@ def _pinned_lines(adv: Advice, costs, v) -> List[str]:
         lines += wrap(f"steady saving pinned: {d0:+.2f} ms per iteration against benchmark "
                       f"off (95% CI {l0:+.2f} to {h0:+.2f}), {d1:+.2f} against it on (95% CI "
                       f"{l1:+.2f} to {h1:+.2f})", "- ")
-        if adv.plans_predicted_ms and len(costs) == 1:
-            lines += wrap(f"the plans' sweep predicted {adv.plans_predicted_ms:.3f} ms per "
-                          f"iteration over benchmark mode's picks; the steady step realised "
-                          f"{d1:+.3f} ms ({100 * d1 / adv.plans_predicted_ms:.0f}%; benchmark "
-                          f"mode's picks in this run are this run's own)", "- ")
+        lines += _predicted_lines(adv.plans_predicted_ms, costs, d1)
     else:
         missing = [str(c.size) for c in costs if not c.has_pinned]
         lines += wrap(f"pinned: no steady time at size {', '.join(missing)}; not weighed", "- ")
@@ -181,6 +177,28 @@ def _pinned_lines(adv: Advice, costs, v) -> List[str]:
                           f"iteration not pinned (the plan file does not cover them, or "
                           f"refused their plans); they ran with benchmark {on}", "- ")
     return lines
+
+
+def _predicted_lines(predicted: Optional[float], costs, realised: float) -> List[str]:
+    """How much of the plans' predicted gain over benchmark mode's picks the steady step
+    realised (``realised``: ms per iteration against benchmark on, weighted by share). The
+    file's prediction sums its entries over one iteration at each of its sizes; the
+    entries do not say which size they serve, so with several sizes it is a mean per
+    iteration only where the sizes have equal shares."""
+    if not predicted:
+        return []
+    n = len(costs)
+    per = predicted if n == 1 else predicted / n
+    if n > 1 and max(c.share for c in costs) - min(c.share for c in costs) > 1e-9:
+        return wrap(f"the plans' sweep predicted {predicted:.3f} ms over one iteration at each "
+                    f"of the {n} sizes over benchmark mode's picks; not compared with the "
+                    f"steady step, whose sizes have unequal shares", "- ")
+    over = "per iteration" if n == 1 else (f"over one iteration at each of the {n} sizes, "
+                                           f"{per:.3f} ms per iteration at their equal shares")
+    return wrap(f"the plans' sweep predicted {predicted:.3f} ms {over} over benchmark mode's "
+                f"picks; the steady step realised {realised:+.3f} ms "
+                f"({100 * realised / per:.0f}%; benchmark mode's picks in this run are this "
+                f"run's own)", "- ")
 
 
 def render_stability(adv: Advice) -> str:
