@@ -1,6 +1,7 @@
 """The advisor on the CPU: the break-even arithmetic and the verdict rules from made-up
 costs checked by hand, the shape-distribution parser, a saved advice rendered with
 --load, and bad input (one line, exit 2)."""
+import gzip
 import json
 import math
 import random
@@ -360,6 +361,34 @@ def test_h200_multi_size_advice_names_the_sizes_timed_eagerly():
     assert ("steady iterations run eagerly, between CUDA events, host time included, for "
             "size 448 (CUDA graph capture failed") in text
     assert "first iteration at each new input size with benchmark, in order: 320x320:" in text
+    assert all(len(line) <= 120 for line in r.stdout.splitlines())
+
+
+def test_h200_five_sizes_pinned_no_search_at_any_size():
+    """A real pinned advice over five sizes (ResNet-50, batch 16, fp32, H200, the plan file
+    from the sweep of the same sizes): every call of every size pinned, no fallback, the
+    verdict pin; each size's first iteration under a second, benchmark on's 4-9 s."""
+    import os
+
+    from conftest import REPO
+    path = os.path.join(REPO, "tests", "fixtures", "advice_r50_b16_sizes_pinned_h200.json.gz")
+    adv = Advice.from_json(gzip.open(path).read().decode())
+    costs = adv.costs()
+    assert [c.size for c in costs] == [320, 384, 448, 512, 576]
+    assert all(c.has_pinned and c.pinned_calls == 158 and c.fallback_calls == 0 for c in costs)
+    v = verdict(costs, adv.iterations)
+    assert v.choice == "pinned", v.reason
+    assert v.total_pinned_ms < min(v.total_on_ms, v.total_off_ms)
+    on = adv.pytorch_run.mode("benchmark")
+    pin = adv.pytorch_run.mode("pinned")
+    assert all(s.first_ms < 1000 for s in pin.sizes) and all(s.first_ms > 4000 for s in on.sizes)
+    r = run_cli("advise", "--load", path)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "== verdict for 1000 iterations: PIN the plan file (cudnn_explorer.pin)" in text
+    assert ("over one iteration at each of the 5 sizes, 0.162 ms per iteration at their equal "
+            "shares over benchmark mode's picks; the steady step realised +0.129 ms (80%;") in text
+    assert "not pinned" not in text
     assert all(len(line) <= 120 for line in r.stdout.splitlines())
 
 

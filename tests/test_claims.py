@@ -14,6 +14,10 @@ DIST80 = os.path.join(REPO, "tests", "fixtures", "advice_r50_b16_dist80_h200.jso
 # advise resnet50 --batch 32 --plans FILE --iterations 10000 on the H200 (2026-12-02), the
 # plan file from the quick profile's sweep of the same workload
 PINNED = os.path.join(REPO, "tests", "fixtures", "advice_r50_b32_fp32_pinned_h200.json.gz")
+# advise resnet50 --batch 16 --sizes 320:576:64 --iterations 1000 --plans FILE on the H200
+# (2026-12-02), the plan file from the sweep of the same five sizes
+SIZES_PINNED = os.path.join(REPO, "tests", "fixtures",
+                            "advice_r50_b16_sizes_pinned_h200.json.gz")
 
 
 def _claims():
@@ -31,7 +35,8 @@ def test_range_verdict():
 
 def test_table_from_an_h200_advice(tmp_path):
     for src, name in ((FIXTURE, "resnet50_224.json"), (SIZES, "resnet50_sizes.json"),
-                      (DIST80, "resnet50_80.json"), (PINNED, "resnet50_224_pinned.json")):
+                      (DIST80, "resnet50_80.json"), (PINNED, "resnet50_224_pinned.json"),
+                      (SIZES_PINNED, "resnet50_sizes_pinned.json")):
         with gzip.open(src) as f, open(tmp_path / name, "wb") as g:
             shutil.copyfileobj(f, g)
     out = tmp_path / "claims.md"
@@ -50,15 +55,15 @@ def test_table_from_an_h200_advice(tmp_path):
     assert speed[1] == "does not hold"
     # the pinned column: the same workload pinned to its sweep's plans (its own advice)
     assert speed[2].startswith(
-        "pinned saves +0.3% of the steady iteration against off (95% CI +0.3% to +0.4%) and "
-        "+0.9% against on (+0.8% to +0.9%; CUDA-graph replays of the whole step: GPU time); "
+        "pinned saves +0.2% of the steady iteration against off (95% CI +0.1% to +0.4%) and "
+        "+1.0% against on (+0.9% to +1.1%; CUDA-graph replays of the whole step: GPU time); "
         "the advice: 'pinned' (`python -m cudnn_explorer model resnet50 --batch 32 --json "
         "resnet50_224_pinned.sweep.json; python -m cudnn_explorer plans write "
         "resnet50_224_pinned.sweep.json -o resnet50_224_pinned.plans.json; python -m "
         "cudnn_explorer advise resnet50 --batch 32 --iterations 10000 --plans"), speed[2]
     memory = rows["memory is basically unchanged with benchmark on"]
     assert "7.51 GiB on vs 3.44 GiB off" in memory[0] and memory[1] == "does not hold"
-    assert memory[2].startswith("first-iteration peak reserved 3.43 GiB pinned, 3.44 GiB off, "
+    assert memory[2].startswith("first-iteration peak reserved 3.44 GiB pinned, 3.44 GiB off, "
                                 "7.51 GiB on")
     det = rows["deterministic mode costs about 20%"]
     assert det[0].startswith("-0.5% per iteration") and det[1] == "does not hold"
@@ -77,7 +82,11 @@ def test_table_from_an_h200_advice(tmp_path):
     assert "GPU time for size 320, 384; eager steps" in sizes[0]
     assert sizes[1] == ("depends on the iterations per size: slower by far more here; "
                         "benchmark on pays off only after 96588 iterations")
-    assert sizes[2] == "not measured: step sizes-pinned has not run to its end here"
+    # pinned to the five sizes' plan file: no search at any size, every call pinned
+    assert sizes[2].startswith(
+        "expected total 32.4 s pinned, 67.7 s on, 33.3 s off for 1000 iterations over 5 "
+        "sizes, no search at any; 790 of 790 first-iteration calls pinned; the advice: "
+        "'pinned' (`python -m cudnn_explorer model resnet50 --batch 16 --sizes 320:576:64 "), sizes
     # 80% of the inputs at one size: the steady saving with its CI, the search cost, the
     # totals, the advice (all five sizes graph-timed)
     rule = rows["turn benchmark on when at least 80% of inputs share one shape"]
