@@ -59,6 +59,7 @@ class Search:
         t = self.times[k]
         s = self.spreads.get(k, 0.0) if opt.budget_ms <= ROUNDS[0].budget_ms else 0.0
         self.timed.append((built.name, opt.budget_ms))
+        self.samples = getattr(self, "samples", []) + [(opt.budget_ms, opt.sample_target_ms)]
         self.cutoffs.append((built.name, opt.cutoff_ms))
         self.last = built.name
         if 0 < opt.cutoff_ms < t * (1 - s):  # as csrc/timing.cpp: two launches, cut
@@ -120,6 +121,11 @@ def test_rounds_time_every_config_briefly_and_only_the_finalists_in_full(monkeyp
                                             "ConvFwd_eng0_k2=0"]  # finalists only
     assert [(r["round"], r["timed"], r.get("left")) for r in sp.rounds] == [
         (1, 6, 2), (2, 4, 1), ("final", 3, None)]
+    # Note [round 1's samples]: round 1's samples are short, so that its budget holds;
+    # round 2 and the finalists sample as the full timing does
+    assert {(b, s) for b, s in search.samples} == {
+        (r1, ROUNDS[0].sample_ms), (r2, ROUNDS[1].sample_ms), (FULL.budget_ms, FULL.sample_ms)}
+    assert ROUNDS[0].sample_ms * 5 < ROUNDS[0].budget_ms and FULL.sample_ms == 1.0
 
 
 def test_a_wrong_finalist_never_ranks_best(monkeypatch):
@@ -370,3 +376,12 @@ def test_a_legacy_row_out_of_memory_in_a_later_round_keeps_its_time_and_says_why
     # out of memory when timed in full: it keeps its round-2 time and does not rank
     assert got["FFT"].left_round == 2 and "out of GPU memory" in got["FFT"].note
     assert got["IMPLICIT_GEMM"].left_round is None and got["IMPLICIT_GEMM"].timing.eager
+
+
+def test_a_round_samples_no_longer_than_the_full_timing():
+    from cudnn_explorer.core.staging import round_timing
+
+    fine = TimingSpec(budget_ms=25.0, sample_ms=0.1)
+    assert [round_timing(fine, r).sample_ms for r in ROUNDS] == [0.1, 0.1]
+    assert [round_timing(FULL, r).sample_ms for r in ROUNDS] == [0.2, 1.0]
+    assert not round_timing(FULL, ROUNDS[0]).eager and round_timing(FULL, ROUNDS[0]).budget_ms == 2.0

@@ -45,6 +45,7 @@ class TimingSpec:
     graph: bool = True         # CUDA-graph replays (eager back-to-back launches if False)
     warmup_ms: float = 10.0    # launches before sampling starts
     eager: bool = True         # False: no eager wall-clock loop (a staged search's rounds)
+    sample_ms: float = 1.0     # GPU time of one sample (K back-to-back launches), ms
 
     @property
     def eager_budget_ms(self) -> float:

@@ -192,8 +192,8 @@ def run_algorithm(direction: str, problem, algo: int, math_type: str) -> None:
 
 
 def timing_options(spec: TimingSpec, cutoff_ms: float = 0.0, kernels: bool = False):
-    """Native TimingOptions (see csrc/timing.h) of ``spec``: sampling budget and warm-up
-    in ms, L2 flush, graph, and the eager wall-clock loop's budget; ``cutoff_ms`` > 0
+    """Native TimingOptions (see csrc/timing.h) of ``spec``: sampling budget, warm-up and
+    one sample's GPU time in ms, L2 flush, graph, and the eager wall-clock loop's budget; ``cutoff_ms`` > 0
     ends the timing of a launch slower than that (Note [cut launches] in
     csrc/timing.cpp); ``kernels``: read the kernels from the captured graph."""
     opt = load().TimingOptions()
@@ -203,6 +203,7 @@ def timing_options(spec: TimingSpec, cutoff_ms: float = 0.0, kernels: bool = Fal
     opt.flush_l2 = bool(spec.flush_l2)
     opt.use_graph = bool(spec.graph)
     opt.warmup_ms = float(spec.warmup_ms)
+    opt.sample_target_ms = float(spec.sample_ms)
     opt.eager_budget_ms = float(spec.eager_budget_ms)
     return opt
 
