@@ -47,6 +47,32 @@ def test_the_jobs_are_the_packages_api_and_import_leanly():
 
 
 @requires_ext
+def test_a_direction_that_did_not_finish_is_not_kept_in_the_store(tmp_path, monkeypatch):
+    """Out of memory or a GPU fault is this moment's, not the problem's: the store keeps the
+    finished directions only, and a later run measures the others again."""
+    from test_pipeline import FindFailsBench
+
+    from cudnn_explorer.measure import pipeline
+
+    bench = FindFailsBench(tmp_path, monkeypatch)
+    monkeypatch.setattr(pipeline, "environment", lambda device=0: bench.environment())
+    p = ce.ConvProblem.create("8,64,28,28", dtype="float16", layout="nhwc")
+    opts = OPTS.updated(directions=("fwd", "bwd-data"))
+    db = tmp_path / "s.db"
+    exp = ce.explore(p, opts, store=str(db), bench=bench)
+    assert [bool(d.error) for d in exp.directions] == [False, True]
+    with Store(str(db)) as store:
+        assert store.count() == 1
+        assert store.lookup(p, exp.environment, opts) is None  # not every direction
+        kept = store.lookup(p, exp.environment, opts, partial=True)
+        assert [d.direction for d in kept.directions] == ["fwd"]
+    calls = len(bench.calls)
+    again = ce.explore(p, opts, store=str(db), bench=FakeBench(tmp_path, monkeypatch))
+    assert [bool(d.error) for d in again.directions] == [False, False]
+    assert len(bench.calls) == calls
+
+
+@requires_ext
 def test_explore_returns_an_exploration_and_answers_a_repeat_from_the_store(
         tmp_path, monkeypatch, caplog):
     from cudnn_explorer.measure import pipeline

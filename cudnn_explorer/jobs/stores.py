@@ -68,8 +68,11 @@ def opened(choice: StoreChoice, notify: Notify) -> Iterator:
 
 def saver(store, problem: ConvProblem, options: ExploreOptions,
           notify: Notify) -> Optional[Callable]:
-    """on_direction for explore(): each finished direction into ``store`` at once. A store
-    that fails is dropped after one warning; the measurement goes on."""
+    """on_direction for explore(): each finished direction into ``store`` at once. A
+    direction that did not finish (its ``error``: out of memory, a GPU fault, engine
+    configs lost) is not kept: the store would answer later runs with a fault of this
+    moment, so the next run measures it again. A store that fails is dropped after one
+    warning; the measurement goes on."""
     if store is None:
         return None
     from ..store.db import StoreError
@@ -77,7 +80,7 @@ def saver(store, problem: ConvProblem, options: ExploreOptions,
     state = {"ok": True}
 
     def save(env, measurement, d):
-        if state["ok"]:
+        if state["ok"] and not d.error:
             try:
                 store.save(problem, env, options, measurement, d)
             except StoreError as e:
