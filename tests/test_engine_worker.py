@@ -289,3 +289,52 @@ def test_only_the_preferred_configs_reach_the_worker_when_asked(fake_worker):
             ConvProblem.create("1,8,8,8", out_channels=8), "fwd", opts,
             preferred_tags=["ConvFwd_eng0"], worker=w)
         assert sorted(c.tag for c in sp.configs) == ["ConvFwd_eng0", "ConvFwd_eng1_k2=2"]
+
+
+# A worker whose first job's data does not fit in the GPU's memory; it serves the next.
+SHORT_WORKER = WORKER_HEAD + textwrap.dedent("""\
+    from cudnn_explorer.core.errors import ResourceError
+
+    class Search:
+        def engine_count(self):
+            return 1
+        def engine_info(self, e):
+            return NS(engine=e, status="OK", knobs=[])
+        def heuristics(self, mode):
+            return []
+        def build(self, e, knobs):
+            return NS(status="built", message="", name="eng0", numeric_notes=[],
+                      behavior_notes=[], workspace_bytes=0, build_ms=0.5, timed=False,
+                      plan_index=0)
+        def measure(self, built, timed, opt):
+            built.status = "OK"
+            return built
+
+    JOBS = []
+
+    def setup(problem, direction, device, seed, check):
+        JOBS.append(direction)
+        if len(JOBS) == 1:
+            raise ResourceError("out of GPU memory for the float64 reference of fwd: needs "
+                                "about 1200 MiB, 800 MiB free on GPU 0")
+        return None, {"x": Out(), "w": Out(), "y": Out()}, None
+
+    sys.exit(engine_worker.main(sys.argv[1:], setup=setup, search=Search()))
+    """)
+
+
+def test_a_job_out_of_memory_is_said_and_the_worker_serves_on(tmp_path, monkeypatch):
+    from cudnn_explorer.core.errors import ResourceError
+
+    (tmp_path / "short_worker.py").write_text(SHORT_WORKER)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    p, opts = ConvProblem.create("1,8,8,8", out_channels=8), ExploreOptions.create()
+    with engine_worker.EngineWorker("short_worker") as w:
+        with pytest.raises(ResourceError, match=r"^engine worker for fwd: out of GPU memory "
+                                                r"for the float64 reference of fwd: needs "
+                                                r"about 1200 MiB, 800 MiB free on GPU 0$"):
+            engine_worker.explore_isolated(p, "fwd", opts, worker=w)
+        pid = w.proc.pid
+        sp = engine_worker.explore_isolated(p, "bwd-data", opts, worker=w)
+        assert w.proc.pid == pid  # the same process served the next job
+    assert [c.tag for c in sp.configs] == ["ConvBwdData_eng0"]

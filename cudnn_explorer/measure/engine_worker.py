@@ -8,7 +8,9 @@ worker process (:class:`EngineWorker`, ``python -m cudnn_explorer.measure.engine
 --serve``), which takes one job per line on its stdin, {"spec": SPEC, "events": EVENTS},
 explores that direction, and appends one JSON line per event to EVENTS: {"say": msg},
 {"start": config} before a config, {"stage": "running"} once its plan is built,
-{"attempt": result} after it, {"space": EngineSpace, "retire": bool} at the end. When a
+{"attempt": result} after it, {"space": EngineSpace, "retire": bool} at the end, or
+{"failed": message, "resource": bool, "retire": bool} for a job that failed outside any
+config (its tensors or float64 reference did not fit: ResourceError here). When a
 config runs past ``config_timeout_s``, or the worker dies inside one, the parent kills the
 worker's process group, records that config as "hung" or "crashed", and starts a new
 worker that carries on from where the last one stopped (``prior``), within the same
@@ -32,7 +34,7 @@ import time
 from dataclasses import asdict
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..core.errors import ChildError
+from ..core.errors import ChildError, ExplorerError, ResourceError
 from ..core.options import ExploreOptions, TimingSpec
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, EngineSpace
@@ -133,7 +135,8 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
     ``options.engine_configs`` valid configs per engine within ``options.engine_budget_s``.
     ``worker``: the EngineWorker to use, kept for the caller's next direction (default: a
     new one, ended on return). Raises ChildError when a worker fails outside any config
-    (e.g. it cannot start, or makes no progress within ``start_timeout_s``).
+    (e.g. it cannot start, or makes no progress within ``start_timeout_s``), and
+    ResourceError when the direction's tensors or reference do not fit in its memory.
     ``options.staged``: a staged search, ``finalist_tags`` in its final round (default:
     every preferred tag; measure/engines.py). ``only_preferred`` (without
     ``options.engine_sampling``): only the preferred tags, a re-timing of given plans."""
@@ -214,6 +217,13 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                             if ev.get("retire"):  # its CUDA context is lost: a new one next
                                 worker.kill()
                             return ev["space"], None
+                        elif "failed" in ev:  # outside any config, e.g. out of memory
+                            finished = True
+                            if ev.get("retire"):
+                                worker.kill()
+                            error = ResourceError if ev.get("resource") else ChildError
+                            raise error(f"engine worker for {spec['direction']}: "
+                                        f"{ev['failed']}")
                     now = time.perf_counter()
                     if rc is not None:
                         if current is not None:
@@ -286,24 +296,43 @@ def _gpu_setup(problem, direction, device, seed, check):
 
     from . import tensors as tn
 
+    from . import native as nv
+
     torch.cuda.set_device(device)
     tensors = tn.make_tensors(problem, direction, device, seed)
     native = tn.native_problem(problem, tensors)
-    ref = tn.reference(problem, direction, tensors) if check else None
-    from .native import release_cached_memory
-
-    release_cached_memory()  # Note [cached memory and cuDNN] in measure/legacy.py
+    ref = None
+    if check:
+        try:
+            ref = tn.reference(problem, direction, tensors)
+        except RuntimeError as e:
+            if not nv.is_out_of_memory(e):
+                raise
+            tensors = native = None
+            nv.release_cached_memory()
+            raise nv.out_of_memory(f"for the float64 reference of {direction}",
+                                   tn.tensor_bytes(problem, check=True), device) from None
+    nv.release_cached_memory()  # Note [cached memory and cuDNN] in measure/legacy.py
     return native, tensors, ref
 
 
 def _job(spec: dict, events_path: str, setup, search) -> bool:
-    """Run one job; False when this worker must retire after it."""
+    """Run one job; False when this worker must retire after it. A job that fails with
+    one of the project's errors outside any config (its tensors or reference do not fit
+    in the GPU's memory) says so, {"failed": message, "resource": bool}, and the worker
+    serves on."""
     with open(events_path, "a", buffering=1) as events:
         def emit(ev: dict) -> None:
             events.write(json.dumps(ev) + "\n")
             events.flush()
 
-        space = run(spec, emit, setup, search).to_dict()
+        try:
+            space = run(spec, emit, setup, search).to_dict()
+        except ExplorerError as e:
+            healthy = _release()
+            emit({"failed": str(e), "resource": isinstance(e, ResourceError),
+                  "retire": not healthy})
+            return healthy
         # Before the parent hears the end: it goes on timing on this GPU at once.
         healthy = _release()
         emit({"space": space, "retire": not healthy})
