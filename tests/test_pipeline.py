@@ -222,7 +222,7 @@ def test_a_gpu_fault_in_one_direction_keeps_the_others(tmp_path, monkeypatch):
     assert fwd.engines is not None and wgrad.engines is not None and not fwd.error
     assert bwd.find == [] and bwd.error == (
         "the native call failed finding bwd-data algorithms: cuDNN error: "
-        "CUDNN_STATUS_INTERNAL_ERROR (23 MiB free on GPU 0)")
+        "CUDNN_STATUS_INTERNAL_ERROR (23 MiB free on GPU 0 when it failed)")
     text = render_exploration(Exploration.from_json(exp.to_json()))
     assert "not explored: the native call failed finding bwd-data" in text
 
@@ -236,7 +236,8 @@ def test_the_free_memory_is_said_once():
     g = GpuError("CUDA failed")
     assert _with_free_memory(g, None, 1) is g
     said = _with_free_memory(g, 5 << 20, 1)
-    assert type(said) is GpuError and str(said) == "CUDA failed (5 MiB free on GPU 1)"
+    assert type(said) is GpuError and str(said) == \
+        "CUDA failed (5 MiB free on GPU 1 when it failed)"
 
 
 class WorkerFailsBench(FakeBench):

@@ -207,11 +207,11 @@ def _explore(problem: ConvProblem, options: ExploreOptions, progress, bench,
 
 
 def _with_free_memory(e: Exception, free: Optional[int], device: int) -> Exception:
-    """``e``, saying how much memory GPU ``device`` had free (``free`` bytes), unless its
-    message does already or the GPU could not say."""
+    """``e``, saying how much memory GPU ``device`` had free when it failed (``free``
+    bytes), unless its message does already or the GPU could not say."""
     if free is None or "MiB free" in str(e):
         return e
-    return type(e)(f"{e} ({free / 2**20:.0f} MiB free on GPU {device})")
+    return type(e)(f"{e} ({free / 2**20:.0f} MiB free on GPU {device} when it failed)")
 
 
 def _child_walls(runs: List[ModeRun]) -> List[ChildWall]:
@@ -237,13 +237,14 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
             leg = measure_legacy(problem, d, lab, options, env.gpu_name,
                                  want_kernels=options.pytorch or options.engines, say=say,
                                  finalists=legacy_picks)
+        except GpuError as e:  # what was free then, before the direction's memory is let go
+            raise _with_free_memory(e, bench.free_bytes(), options.device) from None
         finally:
             lab.close()  # the engine workers get the GPU's memory
     except (ResourceError, GpuError) as e:
         # A GPU fault in one direction (out of memory, or a call that failed on a GPU
         # short of it: Note [cached memory and cuDNN] in measure/legacy.py) loses that
-        # direction only; the error says what the GPU had free.
-        e = _with_free_memory(e, bench.free_bytes(), options.device)
+        # direction only; the error says what the GPU had free when it failed.
         say(f"{d}: {e}")
         return DirectionResult(direction=d, math_type=problem.math_type, find=[],
                                heuristics=[], workspace=[], workspace_needed_bytes=0,
