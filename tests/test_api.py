@@ -244,6 +244,52 @@ def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
                      ("swept", "the capture", True), "closed"]
 
 
+def test_explore_starts_its_processes_before_the_extension_check(monkeypatch):
+    """Note [children started ahead]: the explore job starts PyTorch's children and the
+    engine worker before it asks the extension whether it has cudnn-frontend (which
+    imports torch), hands the bench to the pipeline, and closes it when the pipeline
+    returns or fails; a caller's bench is the caller's."""
+    from types import SimpleNamespace as NS
+
+    from cudnn_explorer.jobs import explore as job
+    from cudnn_explorer.jobs import gpu
+
+    order = []
+
+    class Bench:
+        def __init__(self, device):
+            order.append(("bench", device))
+
+        def prestart(self, problem, options):
+            order.append(("prestart", options.engines))
+
+        def close(self):
+            order.append("closed")
+
+    def explore(problem, options, progress=None, on_direction=None, bench=None):
+        order.append(("explore", options.engines, type(bench).__name__))
+        if problem == "fail":
+            raise KeyboardInterrupt
+        return "the exploration"
+
+    fake = NS(GpuBench=Bench, explore=explore)
+    monkeypatch.setattr(gpu, "measuring", lambda: fake)
+    monkeypatch.setattr(gpu, "frontend_built",
+                        lambda device: order.append("checked") or False)
+    opts = ce.ExploreOptions.create(device=1)
+    assert job.explore("p", opts, skip_engines_if_unbuilt=True) == "the exploration"
+    assert order == [("bench", 1), ("prestart", True), "checked", ("explore", False, "Bench"),
+                     "closed"]
+    order.clear()
+    with pytest.raises(KeyboardInterrupt):
+        job.explore("fail", opts)
+    assert order == [("bench", 1), ("prestart", True), ("explore", True, "Bench"), "closed"]
+    order.clear()
+    mine = Bench(0)
+    job.explore("p", opts, bench=mine, skip_engines_if_unbuilt=True)
+    assert order == [("bench", 0), ("explore", True, "Bench")]  # neither started nor closed
+
+
 def test_the_atomic_writer_keeps_the_users_umask(tmp_path):
     from cudnn_explorer.core.files import write_atomic
 

@@ -46,22 +46,35 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
                                f"{exp.created}); --refresh measures again")
                 return exp
         pipeline = gpu.measuring()
-        if (bench is None and skip_engines_if_unbuilt and options.engines
-                and not gpu.frontend_built(options.device)):
-            options = options.updated(engines=False)
-            notify("note", "engine configs skipped: this build of the extension has no "
-                           "cudnn-frontend (pip install nvidia-cudnn-frontend, then rebuild)")
-        keep = saver(db, problem, options, notify)
+        own = bench is None
+        if own:
+            # Note [children started ahead] (measure/prestart.py): PyTorch's children and
+            # the engine worker start before this process imports torch (the extension's
+            # check below does), so that their imports overlap ours. On the H200 the
+            # main job's first child had waited 3.5 s for its imports when they started
+            # after that check.
+            bench = pipeline.GpuBench(options.device)
+            bench.prestart(problem, options)
+        try:
+            if (own and skip_engines_if_unbuilt and options.engines
+                    and not gpu.frontend_built(options.device)):
+                options = options.updated(engines=False)
+                notify("note", "engine configs skipped: this build of the extension has no "
+                               "cudnn-frontend (pip install nvidia-cudnn-frontend, then "
+                               "rebuild)")
+            keep = saver(db, problem, options, notify)
 
-        def finished(env, measurement, d):
-            if keep is not None:
-                keep(env, measurement, d)
-            if on_direction is not None:
-                on_direction(env, measurement, d)
+            def finished(env, measurement, d):
+                if keep is not None:
+                    keep(env, measurement, d)
+                if on_direction is not None:
+                    on_direction(env, measurement, d)
 
-        more = {} if bench is None else {"bench": bench}
-        return pipeline.explore(problem, options, progress=progress, on_direction=finished,
-                                **more)
+            return pipeline.explore(problem, options, progress=progress,
+                                    on_direction=finished, bench=bench)
+        finally:
+            if own:
+                bench.close()
 
 
 def _stored(db, problem: ConvProblem, options: ExploreOptions) -> Optional[Exploration]:

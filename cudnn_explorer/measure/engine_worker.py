@@ -56,6 +56,7 @@ class EngineWorker:
         self.proc: Optional[subprocess.Popen] = None
         self.err_path = ""
         self._tmp: Optional[tempfile.TemporaryDirectory] = None
+        self._jobs = 0  # jobs handed to the running process
 
     def submit(self, spec_path: str, events_path: str) -> subprocess.Popen:
         """Hand the worker one job (starting a worker when there is none); returns its
@@ -67,6 +68,7 @@ class EngineWorker:
             try:
                 self.proc.stdin.write(job)
                 self.proc.stdin.flush()
+                self._jobs += 1
                 return self.proc
             except (BrokenPipeError, OSError):
                 self.kill()
@@ -79,6 +81,7 @@ class EngineWorker:
 
     def _start(self) -> None:
         self.kill()
+        self._jobs = 0
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="cudnn_explorer_worker_")
         self.err_path = os.path.join(self._tmp.name, f"stderr.{time.monotonic_ns()}")
@@ -97,8 +100,10 @@ class EngineWorker:
             self.proc = None
 
     def close(self, wait_s: float = 10.0) -> None:
-        """End the worker: it finishes at the end of its stdin, else it is killed."""
-        if self.proc is not None and self.proc.poll() is None:
+        """End the worker: one that served a job finishes at the end of its stdin (within
+        ``wait_s``, else it is killed); one that never got a job, still importing or
+        waiting, is killed at once (it holds nothing)."""
+        if self.proc is not None and self.proc.poll() is None and self._jobs:
             _close_pipe(self.proc)
             try:
                 self.proc.wait(timeout=wait_s)
