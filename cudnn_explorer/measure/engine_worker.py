@@ -299,9 +299,7 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
 def _gpu_setup(problem, direction, device, seed, check):
     import torch
 
-    from . import tensors as tn
-
-    from . import native as nv
+    from . import native as nv, tensors as tn
 
     torch.cuda.set_device(device)
     tensors = tn.make_tensors(problem, direction, device, seed)
@@ -331,16 +329,16 @@ def _job(spec: dict, events_path: str, setup, search) -> bool:
             events.write(json.dumps(ev) + "\n")
             events.flush()
 
+        failed = None
         try:
             space = run(spec, emit, setup, search).to_dict()
         except ExplorerError as e:
-            healthy = _release()
-            emit({"failed": str(e), "resource": isinstance(e, ResourceError),
-                  "retire": not healthy})
-            return healthy
-        # Before the parent hears the end: it goes on timing on this GPU at once.
+            failed = {"failed": str(e), "resource": isinstance(e, ResourceError)}
+        # Before the parent hears the end: it goes on timing on this GPU at once (and,
+        # out of the except block, the error's frames no longer hold the job's tensors).
         healthy = _release()
-        emit({"space": space, "retire": not healthy})
+        emit({**failed, "retire": not healthy} if failed else
+             {"space": space, "retire": not healthy})
     return healthy
 
 
