@@ -110,6 +110,7 @@ class FakeLab:
 
     def __init__(self, problem, direction, options, calls):
         self.direction, self.calls = direction, calls
+        self.reference_on_cpu = False
 
     def find(self, cap):
         given = 900 * MIB if cap is None else min(cap, 900 * MIB)

@@ -84,9 +84,7 @@ def test_a_repeat_is_answered_from_the_store_without_the_gpu(proc, tmp_path, mon
     from fakes import FakeBench
 
     bench = FakeBench(tmp_path, monkeypatch)
-    real = pipeline.explore
-    monkeypatch.setattr(pipeline, "explore",
-                        lambda problem, options, **kw: real(problem, options, bench=bench, **kw))
+    monkeypatch.setattr(pipeline, "GpuBench", lambda device: bench)  # the job's bench
     monkeypatch.setattr(pipeline, "environment", lambda device=0: bench.environment())
     monkeypatch.setattr(gpu, "frontend_built", lambda device: True)
     argv = ["--shape", "8,64,28,28", "--dtype", "float16", "--layout", "nhwc", "--direction",

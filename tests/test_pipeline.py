@@ -227,6 +227,36 @@ def test_a_gpu_fault_in_one_direction_keeps_the_others(tmp_path, monkeypatch):
     assert "not explored: the native call failed finding bwd-data" in text
 
 
+class ShortBench(FakeBench):
+    """The GPU has no room for bwd-data's float64 reference: the lab made it on the CPU."""
+
+    def lab(self, problem, direction, options):
+        lab = super().lab(problem, direction, options)
+        lab.reference_on_cpu = direction == "bwd-data"
+        return lab
+
+
+def test_a_reference_made_on_the_cpu_is_recorded_and_said(tmp_path, monkeypatch):
+    from dataclasses import replace as rep
+
+    from cudnn_explorer.measure.pipeline import explore
+
+    opts = ExploreOptions.create(directions="fwd,bwd-data", budget_ms=5, child_timeout_s=30,
+                                 engine_budget_s=30)
+    exp = explore(P, opts, bench=ShortBench(tmp_path, monkeypatch))
+    assert [d.reference_on_cpu for d in exp.directions] == [False, True]
+    back = Exploration.from_json(exp.to_json())
+    assert [d.reference_on_cpu for d in back.directions] == [False, True]
+    text = " ".join(render_exploration(back).split())
+    assert text.count("accuracy: the float64 reference for") == 1
+    assert ("accuracy: the float64 reference for the rows was computed on the CPU from the "
+            "same inputs (the GPU had no room for it beside the workspace)") in text
+    # the engine worker's own reference on the CPU too
+    fwd = rep(back.directions[0], engines=rep(back.directions[0].engines, reference_on_cpu=True))
+    text = " ".join(render_exploration(rep(back, directions=[fwd])).split())
+    assert "the float64 reference for the engine configs was computed on the CPU" in text
+
+
 def test_the_free_memory_is_said_once():
     from cudnn_explorer.core.errors import GpuError, ResourceError
     from cudnn_explorer.measure.pipeline import _with_free_memory

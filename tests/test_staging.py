@@ -273,6 +273,7 @@ class Lab:
 
     def __init__(self, rows, heuristic_first, oom=()):
         self.rows, self.first, self.measured, self.oom = rows, heuristic_first, [], set(oom)
+        self.reference_on_cpu = False
 
     def find(self, cap):
         found = [NS(algo=i, algo_name=n, math_type="DEFAULT_MATH", status="CUDNN_STATUS_SUCCESS",

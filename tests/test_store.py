@@ -149,9 +149,11 @@ def test_cli_answers_a_repeat_from_the_store(tmp_path, monkeypatch):
 
     def explore(problem, options, **kw):
         calls.append(problem)
-        return real(problem, options, bench=bench, **kw)
+        assert kw["bench"] is bench  # the job's bench, started ahead
+        return real(problem, options, **kw)
 
     monkeypatch.setattr(pipeline, "explore", explore)
+    monkeypatch.setattr(pipeline, "GpuBench", lambda device: bench)
     monkeypatch.setattr(pipeline, "environment", lambda device=0: bench.environment())
     monkeypatch.setattr(gpu, "frontend_built", lambda device: True)
     store = str(tmp_path / "s.db")

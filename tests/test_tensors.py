@@ -43,3 +43,47 @@ def test_the_reference_copies_only_the_inputs(direction):
     got = tensors.reference(p, direction, t)
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, want)
+
+
+def test_the_reference_fits_on_the_gpu_when_it_takes_at_most_half_the_free_memory():
+    from cudnn_explorer.core.problem import ConvProblem
+
+    p = ConvProblem.create("32,3,224,224", kernel=3)  # the default problem
+    need = tensors.tensor_bytes(p, check=True) - tensors.tensor_bytes(p)
+    assert need == 8 * (32 * 3 * 224 * 224 + 64 * 3 * 3 * 3 + 32 * 64 * 224 * 224)
+    assert tensors.reference_fits(p, None)  # the GPU cannot say: as always
+    assert tensors.reference_fits(p, 2 * need)
+    assert not tensors.reference_fits(p, 2 * need - 2)
+    assert not tensors.reference_fits(p, 1019 << 20)  # the parent at 2 GiB free, on the H200
+
+
+@pytest.mark.parametrize("free, oom, on_cpu", [(1 << 40, False, False), (1 << 10, False, True),
+                                               (1 << 40, True, True)])
+def test_a_reference_with_no_room_on_the_gpu_is_computed_on_the_cpu(monkeypatch, free, oom,
+                                                                     on_cpu):
+    """Note [reference on the CPU]: too little free memory, or an out-of-memory error on
+    the GPU, and the same float64 reference comes from copies on the CPU."""
+    from cudnn_explorer.core.problem import ConvProblem
+    from cudnn_explorer.measure import native
+
+    p = ConvProblem.create("2,4,6,6", out_channels=6, kernel=3, padding=1)
+    xs, ws, ys, *_ = p.cudnn_params()
+    g = torch.Generator().manual_seed(2)
+    t = {k: torch.randn(s, generator=g) for k, s in (("x", xs), ("w", ws), ("y", ys))}
+    want = tensors.reference(p, "bwd-filter", t)
+    real, calls, released = tensors.reference, [], []
+
+    def reference(problem, direction, ts, on_cpu=False):
+        calls.append(on_cpu)
+        if oom and not on_cpu:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(problem, direction, ts, on_cpu=on_cpu)
+
+    monkeypatch.setattr(tensors, "reference", reference)
+    monkeypatch.setattr(native, "free_bytes", lambda device: free)
+    monkeypatch.setattr(native, "release_cached_memory", lambda: released.append(1))
+    got, cpu = tensors.fitting_reference(p, "bwd-filter", t, 0)
+    assert cpu is on_cpu and calls == ([False, True] if oom else [on_cpu])
+    assert released == ([1] if oom else [])
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert got.device.type == "cpu" and tensors.max_error(t["w"], got) < 10

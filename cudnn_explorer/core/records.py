@@ -206,6 +206,9 @@ class EngineSpace(Record):
     # "keep_within", "timed", "left", "wall_s"} (round 1's wall time includes listing and
     # building the configs), then the finalists' {"round": "final", "timed", "wall_s"}
     rounds: List[dict] = field(default_factory=list)
+    # the configs' float64 reference was computed on the CPU: the worker's GPU had no room
+    # for it (Note [reference on the CPU] in measure/tensors.py)
+    reference_on_cpu: bool = False
 
     def ranked(self) -> List[EngineConfig]:
         return sorted(filter(rankable, self.configs), key=lambda c: c.time)
@@ -367,6 +370,9 @@ class DirectionResult(Record):
     # (their process's start included); the engine configs (their worker's start included)
     legacy_wall_s: Optional[float] = None
     engines_wall_s: Optional[float] = None
+    # the rows' float64 reference was computed on the CPU: the GPU had no room for it
+    # (Note [reference on the CPU] in measure/tensors.py)
+    reference_on_cpu: bool = False
 
     def rankable(self, r: AlgoResult) -> bool:
         return rankable(r)

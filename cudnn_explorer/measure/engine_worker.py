@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..core.errors import ChildError, ExplorerError, ResourceError
@@ -293,6 +293,8 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
         search=search, staged=bool(spec.get("staged", False)),
         finalist_tags=spec.get("finalist_tags"), only_preferred=bool(spec.get("only_preferred")))
+    if ref is not None and ref.device.type == "cpu":  # Note [reference on the CPU]
+        space = replace(space, reference_on_cpu=True)
     return space
 
 
@@ -304,17 +306,9 @@ def _gpu_setup(problem, direction, device, seed, check):
     torch.cuda.set_device(device)
     tensors = tn.make_tensors(problem, direction, device, seed)
     native = tn.native_problem(problem, tensors)
-    ref = None
-    if check:
-        try:
-            ref = tn.reference(problem, direction, tensors)
-        except RuntimeError as e:
-            if not nv.is_out_of_memory(e):
-                raise
-            tensors = native = None
-            nv.release_cached_memory()
-            raise nv.out_of_memory(f"for the float64 reference of {direction}",
-                                   tn.tensor_bytes(problem, check=True), device) from None
+    # Note [reference on the CPU] in measure/tensors.py: this process's CUDA context takes
+    # its share of a GPU short of memory
+    ref = tn.fitting_reference(problem, direction, tensors, device)[0] if check else None
     nv.release_cached_memory()  # Note [cached memory and cuDNN] in measure/legacy.py
     return native, tensors, ref
 

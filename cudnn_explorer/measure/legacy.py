@@ -18,8 +18,8 @@ from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note, ve
 from ..core.staging import ROUNDS, Timed, cutoff_ms, round_timing, survivors
 from . import native
 from .kernels import distinct, kernel_names
-from .tensors import (OUTPUT_OF, Check, check_output, make_tensors, native_problem, reference,
-                      tensor_bytes)
+from .tensors import (OUTPUT_OF, Check, check_output, fitting_reference, make_tensors,
+                      native_problem)
 from .timing import timing_from_native
 
 __all__ = ["LegacyLab", "LegacyRows", "measure_legacy"]
@@ -34,17 +34,11 @@ class LegacyLab:
         self.tensors = make_tensors(problem, direction, options.device, options.seed)
         self.native = native_problem(problem, self.tensors)
         self.ref = None
+        self.reference_on_cpu = False  # Note [reference on the CPU] in measure/tensors.py
         self._kernels = {}  # (algo, math type) -> kernels its timing's graph named
         if options.check:
-            try:
-                self.ref = reference(problem, direction, self.tensors)
-            except RuntimeError as e:
-                if not native.is_out_of_memory(e):
-                    raise
-                self.close()
-                raise native.out_of_memory(
-                    f"for the float64 reference of {direction} (--no-check skips it)",
-                    tensor_bytes(problem, check=True), options.device) from None
+            self.ref, self.reference_on_cpu = fitting_reference(problem, direction,
+                                                                self.tensors, options.device)
             # Note [cached memory and cuDNN]: the reference's float64 copies of the inputs
             # are freed now, into PyTorch's cache, where cuDNN's own allocations (its
             # handle's and Find's, made with cudaMalloc) cannot use them. On a GPU short of
@@ -117,6 +111,7 @@ class LegacyRows(NamedTuple):
     find_wall_ms_all: float
     workspace_free_bytes: Optional[int]
     find_errors: List[str]
+    reference_on_cpu: bool = False  # Note [reference on the CPU] in measure/tensors.py
 
     @property
     def ok(self) -> List[AlgoResult]:
@@ -202,7 +197,7 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
     return LegacyRows(rep.math_type, rows, heuristics, workspace, int(rep.workspace_needed),
                       int(rep.workspace_given), int(rep.requested), int(rep.returned),
                       float(rep.find_wall_ms), list(rep.searched), float(rep.find_wall_ms_all),
-                      free, list(rep.find_errors))
+                      free, list(rep.find_errors), bool(lab.reference_on_cpu))
 
 
 def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]],

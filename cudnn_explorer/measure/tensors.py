@@ -10,8 +10,8 @@ from ..core.problem import ConvProblem
 from . import native
 
 __all__ = ["OUTPUT_OF", "REFERENCE", "make_tensors", "native_problem", "reference",
-           "problem_view", "max_error", "Check", "check_output", "check_result",
-           "tensor_bytes", "cudnn_memory_format"]
+           "fitting_reference", "reference_fits", "problem_view", "max_error", "Check",
+           "check_output", "check_result", "tensor_bytes", "cudnn_memory_format"]
 
 REFERENCE = ("float64 on the same GPU from the same inputs, computed by PyTorch with cuDNN "
              "disabled")
@@ -142,6 +142,8 @@ def max_error(out, ref) -> float:
     worst, scale = 0.0, 0.0
     for i in range(0, max(1, out.shape[0] if out.dim() else 1), step):
         o, r = (out, ref) if not out.dim() else (out[i:i + step], ref[i:i + step])
+        if o.device != r.device:  # a reference on the CPU: Note [reference on the CPU]
+            o = o.to(r.device)
         diff = (o.double() - r).abs()
         if not torch.isfinite(diff).all():
             return float("inf")
@@ -153,9 +155,10 @@ def max_error(out, ref) -> float:
 _CHUNK_ELEMENTS = 1 << 24  # 128 MiB of float64 per slice
 
 
-def reference(problem: ConvProblem, direction: str, tensors: Dict):
+def reference(problem: ConvProblem, direction: str, tensors: Dict, on_cpu: bool = False):
     """The direction's output in float64, computed by PyTorch with cuDNN disabled (so
-    independent of cuDNN), from the same inputs. Shaped like the problem."""
+    independent of cuDNN), from the same inputs, on their device (``on_cpu``: on the CPU,
+    from copies of them). Shaped like the problem."""
     import torch
     import torch.nn.functional as F
 
@@ -163,7 +166,8 @@ def reference(problem: ConvProblem, direction: str, tensors: Dict):
     # float64 copies of the direction's two inputs only: its output holds NaN here, and a
     # copy of it would cost as much memory as the reference itself
     x, w, y = (None if k == OUTPUT_OF[direction]
-               else problem_view(problem, tensors[k]).double().contiguous()
+               else (problem_view(problem, tensors[k]).cpu() if on_cpu
+                     else problem_view(problem, tensors[k])).double().contiguous()
                for k in ("x", "w", "y"))
     kw = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation,
               groups=problem.groups)
@@ -180,3 +184,35 @@ def reference(problem: ConvProblem, direction: str, tensors: Dict):
         return grad_w(x, list(problem.weight_shape), y, **kw)
 
 
+
+
+# Note [reference on the CPU]: the float64 reference takes 8 bytes per element of x, w and
+# y on the GPU (its two inputs' copies and its output): 1.2 GiB for the default problem's
+# forward direction. Where that is more than half of what the GPU has free (a GPU shared
+# with a training job; the engine worker there has less still, its own CUDA context
+# taken), the rest would not hold Find's workspace and cuDNN's own allocations, so the
+# reference is computed on the CPU, from copies of the same inputs, by the same PyTorch
+# convolution in float64, and outputs are compared with it there, slice by slice
+# (max_error). A reference that does not fit on the GPU after all is computed there too.
+# The direction (or the engine configs) then records reference_on_cpu, and the report
+# says so.
+
+
+def reference_fits(problem: ConvProblem, free_bytes: Optional[int]) -> bool:
+    """Whether the float64 reference should be computed on the GPU, which has
+    ``free_bytes`` free beside the direction's tensors (None: it cannot say; yes)."""
+    need = tensor_bytes(problem, check=True) - tensor_bytes(problem)
+    return free_bytes is None or need <= free_bytes // 2
+
+
+def fitting_reference(problem: ConvProblem, direction: str, tensors: Dict, device: int):
+    """(reference, on_cpu): the direction's float64 reference on the GPU when it fits
+    there, else on the CPU (Note [reference on the CPU])."""
+    if reference_fits(problem, native.free_bytes(device)):
+        try:
+            return reference(problem, direction, tensors), False
+        except RuntimeError as e:
+            if not native.is_out_of_memory(e):
+                raise
+            native.release_cached_memory()
+    return reference(problem, direction, tensors, on_cpu=True), True

@@ -65,6 +65,14 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
                   f"MiB{cap}{free})")
     if d.find_errors:
         lines += wrap(f"   cuDNN refused Find under {'; '.join(d.find_errors)}")
+    on_cpu = [who for who, yes in (("the rows", d.reference_on_cpu),
+                                   ("the engine configs",
+                                    d.engines is not None and d.engines.reference_on_cpu))
+              if yes]
+    if on_cpu:
+        lines += wrap(f"   accuracy: the float64 reference for {' and '.join(on_cpu)} was "
+                      f"computed on the CPU from the same inputs (the GPU had no room for it "
+                      f"beside the workspace)")
     if others and any(r.pytorch_candidate is False for r in d.find):
         lines += wrap("   math type+: a row only Find under another math type returned; "
                       f"PyTorch's legacy path (its Find, under {d.math_type}) never sees it")
