@@ -103,8 +103,9 @@ def run(spec: dict) -> ProblemChildResult:
         first_res = torch.cuda.memory_reserved() - res0
         spent("first calls")
         checked = None
-        if check:  # the same reference and bound as our rows (PyTorch's math rule)
-            ref = tensors.reference(problem, d, t)
+        if check:  # the same reference and bound as our rows (PyTorch's math rule), on
+            # the CPU where the GPU has no room for it (Note [reference on the CPU])
+            ref, _ = tensors.fitting_reference(problem, d, t, device)
             got = next(o for o in result if o is not None) if isinstance(
                 result, (tuple, list)) else result  # the gradient output_mask asked for
             checked = Checked(**tensors.check_result(problem, got, ref,
