@@ -55,6 +55,11 @@ def test_the_reference_fits_on_the_gpu_when_it_takes_at_most_half_the_free_memor
     assert tensors.reference_fits(p, 2 * need)
     assert not tensors.reference_fits(p, 2 * need - 2)
     assert not tensors.reference_fits(p, 1019 << 20)  # the parent at 2 GiB free, on the H200
+    assert tensors.reference_fits(p, 130 << 30)  # an H200 with nothing else on it
+    big = ConvProblem.create("64,256,256,256", out_channels=256, kernel=3)  # 16 GiB of float64
+    need = tensors.tensor_bytes(big, check=True) - tensors.tensor_bytes(big)
+    assert tensors.reference_fits(big, need + (2 << 30))  # the headroom left: on the GPU
+    assert not tensors.reference_fits(big, need + (2 << 30) - 1)
 
 
 @pytest.mark.parametrize("free, oom, on_cpu", [(1 << 40, False, False), (1 << 10, False, True),

@@ -188,21 +188,26 @@ def reference(problem: ConvProblem, direction: str, tensors: Dict, on_cpu: bool 
 
 # Note [reference on the CPU]: the float64 reference takes 8 bytes per element of x, w and
 # y on the GPU (its two inputs' copies and its output): 1.2 GiB for the default problem's
-# forward direction. Where that is more than half of what the GPU has free (a GPU shared
-# with a training job; the engine worker there has less still, its own CUDA context
-# taken), the rest would not hold Find's workspace and cuDNN's own allocations, so the
-# reference is computed on the CPU, from copies of the same inputs, by the same PyTorch
+# forward direction. Where it would leave less than REFERENCE_HEADROOM_BYTES free, or less
+# than half of what is free (a GPU shared with a training job; the engine worker there has
+# less still, its own CUDA context taken), the rest would not hold Find's workspace and
+# cuDNN's own allocations, so the reference is computed on the CPU, from copies of the same inputs, by the same PyTorch
 # convolution in float64, and outputs are compared with it there, slice by slice
 # (max_error). A reference that does not fit on the GPU after all is computed there too.
 # The direction (or the engine configs) then records reference_on_cpu, and the report
 # says so.
 
 
+REFERENCE_HEADROOM_BYTES = 2 << 30
+
+
 def reference_fits(problem: ConvProblem, free_bytes: Optional[int]) -> bool:
     """Whether the float64 reference should be computed on the GPU, which has
-    ``free_bytes`` free beside the direction's tensors (None: it cannot say; yes)."""
+    ``free_bytes`` free beside the direction's tensors (None: it cannot say; yes): it
+    must leave REFERENCE_HEADROOM_BYTES, or half of the free memory where that is less."""
     need = tensor_bytes(problem, check=True) - tensor_bytes(problem)
-    return free_bytes is None or need <= free_bytes // 2
+    return free_bytes is None or \
+        need + min(free_bytes // 2, REFERENCE_HEADROOM_BYTES) <= free_bytes
 
 
 def fitting_reference(problem: ConvProblem, direction: str, tensors: Dict, device: int):
