@@ -291,7 +291,7 @@ def test_only_the_preferred_configs_reach_the_worker_when_asked(fake_worker):
         assert sorted(c.tag for c in sp.configs) == ["ConvFwd_eng0", "ConvFwd_eng1_k2=2"]
 
 
-# A worker whose first job's data does not fit in the GPU's memory; it serves the next.
+# A worker whose first job's tensors do not fit in the GPU's memory; it serves the next.
 SHORT_WORKER = WORKER_HEAD + textwrap.dedent("""\
     from cudnn_explorer.core.errors import ResourceError
 
@@ -315,8 +315,8 @@ SHORT_WORKER = WORKER_HEAD + textwrap.dedent("""\
     def setup(problem, direction, device, seed, check):
         JOBS.append(direction)
         if len(JOBS) == 1:
-            raise ResourceError("out of GPU memory for the float64 reference of fwd: needs "
-                                "about 1200 MiB, 800 MiB free on GPU 0")
+            raise ResourceError("out of GPU memory for the fwd tensors of a problem: needs "
+                                "about 411 MiB, 300 MiB free on GPU 0")
         return None, {"x": Out(), "w": Out(), "y": Out()}, None
 
     sys.exit(engine_worker.main(sys.argv[1:], setup=setup, search=Search()))
@@ -331,8 +331,8 @@ def test_a_job_out_of_memory_is_said_and_the_worker_serves_on(tmp_path, monkeypa
     p, opts = ConvProblem.create("1,8,8,8", out_channels=8), ExploreOptions.create()
     with engine_worker.EngineWorker("short_worker") as w:
         with pytest.raises(ResourceError, match=r"^engine worker for fwd: out of GPU memory "
-                                                r"for the float64 reference of fwd: needs "
-                                                r"about 1200 MiB, 800 MiB free on GPU 0$"):
+                                                r"for the fwd tensors of a problem: needs "
+                                                r"about 411 MiB, 300 MiB free on GPU 0$"):
             engine_worker.explore_isolated(p, "fwd", opts, worker=w)
         pid = w.proc.pid
         sp = engine_worker.explore_isolated(p, "bwd-data", opts, worker=w)
