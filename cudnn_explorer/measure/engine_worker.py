@@ -10,7 +10,7 @@ explores that direction, and appends one JSON line per event to EVENTS: {"say": 
 {"start": config} before a config, {"stage": "running"} once its plan is built,
 {"attempt": result} after it, {"space": EngineSpace, "retire": bool} at the end, or
 {"failed": message, "resource": bool, "retire": bool} for a job that failed outside any
-config (its tensors or float64 reference did not fit: ResourceError here). When a
+config (its tensors did not fit in the GPU's memory: ResourceError here). When a
 config runs past ``config_timeout_s``, or the worker dies inside one, the parent kills the
 worker's process group, records that config as "hung" or "crashed", and starts a new
 worker that carries on from where the last one stopped (``prior``), within the same
@@ -141,7 +141,7 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
     ``worker``: the EngineWorker to use, kept for the caller's next direction (default: a
     new one, ended on return). Raises ChildError when a worker fails outside any config
     (e.g. it cannot start, or makes no progress within ``start_timeout_s``), and
-    ResourceError when the direction's tensors or reference do not fit in its memory.
+    ResourceError when the direction's tensors do not fit in its memory.
     ``options.staged``: a staged search, ``finalist_tags`` in its final round (default:
     every preferred tag; measure/engines.py). ``only_preferred`` (without
     ``options.engine_sampling``): only the preferred tags, a re-timing of given plans."""
@@ -315,7 +315,7 @@ def _gpu_setup(problem, direction, device, seed, check):
 
 def _job(spec: dict, events_path: str, setup, search) -> bool:
     """Run one job; False when this worker must retire after it. A job that fails with
-    one of the project's errors outside any config (its tensors or reference do not fit
+    one of the project's errors outside any config (its tensors do not fit
     in the GPU's memory) says so, {"failed": message, "resource": bool}, and the worker
     serves on."""
     with open(events_path, "a", buffering=1) as events:
