@@ -319,14 +319,26 @@ def test_plans_needed_per_thread_and_per_size():
     assert plans_needed(single) == ((2, 3), (2, 3))
 
 
-def test_h200_resnet50_advice_renders_from_its_file():
-    """A real advice (ResNet-50, batch 32, fp32, 3 repeats, steps as CUDA-graph replays;
-    measured on an H200) loads from its gzip file and renders without a GPU."""
+def fixture(name: str) -> str:
     import os
 
     from conftest import REPO
-    path = os.path.join(REPO, "tests", "fixtures", "advice_r50_b32_fp32_h200.json.gz")
+    return os.path.join(REPO, "tests", "fixtures", name)
+
+
+def loaded_report(path: str) -> str:
+    """``advise --load path``'s report, its whitespace runs made one space; every line of
+    it within 120 characters."""
     r = run_cli("advise", "--load", path)
+    assert r.returncode == 0, r.stderr
+    assert all(len(line) <= 120 for line in r.stdout.splitlines())
+    return " ".join(r.stdout.split())
+
+
+def test_h200_resnet50_advice_renders_from_its_file():
+    """A real advice (ResNet-50, batch 32, fp32, 3 repeats, steps as CUDA-graph replays;
+    measured on an H200) loads from its gzip file and renders without a GPU."""
+    r = run_cli("advise", "--load", fixture("advice_r50_b32_fp32_h200.json.gz"))
     assert r.returncode == 0, r.stderr
     text = r.stdout.replace("\n  ", " ")
     assert "== verdict for 10000 iterations: leave benchmark mode OFF" in text
@@ -348,30 +360,20 @@ def test_h200_multi_size_advice_names_the_sizes_timed_eagerly():
     """A real advice over five sizes (ResNet-50, batch 16, measured on an H200) whose
     whole-step CUDA graph could not be captured at three of them: those sizes' steps are
     eager, and the report says which and why, beside the graph-timed ones."""
-    import os
-
-    from conftest import REPO
-    path = os.path.join(REPO, "tests", "fixtures", "advice_r50_b16_sizes_h200.json.gz")
-    r = run_cli("advise", "--load", path)
-    assert r.returncode == 0, r.stderr
-    text = " ".join(r.stdout.split())
+    text = loaded_report(fixture("advice_r50_b16_sizes_h200.json.gz"))
     assert "== verdict for 1000 iterations: leave benchmark mode OFF" in text
     assert ("steady iterations: replays of a CUDA graph of the whole step, the GPU's time "
             "without the host's") in text
     assert ("steady iterations run eagerly, between CUDA events, host time included, for "
             "size 448 (CUDA graph capture failed") in text
     assert "first iteration at each new input size with benchmark, in order: 320x320:" in text
-    assert all(len(line) <= 120 for line in r.stdout.splitlines())
 
 
 def test_h200_five_sizes_pinned_no_search_at_any_size():
     """A real pinned advice over five sizes (ResNet-50, batch 16, fp32, H200, the plan file
     from the sweep of the same sizes): every call of every size pinned, no fallback, the
     verdict pin; each size's first iteration under a second, benchmark on's 4-9 s."""
-    import os
-
-    from conftest import REPO
-    path = os.path.join(REPO, "tests", "fixtures", "advice_r50_b16_sizes_pinned_h200.json.gz")
+    path = fixture("advice_r50_b16_sizes_pinned_h200.json.gz")
     adv = Advice.from_json(gzip.open(path).read().decode())
     costs = adv.costs()
     assert [c.size for c in costs] == [320, 384, 448, 512, 576]
@@ -382,14 +384,11 @@ def test_h200_five_sizes_pinned_no_search_at_any_size():
     on = adv.pytorch_run.mode("benchmark")
     pin = adv.pytorch_run.mode("pinned")
     assert all(s.first_ms < 1000 for s in pin.sizes) and all(s.first_ms > 4000 for s in on.sizes)
-    r = run_cli("advise", "--load", path)
-    assert r.returncode == 0, r.stderr
-    text = " ".join(r.stdout.split())
+    text = loaded_report(path)
     assert "== verdict for 1000 iterations: PIN the plan file (cudnn_explorer.pin)" in text
     assert ("over one iteration at each of the 5 sizes, 0.162 ms per iteration at their equal "
             "shares over benchmark mode's picks; the steady step realised +0.129 ms (80%;") in text
     assert "not pinned" not in text
-    assert all(len(line) <= 120 for line in r.stdout.splitlines())
 
 
 def pinned(size, first, mean, peak, pinned_calls=100, fallback_calls=0):

@@ -115,11 +115,8 @@ def test_a_worker_that_fails_outside_any_config_is_one_clear_error(fake_worker):
                                            "fake_broken_worker"))
 
 
-# A worker whose one config always works; every start appends its pid to STARTS.
-STEADY_WORKER = WORKER_HEAD + textwrap.dedent("""\
-    with open(os.environ["STARTS"], "a") as f:
-        f.write(f"{os.getpid()} ")
-
+# A fake EngineSearch of one engine whose one config always works.
+ONE_CONFIG_SEARCH = textwrap.dedent("""\
     class Search:
         def engine_count(self):
             return 1
@@ -134,7 +131,14 @@ STEADY_WORKER = WORKER_HEAD + textwrap.dedent("""\
         def measure(self, built, timed, opt):
             built.status = "OK"
             return built
-    """) + WORKER_TAIL
+    """)
+
+# A worker whose one config always works; every start appends its pid to STARTS.
+STEADY_WORKER = WORKER_HEAD + textwrap.dedent("""\
+    with open(os.environ["STARTS"], "a") as f:
+        f.write(f"{os.getpid()} ")
+
+    """) + ONE_CONFIG_SEARCH + WORKER_TAIL
 
 
 @pytest.fixture
@@ -292,23 +296,8 @@ def test_only_the_preferred_configs_reach_the_worker_when_asked(fake_worker):
 
 
 # A worker whose first job's tensors do not fit in the GPU's memory; it serves the next.
-SHORT_WORKER = WORKER_HEAD + textwrap.dedent("""\
-    from cudnn_explorer.core.errors import ResourceError
-
-    class Search:
-        def engine_count(self):
-            return 1
-        def engine_info(self, e):
-            return NS(engine=e, status="OK", knobs=[])
-        def heuristics(self, mode):
-            return []
-        def build(self, e, knobs):
-            return NS(status="built", message="", name="eng0", numeric_notes=[],
-                      behavior_notes=[], workspace_bytes=0, build_ms=0.5, timed=False,
-                      plan_index=0)
-        def measure(self, built, timed, opt):
-            built.status = "OK"
-            return built
+SHORT_WORKER = WORKER_HEAD + "from cudnn_explorer.core.errors import ResourceError\n\n" + \
+    ONE_CONFIG_SEARCH + textwrap.dedent("""\
 
     JOBS = []
 
