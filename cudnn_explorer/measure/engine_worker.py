@@ -301,15 +301,12 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> En
 def _gpu_setup(problem, direction, device, seed, check):
     import torch
 
-    from . import native as nv, tensors as tn
+    from .tensors import direction_data
 
     torch.cuda.set_device(device)
-    tensors = tn.make_tensors(problem, direction, device, seed)
-    native = tn.native_problem(problem, tensors)
-    # Note [reference on the CPU] in measure/tensors.py: this process's CUDA context takes
-    # its share of a GPU short of memory
-    ref = tn.fitting_reference(problem, direction, tensors, device)[0] if check else None
-    nv.release_cached_memory()  # Note [cached memory and cuDNN] in measure/legacy.py
+    # the reference on the CPU where this process (its own CUDA context taken) has no room
+    # for it: Note [reference on the CPU] in measure/tensors.py
+    tensors, native, ref, _ = direction_data(problem, direction, device, seed, check)
     return native, tensors, ref
 
 

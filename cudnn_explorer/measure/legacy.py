@@ -18,8 +18,7 @@ from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note, ve
 from ..core.staging import ROUNDS, Timed, cutoff_ms, round_timing, survivors
 from . import native
 from .kernels import distinct, kernel_names
-from .tensors import (OUTPUT_OF, Check, check_output, fitting_reference, make_tensors,
-                      native_problem)
+from .tensors import OUTPUT_OF, Check, check_output, direction_data
 from .timing import timing_from_native
 
 __all__ = ["LegacyLab", "LegacyRows", "measure_legacy"]
@@ -31,21 +30,10 @@ class LegacyLab:
 
     def __init__(self, problem: ConvProblem, direction: str, options: ExploreOptions):
         self.problem, self.direction = problem, direction
-        self.tensors = make_tensors(problem, direction, options.device, options.seed)
-        self.native = native_problem(problem, self.tensors)
-        self.ref = None
-        self.reference_on_cpu = False  # Note [reference on the CPU] in measure/tensors.py
+        # reference_on_cpu: Note [reference on the CPU] in measure/tensors.py
+        self.tensors, self.native, self.ref, self.reference_on_cpu = direction_data(
+            problem, direction, options.device, options.seed, options.check)
         self._kernels = {}  # (algo, math type) -> kernels its timing's graph named
-        if options.check:
-            self.ref, self.reference_on_cpu = fitting_reference(problem, direction,
-                                                                self.tensors, options.device)
-            # Note [cached memory and cuDNN]: the reference's float64 copies of the inputs
-            # are freed now, into PyTorch's cache, where cuDNN's own allocations (its
-            # handle's and Find's, made with cudaMalloc) cannot use them. On a GPU short of
-            # memory (2 GiB free on the H200) the default problem's bwd-data Find then
-            # failed with CUDNN_STATUS_INTERNAL_ERROR. So the cache goes back to the device;
-            # Find's workspace is sized from the device's free memory as well.
-            native.release_cached_memory()
 
     def find(self, cap_bytes: Optional[int]):
         """The native FindReport (csrc/find.h): Find under every math type the problem's
@@ -90,7 +78,8 @@ class LegacyLab:
 
     def close(self) -> None:
         """Drop the tensors and return PyTorch's cached memory to the device, for the
-        engine worker (another process) and the next direction."""
+        engine worker (another process) and the next direction (Note [cached memory and
+        cuDNN] in measure/tensors.py)."""
         self.tensors = self.native = self.ref = None
         native.release_cached_memory()
 

@@ -193,8 +193,8 @@ def run_algorithm(direction: str, problem, algo: int, math_type: str) -> None:
 
 def timing_options(spec: TimingSpec, cutoff_ms: float = 0.0, kernels: bool = False):
     """Native TimingOptions (see csrc/timing.h) of ``spec``: sampling budget, warm-up and
-    one sample's GPU time in ms, L2 flush, graph, and the eager wall-clock loop's budget; ``cutoff_ms`` > 0
-    ends the timing of a launch slower than that (Note [cut launches] in
+    one sample's GPU time in ms, L2 flush, graph, and the eager wall-clock loop's budget;
+    ``cutoff_ms`` > 0 ends the timing of a launch slower than that (Note [cut launches] in
     csrc/timing.cpp); ``kernels``: read the kernels from the captured graph."""
     opt = load().TimingOptions()
     opt.cutoff_ms = float(cutoff_ms)

@@ -243,7 +243,7 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
             lab.close()  # the engine workers get the GPU's memory
     except (ResourceError, GpuError) as e:
         # A GPU fault in one direction (out of memory, or a call that failed on a GPU
-        # short of it: Note [cached memory and cuDNN] in measure/legacy.py) loses that
+        # short of it: Note [cached memory and cuDNN] in measure/tensors.py) loses that
         # direction only; the error says what the GPU had free when it failed.
         say(f"{d}: {e}")
         return DirectionResult(direction=d, math_type=problem.math_type, find=[],

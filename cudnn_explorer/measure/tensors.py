@@ -9,8 +9,8 @@ from ..core import analysis
 from ..core.problem import ConvProblem
 from . import native
 
-__all__ = ["OUTPUT_OF", "REFERENCE", "make_tensors", "native_problem", "reference",
-           "fitting_reference", "reference_fits", "problem_view", "max_error", "Check",
+__all__ = ["OUTPUT_OF", "REFERENCE", "make_tensors", "native_problem", "direction_data",
+           "reference", "fitting_reference", "reference_fits", "problem_view", "max_error", "Check",
            "check_output", "check_result", "tensor_bytes", "cudnn_memory_format"]
 
 REFERENCE = ("float64 on the same GPU from the same inputs, computed by PyTorch with cuDNN "
@@ -105,6 +105,26 @@ def native_problem(problem: ConvProblem, tensors: Dict):
                           problem.groups, problem.math_type)
 
 
+def direction_data(problem: ConvProblem, direction: str, device: int, seed: int, check: bool):
+    """(tensors, native problem, reference, reference_on_cpu) of one direction, as the
+    legacy rows and the engine worker measure it: make_tensors, the descriptors and, with
+    ``check``, the float64 reference where it fits (else None, False); then PyTorch's
+    cached memory goes back to the device.
+
+    Note [cached memory and cuDNN]: the temporaries made on the way (the random inputs'
+    float32 copies, the reference's float64 ones) are freed into PyTorch's cache, where
+    cuDNN's own allocations (its handle's and Find's, made with cudaMalloc) cannot use
+    them. On a GPU short of memory (2 GiB free on the H200) the default problem's bwd-data
+    Find then failed with CUDNN_STATUS_INTERNAL_ERROR; Find's workspace is sized from the
+    device's free memory as well."""
+    tensors = make_tensors(problem, direction, device, seed)
+    prob = native_problem(problem, tensors)
+    ref, on_cpu = fitting_reference(problem, direction, tensors, device) if check else (None,
+                                                                                         False)
+    native.release_cached_memory()
+    return tensors, prob, ref, on_cpu
+
+
 def problem_view(problem: ConvProblem, t):
     """A tensor as cuDNN sees it (1-D problems as N,C,1,L) back in the problem's shape."""
     return t.squeeze(2) if problem.spatial_dims == 1 else t
@@ -184,16 +204,14 @@ def reference(problem: ConvProblem, direction: str, tensors: Dict, on_cpu: bool 
         return grad_w(x, list(problem.weight_shape), y, **kw)
 
 
-
-
 # Note [reference on the CPU]: the float64 reference takes 8 bytes per element of x, w and
 # y on the GPU (its two inputs' copies and its output): 1.2 GiB for the default problem's
 # forward direction. Where it would leave less than REFERENCE_HEADROOM_BYTES free, or less
 # than half of what is free (a GPU shared with a training job; the engine worker there has
 # less still, its own CUDA context taken), the rest would not hold Find's workspace and
-# cuDNN's own allocations, so the reference is computed on the CPU, from copies of the same inputs, by the same PyTorch
-# convolution in float64, and outputs are compared with it there, slice by slice
-# (max_error). A reference that does not fit on the GPU after all is computed there too.
+# cuDNN's own allocations, so the reference is computed on the CPU, from copies of the same
+# inputs, by the same PyTorch convolution in float64, and outputs are compared with it
+# there, slice by slice (max_error). A reference that does not fit on the GPU after all is computed there too.
 # The direction (or the engine configs) then records reference_on_cpu, and the report
 # says so.
 
