@@ -65,10 +65,9 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
                   f"MiB{cap}{free})")
     if d.find_errors:
         lines += wrap(f"   cuDNN refused Find under {'; '.join(d.find_errors)}")
-    on_cpu = [who for who, yes in (("the rows", d.reference_on_cpu),
-                                   ("the engine configs",
-                                    d.engines is not None and d.engines.reference_on_cpu))
-              if yes]
+    on_cpu = ["the rows"] if d.reference_on_cpu else []
+    if d.engines is not None and d.engines.reference_on_cpu:
+        on_cpu.append("the engine configs")
     if on_cpu:
         lines += wrap(f"   accuracy: the float64 reference for {' and '.join(on_cpu)} was "
                       f"computed on the CPU from the same inputs (the GPU had no room for it "
