@@ -32,6 +32,8 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="cudnn_explorer_tests_")
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU and the built extension")
     config.addinivalue_line("markers", "ext: needs the built extension (no GPU needed)")
+    config.addinivalue_line("markers", "gpu_alone: holds most of the GPU's memory, so it runs "
+                                       "only where no other test shares the GPU")
 
 
 def pytest_runtest_logreport(report):
@@ -71,11 +73,22 @@ def gpu_missing_reason():
     return None
 
 
+def parallel_workers() -> int:
+    """How many pytest-xdist workers share this machine (1 without ``-n``)."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu"):
         r = gpu_missing_reason()
         if r:
             pytest.skip(r)
+        if item.get_closest_marker("gpu_alone") and parallel_workers() > 1:
+            # Note [tests that hold the GPU]: a test that holds all but 2 GiB of the GPU
+            # starves the tests beside it (out-of-memory failures in theirs) and they
+            # starve it; scripts/gpu_check.sh runs these alone after the others.
+            pytest.skip(f"holds most of the GPU's memory: run alone, not among "
+                        f"{parallel_workers()} parallel workers (pytest -n)")
     elif item.get_closest_marker("ext"):
         r = ext_missing_reason()
         if r:

@@ -8,6 +8,9 @@ from conftest import run_cli
 from cudnn_explorer.core.problem import ConvProblem
 
 pytestmark = pytest.mark.gpu
+# Note [tests that hold the GPU] (conftest.py): those that leave only a little of its
+# memory free are marked gpu_alone.
+alone = pytest.mark.gpu_alone
 
 DEFAULT = ConvProblem.create("32,3,224,224", kernel=3)
 
@@ -47,6 +50,7 @@ def test_find_lists_every_math_type_the_dtype_permits(dtype, layout):
     assert best is not None and pt is not None and best.time <= pt.time
 
 
+@alone
 def test_two_gib_free_keeps_every_direction():
     import cudnn_explorer
 
@@ -70,6 +74,7 @@ def _kept_what_fits(exp):
         assert d.engines is not None or d.error, d.direction  # configs, or why not
 
 
+@alone
 def test_default_problem_at_two_gib_free_keeps_what_fits(tmp_path):
     """A GPU shared with a training job (2 GiB free): the main job as a user runs it (every
     direction, engine configs, PyTorch's children) prints and saves what fitted, and a
@@ -96,6 +101,7 @@ def test_default_problem_at_two_gib_free_keeps_what_fits(tmp_path):
     _kept_what_fits(api)
 
 
+@alone
 def test_cli_with_256_mib_free_exits_3_with_one_line():
     with leave_free(256):
         r = run_cli("--shape", "32,3,224,224", "--kernel", "3", "--no-engines", "--no-pytorch",
