@@ -5,6 +5,7 @@ once, when a marked test is about to run.
 """
 import functools
 import os
+import signal
 import subprocess
 import sys
 
@@ -100,10 +101,26 @@ requires_ext = pytest.mark.ext
 
 
 def run_cli(*args, env=None, timeout=300):
-    """Run ``python -m cudnn_explorer`` as a subprocess; returns CompletedProcess."""
+    """Run ``python -m cudnn_explorer`` as a subprocess; returns CompletedProcess. One that
+    outlives ``timeout`` fails the test with where every thread of it was waiting (its
+    faulthandler's dump on SIGABRT), so that a hang says where it hung."""
     e = dict(os.environ)
     e.pop("CUDNN_EXPLORER_DEBUG", None)
+    e["PYTHONFAULTHANDLER"] = "1"
     if env:
         e.update(env)
-    return subprocess.run([sys.executable, "-m", "cudnn_explorer", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, env=e)
+    cmd = [sys.executable, "-m", "cudnn_explorer", *args]
+    with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env=e) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGABRT)
+            try:
+                out, err = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            pytest.fail(f"python -m cudnn_explorer {' '.join(args)} did not end within "
+                        f"{timeout} s; where it waited:\n{err[-6000:]}", pytrace=False)
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)

@@ -188,3 +188,10 @@ def test_process_age_counts_from_the_interpreters_start():
                           "print(process_age_s())"], capture_output=True, text=True, timeout=60)
     age = float(out.stdout)
     assert 1.2 <= age < 30, out
+
+
+def test_a_cli_run_that_does_not_end_fails_its_test_saying_so():
+    """conftest.run_cli: a command that outlives its timeout fails the test with the
+    command and where it waited, instead of hanging the suite or raising TimeoutExpired."""
+    with pytest.raises(pytest.fail.Exception, match=r"--help did not end within 0\.01 s"):
+        run_cli("--help", timeout=0.01)
