@@ -58,19 +58,21 @@ part_tests() {
   "$PY" "${PYTEST[@]}" tests --ignore=tests/test_gpu_engines.py \
     > "$LOG/tests.txt" 2>&1
 }
+gpu_test_files() {  # the GPU test files but the engine configs' (a part of their own)
+  ls tests/test_gpu*.py | grep -v '^tests/test_gpu_engines.py$'
+}
 # The same tests in two halves, for two GPUs or two calls: the GPU test files, the rest.
 part_tests-gpu() {
-  local files; files=$(ls tests/test_gpu*.py | grep -v '^tests/test_gpu_engines.py$')
+  local files; files=$(gpu_test_files)
   # shellcheck disable=SC2086
   "$PY" "${PYTEST[@]}" $files \
     > "$LOG/tests-gpu.txt" 2>&1
 }
-# The same GPU test files in one part that fits a 10-minute call on one GPU: under
-# pytest-xdist (TEST_WORKERS processes, default 6), then those that hold most of the GPU's
-# memory (marked gpu_alone; they skip among parallel workers) alone. 117 of them took 247 s
-# under -n 6 on one H200.
+# The same GPU test files under pytest-xdist (TEST_WORKERS processes, default 6), then
+# those that hold most of the GPU's memory (marked gpu_alone; they skip among parallel
+# workers) alone (docs/gpu-check.md has how long they take).
 part_tests-gpu-parallel() {
-  local files r; files=$(ls tests/test_gpu*.py | grep -v '^tests/test_gpu_engines.py$')
+  local files r; files=$(gpu_test_files)
   # shellcheck disable=SC2086
   "$PY" "${PYTEST[@]}" -n "${TEST_WORKERS:-6}" $files > "$LOG/tests-gpu-parallel.txt" 2>&1
   r=$?

@@ -84,12 +84,13 @@ def pytest_runtest_setup(item):
         r = gpu_missing_reason()
         if r:
             pytest.skip(r)
-        if item.get_closest_marker("gpu_alone") and parallel_workers() > 1:
+        workers = parallel_workers()
+        if item.get_closest_marker("gpu_alone") and workers > 1:
             # Note [tests that hold the GPU]: a test that holds all but 2 GiB of the GPU
             # starves the tests beside it (out-of-memory failures in theirs) and they
             # starve it; scripts/gpu_check.sh runs these alone after the others.
             pytest.skip(f"holds most of the GPU's memory: run alone, not among "
-                        f"{parallel_workers()} parallel workers (pytest -n)")
+                        f"{workers} parallel workers (pytest -n)")
     elif item.get_closest_marker("ext"):
         r = ext_missing_reason()
         if r:
