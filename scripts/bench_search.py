@@ -28,7 +28,9 @@ them gets (a model sweep's picks come from its own run of the model, and are fin
 
 --keep DIR: each problem's result is kept in DIR/NAME.json as it finishes, and a problem
 found there is not measured again, so the benchmark can be spread over several calls of
-a limited length; Ctrl-C (or SIGINT from `timeout -s INT`) ends it with the totals of the
+a limited length (each profile's exploration is kept too, in DIR/NAME.staged.json and
+DIR/NAME.full.json, so a call that ends during a problem's thorough search loses only
+that search; a wall time read from there is the one measured when it was kept); Ctrl-C (or SIGINT from `timeout -s INT`) ends it with the totals of the
 problems that finished.
 """
 import argparse
@@ -77,17 +79,34 @@ def retimed(problem, direction, tags, options, worker=None):
     return out
 
 
-def measure_problem(name, p, full, staged, worker=None) -> dict:
+def explored(p, opts, kept=None):
+    """(Exploration, wall s) of ``p`` under ``opts``: read from ``kept`` (a file path)
+    where a call before wrote it, else measured, then written there."""
+    import cudnn_explorer as ce
+    from cudnn_explorer.core.exploration import Exploration
+
+    if kept and os.path.exists(kept):
+        with open(kept) as f:
+            d = json.load(f)
+        return Exploration.from_dict(d["exploration"]), d["wall_s"]
+    t0 = time.perf_counter()
+    e = ce.explore(p, opts)
+    wall = time.perf_counter() - t0
+    if kept:
+        write_atomic(kept, json.dumps({"wall_s": wall, "exploration": e.to_dict()}) + "\n")
+    return e, wall
+
+
+def measure_problem(name, p, full, staged, worker=None, keep_stem=None) -> dict:
     """One problem explored by both profiles, then their best configs and PyTorch's pick
     timed again side by side (in ``worker``, see retimed): {"wall_s": {profile: s},
-    "rows": [per direction]}."""
-    import cudnn_explorer as ce
-
+    "rows": [per direction]}. ``keep_stem``: each profile's exploration is kept in
+    KEEP_STEM.PROFILE.json as it finishes (the quick one first), and read from there in a
+    later call, so a call that ends during the thorough search loses only that search."""
     exps, walls, rows = {}, {}, []
-    for label, opts in (("full", full), ("staged", staged)):
-        t0 = time.perf_counter()
-        exps[label] = ce.explore(p, opts)
-        walls[label] = time.perf_counter() - t0
+    for label, opts in (("staged", staged), ("full", full)):
+        kept = f"{keep_stem}.{label}.json" if keep_stem else None
+        exps[label], walls[label] = explored(p, opts, kept)
         e = exps[label]
         parts = "; ".join(f"{d.direction} legacy {d.legacy_wall_s or 0:.1f} s, engines "
                           f"{d.engines_wall_s or 0:.1f} s" for d in e.directions)
@@ -181,7 +200,8 @@ def main() -> int:
                     one = json.load(f)
                 print(f"{name}: kept in {kept}", flush=True)
             else:
-                one = measure_problem(name, p, full, staged, worker)
+                one = measure_problem(name, p, full, staged, worker,
+                                      kept[:-len(".json")] if kept else None)
                 if kept:
                     write_atomic(kept, json.dumps(one, indent=1) + "\n")
             rows += one["rows"]

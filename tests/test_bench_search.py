@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+import fakes
 from conftest import load_script
 from cudnn_explorer.core.options import ExploreOptions
 
@@ -15,7 +16,7 @@ def bench(monkeypatch):
     mod = load_script("bench_search")
     measured = []
 
-    def measure_problem(name, p, full, staged, worker=None):
+    def measure_problem(name, p, full, staged, worker=None, keep_stem=None):
         if name == "fp32-no-tf32" and os.environ.get("BENCH_INTERRUPT"):
             raise KeyboardInterrupt
         measured.append(name)
@@ -35,9 +36,9 @@ def options_seen(mod, monkeypatch):
     seen = []
     real = mod.measure_problem
 
-    def measure_problem(name, p, full, staged, worker=None):
+    def measure_problem(name, p, full, staged, worker=None, keep_stem=None):
         seen.append((full, staged))
-        return real(name, p, full, staged, worker)
+        return real(name, p, full, staged, worker, keep_stem)
 
     monkeypatch.setattr(mod, "measure_problem", measure_problem)
     return seen
@@ -107,3 +108,35 @@ def test_no_pytorch_runs_no_children_and_is_kept_apart(bench, monkeypatch, tmp_p
     assert staged == full.updated(staged=True)  # the same search but staged
     assert got["compared"].endswith("without PyTorch's children (no picks)")
     assert os.listdir(keep) == ["default.model-profile.no-pytorch.json"]
+
+
+def test_each_profiles_search_is_kept_so_a_cut_thorough_one_keeps_the_quick(
+        monkeypatch, tmp_path):
+    import cudnn_explorer as ce
+
+    mod = load_script("bench_search")
+    ran = []
+
+    def explore(p, opts):
+        ran.append("staged" if opts.staged else "full")
+        if not opts.staged and os.environ.get("BENCH_CUT"):
+            raise KeyboardInterrupt  # the call's deadline, during the thorough search
+        return fakes.exploration()
+
+    monkeypatch.setattr(ce, "explore", explore)
+    monkeypatch.setattr(mod, "retimed", lambda *a, **k: {})
+    full = ExploreOptions.create().profiled("thorough")
+    staged = full.profiled("quick")
+    stem = str(tmp_path / "default")
+    monkeypatch.setenv("BENCH_CUT", "1")
+    with pytest.raises(KeyboardInterrupt):
+        mod.measure_problem("default", None, full, staged, keep_stem=stem)
+    assert ran == ["staged", "full"]  # the quick search first
+    assert os.listdir(tmp_path) == ["default.staged.json"]
+    kept = json.loads((tmp_path / "default.staged.json").read_text())
+    assert kept["exploration"] == fakes.exploration().to_dict() and kept["wall_s"] >= 0
+    monkeypatch.delenv("BENCH_CUT")
+    one = mod.measure_problem("default", None, full, staged, keep_stem=stem)
+    assert ran == ["staged", "full", "full"]  # the quick one read back, not run again
+    assert one["wall_s"]["staged"] == kept["wall_s"]
+    assert sorted(os.listdir(tmp_path)) == ["default.full.json", "default.staged.json"]
