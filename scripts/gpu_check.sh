@@ -70,14 +70,22 @@ part_tests-gpu() {
 }
 # The same GPU test files under pytest-xdist (TEST_WORKERS processes, default 6), then
 # those that hold most of the GPU's memory (marked gpu_alone; they skip among parallel
-# workers) alone (docs/gpu-check.md has how long they take).
+# workers) alone. Each half is a part of its own too, for calls of limited length
+# (docs/gpu-check.md has how long they take).
+part_tests-gpu-shared() {
+  local files; files=$(gpu_test_files)
+  # shellcheck disable=SC2086
+  "$PY" "${PYTEST[@]}" -n "${TEST_WORKERS:-6}" $files > "$LOG/tests-gpu-shared.txt" 2>&1
+}
+part_tests-gpu-alone() {
+  local files; files=$(gpu_test_files)
+  # shellcheck disable=SC2086
+  "$PY" "${PYTEST[@]}" -m gpu_alone $files > "$LOG/tests-gpu-alone.txt" 2>&1
+}
 part_tests-gpu-parallel() {
-  local files r; files=$(gpu_test_files)
-  # shellcheck disable=SC2086
-  "$PY" "${PYTEST[@]}" -n "${TEST_WORKERS:-6}" $files > "$LOG/tests-gpu-parallel.txt" 2>&1
-  r=$?
-  # shellcheck disable=SC2086
-  "$PY" "${PYTEST[@]}" -m gpu_alone $files >> "$LOG/tests-gpu-parallel.txt" 2>&1 || r=$?
+  local r=0
+  part_tests-gpu-shared || r=$?
+  part_tests-gpu-alone || r=$?
   return $r
 }
 # The model and advise GPU tests alone (a first look at a change to either).
