@@ -93,6 +93,8 @@ def main() -> int:
         # each), then the sweep of the unique problems
         "pytorch_run_s": round(sum(m.wall_s or 0.0 for m in run.modes), 1),
         "problems_s": round(sw.wall_s or 0.0, 1),
+        # where the problems' time went, summed over their directions (core/walltime.py)
+        "problems_breakdown_s": breakdown(sw),
         "pytorch_first_iteration_ms": round(s.first_ms, 1),
         "ratio_sweep_to_first_iteration": round(wall * 1e3 / s.first_ms, 1),
         "tool_peak_gpu_bytes": tool_peak, "model_peak_reserved_bytes": model_peak,
@@ -113,6 +115,17 @@ def main() -> int:
         with open(a.json, "w") as f:
             json.dump(figures, f, indent=1)
     return 0
+
+
+def breakdown(sw) -> dict:
+    """The sweep's problems' wall time by part (s), and where their engine configs left."""
+    from cudnn_explorer.core.walltime import sweep_search_time
+
+    t, _ = sweep_search_time(sw.entries)
+    r = (lambda v: None if v is None else round(v, 1))
+    return {"legacy_rows": r(t.legacy_s), "find": r(t.find_s), "engine_configs": r(t.engines_s),
+            "plan_builds": r(t.builds_s), **{name: r(v) for name, v in t.rounds},
+            "configs": t.configs, "left": dict(t.left)}
 
 
 if __name__ == "__main__":

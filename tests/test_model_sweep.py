@@ -51,6 +51,10 @@ def test_sweep_saves_after_every_problem_and_reports_per_iteration(tmp_path, mon
     assert text == render_sweep(sw)
     assert all(len(line) <= 120 for line in text.splitlines()), text
     assert "== model totals (5 of 5 problem-directions" in text
+    # where the explorations' wall time went, summed over the directions measured here
+    said = " ".join(text.split())
+    assert "(the capture and PyTorch's own run of the model not included): 5 directions " \
+           "measured here: legacy rows " in said and "; the rest " in said, text
     assert "left on the table" in text and "where PyTorch leaves the most time" in text
     # ms per iteration = median per call x calls per iteration
     d = sw.entry(1).exploration.direction("fwd")

@@ -15,10 +15,11 @@ from ..core.analysis import NOISY_SPREAD
 from ..core.capture import Capture
 from ..core.pytorch_run import ConvCall, IterationTiming, ModelRun, SizeRun
 from ..core.sweep import ModelSweep
+from ..core.walltime import sweep_search_time
 from ..core.choices import MODES, sweep_totals
 from ..core.consistency import PlanSpread, consistency
-from .format import (describe_environment, fmt_ms, grouped_rows, problem_text, short_algo,
-                     short_choice, short_tag, table, wrap)
+from .format import (describe_environment, fmt_ms, grouped_rows, problem_text, search_time_text,
+                     short_algo, short_choice, short_tag, table, wrap)
 
 __all__ = ["render_capture", "render_sweep", "render_model_run"]
 
@@ -199,8 +200,17 @@ def render_sweep(sw: ModelSweep) -> str:
     for e in errors:
         lines += wrap(f"#{e.index + 1} not explored: {e.error}", "- ")
     if sw.wall_s is not None:
-        lines += wrap(f"the unique problems' explorations: {sw.wall_s:.0f} s of wall time "
-                      f"(the capture and PyTorch's own run of the model not included)", "- ")
+        t, stored = sweep_search_time(sw.entries)
+        where = search_time_text(t, counts=True)
+        if where:
+            rest = "" if stored or t.measured_s is None else \
+                f"; the rest {max(sw.wall_s - t.measured_s, 0.0):.1f} s"
+            also = f" ({stored} problems answered from the results store left out)" \
+                if stored else ""
+            where = f": {t.directions} directions measured here{also}: {where}{rest}"
+        lines += wrap(f"the unique problems' explorations: {sw.wall_s:.1f} s of wall time "
+                      f"(the capture and PyTorch's own run of the model not included)"
+                      f"{where}", "- ")
     if sw.pytorch_run is not None:
         lines += ["", render_model_run(sw.pytorch_run, cap).rstrip("\n")]
     return "\n".join(lines) + "\n"

@@ -12,9 +12,11 @@ from typing import List
 from ..core.analysis import FIND_DISAGREE, NOISY_SPREAD
 from ..core.records import DirectionResult
 from ..core.exploration import Exploration
+from ..core.walltime import search_time
 from .engines import engines_table, summary_lines, summary_methods, summary_table
 from .format import (DIRECTION_TITLES, FIND_CALLS, MATH_ORDER, describe_environment, fmt_err,
-                     fmt_mib, fmt_ms, fmt_version, short_math, short_status, table, wrap)
+                     fmt_mib, fmt_ms, fmt_version, search_time_text, short_math, short_status,
+                     table, wrap)
 from .pytorch import render_pytorch
 
 __all__ = ["render_exploration", "render_direction", "render_info", "flags", "header_lines"]
@@ -278,21 +280,9 @@ def wall_lines(exp: Exploration) -> List[str]:
     for c in exp.pytorch_children:
         out.append(f"    {c.label}: {_child_wall(c)}")
     for d in exp.directions:
-        parts = []
-        if d.legacy_wall_s is not None:
-            find = "" if d.find_wall_ms_all is None else \
-                f" (Find {d.find_wall_ms_all / 1e3:.1f} s)"
-            parts.append(f"legacy rows {d.legacy_wall_s:.1f} s{find}")
-        if d.engines_wall_s is not None:
-            sp = d.engines
-            builds = "" if sp is None else \
-                f", plan builds {sum(c.build_ms or 0 for c in sp.configs) / 1e3:.1f} s"
-            rounds = "" if sp is None or not sp.rounds else ", " + ", ".join(
-                f"{'finalists' if r['round'] == 'final' else 'round ' + str(r['round'])} "
-                f"{r['wall_s']:.1f} s" for r in sp.rounds if r.get("wall_s") is not None)
-            parts.append(f"engine configs {d.engines_wall_s:.1f} s{builds}{rounds}")
-        if parts:
-            out.append(f"  {d.direction}: " + "; ".join(parts))
+        text = search_time_text(search_time([d]))
+        if text:
+            out.append(f"  {d.direction}: {text}")
     return out
 
 

@@ -1,0 +1,101 @@
+"""Where explorations spent their wall time, summed over directions: the legacy rows
+(Find among them), the engine configs (their plan builds and each round of a staged
+search), and how many configs each round let go. Pure: read from the records each
+direction keeps (DirectionResult's walls, EngineSpace's rounds and configs), so a saved
+exploration or sweep gives the same figures as the run that made it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, List, Optional, Tuple
+
+from .records import DirectionResult
+
+__all__ = ["SearchTime", "search_time", "sweep_search_time"]
+
+# A staged search's round names as reports say them, in order.
+_ROUND_NAMES = {1: "round 1", 2: "round 2", "final": "finalists"}
+
+
+@dataclass(frozen=True)
+class SearchTime:
+    """Seconds of wall time over ``directions`` explored directions; None where no
+    direction recorded that part (a saved result from before it was recorded, or an
+    exploration without engine configs). ``rounds``: (name, seconds) in order (round 1's
+    include listing and building the configs); ``left``: (round name, configs that left
+    there), then ("finalists", configs timed in full)."""
+
+    directions: int = 0
+    legacy_s: Optional[float] = None
+    find_s: Optional[float] = None
+    engines_s: Optional[float] = None
+    builds_s: Optional[float] = None
+    configs: int = 0
+    rounds: Tuple[Tuple[str, float], ...] = ()
+    left: Tuple[Tuple[str, int], ...] = ()
+
+    @property
+    def measured_s(self) -> Optional[float]:
+        """The legacy rows' and engine configs' seconds together (None: neither known)."""
+        parts = [s for s in (self.legacy_s, self.engines_s) if s is not None]
+        return sum(parts) if parts else None
+
+
+def _add(total: Optional[float], value: Optional[float]) -> Optional[float]:
+    return total if value is None else (total or 0.0) + value
+
+
+def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
+    """The SearchTime of ``directions`` (of one exploration or of many)."""
+    n, legacy, find, engines, builds, configs = 0, None, None, None, None, 0
+    round_s, left = {}, {}
+    for d in directions:
+        n += 1
+        legacy = _add(legacy, d.legacy_wall_s)
+        if d.find_wall_ms_all is not None:
+            find = _add(find, d.find_wall_ms_all / 1e3)
+        engines = _add(engines, d.engines_wall_s)
+        sp = d.engines
+        if d.engines_wall_s is None or sp is None:
+            continue
+        builds = _add(builds, sum(c.build_ms or 0 for c in sp.configs) / 1e3)
+        configs += len(sp.configs)
+        for r in sp.rounds:
+            name = _ROUND_NAMES.get(r.get("round"), f"round {r.get('round')}")
+            if r.get("wall_s") is not None:
+                round_s[name] = round_s.get(name, 0.0) + r["wall_s"]
+            count = r.get("timed") if r.get("round") == "final" else r.get("left")
+            if isinstance(count, int):
+                left[name] = left.get(name, 0) + count
+    order = list(_ROUND_NAMES.values())
+
+    def ordered(d: dict) -> tuple:
+        return tuple(sorted(d.items(), key=lambda kv: (
+            order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
+
+    return SearchTime(directions=n, legacy_s=legacy, find_s=find, engines_s=engines,
+                      builds_s=builds, configs=configs, rounds=ordered(round_s),
+                      left=ordered(left))
+
+
+# A problem whose directions' recorded walls exceed the seconds its sweep spent on it by
+# more than this was answered (at least in part) from the results store.
+_STORED_SLACK_S = 0.5
+
+
+def sweep_search_time(entries) -> Tuple[SearchTime, int]:
+    """(the SearchTime of the directions a sweep measured itself, how many of its
+    problems it left out because their explorations' walls were recorded by an earlier
+    run: a results store's answers, whose recorded walls exceed the seconds this sweep
+    spent on the problem). ``entries``: the sweep's SweepEntry list."""
+    dirs: List[DirectionResult] = []
+    stored = 0
+    for e in entries:
+        if e.exploration is None:
+            continue
+        t = search_time(e.exploration.directions)
+        if e.seconds is not None and t.measured_s is not None \
+                and t.measured_s > e.seconds + _STORED_SLACK_S:
+            stored += 1
+            continue
+        dirs += e.exploration.directions
+    return search_time(dirs), stored

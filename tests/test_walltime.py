@@ -1,0 +1,83 @@
+"""Where explorations spent their wall time, summed over directions (core/walltime.py),
+and the model report's line that says it."""
+import dataclasses
+
+import fakes
+from pytest import approx
+from cudnn_explorer.core.records import EngineConfig, EngineSpace
+from cudnn_explorer.core.sweep import SweepEntry
+from cudnn_explorer.core.walltime import SearchTime, search_time, sweep_search_time
+from cudnn_explorer.report.format import search_time_text
+
+
+def staged(legacy_s, find_ms, engines_s, builds_ms, rounds, direction="fwd"):
+    """A direction with walls recorded: ``rounds`` [(round, timed, left, wall_s)]."""
+    configs = [EngineConfig(tag=f"ConvFwd_eng{i}", engine=i, status="OK", build_ms=b)
+               for i, b in enumerate(builds_ms)]
+    space = EngineSpace(configs=configs, rounds=[
+        {"round": r, "timed": timed, "left": left, "wall_s": s} if r != "final"
+        else {"round": r, "timed": timed, "wall_s": s} for r, timed, left, s in rounds])
+    return dataclasses.replace(fakes.fwd_result(), direction=direction, legacy_wall_s=legacy_s,
+                               find_wall_ms_all=find_ms, engines_wall_s=engines_s,
+                               engines=space)
+
+
+A = staged(1.5, 100.0, 3.0, [50.0, 50.0, 100.0], [(1, 3, 1, 2.0), (2, 2, 1, 0.5),
+                                                   ("final", 1, None, 0.3)])
+B = staged(0.5, 50.0, 1.0, [100.0], [(1, 1, 0, 0.6), (2, 1, 0, 0.1), ("final", 1, None, 0.2)],
+           "bwd-data")
+
+
+def test_search_time_sums_the_parts_and_counts_where_configs_left():
+    t = search_time([A, B])
+    assert (t.directions, t.legacy_s, t.engines_s, t.configs) == (2, 2.0, 4.0, 4)
+    assert (t.find_s, t.builds_s, t.measured_s) == (approx(0.15), approx(0.3), 6.0)
+    assert [n for n, _ in t.rounds] == ["round 1", "round 2", "finalists"]
+    assert [s for _, s in t.rounds] == approx([2.6, 0.6, 0.5])
+    assert t.left == (("round 1", 1), ("round 2", 1), ("finalists", 2))
+    assert search_time_text(t, counts=True) == (
+        "legacy rows 2.0 s (Find 0.2 s); engine configs 4.0 s, plan builds 0.3 s, round 1 "
+        "2.6 s, round 2 0.6 s, finalists 0.5 s (4 configs; 1 left after round 1; 1 left "
+        "after round 2; 2 timed in full)")
+    # one direction as the single problem's --verbose says it: no counts
+    assert search_time_text(search_time([B])) == (
+        "legacy rows 0.5 s (Find 0.1 s); engine configs 1.0 s, plan builds 0.1 s, round 1 "
+        "0.6 s, round 2 0.1 s, finalists 0.2 s")
+
+
+def test_what_was_not_recorded_is_left_out_not_counted_as_zero():
+    old = dataclasses.replace(fakes.fwd_result(), legacy_wall_s=None, engines_wall_s=None)
+    assert search_time([old]) == SearchTime(directions=1)
+    assert search_time_text(search_time([old])) == "" and search_time([]).measured_s is None
+    unstaged = dataclasses.replace(A, engines=dataclasses.replace(A.engines, rounds=[]))
+    t = search_time([unstaged])
+    assert t.rounds == () and t.left == () and t.builds_s == approx(0.2)
+    assert search_time_text(t, counts=True) == (
+        "legacy rows 1.5 s (Find 0.1 s); engine configs 3.0 s, plan builds 0.2 s (3 configs)")
+    no_engines = dataclasses.replace(A, engines=None, engines_wall_s=None)
+    assert search_time_text(search_time([no_engines])) == "legacy rows 1.5 s (Find 0.1 s)"
+
+
+def test_a_sweep_leaves_out_problems_answered_from_the_store():
+    exp = dataclasses.replace(fakes.exploration(), directions=[A, B])
+    measured = SweepEntry(0, exp, seconds=6.2)
+    stored = SweepEntry(1, exp, seconds=0.05)  # its walls were recorded by an earlier run
+    failed = SweepEntry(2, None, "CudnnError: no", seconds=0.1)
+    old = SweepEntry(3, exp)  # a sweep saved before it recorded seconds
+    t, n = sweep_search_time([measured, stored, failed, old])
+    assert n == 1 and t.directions == 4 and t.measured_s == 12.0
+    assert sweep_search_time([])[0] == SearchTime()
+
+
+def test_bench_model_reports_the_problems_breakdown():
+    from conftest import load_script
+
+    exp = dataclasses.replace(fakes.exploration(), directions=[A, B])
+
+    class Sweep:
+        entries = [SweepEntry(0, exp, seconds=6.2)]
+
+    got = load_script("bench_model").breakdown(Sweep())
+    assert got == {"legacy_rows": 2.0, "find": 0.2, "engine_configs": 4.0, "plan_builds": 0.3,
+                   "round 1": 2.6, "round 2": 0.6, "finalists": 0.5, "configs": 4,
+                   "left": {"round 1": 1, "round 2": 1, "finalists": 2}}
