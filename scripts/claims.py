@@ -43,7 +43,7 @@ STEPS_BY = {"graph": "CUDA-graph replays of the whole step: GPU time",
 
 
 STEPS = ("r50", "sizes", "dist80", "winograd", "compare", "targets", "r50-pinned",
-         "sizes-pinned", "dist80-pinned")
+         "det-pinned", "sizes-pinned", "dist80-pinned")
 DIST80 = "224 80\n256 5\n288 5\n320 5\n352 5\n"  # the 80% rule's workload: size, share
 
 
@@ -130,6 +130,10 @@ def commands(keep, batch):
         # the pinned column: each workload pinned to the plans its own sweep found
         "r50-pinned": pinned_chain(keep, "resnet50_224_pinned", ["--batch", batch],
                                    ["--iterations", "10000"]),
+        # the same sweep's deterministic configs only (`plans write --deterministic`)
+        "det-pinned": pinned_chain(keep, "resnet50_224_det_pinned", ["--batch", batch],
+                                   ["--iterations", "10000"], plans_args=["--deterministic"],
+                                   sweep_of="resnet50_224_pinned"),
         "sizes-pinned": pinned_chain(keep, "resnet50_sizes_pinned",
                                      ["--batch", "16", "--sizes", "320:576:64"],
                                      ["--iterations", "1000"]),
@@ -146,15 +150,18 @@ def commands(keep, batch):
     }
 
 
-def pinned_chain(keep, name, model_args, advise_args, sized=True):
+def pinned_chain(keep, name, model_args, advise_args, sized=True, plans_args=(),
+                 sweep_of=None):
     """A pinned step, each command with the file it writes (the last one's is the step's
-    result): ResNet-50 swept with ``model_args``, a plan file from the sweep, and advise
-    with it, ``advise_args`` and the same batch (and sizes, unless ``sized`` is False)."""
-    sweep, plans, out = (os.path.join(keep, f"{name}.{ext}")
-                         for ext in ("sweep.json", "plans.json", "json"))
+    result): ResNet-50 swept with ``model_args``, a plan file from the sweep (written with
+    ``plans_args``), and advise with it, ``advise_args`` and the same batch (and sizes,
+    unless ``sized`` is False). ``sweep_of``: the step name whose sweep this one shares
+    (made once, by whichever of the two runs first)."""
+    plans, out = (os.path.join(keep, f"{name}.{ext}") for ext in ("plans.json", "json"))
+    sweep = os.path.join(keep, f"{sweep_of or name}.sweep.json")
     shape = model_args if sized else model_args[:2]
     return [(sweep, ["model", "resnet50", *model_args, "--json", sweep]),
-            (plans, ["plans", "write", sweep, "-o", plans]),
+            (plans, ["plans", "write", sweep, "-o", plans, *plans_args]),
             (out, ["advise", "resnet50", *shape, *advise_args, "--plans", plans,
                    "--json", out])]
 
@@ -408,9 +415,9 @@ def pinned_cells(keep, cmds, shown):
         cells[r50[2]] = (f"{c.pinned_calls} of {c.pinned_calls + c.fallback_calls} "
                          f"first-iteration convolution calls ran the plan file's plans, with "
                          f"no search" + how)
-    cells["deterministic mode costs about 20%"] = (
-        "not measured: a plan file of deterministic configs (`plans write --deterministic`) "
-        "is pinned the same way")
+    adv, costs = advice("det-pinned")
+    cells["deterministic mode costs about 20%"] = costs if adv is None else \
+        deterministic_cell(adv, costs, shown["det-pinned"])
     for step, claim in (("sizes-pinned", "with variable input sizes benchmark mode runs "
                                          "about 8% slower"),
                         ("dist80-pinned", "turn benchmark on when at least 80% of inputs "
@@ -434,6 +441,29 @@ def pinned_cells(keep, cmds, shown):
         "a plan file names its GPU, compute capability, cuDNN, cudnn-frontend and torch; "
         "pinning it elsewhere is refused, naming what differs (tested without a GPU)")
     return cells
+
+
+def deterministic_cell(adv, costs, shown_cmd) -> str:
+    """The deterministic claim's pinned cell: the step pinned to a plan file of
+    deterministic configs only, against deterministic mode's own picks (the medians of
+    one process each, as the measured column) and against benchmark off (the advice's
+    difference of means, with its 95% CI)."""
+    c, v = costs[0], verdict(costs, adv.iterations)
+    d, lo, hi = v.pinned_vs_off
+    off = c.mean_off
+    det, pin = adv.pytorch_run.mode("deterministic"), adv.pytorch_run.mode("pinned")
+    vs_det = ""
+    if det and pin and det.sizes[0].steady and pin.sizes[0].steady:
+        ps, ds, how = comparable(pin.sizes[0].steady, det.sizes[0].steady)
+        cost = statistics.median(ps) / statistics.median(ds) - 1
+        vs_det = (f" and {pct(cost)} against deterministic mode's own picks (medians of "
+                  f"{len(ps)} and {len(ds)} {STEPS_BY[how]}, one process each)")
+    return (f"pinned to the sweep's deterministic configs only (`plans write "
+            f"--deterministic`), the steady iteration costs {pct(-d / off)} against "
+            f"benchmark off (95% CI {pct(-hi / off)} to {pct(-lo / off)}; "
+            f"{STEPS_BY[c.method]}){vs_det}; {c.pinned_calls} of "
+            f"{c.pinned_calls + c.fallback_calls} first-iteration calls pinned "
+            f"(`{shown_cmd}`)")
 
 
 def not_measured(keep, cmds, step) -> str:

@@ -291,6 +291,7 @@ part_claims-b() { claims_steps claims-b sizes,dist80; }
 # The pinned column: each workload swept, its plan file, advise --plans (the sweeps at five
 # sizes are long: one part each, CLAIMS_KEEP carried between calls).
 part_claims-pinned() { claims_steps claims-pinned r50-pinned; }
+part_claims-pinned-det() { claims_steps claims-pinned-det det-pinned; }
 part_claims-pinned-sizes() { claims_steps claims-pinned-sizes sizes-pinned; }
 part_claims-pinned-dist80() { claims_steps claims-pinned-dist80 dist80-pinned; }
 claims_steps() {  # LOGNAME STEPS
