@@ -459,7 +459,8 @@ def deterministic_cell(adv, costs, shown_cmd) -> str:
         vs_det = (f" and {pct(cost)} against deterministic mode's own picks (medians of "
                   f"{len(ps)} and {len(ds)} {STEPS_BY[how]}, one process each)")
     return (f"pinned to the sweep's deterministic configs only (`plans write "
-            f"--deterministic`), the steady iteration costs {pct(-d / off)} against "
+            f"--deterministic`; cudnn.deterministic not set, which changes no pinned call), "
+            f"the steady iteration costs {pct(-d / off)} against "
             f"benchmark off (95% CI {pct(-hi / off)} to {pct(-lo / off)}; "
             f"{STEPS_BY[c.method]}){vs_det}; {c.pinned_calls} of "
             f"{c.pinned_calls + c.fallback_calls} first-iteration calls pinned "

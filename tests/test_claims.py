@@ -207,7 +207,8 @@ def test_the_deterministic_claims_pinned_cell(tmp_path):
     row = next(ln for ln in out.read_text().splitlines()
                if ln.startswith("| deterministic mode costs about 20%"))
     assert (" | pinned to the sweep's deterministic configs only (`plans write "
-            "--deterministic`), the steady iteration costs -0.2% against benchmark off (95% CI "
+            "--deterministic`; cudnn.deterministic not set, which changes no pinned call), "
+            "the steady iteration costs -0.2% against benchmark off (95% CI "
             "-0.4% to -0.1%; CUDA-graph replays of the whole step: GPU time) and -0.2% "
             "against deterministic mode's own picks (medians of 10 and 10 CUDA-graph replays "
             "of the whole step: GPU time, one process each); 158 of 158 first-iteration calls "
