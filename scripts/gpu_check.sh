@@ -103,6 +103,12 @@ part_tests-kernels() {  # kernel names from captured graphs against the profiler
 part_tests-pytorch() {  # PyTorch's children: every mode, started ahead, a hung one
   "$PY" "${PYTEST[@]}" tests/test_gpu_pytorch.py > "$LOG/tests-pytorch.txt" 2>&1
 }
+part_profile-search() {  # one ResNet-50 problem's engine search per direction, in-process
+  local d
+  for d in fwd bwd-data bwd-filter; do
+    "$PY" scripts/profile_search.py --direction "$d" --json "$LOG/profile-search-$d.json"
+  done > "$LOG/profile-search.txt" 2>&1
+}
 part_main-job() {  # the main job alone, with its wall-time breakdown (--verbose)
   "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --verbose --no-store \
     --json "$LOG/main-job.json" > "$LOG/main-job.txt" 2>&1

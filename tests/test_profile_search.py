@@ -1,0 +1,36 @@
+"""scripts/profile_search.py without a GPU: the native calls' host time summed by name,
+and the GPU time a timing record's launches took."""
+import pytest
+
+import fakes
+from conftest import load_script
+
+
+def test_native_calls_are_timed_by_name_and_pass_through():
+    mod = load_script("profile_search")
+
+    class Search:
+        engine_count = 3
+
+        def build(self, engine, knobs):
+            return ("built", engine, knobs)
+
+        def measure(self, res):
+            raise RuntimeError("bad plan")
+
+    s = mod.TimedCalls(Search())
+    assert s.build(1, [[2, 3]]) == ("built", 1, [[2, 3]]) and s.engine_count == 3
+    with pytest.raises(RuntimeError):
+        s.measure(None)  # a call that raises is timed too
+    assert dict(s.calls) == {"build": 1, "measure": 1}
+    assert set(s.seconds) == {"build", "measure"} and min(s.seconds.values()) >= 0
+
+
+def test_gpu_time_of_a_timing_record():
+    mod = load_script("profile_search")
+    t = fakes.timing(0.5)  # 0.5 ms per launch
+    own = 0.5 * (t.samples * t.launches_per_sample + t.warmup_launches)
+    assert mod.gpu_ms(t) == pytest.approx(own) and mod.gpu_ms(None) == 0.0
+    with_loop = fakes.timing(0.5, eager=0.6)  # and an eager loop of 0.6 ms per call
+    assert mod.gpu_ms(with_loop) == pytest.approx(own + mod.gpu_ms(with_loop.eager))
+    assert mod.gpu_ms(with_loop.eager) == pytest.approx(0.6 * 50 * 10)
