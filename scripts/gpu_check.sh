@@ -332,6 +332,7 @@ show_part() {  # what each part's log says, for the call's output
   case $1 in
     tests*) grep -E '^(FAILED|ERROR)' "$LOG/$1.txt"; tail -4 "$LOG/$1.txt" ;;
     main) cat "$LOG/main.txt" ;;
+    profile-search) grep -E 'configs \(|host time|outside them|^  round' "$LOG/profile-search.txt" ;;
     main-job) grep -v ': engine [0-9]*/' "$LOG/main-job.txt" | tail -25 ;;
     depthwise) sed -n '/^== summary/,$p' "$LOG/eng_depthwise.txt"; tail -3 "$LOG/eng_depthwise.txt" ;;
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
