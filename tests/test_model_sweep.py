@@ -1,6 +1,7 @@
 """A model sweep on the CPU: capture a small model, explore its unique problems through the
 fake bench (real child processes, the real engine driver), save after every problem, and
 render the per-iteration report, also from the saved file and after an interruption."""
+import dataclasses
 import json
 import os
 
@@ -68,6 +69,24 @@ def test_sweep_saves_after_every_problem_and_reports_per_iteration(tmp_path, mon
     assert (f"(5 of 5 problem-directions where every mode's pick has a time): benchmark "
             f"{want['benchmark']:.3f} ms, heuristics (benchmark off) {want['heuristic']:.3f} ms"
             in " ".join(text.split())), text
+
+
+def test_where_the_time_went_leaves_out_what_the_store_answered(tmp_path, monkeypatch):
+    from cudnn_explorer.model.sweep import sweep
+
+    cap = small_capture()
+    first = sweep(cap, OPTS, bench=FakeBench(tmp_path, monkeypatch))
+    stored = {u.problem: first.entry(i).exploration for i, u in enumerate(cap.problems)}
+    # the walls a stored answer carries were recorded when it was measured
+    slow = {p: dataclasses.replace(e, directions=[dataclasses.replace(d, legacy_wall_s=5.0)
+                                                  for d in e.directions])
+            for p, e in stored.items()}
+    again = sweep(cap, OPTS, bench=FakeBench(tmp_path, monkeypatch),
+                  cached=lambda p, o: slow[p] if p == cap.problems[1].problem else None)
+    said = " ".join(render_sweep(again).split())
+    assert "2 directions measured here (1 problem answered, at least in part, from the " \
+           "results store left out): legacy rows " in said, said
+    assert "the rest" not in said
 
 
 def test_interrupted_sweep_keeps_what_finished(tmp_path, monkeypatch):

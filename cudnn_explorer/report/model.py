@@ -205,8 +205,8 @@ def render_sweep(sw: ModelSweep) -> str:
         if where:
             rest = "" if stored or t.measured_s is None else \
                 f"; the rest {max(sw.wall_s - t.measured_s, 0.0):.1f} s"
-            also = f" ({stored} problems answered from the results store left out)" \
-                if stored else ""
+            also = f" ({stored} problem{'s' if stored > 1 else ''} answered, at least in " \
+                f"part, from the results store left out)" if stored else ""
             where = f": {t.directions} directions measured here{also}: {where}{rest}"
         lines += wrap(f"the unique problems' explorations: {sw.wall_s:.1f} s of wall time "
                       f"(the capture and PyTorch's own run of the model not included)"
