@@ -122,6 +122,8 @@ def test_a_tiny_model_swept_end_to_end_from_a_factory(tmp_path, monkeypatch):
     assert isinstance(sw, ModelSweep) and sw.complete and len(saved) == 3
     assert sw.profile == "quick" and sw.options["budget_ms"] == 25.0  # the profile's
     assert sw.options["engine_sampling"] is False
+    # PyTorch's run of the model leaves out benchmark with every candidate timed
+    assert sw.options["every_candidate_mode"] is False
     assert (2, 2) in steps and all(t == 2 for _, t in steps)
     assert [e.exploration.directions[0].direction for e in sw.entries] == ["fwd", "fwd"]
     assert render_sweep(ModelSweep.from_json(sw.to_json())) == render_sweep(sw)
@@ -134,6 +136,7 @@ def test_a_tiny_model_swept_end_to_end_from_a_factory(tmp_path, monkeypatch):
     assert len(bench.calls) == measured and again.complete
     kept = ce.sweep_model(cap, opts, profile="thorough", keep=("budget_ms",), bench=bench)
     assert kept.profile == "thorough" and kept.options["budget_ms"] == 5.0
+    assert kept.options["every_candidate_mode"] is True
     with pytest.raises(UserError, match="--profile fast: valid: quick, thorough"):
         ce.sweep_model(cap, opts, profile="fast", bench=bench)
     with pytest.raises(UserError, match="batch 0: valid"):

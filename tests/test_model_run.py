@@ -589,3 +589,37 @@ def test_plans_pytorch_picked_are_retimed_in_full(monkeypatch):
     [(d, o, tags)] = seen
     assert d == "fwd" and tags == list(counts)
     assert not o.staged and not o.engine_sampling and o.budget_ms == 7.0
+
+
+def test_a_model_sweeps_quick_profile_leaves_out_benchmark_with_every_candidate(tmp_path):
+    """The quick model profile runs the model in benchmark (PyTorch's limit), heuristics
+    and deterministic mode; the thorough one adds benchmark with every candidate timed.
+    The store keys of everything else stay as they were."""
+    from cudnn_explorer.store.db import options_key
+
+    def labels(modes):
+        return [m.label for m in modes]
+
+    assert labels(pytorch_run.model_modes()) == [
+        "benchmark", "benchmark, limit 0 (all)", "heuristics (benchmark off)", "deterministic"]
+    assert labels(pytorch_run.model_modes(every_candidate=False)) == [
+        "benchmark", "heuristics (benchmark off)", "deterministic"]
+    assert labels(pytorch_run.model_modes(5, every_candidate=False))[:2] == [
+        "benchmark, limit 5", "heuristics (benchmark off)"]
+    assert pytorch_run.model_modes(0, every_candidate=False) == pytorch_run.model_modes(0)
+    base = ExploreOptions.create(child_timeout_s=5)
+    quick = base.profiled("quick", model=True)
+    assert quick.every_candidate_mode is False
+    assert base.profiled("thorough", model=True).every_candidate_mode is True
+    assert base.profiled("quick").every_candidate_mode is True  # a single problem's
+    assert "every_candidate_mode" not in options_key(base) and \
+        '"every_candidate_mode":false' in options_key(quick)
+    # run_model's modes, unless given, are those the options say
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nexit 5\n")
+    fake.chmod(0o755)
+    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
+    cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
+                  problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
+    run, _ = pytorch_run.run_model(cap, quick, iterations=2, python=str(fake))
+    assert labels(run.modes) == labels(pytorch_run.model_modes(every_candidate=False))

@@ -103,6 +103,12 @@ class ExploreOptions:
     # accuracy check: Note [staged search] in core/staging.py); False (the thorough
     # profile): every row and config gets both.
     staged: bool = _option(True, "--profile", "True or False", "bool")
+    # False (a model sweep's quick profile): PyTorch's run of a model leaves out benchmark
+    # mode with every candidate timed (benchmark_limit 0), as advise does; the sweep
+    # itself times every candidate PyTorch lists. On the H200 that mode's process took
+    # 9.4 s of a 125.7 s ResNet-50 sweep (docs/benchmarks.md). A single problem's
+    # children are not affected.
+    every_candidate_mode: bool = _option(True, "--profile", "True or False", "bool")
 
     @classmethod
     def create(cls, source: str = "api", **kw) -> "ExploreOptions":
@@ -165,7 +171,7 @@ class ExploreOptions:
 # space sampled, 100 ms budgets, no stages).
 PROFILES = {"quick": dict(staged=True), "thorough": dict(staged=False)}
 MODEL_PROFILES = {"quick": dict(staged=True, budget_ms=25.0, engine_budget_s=60.0,
-                                engine_sampling=False),
+                                engine_sampling=False, every_candidate_mode=False),
                   "thorough": dict(staged=False)}
 # The name the thorough profile had before the staged search (saved sweeps still say it).
 OLD_NAMES = {"deep": "thorough"}

@@ -71,9 +71,7 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     from ..measure.pytorch_picks import ModeSpec
     from ..model.pytorch_run import model_modes, retime_plans, run_model
 
-    modes = [m for m in model_modes(options.benchmark_limit)
-             if not (m.mode == "benchmark" and m.benchmark_limit == 0
-                     and options.benchmark_limit != 0)]
+    modes = model_modes(options.benchmark_limit, every_candidate=False)
     # Note [model children started ahead]: the modes' processes import during the capture
     with mode_starts(spec, options, bool(plans), graph, modes) as starts:
         cap = capture(spec, f"cuda:{options.device}", notify)

@@ -106,7 +106,7 @@ def _in_group(spec, world, options, profile, iterations, choice, consistency, js
             # PyTorch's run of the model, its modes shared out between the ranks through
             # the store; then every rank reads all (a mode is read only under the reading
             # rank's own environment: another kind of GPU runs it again).
-            n = len(model_modes(options.benchmark_limit))
+            n = len(model_modes(options.benchmark_limit, options.every_candidate_mode))
             run_model(cap, options, iterations=iterations, progress=say,
                       cache=store_cache(db, env, cap, notify),
                       share=range(rank, n, world.size))

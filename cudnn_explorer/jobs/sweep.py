@@ -109,13 +109,14 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
 def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bool = False,
                 modes=None):
     """The processes of PyTorch's run of the model ``spec`` in ``modes`` (default
-    model_modes(options.benchmark_limit)), then in the pinned mode with ``plans``, started
+    model_modes as ``options`` set them), then in the pinned mode with ``plans``, started
     now (model.mode_process.ModeStarts), each with ``graph``'s steady process: before the
     capture, so that they import while it runs."""
     from ..model.mode_process import ModeStarts
     from ..model.pytorch_run import model_modes
 
-    pinned = [m.mode == "pinned" for m in modes or model_modes(options.benchmark_limit)]
+    pinned = [m.mode == "pinned" for m in modes or model_modes(
+        options.benchmark_limit, options.every_candidate_mode)]
     return ModeStarts(spec, pinned + ([True] if plans else []), graph=graph)
 
 
@@ -182,5 +183,7 @@ def pytorch_run(cap: Capture, options: ExploreOptions, iterations: int, say, cac
 
     run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
                                  cache=cache, started=starts,
-                                 modes=model_modes(options.benchmark_limit) + list(extra))
+                                 modes=model_modes(options.benchmark_limit,
+                                                   options.every_candidate_mode)
+                                 + list(extra))
     return run, ModelBench(options.device, per_problem)

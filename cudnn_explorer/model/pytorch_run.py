@@ -40,10 +40,13 @@ __all__ = ["model_modes", "run_model", "run_key", "StoreCache", "ModelBench", "r
 LOG_READ = "the log read"  # a mode's phase: its cudnn-frontend log read into PyTorch's picks
 
 
-def model_modes(benchmark_limit: Optional[int] = None) -> List[ModeSpec]:
+def model_modes(benchmark_limit: Optional[int] = None,
+                every_candidate: bool = True) -> List[ModeSpec]:
     """The per-problem modes on the engine API: benchmark at the requested limit, with
-    every candidate timed (limit 0), heuristics, deterministic."""
-    return [m for m in default_modes(benchmark_limit) if not m.legacy]
+    every candidate timed (limit 0; not with ``every_candidate`` False, unless that is
+    the requested limit), heuristics, deterministic."""
+    return [m for m in default_modes(benchmark_limit) if not m.legacy and (
+        every_candidate or m.mode != "benchmark" or m.benchmark_limit == benchmark_limit)]
 
 
 def _search(log: bytes, span, direction: str) -> Optional[logs.FrontendSearch]:
@@ -131,7 +134,7 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
               cache=None, share: Optional[Sequence[int]] = None, graph: bool = False,
               started: Optional[ModeStarts] = None
               ) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
-    """Every mode of ``modes`` (default model_modes(options.benchmark_limit)), each the
+    """Every mode of ``modes`` (default: model_modes as ``options`` set them), each the
     model's own run in a fresh child (at most ``options.child_timeout_s`` per input
     size, plus a minute of timing with ``target_ci``). Returns the ModelRun and, per
     unique problem, one ModeRun per mode for the pipeline. A mode whose child fails keeps
@@ -158,7 +161,8 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     if target_ci is not None:
         timeout_s += 60.0 * len(shapes(capture))
     todo = []
-    for k, mode in enumerate(modes or model_modes(options.benchmark_limit)):
+    for k, mode in enumerate(modes or model_modes(options.benchmark_limit,
+                                                  options.every_candidate_mode)):
         if share is None or k in share:
             key = run_key(capture, mode, k, options, iterations, warmup, target_ci, graph)
             todo.append((k, mode, key, _stored(cache.lookup(key) if cache is not None
