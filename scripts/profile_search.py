@@ -91,6 +91,10 @@ def main() -> int:
                                     padding=a.padding, stride=a.stride, dtype=a.dtype,
                                     layout=a.layout)
     opts = ExploreOptions.create().profiled("quick", model=not a.problem_profile)
+    try:
+        native.require_gpu(opts.device)
+    except ce.ExplorerError as e:
+        raise SystemExit(f"profile_search: {e}")
     native_problem, tensors, ref = _gpu_setup(problem, a.direction, opts.device, opts.seed,
                                               opts.check)
     search = TimedCalls(native.engine_search(a.direction, native_problem))
