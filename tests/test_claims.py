@@ -33,10 +33,10 @@ def test_range_verdict():
     assert v(-0.22, 0.16, 0.15, 0.23).startswith("undecided")
 
 
-def test_table_from_an_h200_advice(tmp_path):
-    for src, name in ((FIXTURE, "resnet50_224.json"), (SIZES, "resnet50_sizes.json"),
-                      (DIST80, "resnet50_80.json"), (PINNED, "resnet50_224_pinned.json"),
-                      (SIZES_PINNED, "resnet50_sizes_pinned.json")):
+def table_from(tmp_path, fixtures):
+    """claims.py's table (the file it wrote) from ``fixtures`` [(gzipped result, the name
+    its step gives it)] put in a results folder; (the run, the table's path)."""
+    for src, name in fixtures:
         with gzip.open(src) as f, open(tmp_path / name, "wb") as g:
             shutil.copyfileobj(f, g)
     out = tmp_path / "claims.md"
@@ -44,6 +44,14 @@ def test_table_from_an_h200_advice(tmp_path):
                         "--table-only", "--keep", str(tmp_path), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+    return r, out
+
+
+def test_table_from_an_h200_advice(tmp_path):
+    r, out = table_from(tmp_path, (
+        (FIXTURE, "resnet50_224.json"), (SIZES, "resnet50_sizes.json"),
+        (DIST80, "resnet50_80.json"), (PINNED, "resnet50_224_pinned.json"),
+        (SIZES_PINNED, "resnet50_sizes_pinned.json")))
     text = out.read_text()
     assert "on NVIDIA H200, torch 2.11.0+cu130, cuDNN 9.19.0." in text
     # measured, verdict, pinned to a plan file, command
@@ -196,14 +204,8 @@ def test_the_deterministic_claims_pinned_cell(tmp_path):
     """The det-pinned step's advice (here the r50-pinned H200 advice stands in for it: the
     same command with another plan file, so the same fields) against benchmark off with
     its CI, and against deterministic mode's own picks from the same advice."""
-    for src, name in ((FIXTURE, "resnet50_224.json"), (PINNED, "resnet50_224_det_pinned.json")):
-        with gzip.open(src) as f, open(tmp_path / name, "wb") as g:
-            shutil.copyfileobj(f, g)
-    out = tmp_path / "claims.md"
-    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
-                        "--table-only", "--keep", str(tmp_path), "--out", str(out)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    _, out = table_from(tmp_path, ((FIXTURE, "resnet50_224.json"),
+                                   (PINNED, "resnet50_224_det_pinned.json")))
     row = next(ln for ln in out.read_text().splitlines()
                if ln.startswith("| deterministic mode costs about 20%"))
     assert (" | pinned to the sweep's deterministic configs only (`plans write "

@@ -539,15 +539,22 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
     assert "onelayer" in r.stdout and mode.label in r.stdout
 
 
-def test_a_share_of_the_modes_runs_only_those_under_their_own_keys(tmp_path):
-    """torchrun: each rank runs its share of the modes (their positions in the full list,
-    so the store keys are those a whole run would use)."""
+def failing_python_and_capture(tmp_path):
+    """(a "python" that exits 5 at once, a problem, a capture of that one problem): mode
+    children that fail at once, for what run_model does around them."""
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\nexit 5\n")
     fake.chmod(0o755)
     problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
     cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
                   problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
+    return fake, problem, cap
+
+
+def test_a_share_of_the_modes_runs_only_those_under_their_own_keys(tmp_path):
+    """torchrun: each rank runs its share of the modes (their positions in the full list,
+    so the store keys are those a whole run would use)."""
+    fake, problem, cap = failing_python_and_capture(tmp_path)
     opts = ExploreOptions.create(child_timeout_s=5)
     asked = []
 
@@ -615,11 +622,6 @@ def test_a_model_sweeps_quick_profile_leaves_out_benchmark_with_every_candidate(
     assert "every_candidate_mode" not in options_key(base) and \
         '"every_candidate_mode":false' in options_key(quick)
     # run_model's modes, unless given, are those the options say
-    fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\nexit 5\n")
-    fake.chmod(0o755)
-    problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
-    cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
-                  problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
+    fake, _, cap = failing_python_and_capture(tmp_path)
     run, _ = pytorch_run.run_model(cap, quick, iterations=2, python=str(fake))
     assert labels(run.modes) == labels(pytorch_run.model_modes(every_candidate=False))
