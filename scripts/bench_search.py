@@ -197,14 +197,14 @@ def main() -> int:
             # the two comparisons keep their results apart
             stem = name.replace("/", "_") + (".model-profile" if a.model_profile else "") \
                 + (".no-pytorch" if a.no_pytorch else "")
-            kept = os.path.join(a.keep, stem + ".json") if a.keep else None
+            base = os.path.join(a.keep, stem) if a.keep else None
+            kept = base + ".json" if base else None
             if kept and os.path.exists(kept):
                 with open(kept) as f:
                     one = json.load(f)
                 print(f"{name}: kept in {kept}", flush=True)
             else:
-                one = measure_problem(name, p, full, staged, worker,
-                                      kept[:-len(".json")] if kept else None)
+                one = measure_problem(name, p, full, staged, worker, base)
                 if kept:
                     write_atomic(kept, json.dumps(one, indent=1) + "\n")
             rows += one["rows"]

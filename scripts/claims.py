@@ -248,16 +248,15 @@ def table_rows(keep, cmds, shown):
                      f"first-iteration peak reserved {c.peak_on_bytes / GIB:.2f} GiB on vs "
                      f"{c.peak_off_bytes / GIB:.2f} GiB off ({pct(grow)})",
                      "holds" if abs(grow) < 0.05 else "does not hold", cmd])
-        det, ben = adv.pytorch_run.mode("deterministic"), adv.pytorch_run.mode("benchmark")
-        if det and ben and det.sizes[0].steady and ben.sizes[0].steady:
-            ds, bs, how = comparable(det.sizes[0].steady, ben.sizes[0].steady)
-            cost = statistics.median(ds) / statistics.median(bs) - 1
+        found = median_cost(adv.pytorch_run, "deterministic", "benchmark")
+        if found is not None:
+            cost, n_det, n_ben, how = found
             # one process per mode: how far apart fresh processes land (the benchmark-on
             # run and its repeats) bounds what one pair of medians can tell
             means = c.process_means_on
             spread = (max(means) - min(means)) / statistics.mean(means) if means else None
             rows.append(["deterministic mode costs about 20%",
-                         f"{pct(cost)} per iteration (medians of {len(ds)} and {len(bs)} "
+                         f"{pct(cost)} per iteration (medians of {n_det} and {n_ben} "
                          f"{STEPS_BY[how]}, one process each"
                          + (f"; fresh processes with benchmark on differ by up to "
                             f"{100 * spread:.1f}%)" if spread is not None else ")"),
@@ -443,6 +442,17 @@ def pinned_cells(keep, cmds, shown):
     return cells
 
 
+def median_cost(run, mode, against):
+    """(the median steady iteration of ``mode`` over that of ``against``, less 1; the
+    samples of each; how they were timed) in the model run ``run`` (its first size), the
+    samples made comparable; None where either mode has none."""
+    a, b = run.mode(mode), run.mode(against)
+    if not (a and b and a.sizes[0].steady and b.sizes[0].steady):
+        return None
+    xs, ys, how = comparable(a.sizes[0].steady, b.sizes[0].steady)
+    return statistics.median(xs) / statistics.median(ys) - 1, len(xs), len(ys), how
+
+
 def deterministic_cell(adv, costs, shown_cmd) -> str:
     """The deterministic claim's pinned cell: the step pinned to a plan file of
     deterministic configs only, against deterministic mode's own picks (the medians of
@@ -451,13 +461,12 @@ def deterministic_cell(adv, costs, shown_cmd) -> str:
     c, v = costs[0], verdict(costs, adv.iterations)
     d, lo, hi = v.pinned_vs_off
     off = c.mean_off
-    det, pin = adv.pytorch_run.mode("deterministic"), adv.pytorch_run.mode("pinned")
+    found = median_cost(adv.pytorch_run, "pinned", "deterministic")
     vs_det = ""
-    if det and pin and det.sizes[0].steady and pin.sizes[0].steady:
-        ps, ds, how = comparable(pin.sizes[0].steady, det.sizes[0].steady)
-        cost = statistics.median(ps) / statistics.median(ds) - 1
+    if found is not None:
+        cost, n_pin, n_det, how = found
         vs_det = (f" and {pct(cost)} against deterministic mode's own picks (medians of "
-                  f"{len(ps)} and {len(ds)} {STEPS_BY[how]}, one process each)")
+                  f"{n_pin} and {n_det} {STEPS_BY[how]}, one process each)")
     return (f"pinned to the sweep's deterministic configs only (`plans write "
             f"--deterministic`; cudnn.deterministic not set, which changes no pinned call), "
             f"the steady iteration costs {pct(-d / off)} against "

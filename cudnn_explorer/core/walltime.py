@@ -12,7 +12,7 @@ from .records import DirectionResult
 
 __all__ = ["SearchTime", "search_time", "sweep_search_time"]
 
-# A staged search's round names as reports say them, in order.
+# A staged search's round names as reports say them.
 _ROUND_NAMES = {1: "round 1", 2: "round 2", "final": "finalists"}
 
 
@@ -47,7 +47,7 @@ def _add(total: Optional[float], value: Optional[float]) -> Optional[float]:
 def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
     """The SearchTime of ``directions`` (of one exploration or of many)."""
     n, legacy, find, engines, builds, configs = 0, None, None, None, None, 0
-    round_s, left = {}, {}
+    round_s, left = {}, {}  # in the rounds' order, as each direction records them
     for d in directions:
         n += 1
         legacy = _add(legacy, d.legacy_wall_s)
@@ -66,15 +66,9 @@ def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
             count = r.get("timed") if r.get("round") == "final" else r.get("left")
             if isinstance(count, int):
                 left[name] = left.get(name, 0) + count
-    order = list(_ROUND_NAMES.values())
-
-    def ordered(d: dict) -> tuple:
-        return tuple(sorted(d.items(), key=lambda kv: (
-            order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
-
     return SearchTime(directions=n, legacy_s=legacy, find_s=find, engines_s=engines,
-                      builds_s=builds, configs=configs, rounds=ordered(round_s),
-                      left=ordered(left))
+                      builds_s=builds, configs=configs, rounds=tuple(round_s.items()),
+                      left=tuple(left.items()))
 
 
 # A problem whose directions' recorded walls exceed the seconds its sweep spent on it by

@@ -88,7 +88,7 @@ def _in_group(spec, world, options, profile, iterations, choice, consistency, js
               say, notify, pipeline) -> RankOutcome:
     from ..model import distributed
     from ..model.tracer import capture_model
-    from ..model.pytorch_run import StoreCache, model_modes, run_model
+    from ..model.pytorch_run import StoreCache, modes_of, run_model
     from ..model.sweep import sweep
     from .sweep import store_cache
 
@@ -106,7 +106,7 @@ def _in_group(spec, world, options, profile, iterations, choice, consistency, js
             # PyTorch's run of the model, its modes shared out between the ranks through
             # the store; then every rank reads all (a mode is read only under the reading
             # rank's own environment: another kind of GPU runs it again).
-            n = len(model_modes(options.benchmark_limit, options.every_candidate_mode))
+            n = len(modes_of(options))
             run_model(cap, options, iterations=iterations, progress=say,
                       cache=store_cache(db, env, cap, notify),
                       share=range(rank, n, world.size))

@@ -109,14 +109,13 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
 def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bool = False,
                 modes=None):
     """The processes of PyTorch's run of the model ``spec`` in ``modes`` (default
-    model_modes as ``options`` set them), then in the pinned mode with ``plans``, started
+    modes_of(options)), then in the pinned mode with ``plans``, started
     now (model.mode_process.ModeStarts), each with ``graph``'s steady process: before the
     capture, so that they import while it runs."""
     from ..model.mode_process import ModeStarts
-    from ..model.pytorch_run import model_modes
+    from ..model.pytorch_run import modes_of
 
-    pinned = [m.mode == "pinned" for m in modes or model_modes(
-        options.benchmark_limit, options.every_candidate_mode)]
+    pinned = [m.mode == "pinned" for m in modes or modes_of(options)]
     return ModeStarts(spec, pinned + ([True] if plans else []), graph=graph)
 
 
@@ -179,11 +178,9 @@ def pytorch_run(cap: Capture, options: ExploreOptions, iterations: int, say, cac
     """PyTorch's own run of the model (its modes, then ``extra`` ones such as the pinned
     mode; ``starts``: their processes started before, mode_starts), and the pipeline's
     bench that takes its picks."""
-    from ..model.pytorch_run import ModelBench, model_modes, run_model
+    from ..model.pytorch_run import ModelBench, modes_of, run_model
 
     run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
                                  cache=cache, started=starts,
-                                 modes=model_modes(options.benchmark_limit,
-                                                   options.every_candidate_mode)
-                                 + list(extra))
+                                 modes=modes_of(options) + list(extra))
     return run, ModelBench(options.device, per_problem)

@@ -36,7 +36,7 @@ from ..measure.pytorch_picks import ModeRun, ModeSpec, default_modes
 from ..measure.pipeline import GpuBench
 from .mode_process import ModeStarts, run_mode, shapes, start_mode
 
-__all__ = ["model_modes", "run_model", "run_key", "StoreCache", "ModelBench", "retime_plans"]
+__all__ = ["model_modes", "modes_of", "run_model", "run_key", "StoreCache", "ModelBench", "retime_plans"]
 LOG_READ = "the log read"  # a mode's phase: its cudnn-frontend log read into PyTorch's picks
 
 
@@ -47,6 +47,12 @@ def model_modes(benchmark_limit: Optional[int] = None,
     the requested limit), heuristics, deterministic."""
     return [m for m in default_modes(benchmark_limit) if not m.legacy and (
         every_candidate or m.mode != "benchmark" or m.benchmark_limit == benchmark_limit)]
+
+
+def modes_of(options: ExploreOptions) -> List[ModeSpec]:
+    """model_modes as ``options`` set them (their benchmark limit, and whether benchmark
+    with every candidate timed runs: a profile's choice)."""
+    return model_modes(options.benchmark_limit, options.every_candidate_mode)
 
 
 def _search(log: bytes, span, direction: str) -> Optional[logs.FrontendSearch]:
@@ -134,7 +140,7 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
               cache=None, share: Optional[Sequence[int]] = None, graph: bool = False,
               started: Optional[ModeStarts] = None
               ) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
-    """Every mode of ``modes`` (default: model_modes as ``options`` set them), each the
+    """Every mode of ``modes`` (default modes_of(options)), each the
     model's own run in a fresh child (at most ``options.child_timeout_s`` per input
     size, plus a minute of timing with ``target_ci``). Returns the ModelRun and, per
     unique problem, one ModeRun per mode for the pipeline. A mode whose child fails keeps
@@ -161,8 +167,7 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     if target_ci is not None:
         timeout_s += 60.0 * len(shapes(capture))
     todo = []
-    for k, mode in enumerate(modes or model_modes(options.benchmark_limit,
-                                                  options.every_candidate_mode)):
+    for k, mode in enumerate(modes or modes_of(options)):
         if share is None or k in share:
             key = run_key(capture, mode, k, options, iterations, warmup, target_ci, graph)
             todo.append((k, mode, key, _stored(cache.lookup(key) if cache is not None
