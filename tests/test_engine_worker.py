@@ -1,5 +1,6 @@
 """The engine-config watchdog, without a GPU: a fake worker whose configs hang or crash."""
 import textwrap
+import time
 
 import pytest
 
@@ -276,6 +277,46 @@ def test_a_config_that_hangs_in_a_later_round_is_recorded_and_the_rest_staged(tm
     assert by_tag["ConvFwd_eng0_k2=3"].left_round == 2
     assert sp.best().tag == "ConvFwd_eng0_k2=2"  # the fastest that did not hang
     assert [r["round"] for r in sp.rounds] == [1, 2, "final"]
+
+
+def test_a_config_that_hangs_in_round_1_is_killed_at_round_1s_limit(tmp_path, monkeypatch):
+    """Note [hung in round 1]: a candidate timed with a cutoff whose launch never ends is
+    killed at round 1's limit, not after the whole --engine-config-timeout."""
+    from cudnn_explorer.core import staging
+
+    src = STAGED_WORKER.replace("if k == 1 and opt.budget_ms == 10.0:",
+                                "if k == 1 and opt.cutoff_ms > 0:")
+    assert src != STAGED_WORKER
+    (tmp_path / "round1_hang_worker.py").write_text(src)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    # k2=0 (1.5 ms) is timed first: cutoff 4.5 ms, so 10 launches' limit is 0.045 s, under
+    # the floor
+    monkeypatch.setattr(staging, "RUN_LIMIT_FLOOR_S", 0.5)
+    monkeypatch.setattr(staging, "RUN_LIMIT_LAUNCHES", 10)
+    t0 = time.perf_counter()
+    sp = engine_worker.explore_isolated(
+        ConvProblem.create("1,8,8,8", out_channels=8), "fwd",
+        ExploreOptions.create(engine_config_timeout_s=120.0, budget_ms=25.0, staged=True),
+        worker=engine_worker.EngineWorker("round1_hang_worker"))
+    assert time.perf_counter() - t0 < 60  # not the 120 s of the config timeout
+    hung = {c.tag: c for c in sp.configs}["ConvFwd_eng0_k2=1"]
+    assert hung.status == "hung"
+    assert hung.message.startswith(
+        "no result within 0.5 s of its plan's launch (round 1's limit: 10 launches at the "
+        "round's cutoff of 4.5 ms, at least 0.5 s), stuck running, timing and checking it")
+    assert sp.best().tag == "ConvFwd_eng0_k2=2"
+    assert {c.status for c in sp.configs if c.tag != hung.tag} == {"OK"}
+
+
+def test_round_1s_limit_needs_a_cutoff_and_grows_with_it():
+    """Only a round-1 candidate timed with a cutoff gets the shorter limit; a slow round's
+    cutoff gives its launches more time (2,000 launches of 30 ms: 60 s)."""
+    assert engine_worker._run_limit({"stage": "running", "cutoff_ms": 0.0}) is None
+    assert engine_worker._run_limit({"stage": "running"}) is None
+    assert engine_worker._run_limit({"stage": "built", "cutoff_ms": 1.0}) is None
+    assert engine_worker._run_limit({"stage": "running", "cutoff_ms": 1.0})[0] == 10.0
+    secs, text = engine_worker._run_limit({"stage": "running", "cutoff_ms": 30.0})
+    assert secs == 60.0 and text.startswith("60 s of its plan's launch")
 
 
 def test_only_the_preferred_configs_reach_the_worker_when_asked(fake_worker):

@@ -7,8 +7,9 @@ launched it. So the parent (:func:`explore_isolated`) runs engines.explore_engin
 worker process (:class:`EngineWorker`, ``python -m cudnn_explorer.measure.engine_worker
 --serve``), which takes one job per line on its stdin, {"spec": SPEC, "events": EVENTS},
 explores that direction, and appends one JSON line per event to EVENTS: {"say": msg},
-{"start": config} before a config, {"stage": "running"} once its plan is built,
-{"attempt": result} after it, {"space": EngineSpace, "retire": bool} at the end, or
+{"start": config} before a config, {"stage": "running", "cutoff_ms": C} once its plan is
+built (C > 0: a staged search's round-1 candidate, whose launches get a shorter limit:
+Note [hung in round 1] in core/staging.py), {"attempt": result} after it, {"space": EngineSpace, "retire": bool} at the end, or
 {"failed": message, "resource": bool, "retire": bool} for a job that failed outside any
 config (its tensors did not fit in the GPU's memory: ResourceError here). When a
 config runs past ``config_timeout_s``, or the worker dies inside one, the parent kills the
@@ -38,6 +39,7 @@ from ..core.errors import ChildError, ExplorerError, ResourceError
 from ..core.options import ExploreOptions, TimingSpec
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, EngineSpace
+from ..core import staging
 from .procs import child_env, describe_rc
 
 __all__ = ["EngineWorker", "explore_isolated", "run", "main", "MAX_RESTARTS"]
@@ -193,6 +195,8 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
             proc = worker.submit(spec_path, events_path)
             current, since, last = None, time.perf_counter(), time.perf_counter()
             stage = ""
+            # the current config's deadline, and what the message says of its limit
+            deadline, within = since + config_timeout_s, f"{config_timeout_s:g} s"
             partial = ""
             try:
                 while True:
@@ -209,9 +213,15 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                         elif "start" in ev:
                             current, since = ev["start"], time.perf_counter()
                             stage = "building its plan (run-time compilation included)"
+                            deadline = since + config_timeout_s
+                            within = f"{config_timeout_s:g} s"
                         elif "stage" in ev:
                             stage = ("running, timing and checking it"
                                      if ev["stage"] == "running" else ev["stage"])
+                            run = _run_limit(ev)
+                            if run is not None and time.perf_counter() + run[0] < deadline:
+                                deadline = time.perf_counter() + run[0]
+                                within = run[1]
                         elif "attempt" in ev:
                             prior["attempts"].append(ev["attempt"])
                             current = None
@@ -237,10 +247,10 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                                 f"{_tail(worker.err_path)}"))
                         raise ChildError(f"engine worker for {spec['direction']} failed "
                                          f"({describe_rc(rc)}): {_tail(worker.err_path)}")
-                    if current is not None and now - since > config_timeout_s:
+                    if current is not None and now > deadline:
                         return None, dict(current, status="hung", message=(
-                            f"no result within {config_timeout_s:g} s, stuck {stage}; the "
-                            f"worker was killed"))
+                            f"no result within {within}, stuck {stage}; the worker was "
+                            f"killed"))
                     if current is None and now - last > start_timeout_s:
                         raise ChildError(f"engine worker for {spec['direction']} made no "
                                          f"progress in {start_timeout_s:g} s and was killed")
@@ -248,6 +258,20 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
             finally:
                 if not finished:
                     worker.kill()
+
+
+def _run_limit(ev: dict):
+    """(seconds, what the message says of them) that a stage event ``ev`` allows from now,
+    or None: a round-1 candidate timed with a cutoff, its plan built, gets round 1's limit
+    for its launches (Note [hung in round 1] in core/staging.py), when that is shorter
+    than what is left of its --engine-config-timeout."""
+    cut = float(ev.get("cutoff_ms") or 0.0)
+    if ev.get("stage") != "running" or cut <= 0:
+        return None
+    run = staging.run_limit_s(cut)
+    return run, (f"{run:g} s of its plan's launch (round 1's limit: "
+                 f"{staging.RUN_LIMIT_LAUNCHES:,} launches at the round's cutoff of "
+                 f"{cut:.3g} ms, at least {staging.RUN_LIMIT_FLOOR_S:g} s)")
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -192,10 +192,12 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         tag = config_tag(direction, e, ch)
         say(f"{direction}: engine {e}/{count - 1} {tag} ({time.perf_counter() - t0:.1f} s)")
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
+        cut = cutoff_ms(best_so_far()) if staging else 0.0
+        # the cutoff goes with the stage, for the watchdog (Note [hung in round 1])
         cfg, made = _run_config(search, first, problem, direction, tensors,
                                 None if staging else ref, e, ch, ranks(e, ch), kernels,
-                                stage=lambda st: emit({"stage": st}),
-                                cutoff_ms=cutoff_ms(best_so_far()) if staging else 0.0)
+                                stage=lambda st: emit({"stage": st, "cutoff_ms": cut}),
+                                cutoff_ms=cut)
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only
             entry["rejected"] += 1
