@@ -44,13 +44,15 @@ class TimedCalls:
         if not callable(f):
             return f
 
+        # the heuristics by mode (A, B, FALLBACK): their costs differ
         def call(*a, **k):
+            key = f"{name} {a[0]}" if name == "heuristics" and a else name
             t0 = time.perf_counter()
             try:
                 return f(*a, **k)
             finally:
-                self.seconds[name] += time.perf_counter() - t0
-                self.calls[name] += 1
+                self.seconds[key] += time.perf_counter() - t0
+                self.calls[key] += 1
         return call
 
 

@@ -1,5 +1,7 @@
 """Engine configs, pure parts: knob spaces, sampling, tags, PyTorch's rules, summaries."""
 
+import pytest
+
 from cudnn_explorer.core import knobs
 from cudnn_explorer.report import engines
 from cudnn_explorer.core.logs import parse_tag
@@ -229,3 +231,27 @@ def test_a_retiming_of_given_plans_times_those_plans_and_no_listed_config():
     assert tags == ["ConvFwd_eng0"] and timed == {"eng0"}
     tags, timed = built(False)  # the default: the heuristics' eng1_k2=1 too
     assert tags == ["ConvFwd_eng0", "ConvFwd_eng1_k2=1"] and timed == {"eng0", "eng1_k2=1"}
+
+
+@pytest.mark.parametrize("sample,modes", [(True, ["A", "B", "FALLBACK"]),
+                                          (False, ["A", "FALLBACK"])])
+def test_without_sampling_only_the_modes_pytorch_lists_from_are_queried(sample, modes):
+    """A model sweep's search (no sampling) lists what PyTorch's generator lists, modes A
+    and FALLBACK; mode B, which would only rank configs in the table, costs a query per
+    direction and is not asked."""
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import engines as eng
+    from fakes import FakeOut, FakeSearch, exploration
+
+    asked = []
+
+    class Asking(FakeSearch):
+        def heuristics(self, mode):
+            asked.append(mode)
+            return super().heuristics(mode)
+
+    eng.explore_engines(exploration().problem, "fwd", None,
+                        {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
+                        time_budget_s=None, timing=TimingSpec(budget_ms=1.0), kernels=False,
+                        sample=sample, search=Asking([]))
+    assert asked == modes

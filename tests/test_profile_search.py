@@ -26,6 +26,18 @@ def test_native_calls_are_timed_by_name_and_pass_through():
     assert set(s.seconds) == {"build", "measure"} and min(s.seconds.values()) >= 0
 
 
+def test_the_heuristics_are_timed_by_mode():
+    mod = load_script("profile_search")
+
+    class Search:
+        def heuristics(self, mode):
+            return [mode]
+
+    s = mod.TimedCalls(Search())
+    assert s.heuristics("A") == ["A"] and s.heuristics("B") == ["B"] and s.heuristics("A")
+    assert dict(s.calls) == {"heuristics A": 2, "heuristics B": 1}
+
+
 def test_gpu_time_of_a_timing_record():
     mod = load_script("profile_search")
     t = fakes.timing(0.5)  # 0.5 ms per launch

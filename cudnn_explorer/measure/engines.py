@@ -119,7 +119,10 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         search = native.engine_search(direction, native_problem)
     count = native.call(f"counting the {direction} engines", search.engine_count)
     heur: Dict[str, List[Tuple[int, Knobs]]] = {}
-    for mode in ("A", "B", "FALLBACK"):
+    # without sampling, what PyTorch's generator lists (modes A and FALLBACK) and no more:
+    # mode B's list would only rank the configs in the table
+    modes = ("A", "B", "FALLBACK") if sample else ("A", "FALLBACK")
+    for mode in modes:
         say(f"{direction}: heuristic mode {mode} ({time.perf_counter() - t0:.1f} s)")
         names = native.call(f"querying heuristic mode {mode}", search.heuristics, mode)
         heur[mode] = [(t.engine, t.knobs) for t in parse_tags(f"{op}_{n}" for n in names)]
@@ -136,8 +139,6 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         info = native.call(f"querying engine {e}", search.engine_info, e)
         knobs = [[k.type, k.min_value, k.max_value, k.stride] for k in info.knobs]
         listed = [t.knobs for t in pref if t.engine == e]
-        # without sampling, what PyTorch's generator lists (modes A and FALLBACK) and no more
-        modes = ("A", "B", "FALLBACK") if sample else ("A", "FALLBACK")
         listed += [k for m in modes for (en, k) in heur[m] if en == e]
         queues[e] = candidate_configs(knobs, attempts, listed) if info.status == "OK" else []
         wanted[e] = set(listed)
