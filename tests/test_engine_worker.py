@@ -107,6 +107,34 @@ def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker
     assert any("ConvFwd_eng1_k2=2" in m for m in said)  # the worker's progress comes through
 
 
+def test_after_a_lost_worker_a_spare_is_kept_ahead_and_ended_with_it(tmp_path, monkeypatch):
+    """Note [spare worker]: the fake's hung config and crashing engine lose two workers; the
+    second replacement is the spare started at the first loss, and close() ends it all."""
+    (tmp_path / "counted_worker.py").write_text(FAKE_WORKER.replace(
+        WORKER_HEAD, WORKER_HEAD + 'open(os.environ["STARTS"], "a").write(f"{os.getpid()} ")\n',
+        1))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("STARTS", str(tmp_path / "starts"))
+    w = engine_worker.EngineWorker("counted_worker")
+    sp = engine_worker.explore_isolated(
+        ConvProblem.create("1,8,8,8", out_channels=8), "fwd",
+        ExploreOptions.create(engine_config_timeout_s=1.0), worker=w)
+    assert sorted(c.status for c in sp.configs if c.status != "OK") == ["crashed", "hung"]
+    # four processes: the first worker; at the first loss a spare, which replaced it at
+    # once, and another spare; that one replaced the second loss, and one more is ready
+    # (without spares: three, each replacement started when it was needed)
+    assert w.proc is not None and w._spare is not None
+    serving, spare = w.proc, w._spare[0]
+    deadline = time.time() + 30
+    while len((tmp_path / "starts").read_text().split()) < 4 and time.time() < deadline:
+        time.sleep(0.05)
+    pids = {int(p) for p in (tmp_path / "starts").read_text().split()}
+    assert len(pids) == 4 and {serving.pid, spare.pid} < pids
+    w.close()
+    assert serving.poll() is not None and spare.poll() is not None
+    assert w.proc is None and w._spare is None
+
+
 def test_a_worker_that_fails_outside_any_config_is_one_clear_error(fake_worker):
     with pytest.raises(ChildError, match=r"engine worker for fwd failed \(exit code 1\): "
                                          r"RuntimeError: no GPU here"):

@@ -51,7 +51,13 @@ WORKER_MODULE = "cudnn_explorer.measure.engine_worker"
 class EngineWorker:
     """One worker process that explores directions one after another (``--serve``); one
     that was killed or died is replaced at the next job. ``close()`` ends it (a later job
-    starts another); so does the end of this process, which closes its stdin."""
+    starts another); so does the end of this process, which closes its stdin.
+
+    Note [spare worker]: a replacement spends seconds importing torch before it serves
+    (4.2-5.5 s on an H200 host), and the configs that hang come several to a problem (four
+    in one float16 problem's search on the H200: docs/limits.md). So once a config has hung
+    or crashed a worker (:meth:`keep_spare`), a spare process is kept importing ahead,
+    which touches no GPU until it gets a job, and the next replacement is that spare."""
 
     def __init__(self, module: Optional[str] = None):
         self.module = module or WORKER_MODULE
@@ -59,6 +65,8 @@ class EngineWorker:
         self.err_path = ""
         self._tmp: Optional[tempfile.TemporaryDirectory] = None
         self._jobs = 0  # jobs handed to the running process
+        self._spare: Optional[tuple] = None  # (process, its stderr's path)
+        self._spare_wanted = False
 
     def submit(self, spec_path: str, events_path: str) -> subprocess.Popen:
         """Hand the worker one job (starting a worker when there is none); returns its
@@ -81,17 +89,35 @@ class EngineWorker:
         if self.proc is None or self.proc.poll() is not None:
             self._start()
 
+    def keep_spare(self) -> None:
+        """From now on keep a spare process ready to replace this one (Note [spare
+        worker]); the caller has just lost a worker inside a config."""
+        self._spare_wanted = True
+        self._refill()
+
     def _start(self) -> None:
         self.kill()
         self._jobs = 0
+        if self._spare is not None and self._spare[0].poll() is None:
+            (self.proc, self.err_path), self._spare = self._spare, None
+        else:
+            self.proc, self.err_path = self._popen()
+        self._refill()
+
+    def _refill(self) -> None:
+        if self._spare_wanted and (self._spare is None or self._spare[0].poll() is not None):
+            self._spare = self._popen()
+
+    def _popen(self) -> tuple:
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="cudnn_explorer_worker_")
-        self.err_path = os.path.join(self._tmp.name, f"stderr.{time.monotonic_ns()}")
-        with open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", self.module, "--serve"],
-                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                         stderr=err, env=child_env(), text=True,
-                                         start_new_session=True)
+        err_path = os.path.join(self._tmp.name, f"stderr.{time.monotonic_ns()}")
+        with open(err_path, "w") as err:
+            proc = subprocess.Popen([sys.executable, "-m", self.module, "--serve"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=err, env=child_env(), text=True,
+                                    start_new_session=True)
+        return proc, err_path
 
     def kill(self) -> None:
         """End the worker now (its process group: a config may have started others)."""
@@ -112,6 +138,12 @@ class EngineWorker:
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
+        if self._spare is not None:  # it never got a job: it holds nothing
+            if self._spare[0].poll() is None:
+                _kill(self._spare[0])
+            _close_pipe(self._spare[0])
+            self._spare = None
+        self._spare_wanted = False
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -175,6 +207,7 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
             return EngineSpace.from_dict({**space, "time_budget_s": time_budget_s,
                                           "wall_s": time.perf_counter() - t0})
         prior["failed"].append(failed)
+        worker.keep_spare()
         say(f"{direction}: {failed['tag']} {failed['status']}; restarting the worker without it")
     raise ChildError(f"engine worker for {direction}: {MAX_RESTARTS + 1} configs hung or "
                      f"crashed it; giving up (see --engine-config-timeout)")
