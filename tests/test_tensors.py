@@ -17,6 +17,12 @@ def test_max_error_in_slices_is_the_whole_tensor_formula(monkeypatch, chunk):
     assert tensors.max_error(out, ref) == pytest.approx(whole, rel=1e-12)
     out[6, 0, 0, 0] = float("nan")
     assert tensors.max_error(out, ref) == float("inf")
+    out[6, 0, 0, 0] = float("-inf")
+    assert tensors.max_error(out, ref) == float("inf")
+    out[6, 0, 0, 0], out[0, 0, 0, 0] = 0.0, float("nan")  # in the first slice, beside
+    assert tensors.max_error(out, ref) == float("inf")  # finite larger errors
+    assert tensors.max_error(torch.tensor(2.0), torch.tensor(4.0, dtype=torch.float64)) \
+        == pytest.approx(0.5)  # a 0-d output
 
 
 class _Untouchable:
