@@ -14,9 +14,8 @@ config's timeout: Note [hung launches] in core/staging.py), {"attempt": result} 
 bool, "retire": bool} for a job that failed outside any config (its tensors did not fit
 in the GPU's memory: ResourceError here). When a config runs past ``config_timeout_s``
 (or, its plan built, past its launches' limit), or the worker dies inside one, the parent
-kills the
-worker's process group, records that config as "hung" or "crashed", and starts a new
-worker that carries on from where the last one stopped (``prior``), within the same
+kills the worker's process group, records that config as "hung" or "crashed", and starts
+a new worker that carries on from where the last one stopped (``prior``), within the same
 overall time budget.
 
 A worker serves every direction it is given when the caller passes the same EngineWorker
