@@ -90,7 +90,9 @@ def add_run_args(p: Parser, profile_help: str = PROFILE_HELP) -> Group:
                "are tried, most are invalid for a given problem)")
     e.add("--engine-config-timeout", default="60", metavar="S",
           help="seconds one config may take (build, timing, check) before it is recorded "
-               "as hung and its worker process restarted (default 60)")
+               "as hung and its worker process restarted (default 60); once its plan is "
+               "built, less where its launches would be thousands of times the fastest "
+               "config's so far (at least 10 s)")
     e.add("--engine-budget-s", default="120", metavar="S",
           help="time budget per direction for building and timing configs (default 120)")
     st = p.group("results store (SQLite; a repeat answers from it)")
