@@ -303,8 +303,9 @@ def _run_limit(ev: dict):
     if ev.get("stage") != "running" or cut <= 0 or launches <= 0:
         return None
     run = staging.run_limit_s(cut, launches)
-    return run, (f"{run:g} s of its plan's launches ({launches:,} launches of {cut:.3g} ms, "
-                 f"3x the fastest config so far, at least {staging.RUN_LIMIT_FLOOR_S:g} s)")
+    return run, (f"{run:g} s of its plan's launches (round 1's limit: {launches:,} launches "
+                 f"of {cut:.3g} ms, 3x the fastest config so far, at least "
+                 f"{staging.RUN_LIMIT_FLOOR_S:g} s)")
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -13,8 +13,8 @@ from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_p
                           same_kernels, space_size)
 from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
-from ..core.staging import (FULL_LIMIT_LAUNCHES, ROUND1_LIMIT_LAUNCHES, ROUNDS, Timed,
-                            cutoff_ms, round_timing, survivors)
+from ..core.staging import (ROUND1_LIMIT_LAUNCHES, ROUNDS, Timed, cutoff_ms, round_timing,
+                            survivors)
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, check_output
@@ -194,14 +194,13 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         tag = config_tag(direction, e, ch)
         say(f"{direction}: engine {e}/{count - 1} {tag} ({time.perf_counter() - t0:.1f} s)")
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
-        # the watchdog's unit (Note [hung launches]), and round 1's cutoff
-        cut = cutoff_ms(best_so_far())
-        launches = ROUND1_LIMIT_LAUNCHES if staging else FULL_LIMIT_LAUNCHES
+        # round 1's cutoff, and the watchdog's limit from it (Note [hung launches])
+        cut = cutoff_ms(best_so_far()) if staging else 0.0
         cfg, made = _run_config(search, first, problem, direction, tensors,
                                 None if staging else ref, e, ch, ranks(e, ch), kernels,
                                 stage=lambda st: emit({"stage": st, "cutoff_ms": cut,
-                                                       "launches": launches}),
-                                cutoff_ms=cut if staging else 0.0)
+                                                       "launches": ROUND1_LIMIT_LAUNCHES}),
+                                cutoff_ms=cut)
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only
             entry["rejected"] += 1
