@@ -15,7 +15,7 @@ The misses are printed.
 
 Usage: python scripts/bench_search.py [--problems NAME,...] [--model resnet50 [--batch 32
            --amp fp16 --channels-last] [--limit N]] [--budget-ms 100] [--model-profile]
-           [--no-pytorch] [--keep DIR] [--json PATH]
+           [--no-pytorch] [--config-timeout S] [--keep DIR] [--json PATH]
 
 --model-profile: the two searches compared are a model sweep's quick profile (only the
 engine configs PyTorch's heuristics and fallbacks list, staged) and the same configs each
@@ -25,6 +25,12 @@ timed in full: whether staging a model sweep's search loses its best configs.
 profile, about 10 s each time on the H200). Their picks are then neither finalists of
 the staged search nor compared, so the hit rate is a lower bound of what a search with
 them gets (a model sweep's picks come from its own run of the model, and are finalists).
+
+--config-timeout S: both profiles' --engine-config-timeout (default the tool's, 60 s).
+Knob combinations whose launch never ends (docs/limits.md) cost a thorough search the whole
+timeout each (four of them on the float16 3x3 problem on the H200); a shorter one makes
+the thorough searches affordable, and a config that needs longer is recorded as hung in
+both profiles alike.
 
 --keep DIR: each problem's result is kept in DIR/NAME.json as it finishes, and a problem
 found there is not measured again, so the benchmark can be spread over several calls of
@@ -157,6 +163,8 @@ def main() -> int:
                          "problem's thorough and quick profiles (--budget-ms unused)")
     ap.add_argument("--no-pytorch", action="store_true",
                     help="run no PyTorch children (no picks: the hit rate is a lower bound)")
+    ap.add_argument("--config-timeout", type=float, default=None, metavar="S",
+                    help="both profiles' --engine-config-timeout (default the tool's)")
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep each problem's result there; skip the problems kept")
     ap.add_argument("--json", default=None)
@@ -184,6 +192,12 @@ def main() -> int:
         staged = full.profiled("quick")
     if a.no_pytorch:
         full, staged = full.updated(pytorch=False), staged.updated(pytorch=False)
+    if a.config_timeout is not None:
+        if not 0 < a.config_timeout <= 86400:
+            raise SystemExit(f"--config-timeout {a.config_timeout:g}: a number of seconds > 0, "
+                             f"at most 86400")
+        full, staged = (o.updated(engine_config_timeout_s=a.config_timeout)
+                        for o in (full, staged))
     rows, wall, walls = [], {"full": 0.0, "staged": 0.0}, {}
     if a.keep:
         os.makedirs(a.keep, exist_ok=True)

@@ -110,6 +110,17 @@ def test_no_pytorch_runs_no_children_and_is_kept_apart(bench, monkeypatch, tmp_p
     assert os.listdir(keep) == ["default.model-profile.no-pytorch.json"]
 
 
+def test_a_config_timeout_reaches_both_profiles(bench, monkeypatch, tmp_path):
+    mod, measured = bench
+    seen = options_seen(mod, monkeypatch)
+    run(mod, monkeypatch, tmp_path, "--problems", "default", "--config-timeout", "15")
+    ((full, staged),) = seen
+    assert full.engine_config_timeout_s == staged.engine_config_timeout_s == 15.0
+    assert (full.staged, staged.staged) == (False, True)
+    with pytest.raises(SystemExit, match=r"--config-timeout 0: a number of seconds > 0"):
+        run(mod, monkeypatch, tmp_path, "--problems", "default", "--config-timeout", "0")
+
+
 def test_each_profiles_search_is_kept_so_a_cut_thorough_one_keeps_the_quick(
         monkeypatch, tmp_path):
     import cudnn_explorer as ce
