@@ -113,6 +113,15 @@ part_main-job() {  # the main job alone, with its wall-time breakdown (--verbose
   "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --verbose --no-store \
     --json "$LOG/main-job.json" > "$LOG/main-job.txt" 2>&1
 }
+# The same with an empty CUDA JIT cache (CUDA_CACHE_PATH a new folder), as on a machine
+# that never built the run-time compiled plans: after other GPU work their builds took
+# 0.1 s, on fresh machines 1.0-1.8 s (docs/benchmarks.md).
+part_main-job-cold() {
+  local cache; cache=$(mktemp -d)
+  CUDA_CACHE_PATH=$cache "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --verbose \
+    --no-store --json "$LOG/main-job-cold.json" > "$LOG/main-job-cold.txt" 2>&1
+  local r=$?; rm -rf "$cache"; return $r
+}
 part_tests-model() {
   "$PY" "${PYTEST[@]}" tests/test_gpu_model.py > "$LOG/tests-model.txt" 2>&1
 }
@@ -333,7 +342,7 @@ show_part() {  # what each part's log says, for the call's output
     tests*) grep -E '^(FAILED|ERROR)' "$LOG/$1.txt"; tail -4 "$LOG/$1.txt" ;;
     main) cat "$LOG/main.txt" ;;
     profile-search) grep -E 'configs \(|host time|outside them|^  round' "$LOG/profile-search.txt" ;;
-    main-job) grep -v ': engine [0-9]*/' "$LOG/main-job.txt" | tail -25 ;;
+    main-job|main-job-cold) grep -v ': engine [0-9]*/' "$LOG/$1.txt" | tail -25 ;;
     depthwise) sed -n '/^== summary/,$p' "$LOG/eng_depthwise.txt"; tail -3 "$LOG/eng_depthwise.txt" ;;
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
