@@ -151,3 +151,27 @@ def test_each_profiles_search_is_kept_so_a_cut_thorough_one_keeps_the_quick(
     assert ran == ["staged", "full", "full"]  # the quick one read back, not run again
     assert one["wall_s"]["staged"] == kept["wall_s"]
     assert sorted(os.listdir(tmp_path)) == ["default.full.json", "default.staged.json"]
+
+
+def test_each_exploration_starts_with_an_empty_jit_cache(monkeypatch, tmp_path):
+    import cudnn_explorer as ce
+
+    mod = load_script("bench_search")
+    seen = []
+
+    def explore(p, opts):
+        d = os.environ["CUDA_CACHE_PATH"]
+        assert os.path.isdir(d) and not os.listdir(d)
+        seen.append(d)
+        return fakes.exploration()
+
+    monkeypatch.setattr(ce, "explore", explore)
+    monkeypatch.setenv("CUDA_CACHE_PATH", "/somewhere/else")
+    p = ce.ConvProblem.create("1,8,8,8")
+    mod.explored(p, None)
+    mod.explored(p, None)
+    assert len(set(seen)) == 2 and not any(os.path.exists(d) for d in seen)
+    assert os.environ["CUDA_CACHE_PATH"] == "/somewhere/else"  # as it was
+    monkeypatch.delenv("CUDA_CACHE_PATH")
+    mod.explored(p, None)
+    assert "CUDA_CACHE_PATH" not in os.environ
