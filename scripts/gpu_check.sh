@@ -103,10 +103,12 @@ part_tests-kernels() {  # kernel names from captured graphs against the profiler
 part_tests-pytorch() {  # PyTorch's children: every mode, started ahead, a hung one
   "$PY" "${PYTEST[@]}" tests/test_gpu_pytorch.py > "$LOG/tests-pytorch.txt" 2>&1
 }
-part_profile-search() {  # one ResNet-50 problem's engine search per direction, in-process
-  local d
+part_profile-search() {  # one ResNet-50 problem's search per direction, in-process:
+  local d          # its engine configs, then its legacy rows
   for d in fwd bwd-data bwd-filter; do
     "$PY" scripts/profile_search.py --direction "$d" --json "$LOG/profile-search-$d.json"
+    "$PY" scripts/profile_search.py --direction "$d" --legacy \
+      --json "$LOG/profile-search-legacy-$d.json"
   done > "$LOG/profile-search.txt" 2>&1
 }
 part_main-job() {  # the main job alone, with its wall-time breakdown (--verbose)
@@ -341,7 +343,7 @@ show_part() {  # what each part's log says, for the call's output
   case $1 in
     tests*) grep -E '^(FAILED|ERROR)' "$LOG/$1.txt"; tail -4 "$LOG/$1.txt" ;;
     main) cat "$LOG/main.txt" ;;
-    profile-search) grep -E 'configs \(|host time|outside them|^  round' "$LOG/profile-search.txt" ;;
+    profile-search) grep -E 'configs \(|rows \(|host time|outside them|^  round' "$LOG/profile-search.txt" ;;
     main-job|main-job-cold) grep -v ': engine [0-9]*/' "$LOG/$1.txt" | tail -25 ;;
     depthwise) sed -n '/^== summary/,$p' "$LOG/eng_depthwise.txt"; tail -3 "$LOG/eng_depthwise.txt" ;;
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;

@@ -11,9 +11,13 @@ problem's quick profile, every engine's knob space sampled), under cProfile. It 
   (median per launch x the launches it counts: warm-up, samples, the eager loop);
 - cProfile's functions with the most cumulative time.
 
+--legacy: the direction's legacy rows instead (Find, their staged re-timing, the checks,
+their kernels; LegacyLab's find, measure and kernels timed as the native calls), after
+the time the lab took to make the tensors, descriptors and float64 reference.
+
 Usage: python scripts/profile_search.py [--shape 32,64,56,56] [--out-channels 64]
            [--kernel 1] [--padding 0] [--stride 1] [--dtype float16] [--layout nhwc]
-           [--direction bwd-data] [--problem-profile] [--top 25] [--json PATH]
+           [--direction bwd-data] [--problem-profile] [--legacy] [--top 25] [--json PATH]
 """
 import argparse
 import collections
@@ -79,6 +83,8 @@ def main() -> int:
     ap.add_argument("--problem-profile", action="store_true",
                     help="the single problem's quick profile (knob spaces sampled) instead "
                          "of a model sweep's")
+    ap.add_argument("--legacy", action="store_true",
+                    help="profile the direction's legacy rows instead of its engine configs")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
@@ -86,8 +92,6 @@ def main() -> int:
     import cudnn_explorer as ce
     from cudnn_explorer.core.options import ExploreOptions
     from cudnn_explorer.measure import native
-    from cudnn_explorer.measure.engine_worker import _gpu_setup
-    from cudnn_explorer.measure.engines import explore_engines
 
     problem = ce.ConvProblem.create(a.shape, out_channels=a.out_channels, kernel=a.kernel,
                                     padding=a.padding, stride=a.stride, dtype=a.dtype,
@@ -97,39 +101,21 @@ def main() -> int:
         native.require_gpu(opts.device)
     except ce.ExplorerError as e:
         raise SystemExit(f"profile_search: {e}")
-    native_problem, tensors, ref = _gpu_setup(problem, a.direction, opts.device, opts.seed,
-                                              opts.check)
-    search = TimedCalls(native.engine_search(a.direction, native_problem))
     prof = cProfile.Profile()
-    t0 = time.perf_counter()
-    prof.enable()
-    space = explore_engines(problem, a.direction, native_problem, tensors, ref,
-                            max_per_engine=opts.engine_configs,
-                            time_budget_s=opts.engine_budget_s, timing=opts.timing,
-                            kernels=opts.engine_sampling, sample=opts.engine_sampling,
-                            search=search, staged=opts.staged)
-    prof.disable()
-    wall = time.perf_counter() - t0
-    configs = len(space.configs)
-    native_s = sum(search.seconds.values())
-    gpu_s = sum(gpu_ms(c.timing) for c in space.configs) / 1e3
+    out = (profile_legacy if a.legacy else profile_engines)(problem, a.direction, opts, prof)
+    out.update({"problem": problem.describe(), "direction": a.direction,
+                "profile": "problem quick" if a.problem_profile else "model quick"})
     stats = io.StringIO()
     pstats.Stats(prof, stream=stats).sort_stats("cumulative").print_stats(a.top)
-    out = {"problem": problem.describe(), "direction": a.direction,
-           "profile": "problem quick" if a.problem_profile else "model quick",
-           "wall_s": round(wall, 3), "configs": configs,
-           "wall_ms_per_config": round(1e3 * wall / configs, 2) if configs else None,
-           "native_s": {k: round(v, 3) for k, v in sorted(search.seconds.items())},
-           "native_calls": dict(search.calls), "python_s": round(wall - native_s, 3),
-           "gpu_s_estimated": round(gpu_s, 3),
-           "rounds": [{k: r.get(k) for k in ("round", "timed", "left", "wall_s")}
-                      for r in space.rounds]}
-    print(f"{out['problem']} {a.direction} ({out['profile']}): {wall:.2f} s for {configs} "
-          f"configs ({out['wall_ms_per_config']} ms each)")
-    print("host time inside the native search's calls (s): " + ", ".join(
-        f"{k} {v:.3f} ({search.calls[k]} calls)" for k, v in sorted(search.seconds.items())))
-    print(f"outside them (Python): {out['python_s']:.3f} s; the configs' launches on the GPU, "
-          f"estimated from their timing records: {gpu_s:.3f} s")
+    what, n = ("legacy rows", out["rows"]) if a.legacy else ("configs", out["configs"])
+    print(f"{out['problem']} {a.direction} ({out['profile']}): {out['wall_s']:.2f} s for "
+          f"{n} {what} ({out['wall_ms_per_item']} ms each)"
+          + (f", after {out['setup_s']:.3f} s making the tensors, descriptors and reference"
+             if a.legacy else ""))
+    print("host time inside the native calls (s): " + ", ".join(
+        f"{k} {v:.3f} ({out['native_calls'][k]} calls)" for k, v in out["native_s"].items()))
+    print(f"outside them (Python): {out['python_s']:.3f} s; the launches on the GPU, "
+          f"estimated from the timing records: {out['gpu_s_estimated']:.3f} s")
     for r in out["rounds"]:
         print(f"  round {r['round']}: {r['timed']} timed, {r.get('left')} left, "
               f"{r['wall_s']:.3f} s" if r.get("wall_s") is not None else f"  {r}")
@@ -137,6 +123,72 @@ def main() -> int:
     if a.json:
         write_atomic(a.json, json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def summary(wall: float, items: int, calls: TimedCalls, timings, rounds) -> dict:
+    """What both profiles report: the wall time, per item, the native calls' host time
+    against the rest, the launches' GPU time estimated from ``timings``."""
+    native_s = sum(calls.seconds.values())
+    return {"wall_s": round(wall, 3),
+            "wall_ms_per_item": round(1e3 * wall / items, 2) if items else None,
+            "native_s": {k: round(v, 3) for k, v in sorted(calls.seconds.items())},
+            "native_calls": dict(calls.calls), "python_s": round(wall - native_s, 3),
+            "gpu_s_estimated": round(sum(gpu_ms(t) for t in timings) / 1e3, 3),
+            "rounds": [{k: r.get(k) for k in ("round", "timed", "left", "wall_s")}
+                       for r in rounds]}
+
+
+def profile_engines(problem, direction, opts, prof) -> dict:
+    """The direction's engine-config search in this process under ``prof``."""
+    from cudnn_explorer.measure import native
+    from cudnn_explorer.measure.engine_worker import _gpu_setup
+    from cudnn_explorer.measure.engines import explore_engines
+
+    native_problem, tensors, ref = _gpu_setup(problem, direction, opts.device, opts.seed,
+                                              opts.check)
+    search = TimedCalls(native.engine_search(direction, native_problem))
+    t0 = time.perf_counter()
+    prof.enable()
+    space = explore_engines(problem, direction, native_problem, tensors, ref,
+                            max_per_engine=opts.engine_configs,
+                            time_budget_s=opts.engine_budget_s, timing=opts.timing,
+                            kernels=opts.engine_sampling, sample=opts.engine_sampling,
+                            search=search, staged=opts.staged)
+    prof.disable()
+    wall = time.perf_counter() - t0
+    return {"configs": len(space.configs),
+            **summary(wall, len(space.configs), search, [c.timing for c in space.configs],
+                      space.rounds)}
+
+
+def profile_legacy(problem, direction, opts, prof) -> dict:
+    """The direction's legacy rows (Find, the staged re-timing, checks, kernels) in this
+    process under ``prof``, as a sweep measures them; the lab's setup (tensors,
+    descriptors, the float64 reference) timed apart."""
+    from cudnn_explorer.measure.legacy import LegacyLab, measure_legacy
+    from cudnn_explorer.measure.pipeline import environment
+
+    gpu = environment(opts.device).gpu_name
+    t0 = time.perf_counter()
+    lab = LegacyLab(problem, direction, opts)
+    setup = time.perf_counter() - t0
+    calls = TimedCalls(lab)
+    try:
+        t0 = time.perf_counter()
+        prof.enable()
+        rows = measure_legacy(problem, direction, calls, opts, gpu,
+                              want_kernels=opts.pytorch or opts.engines)
+        prof.disable()
+        wall = time.perf_counter() - t0
+    finally:
+        lab.close()
+    timed = [r for r in rows.find if r.timing is not None]
+    rounds = sorted({r.left_round for r in rows.find if r.left_round is not None})
+    return {"rows": len(timed), "setup_s": round(setup, 3),
+            **summary(wall, len(timed), calls, [r.timing for r in timed],
+                      [{"round": n, "timed": None, "left": sum(r.left_round == n
+                                                                for r in rows.find)}
+                       for n in rounds])}
 
 
 if __name__ == "__main__":

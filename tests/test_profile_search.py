@@ -46,3 +46,28 @@ def test_gpu_time_of_a_timing_record():
     with_loop = fakes.timing(0.5, eager=0.6)  # and an eager loop of 0.6 ms per call
     assert mod.gpu_ms(with_loop) == pytest.approx(own + mod.gpu_ms(with_loop.eager))
     assert mod.gpu_ms(with_loop.eager) == pytest.approx(0.6 * 50 * 10)
+
+
+def test_the_legacy_rows_are_profiled_as_a_sweep_measures_them(monkeypatch):
+    """--legacy without a GPU: the lab's setup apart, its calls timed by name, the rows'
+    launches estimated, and the rounds they left in counted."""
+    import cProfile
+    from types import SimpleNamespace as NS
+
+    import cudnn_explorer as ce
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.measure import legacy, pipeline
+
+    mod = load_script("profile_search")
+    calls = []
+    monkeypatch.setattr(legacy, "LegacyLab", lambda p, d, o: fakes.FakeLab(p, d, o, calls))
+    monkeypatch.setattr(pipeline, "environment", lambda device=0: NS(gpu_name="NVIDIA H200"))
+    opts = ExploreOptions.create().profiled("quick", model=True)
+    out = mod.profile_legacy(ce.ConvProblem.create("32,3,224,224", kernel=3), "fwd", opts,
+                             cProfile.Profile())
+    assert out["rows"] >= 2 and out["setup_s"] >= 0
+    assert set(out["native_calls"]) >= {"find", "measure"}
+    assert out["native_calls"]["find"] == 1
+    assert out["wall_ms_per_item"] is not None
+    assert out["gpu_s_estimated"] > 0
+    assert all(r["left"] >= 1 for r in out["rounds"])
