@@ -108,8 +108,9 @@ def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker
 
 
 def test_after_a_lost_worker_a_spare_is_kept_ahead_and_ended_with_it(tmp_path, monkeypatch):
-    """Note [spare worker]: the fake's hung config and crashing engine lose two workers; the
-    second replacement is the spare started at the first loss, and close() ends it all."""
+    """Note [spare worker]: the fake's hung config and crashing engine lose two workers;
+    from the first loss on a spare is kept ready (four processes in all, not three), and
+    close() ends them all."""
     (tmp_path / "counted_worker.py").write_text(FAKE_WORKER.replace(
         WORKER_HEAD, WORKER_HEAD + 'open(os.environ["STARTS"], "a").write(f"{os.getpid()} ")\n',
         1))
