@@ -123,9 +123,7 @@ class EngineWorker:
     def kill(self) -> None:
         """End the worker now (its process group: a config may have started others)."""
         if self.proc is not None:
-            if self.proc.poll() is None:
-                _kill(self.proc)
-            _close_pipe(self.proc)
+            _end(self.proc)
             self.proc = None
 
     def close(self, wait_s: float = 10.0) -> None:
@@ -140,9 +138,7 @@ class EngineWorker:
                 pass
         self.kill()
         if self._spare is not None:  # it never got a job: it holds nothing
-            if self._spare[0].poll() is None:
-                _kill(self._spare[0])
-            _close_pipe(self._spare[0])
+            _end(self._spare[0])
             self._spare = None
         self._spare_wanted = False
         if self._tmp is not None:
@@ -154,6 +150,13 @@ class EngineWorker:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """End a worker's process (group) now, unless it ended, and close its stdin."""
+    if proc.poll() is None:
+        _kill(proc)
+    _close_pipe(proc)
 
 
 def _close_pipe(proc: subprocess.Popen) -> None:
