@@ -318,13 +318,10 @@ def test_a_config_whose_launch_never_ends_is_killed_at_round_1s_limit(tmp_path, 
 
     src = STAGED_WORKER.replace("if k == 1 and opt.budget_ms == 10.0:", "if k == 1:")
     assert src != STAGED_WORKER
-    # 10 launches of the cutoff in the worker: under the parent's floor, made 0.5 s here
-    src = src.replace(WORKER_HEAD, WORKER_HEAD + textwrap.dedent("""\
-        from cudnn_explorer.measure import engines as _engines
-        _engines.ROUND1_LIMIT_LAUNCHES = 10
-        """), 1)
     (tmp_path / "launch_hang_worker.py").write_text(src)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    # the parent's limit: 10 launches of the cutoff, under a floor made 0.5 s here
+    monkeypatch.setattr(staging, "ROUND1_LIMIT_LAUNCHES", 10)
     monkeypatch.setattr(staging, "RUN_LIMIT_FLOOR_S", 0.5)
     timeout = 60.0 if staged else 2.0
     t0 = time.perf_counter()
@@ -350,15 +347,11 @@ def test_a_config_whose_launch_never_ends_is_killed_at_round_1s_limit(tmp_path, 
 def test_the_launches_limit_needs_a_cutoff_and_grows_with_it():
     """Only a built round-1 candidate (a cutoff) gets a launches' limit; a slower
     direction's cutoff gives its launches more time (2,000 launches of 30 ms: 60 s)."""
-    for ev in ({"stage": "running", "cutoff_ms": 0.0, "launches": 2000},
-               {"stage": "running", "launches": 2000},
-               {"stage": "running", "cutoff_ms": 1.0},
-               {"stage": "built", "cutoff_ms": 1.0, "launches": 2000}):
+    for ev in ({"stage": "running", "cutoff_ms": 0.0}, {"stage": "running"},
+               {"stage": "built", "cutoff_ms": 1.0}):
         assert engine_worker._run_limit(ev) is None, ev
-    assert engine_worker._run_limit({"stage": "running", "cutoff_ms": 1.0,
-                                     "launches": 2000})[0] == 10.0
-    secs, text = engine_worker._run_limit({"stage": "running", "cutoff_ms": 30.0,
-                                           "launches": 2000})
+    assert engine_worker._run_limit({"stage": "running", "cutoff_ms": 1.0})[0] == 10.0
+    secs, text = engine_worker._run_limit({"stage": "running", "cutoff_ms": 30.0})
     assert secs == 60.0 and text.startswith("60 s of its plan's launches (round 1's limit: "
                                             "2,000 launches")
 

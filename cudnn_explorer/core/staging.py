@@ -127,7 +127,7 @@ def cutoff_ms(best_ms) -> float:
 RUN_LIMIT_FLOOR_S, ROUND1_LIMIT_LAUNCHES = 10.0, 2_000
 
 
-def run_limit_s(cutoff: float, launches: int) -> float:
-    """How long (s) the watchdog waits for a built config's ``launches`` launches of
-    ``cutoff`` ms (> 0), at least RUN_LIMIT_FLOOR_S. Note [hung launches]."""
-    return max(RUN_LIMIT_FLOOR_S, launches * cutoff / 1000.0)
+def run_limit_s(cutoff: float) -> float:
+    """How long (s) the watchdog waits for the launches of a round-1 candidate timed with
+    ``cutoff`` (ms, > 0), its plan built. Note [hung launches]."""
+    return max(RUN_LIMIT_FLOOR_S, ROUND1_LIMIT_LAUNCHES * cutoff / 1000.0)

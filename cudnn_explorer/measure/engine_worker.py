@@ -7,9 +7,10 @@ launched it. So the parent (:func:`explore_isolated`) runs engines.explore_engin
 worker process (:class:`EngineWorker`, ``python -m cudnn_explorer.measure.engine_worker
 --serve``), which takes one job per line on its stdin, {"spec": SPEC, "events": EVENTS},
 explores that direction, and appends one JSON line per event to EVENTS: {"say": msg},
-{"start": config} before a config, {"stage": "running", "cutoff_ms": C, "launches": N}
-once its plan is built (its launches get N times C ms, when that is shorter than the
-config's timeout: Note [hung launches] in core/staging.py), {"attempt": result} after it,
+{"start": config} before a config, {"stage": "running", "cutoff_ms": C} once its plan is
+built (C > 0: a round-1 candidate, whose launches get a limit from C when that is shorter
+than the config's timeout: Note [hung launches] in core/staging.py), {"attempt": result}
+after it,
 {"space": EngineSpace, "retire": bool} at the end, or {"failed": message, "resource":
 bool, "retire": bool} for a job that failed outside any config (its tensors did not fit
 in the GPU's memory: ResourceError here). When a config runs past ``config_timeout_s``
@@ -299,16 +300,15 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
 
 def _run_limit(ev: dict):
     """(seconds, what the message says of them) that a stage event ``ev`` allows from now,
-    or None: a config whose plan is built gets ``launches`` launches of ``cutoff_ms``
-    (Note [hung launches] in core/staging.py), when that is shorter than what is left of
-    its --engine-config-timeout."""
-    cut, launches = float(ev.get("cutoff_ms") or 0.0), int(ev.get("launches") or 0)
-    if ev.get("stage") != "running" or cut <= 0 or launches <= 0:
+    or None: a round-1 candidate whose plan is built gets its launches' limit from its
+    ``cutoff_ms`` (Note [hung launches] in core/staging.py)."""
+    cut = float(ev.get("cutoff_ms") or 0.0)
+    if ev.get("stage") != "running" or cut <= 0:
         return None
-    run = staging.run_limit_s(cut, launches)
-    return run, (f"{run:g} s of its plan's launches (round 1's limit: {launches:,} launches "
-                 f"of {cut:.3g} ms, 3x the fastest config so far, at least "
-                 f"{staging.RUN_LIMIT_FLOOR_S:g} s)")
+    run = staging.run_limit_s(cut)
+    return run, (f"{run:g} s of its plan's launches (round 1's limit: "
+                 f"{staging.ROUND1_LIMIT_LAUNCHES:,} launches of {cut:.3g} ms, 3x the fastest "
+                 f"config so far, at least {staging.RUN_LIMIT_FLOOR_S:g} s)")
 
 
 def _kill(proc: subprocess.Popen) -> None:

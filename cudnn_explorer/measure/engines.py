@@ -13,8 +13,7 @@ from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_p
                           same_kernels, space_size)
 from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
-from ..core.staging import (ROUND1_LIMIT_LAUNCHES, ROUNDS, Timed, cutoff_ms, round_timing,
-                            survivors)
+from ..core.staging import ROUNDS, Timed, cutoff_ms, round_timing, survivors
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, check_output
@@ -198,8 +197,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         cut = cutoff_ms(best_so_far()) if staging else 0.0
         cfg, made = _run_config(search, first, problem, direction, tensors,
                                 None if staging else ref, e, ch, ranks(e, ch), kernels,
-                                stage=lambda st: emit({"stage": st, "cutoff_ms": cut,
-                                                       "launches": ROUND1_LIMIT_LAUNCHES}),
+                                stage=lambda st: emit({"stage": st, "cutoff_ms": cut}),
                                 cutoff_ms=cut)
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only
