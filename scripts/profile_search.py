@@ -116,13 +116,26 @@ def main() -> int:
         f"{k} {v:.3f} ({out['native_calls'][k]} calls)" for k, v in out["native_s"].items()))
     print(f"outside them (Python): {out['python_s']:.3f} s; the launches on the GPU, "
           f"estimated from the timing records: {out['gpu_s_estimated']:.3f} s")
-    for r in out["rounds"]:
-        print(f"  round {r['round']}: {r['timed']} timed, {r.get('left')} left, "
-              f"{r['wall_s']:.3f} s" if r.get("wall_s") is not None else f"  {r}")
+    for r in out["rounds"]:  # the legacy rows record neither a round's count nor its time
+        print(f"  round {r['round']}: " + ", ".join(
+            [f"{r['timed']} timed"] * (r.get("timed") is not None)
+            + [f"{r.get('left')} left"]
+            + [f"{r['wall_s']:.3f} s"] * (r.get("wall_s") is not None)))
     print(stats.getvalue())
     if a.json:
         write_atomic(a.json, json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def profiled(prof, run):
+    """(run()'s result, its wall seconds), run under ``prof``."""
+    t0 = time.perf_counter()
+    prof.enable()
+    try:
+        out = run()
+    finally:
+        prof.disable()
+    return out, time.perf_counter() - t0
 
 
 def summary(wall: float, items: int, calls: TimedCalls, timings, rounds) -> dict:
@@ -147,15 +160,10 @@ def profile_engines(problem, direction, opts, prof) -> dict:
     native_problem, tensors, ref = _gpu_setup(problem, direction, opts.device, opts.seed,
                                               opts.check)
     search = TimedCalls(native.engine_search(direction, native_problem))
-    t0 = time.perf_counter()
-    prof.enable()
-    space = explore_engines(problem, direction, native_problem, tensors, ref,
-                            max_per_engine=opts.engine_configs,
-                            time_budget_s=opts.engine_budget_s, timing=opts.timing,
-                            kernels=opts.engine_sampling, sample=opts.engine_sampling,
-                            search=search, staged=opts.staged)
-    prof.disable()
-    wall = time.perf_counter() - t0
+    space, wall = profiled(prof, lambda: explore_engines(
+        problem, direction, native_problem, tensors, ref, max_per_engine=opts.engine_configs,
+        time_budget_s=opts.engine_budget_s, timing=opts.timing, kernels=opts.engine_sampling,
+        sample=opts.engine_sampling, search=search, staged=opts.staged))
     return {"configs": len(space.configs),
             **summary(wall, len(space.configs), search, [c.timing for c in space.configs],
                       space.rounds)}
@@ -174,12 +182,8 @@ def profile_legacy(problem, direction, opts, prof) -> dict:
     setup = time.perf_counter() - t0
     calls = TimedCalls(lab)
     try:
-        t0 = time.perf_counter()
-        prof.enable()
-        rows = measure_legacy(problem, direction, calls, opts, gpu,
-                              want_kernels=opts.pytorch or opts.engines)
-        prof.disable()
-        wall = time.perf_counter() - t0
+        rows, wall = profiled(prof, lambda: measure_legacy(
+            problem, direction, calls, opts, gpu, want_kernels=opts.pytorch or opts.engines))
     finally:
         lab.close()
     timed = [r for r in rows.find if r.timing is not None]
