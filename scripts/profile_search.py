@@ -116,15 +116,21 @@ def main() -> int:
         f"{k} {v:.3f} ({out['native_calls'][k]} calls)" for k, v in out["native_s"].items()))
     print(f"outside them (Python): {out['python_s']:.3f} s; the launches on the GPU, "
           f"estimated from the timing records: {out['gpu_s_estimated']:.3f} s")
-    for r in out["rounds"]:  # the legacy rows record neither a round's count nor its time
-        print(f"  round {r['round']}: " + ", ".join(
-            [f"{r['timed']} timed"] * (r.get("timed") is not None)
-            + [f"{r.get('left')} left"]
-            + [f"{r['wall_s']:.3f} s"] * (r.get("wall_s") is not None)))
+    for r in out["rounds"]:
+        print(round_line(r))
     print(stats.getvalue())
     if a.json:
         write_atomic(a.json, json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def round_line(r: dict) -> str:
+    """One round of the summary, as printed: what it timed (the legacy rows do not record
+    it), what left, its wall time (nor that)."""
+    timed, wall = r.get("timed"), r.get("wall_s")
+    return f"  round {r['round']}: " + ", ".join(
+        ([] if timed is None else [f"{timed} timed"]) + [f"{r.get('left')} left"]
+        + ([] if wall is None else [f"{wall:.3f} s"]))
 
 
 def profiled(prof, run):

@@ -71,3 +71,10 @@ def test_the_legacy_rows_are_profiled_as_a_sweep_measures_them(monkeypatch):
     assert out["wall_ms_per_item"] is not None
     assert out["gpu_s_estimated"] > 0
     assert all(r["left"] >= 1 for r in out["rounds"])
+
+
+def test_a_round_line_says_only_what_was_recorded():
+    mod = load_script("profile_search")
+    assert mod.round_line({"round": 1, "timed": 44, "left": 41, "wall_s": 0.4977}) == \
+        "  round 1: 44 timed, 41 left, 0.498 s"
+    assert mod.round_line({"round": 2, "timed": None, "left": 3}) == "  round 2: 3 left"
