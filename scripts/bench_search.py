@@ -38,8 +38,8 @@ both profiles alike.
 found there is not measured again, so the benchmark can be spread over several calls of
 a limited length (each profile's exploration is kept too, in DIR/NAME.staged.json and
 DIR/NAME.full.json, so a call that ends during a problem's thorough search loses only
-that search; a wall time read from there is the one measured when it was kept); Ctrl-C (or SIGINT from `timeout -s INT`) ends it with the totals of the
-problems that finished.
+that search; a wall time read from there is the one measured when it was kept); Ctrl-C
+(or SIGINT from `timeout -s INT`) ends it with the totals of the problems that finished.
 """
 import argparse
 import contextlib
@@ -111,23 +111,32 @@ def cold_jit_cache():
                 os.environ["CUDA_CACHE_PATH"] = old
 
 
+def kept_or(path, make, indent=None):
+    """(the JSON document kept in ``path`` by a call before, True), else (make()'s, False),
+    kept there as it finishes (``path`` None: not kept)."""
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return json.load(f), True
+    doc = make()
+    if path:
+        write_atomic(path, json.dumps(doc, indent=indent) + "\n")
+    return doc, False
+
+
 def explored(p, opts, kept=None):
     """(Exploration, wall s) of ``p`` under ``opts``: read from ``kept`` (a file path)
     where a call before wrote it, else measured, then written there."""
     import cudnn_explorer as ce
     from cudnn_explorer.core.exploration import Exploration
 
-    if kept and os.path.exists(kept):
-        with open(kept) as f:
-            d = json.load(f)
-        return Exploration.from_dict(d["exploration"]), d["wall_s"]
-    with cold_jit_cache():
-        t0 = time.perf_counter()
-        e = ce.explore(p, opts)
-        wall = time.perf_counter() - t0
-    if kept:
-        write_atomic(kept, json.dumps({"wall_s": wall, "exploration": e.to_dict()}) + "\n")
-    return e, wall
+    def measure():
+        with cold_jit_cache():
+            t0 = time.perf_counter()
+            e = ce.explore(p, opts)
+            return {"wall_s": time.perf_counter() - t0, "exploration": e.to_dict()}
+
+    d, _ = kept_or(kept, measure)
+    return Exploration.from_dict(d["exploration"]), d["wall_s"]
 
 
 def measure_problem(name, p, full, staged, worker=None, keep_stem=None) -> dict:
@@ -237,14 +246,10 @@ def main() -> int:
                 + (".no-pytorch" if a.no_pytorch else "")
             base = os.path.join(a.keep, stem) if a.keep else None
             kept = base + ".json" if base else None
-            if kept and os.path.exists(kept):
-                with open(kept) as f:
-                    one = json.load(f)
+            one, was_kept = kept_or(kept, lambda: measure_problem(name, p, full, staged,
+                                                                  worker, base), indent=1)
+            if was_kept:
                 print(f"{name}: kept in {kept}", flush=True)
-            else:
-                one = measure_problem(name, p, full, staged, worker, base)
-                if kept:
-                    write_atomic(kept, json.dumps(one, indent=1) + "\n")
             rows += one["rows"]
             walls[name] = one["wall_s"]
             for label in wall:
