@@ -36,7 +36,8 @@ from ..measure.pytorch_picks import ModeRun, ModeSpec, default_modes
 from ..measure.pipeline import GpuBench
 from .mode_process import ModeStarts, run_mode, shapes, start_mode
 
-__all__ = ["model_modes", "modes_of", "run_model", "run_key", "StoreCache", "ModelBench", "retime_plans"]
+__all__ = ["model_modes", "modes_of", "run_model", "run_key", "StoreCache", "ModelBench",
+           "retime_plans"]
 LOG_READ = "the log read"  # a mode's phase: its cudnn-frontend log read into PyTorch's picks
 
 

@@ -6,10 +6,9 @@ from typing import List, Optional
 
 import tabulate as _tabulate
 
+from ..core.exploration import Environment, cudnn_version
 from ..core.records import MIB
 from ..core.walltime import SearchTime
-
-from ..core.exploration import Environment, cudnn_version
 
 __all__ = ["problem_text", "fmt_ms", "fmt_mib", "fmt_err", "fmt_version", "fmt_cuda", "describe_environment",
            "short_status", "short_math", "short_tag", "short_algo", "short_choice", "eager_ms",
