@@ -111,18 +111,18 @@ part_profile-search() {  # one ResNet-50 problem's search per direction, in-proc
       --json "$LOG/profile-search-legacy-$d.json"
   done > "$LOG/profile-search.txt" 2>&1
 }
-part_main-job() {  # the main job alone, with its wall-time breakdown (--verbose)
+main_job() {  # LOGNAME: the main job alone, with its wall-time breakdown (--verbose)
   "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --verbose --no-store \
-    --json "$LOG/main-job.json" > "$LOG/main-job.txt" 2>&1
+    --json "$LOG/$1.json" > "$LOG/$1.txt" 2>&1
 }
+part_main-job() { main_job main-job; }
 # The same with an empty CUDA JIT cache (CUDA_CACHE_PATH a new folder), as on a machine
 # that never built the run-time compiled plans: after other GPU work their builds took
 # 0.1 s, on fresh machines 1.0-1.8 s (docs/benchmarks.md).
 part_main-job-cold() {
-  local cache; cache=$(mktemp -d)
-  CUDA_CACHE_PATH=$cache "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --verbose \
-    --no-store --json "$LOG/main-job-cold.json" > "$LOG/main-job-cold.txt" 2>&1
-  local r=$?; rm -rf "$cache"; return $r
+  local cache r; cache=$(mktemp -d)
+  ( export CUDA_CACHE_PATH=$cache; main_job main-job-cold ); r=$?
+  rm -rf "$cache"; return $r
 }
 part_tests-model() {
   "$PY" "${PYTEST[@]}" tests/test_gpu_model.py > "$LOG/tests-model.txt" 2>&1
