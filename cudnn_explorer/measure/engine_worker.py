@@ -231,10 +231,11 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
         open(events_path, "w").close()
         with open(events_path) as events:
             proc = worker.submit(spec_path, events_path)
-            current, since, last = None, time.perf_counter(), time.perf_counter()
+            current, last = None, time.perf_counter()
             stage = ""
-            # the current config's deadline, and what the message says of its limit
-            deadline, within = since + config_timeout_s, f"{config_timeout_s:g} s"
+            # the current config's deadline (from its events' times, ``last``), and what the
+            # message says of its limit
+            deadline, within = last + config_timeout_s, f"{config_timeout_s:g} s"
             partial = ""
             try:
                 while True:
@@ -249,17 +250,16 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                         if "say" in ev:
                             say(ev["say"])
                         elif "start" in ev:
-                            current, since = ev["start"], time.perf_counter()
+                            current = ev["start"]
                             stage = "building its plan (run-time compilation included)"
-                            deadline = since + config_timeout_s
+                            deadline = last + config_timeout_s
                             within = f"{config_timeout_s:g} s"
                         elif "stage" in ev:
                             stage = ("running, timing and checking it"
                                      if ev["stage"] == "running" else ev["stage"])
                             run = _run_limit(ev)
-                            if run is not None and time.perf_counter() + run[0] < deadline:
-                                deadline = time.perf_counter() + run[0]
-                                within = run[1]
+                            if run is not None and last + run[0] < deadline:
+                                deadline, within = last + run[0], run[1]
                         elif "attempt" in ev:
                             prior["attempts"].append(ev["attempt"])
                             current = None
