@@ -18,6 +18,9 @@ PINNED = os.path.join(REPO, "tests", "fixtures", "advice_r50_b32_fp32_pinned_h20
 # (2026-12-02), the plan file from the sweep of the same five sizes
 SIZES_PINNED = os.path.join(REPO, "tests", "fixtures",
                             "advice_r50_b16_sizes_pinned_h200.json.gz")
+# the det-pinned step (plans write --deterministic) on an H200, 2026-12-03
+DET_PINNED = os.path.join(REPO, "tests", "fixtures",
+                          "advice_r50_b32_fp32_det_pinned_h200.json.gz")
 
 
 def _claims():
@@ -201,17 +204,17 @@ def test_winograd_row_weighs_its_workspace_against_the_tensors(tmp_path):
 
 
 def test_the_deterministic_claims_pinned_cell(tmp_path):
-    """The det-pinned step's advice (here the r50-pinned H200 advice stands in for it: the
-    same command with another plan file, so the same fields) against benchmark off with
-    its CI, and against deterministic mode's own picks from the same advice."""
+    """The det-pinned step's H200 advice (pinned to its sweep's deterministic configs)
+    against benchmark off with its CI, and against deterministic mode's own picks from the
+    same advice."""
     _, out = table_from(tmp_path, ((FIXTURE, "resnet50_224.json"),
-                                   (PINNED, "resnet50_224_det_pinned.json")))
+                                   (DET_PINNED, "resnet50_224_det_pinned.json")))
     row = next(ln for ln in out.read_text().splitlines()
                if ln.startswith("| deterministic mode costs about 20%"))
     assert (" | pinned to the sweep's deterministic configs only (`plans write "
             "--deterministic`; cudnn.deterministic not set, which changes no pinned call), "
             "the steady iteration costs -0.2% against benchmark off (95% CI "
-            "-0.4% to -0.1%; CUDA-graph replays of the whole step: GPU time) and -0.2% "
+            "-0.3% to -0.1%; CUDA-graph replays of the whole step: GPU time) and -0.2% "
             "against deterministic mode's own picks (medians of 10 and 10 CUDA-graph replays "
             "of the whole step: GPU time, one process each); 158 of 158 first-iteration calls "
             "pinned (`python -m cudnn_explorer model resnet50 --batch 32 --json "
