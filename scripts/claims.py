@@ -426,13 +426,13 @@ def pinned_cells(keep, cmds, shown):
             cells[claim] = costs
             continue
         v = verdict(costs, adv.iterations)
-        ran = sum(c.pinned_calls for c in costs)
+        ran, fell = (sum(c.pinned_calls for c in costs), sum(c.fallback_calls for c in costs))
         cells[claim] = (f"expected total {v.total_pinned_ms / 1e3:.1f} s pinned, "
                         f"{v.total_on_ms / 1e3:.1f} s on, {v.total_off_ms / 1e3:.1f} s off "
-                        f"for {adv.iterations} iterations over {len(costs)} sizes, no search "
-                        f"at any; {ran} of {ran + sum(c.fallback_calls for c in costs)} "
-                        f"first-iteration calls pinned; the advice: '{v.choice}' "
-                        f"(`{shown[step]}`)")
+                        f"for {adv.iterations} iterations over {len(costs)} sizes"
+                        + (", no search at any" if not fell else "")
+                        + f"; {ran} of {ran + fell} first-iteration calls pinned; the "
+                        f"advice: '{v.choice}' (`{shown[step]}`)")
     cells["Winograd takes 20-30% more memory"] = (
         "not measured: a plan file holds the configs its sweep chose; `plans write "
         "--max-workspace MiB` keeps only those within a workspace")

@@ -221,3 +221,38 @@ def test_the_deterministic_claims_pinned_cell(tmp_path):
             "resnet50_224_pinned.sweep.json; python -m cudnn_explorer plans write "
             "resnet50_224_pinned.sweep.json -o resnet50_224_det_pinned.plans.json "
             "--deterministic; ") in row, row
+
+
+def test_the_80_percent_claims_pinned_cell(tmp_path):
+    """The dist80-pinned step's advice (here the sizes-pinned H200 advice stands in for
+    it: the same command with --shape-dist instead of --sizes, so the same fields): the
+    expected totals of the three modes, the calls pinned, the advice, the commands; "no
+    search at any" only where every call was pinned."""
+    import json
+
+    _, out = table_from(tmp_path, ((DIST80, "resnet50_80.json"),
+                                   (SIZES_PINNED, "resnet50_80_pinned.json")))
+    row = next(ln for ln in out.read_text().splitlines()
+               if ln.startswith("| turn benchmark on when at least 80% of inputs"))
+    assert ("| expected total 32.4 s pinned, 67.7 s on, 33.3 s off for 1000 iterations over "
+            "5 sizes, no search at any; 790 of 790 first-iteration calls pinned; the advice: "
+            "'pinned' (`python -m cudnn_explorer model resnet50 --batch 16 --sizes "
+            "224,256,288,320,352 --json resnet50_80_pinned.sweep.json; python -m "
+            "cudnn_explorer plans write resnet50_80_pinned.sweep.json -o "
+            "resnet50_80_pinned.plans.json; python -m cudnn_explorer advise resnet50 --batch "
+            "16 --shape-dist dist80.txt --iterations 10000 --plans "
+            "resnet50_80_pinned.plans.json --json resnet50_80_pinned.json`) |") in row, row
+    # a call the file did not cover: the cell does not say "no search at any"
+    path = tmp_path / "resnet50_80_pinned.json"
+    d = json.loads(path.read_text())
+    text = json.dumps(d)
+    assert '"fallback_calls": 0' in text
+    path.write_text(text.replace('"fallback_calls": 0', '"fallback_calls": 1', 1))
+    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
+                        "--table-only", "--keep", str(tmp_path), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    row = next(ln for ln in out.read_text().splitlines()
+               if ln.startswith("| turn benchmark on when at least 80% of inputs"))
+    assert "over 5 sizes; 790 of 791 first-iteration calls pinned" in row, row
+
