@@ -87,10 +87,10 @@ class ModelSweep:
 
     # Note [sweep file written often]: a sweep's file is written again after every problem
     # (jobs/sweep.py), so that a kill loses only the problem in flight. Serialising every
-    # entry each time grew with the square of the problems: an H200 ResNet-50 sweep (23
-    # problems, an 8.6 MB file) spent 6.6 s of its 63.6 s loop outside the explorations,
-    # and serialising its whole file took 0.57 s on a development machine; a five-size
-    # sweep's (115 problems) took 3.0 s there, about 170 s over its 115 writes. Each entry
+    # entry each time grew with the square of the problems: between its problems, an H200
+    # ResNet-50 sweep (23 problems, an 8.6 MB file) spent 6.5 s of its 63.6 s loop, and a
+    # five-size sweep 118.7 s of 347.1 s (95 problems). Serialising the first's whole file
+    # took 0.57 s on a development machine, the second's 36 MB 3.0 s. Each entry
     # is frozen, so its text is made once (SweepEntry.json_text) and the file is those
     # texts joined under the other fields': the same bytes as json.dumps of to_dict(),
     # indent 1 (0.011 s a write for the ResNet-50 sweep once its entries' texts are made).
