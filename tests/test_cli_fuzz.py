@@ -9,6 +9,7 @@ saved file may render (exit 0), but never crash.
 import contextlib
 import copy
 import dataclasses
+import importlib
 import io
 import json
 import random
@@ -282,3 +283,50 @@ def test_outputs_written_atomically(tmp_path, monkeypatch):
     assert json.loads(out_json.read_text())["schema"] == "cudnn_explorer.exploration"
     assert out_csv.read_text().startswith("schema_version,")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".cudnn_explorer")] == []
+
+
+# Every verb: its flags with malformed values, after each way the verb is begun.
+_VERB_HEADS = {"model": [["model", "resnet18"], ["model"]],
+               "advise": [["advise", "resnet18"], ["advise"]],
+               "plans": [["plans", "write", "x.json"], ["plans", "show", "x.json"],
+                         ["plans", "check", "x.json"], ["plans"]],
+               "compare": [["compare", "a.json", "b.json"], ["compare"]],
+               "history": [["history"]], "export": [["export"]],
+               "plot": [["plot", "a.json"], ["plot"]]}
+_VERB_VALUES = _NUMBERS + ["", "x", "/nonexistent/f.json", "/proc/version", ".", "a,b",
+                           "1:2:3", "0:0:0", "576:320:64", "1:2", "timm:nomodel",
+                           "torchvision:resnet18(", "nope.json", "fp8", "all", "-", "x=1",
+                           "1,2,3", "0x10", "a=1,b", "3x0x4"]
+
+
+def _verb_cases():
+    from cudnn_explorer.cli.main import VERBS
+
+    rng = random.Random(7)
+    for verb, heads in _VERB_HEADS.items():
+        parser = importlib.import_module(f"cudnn_explorer.cli.{VERBS[verb]}").build_parser()
+        flags = sorted({s for s in parser.flags if s.startswith("--")} - {"--help", "--debug"})
+        for head in heads:
+            for flag in flags:
+                if parser.flags[flag].nargs == 0:
+                    yield head + [flag]
+                    continue
+                for v in rng.sample(_VERB_VALUES, 10):
+                    yield head + [flag, v]
+
+
+def test_every_verb_refuses_malformed_values_in_one_line(tmp_path, monkeypatch):
+    """Some of these are valid (a flag that takes any text); none may end in an internal
+    error, a traceback or more than one line (without a GPU here, a valid one ends at the
+    GPU check: exit 3)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CUDNN_EXPLORER_DEBUG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no results store of this machine's
+    cases = list(_verb_cases())
+    assert len(cases) >= 1500
+    bad = []
+    for argv in cases:
+        code, out, err = run_main(argv)
+        if not (_one_clean_line(code, err) or (code == 0 and "Traceback" not in err)):
+            bad.append((argv, code, err.strip()[-300:]))
+    assert not bad, f"{len(bad)} of {len(cases)} failed:\n" + "\n".join(map(str, bad))

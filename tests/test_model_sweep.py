@@ -165,6 +165,8 @@ def test_sizes_set_the_height_and_width_of_inputs_shape(tmp_path):
     (["model", "resnet18", "--input", "3x0x4"], "--input '3x0x4'"),
     (["model", "resnet18", "--input", "3x8x8", "--image", "8"], "--image would be ignored"),
     (["model", "resnet18", "--sizes", "8,16", "--image", "8"], "--image would be ignored"),
+    (["model", "resnet18", "--image", "8,8"], "--image 8,8: valid: an integer from 1"),
+    (["advise", "resnet18", "--image", "0x10"], "--image 0x10: valid: an integer from 1"),
     (["model", "resnet18", "--capture-only", "--budget-ms", "5"], "--budget-ms would be"),
     (["model", "--model", "nomodule:f", "--capture-only"], "cannot import nomodule"),
     (["model", "resnet18", "--profile", "fast"], "--profile fast: valid: quick, thorough"),

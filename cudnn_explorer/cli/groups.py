@@ -7,7 +7,6 @@ from typing import List
 
 from ..core.capture import ModelSpec
 from ..core.options import ExploreOptions, parse_int
-from ..core.problem import parse_int_list
 from ..jobs.stores import StoreChoice
 from .args import Group, Needs, Parser, Refuse
 
@@ -194,8 +193,8 @@ def model_spec_from_args(a) -> ModelSpec:
     if a.model and ":" not in a.model:
         raise UserError(f"--model '{a.model}': expected pkg.module:factory")
     if a.image:
-        (n,) = parse_int_list(a.image, "--image")
-        shape = zoo.parse_input(f"3x{n}x{n}")
+        n = parse_int(a.image, "--image", 1, 1 << 20)
+        shape = (3, n, n)
     elif not a.input and a.name and a.name.startswith(zoo.TIMM):
         shape = zoo.timm_input(a.name) or (3, 224, 224)  # the model's pretrained config's
     else:

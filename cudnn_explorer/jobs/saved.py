@@ -11,7 +11,7 @@ from ..core.documents import saved_explorations
 from ..core.errors import UserError
 from ..core.exploration import Exploration
 from .events import Notify, notifier
-from .stores import StoreChoice, existing, opened, without_store
+from .stores import StoreChoice, existing, without_store
 
 __all__ = ["History", "history", "stored_explorations", "stored_exploration",
            "compare_items"]
@@ -62,7 +62,7 @@ def compare_items(store: StoreChoice, files: Sequence[str] = (), gpus: Sequence[
     """(problem, environment, DirectionResult) of every result in the store (when it is
     used and exists) and in the saved ``files`` (one result, an export or a model sweep),
     whose environment passes the filters."""
-    from ..store.db import StoreError, default_path
+    from ..store.db import Store, StoreError, default_path
 
     notify = notifier(notify)
     items = []
@@ -71,12 +71,13 @@ def compare_items(store: StoreChoice, files: Sequence[str] = (), gpus: Sequence[
         if store.path and not os.path.exists(path):
             raise UserError(f"--store '{path}': no such file")
         if os.path.exists(path):
-            with opened(StoreChoice(path), notify) as db:
-                try:
-                    if db is not None:
-                        items += [(pr, env, d) for pr, env, d, _ in db.results()]
-                except StoreError as e:
-                    without_store(notify, e)
+            try:
+                with Store(path) as db:
+                    items += [(pr, env, d) for pr, env, d, _ in db.results()]
+            except StoreError as e:
+                if store.path:  # the store the user named: its error, not an empty answer
+                    raise
+                without_store(notify, e)
     for f in files:
         for exp in saved_explorations(f, "--file"):
             items += [(exp.problem, exp.environment, d) for d in exp.directions]
