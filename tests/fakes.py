@@ -134,13 +134,17 @@ class FakeLab:
                   searched=["DEFAULT_MATH", "TENSOR_OP_MATH"], workspace_free=-1,
                   find_errors=[])
 
-    def measure(self, algo, math_type, spec, check, cutoff_ms=0.0):
+    def measure(self, algo, math_type, spec, check, cutoff_ms=0.0, records=False,
+                records_over=None):
+        from cudnn_explorer.core.staging import is_record
         from cudnn_explorer.measure.tensors import Check
 
         self.calls.append(("measure", self.direction, algo, spec))
         median = {1: 0.21, 0: 0.5, 2: 0.3, 7: 0.18}[algo]
-        return (None if spec is None else fake_timing(spec, median),
-                Check(1e-3, 1e-2, True) if check else None)
+        timing = None if spec is None else fake_timing(spec, median)
+        if records and not is_record(timing.median_ms if timing else None, records_over):
+            check = False
+        return timing, Check(1e-3, 1e-2, True) if check else None
 
     def kernels(self, algo, math_type):
         return (f"kernel_{algo}",)

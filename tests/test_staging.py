@@ -80,7 +80,7 @@ def explore(search, monkeypatch, wrong=(), finalists=None, budget_s=None, staged
     checked = []
 
     def check(problem, out, ref, math_type):
-        checked.append(search.last)
+        checked.append((search.last, search.timed[-1][1]))  # (config, its timing's budget)
         bad = search.last in wrong
         return NS(max_error=1.0 if bad else 1e-4, tolerance=1e-2, output_finite=True)
 
@@ -115,7 +115,15 @@ def test_rounds_time_every_config_briefly_and_only_the_finalists_in_full(monkeyp
     assert c["eng0_k2=3"].left_round == 2 and c["eng0_k2=3"].left_note == \
         "left after round 2 at 1.20x the best"
     finals = sorted(n for n, b in search.timed if b == FULL.budget_ms)
-    assert finals == ["eng0_k2=0", "eng0_k2=1", "eng0_k2=2"] and sorted(checked) == finals
+    assert finals == ["eng0_k2=0", "eng0_k2=1", "eng0_k2=2"]
+    assert sorted(n for n, b in checked if b == FULL.budget_ms) == finals
+    # Note [records checked]: before the finals, only a config that led its round when
+    # timed (here the first tried, then the fastest), and never one checked before
+    assert first[:2] == ["eng0_k2=0", "eng0_k2=1"] and [
+        (n, b) for n, b in checked if b != FULL.budget_ms] == [("eng0_k2=0", r1),
+                                                                ("eng0_k2=1", r1)]
+    assert c["eng0_k2=4"].brief_note == \
+        "left after round 1 at 1.40x the best (timed briefly, not checked)"
     assert sp.best().tag == "ConvFwd_eng0_k2=1" and sp.best().correct is True
     assert [c.tag for c in sp.ranked()] == ["ConvFwd_eng0_k2=1", "ConvFwd_eng0_k2=2",
                                             "ConvFwd_eng0_k2=0"]  # finalists only
@@ -128,11 +136,42 @@ def test_rounds_time_every_config_briefly_and_only_the_finalists_in_full(monkeyp
     assert ROUNDS[0].sample_ms * 5 < ROUNDS[0].budget_ms and FULL.sample_ms == 1.0
 
 
-def test_a_wrong_finalist_never_ranks_best(monkeypatch):
-    search = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
+def test_a_wrong_config_never_ranks_best_nor_sends_correct_ones_away(monkeypatch):
+    """Note [records checked]: the fastest config is WRONG; checked as it leads round 1,
+    it leaves there and sets neither the round's best nor the cutoff, so 1.05 (which
+    unchecked, 2.1x behind it, would have left) is the best."""
+    #            k2=0 (heuristic A's first)  1 (WRONG)  2      3      4      5
+    search = Search([1.50, 0.50, 1.05, 1.20, 1.40, 3.00])
     sp, checked = explore(search, monkeypatch, wrong={"eng0_k2=1"})
-    assert "eng0_k2=1" in checked and by_tag(sp)["eng0_k2=1"].correct is False
-    assert sp.best().tag == "ConvFwd_eng0_k2=2"
+    c = by_tag(sp)
+    assert ("eng0_k2=1", ROUNDS[0].budget_ms) in checked and c["eng0_k2=1"].correct is False
+    assert c["eng0_k2=1"].left_round == 1 and c["eng0_k2=1"].left_ratio is None
+    assert c["eng0_k2=1"].brief_note == "left after round 1 (timed briefly)"
+    assert ("eng0_k2=1", FULL.budget_ms) not in search.timed
+    # every cutoff after it is 3x a correct config's time, never 3x the WRONG one's 0.5
+    assert all(co >= 3.0 for n, co in search.cutoffs[2:] if co)
+    assert sp.best().tag == "ConvFwd_eng0_k2=2" and c["eng0_k2=2"].correct is True
+    assert [(r["round"], r["timed"], r.get("left")) for r in sp.rounds][0] == (1, 6, 3)
+
+
+def test_a_config_wrong_once_it_leads_round_two_leaves_there(monkeypatch):
+    """Round 2 checks the config that leads it when it was not checked before; a WRONG
+    one leaves in round 2 and the next one leads."""
+    class Faster(Search):  # k2=2 is the fastest in round 2 only
+        def measure(self, built, timed, opt):
+            if opt.budget_ms == ROUNDS[1].budget_ms and built.name.endswith("=2"):
+                self.times = [*self.times[:2], 0.9, *self.times[3:]]
+            elif built.name.endswith("=2"):
+                self.times = [*self.times[:2], 1.05, *self.times[3:]]
+            return super().measure(built, timed, opt)
+
+    search = Faster([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
+    sp, checked = explore(search, monkeypatch, wrong={"eng0_k2=2"})
+    c = by_tag(sp)
+    assert ("eng0_k2=2", ROUNDS[0].budget_ms) not in checked  # 1.05 led nothing there
+    assert ("eng0_k2=2", ROUNDS[1].budget_ms) in checked
+    assert c["eng0_k2=2"].left_round == 2 and c["eng0_k2=2"].correct is False
+    assert sp.best().tag == "ConvFwd_eng0_k2=1"
 
 
 def test_pytorchs_pick_and_noisy_configs_stay_to_the_final_round(monkeypatch):
@@ -158,7 +197,8 @@ def test_an_exhausted_budget_stages_what_was_timed(monkeypatch):
     sp, checked = explore(search, monkeypatch, budget_s=12)
     assert real_time.perf_counter is not None
     assert sp.budget_exhausted and 0 < len(sp.configs) < 6
-    assert sp.rounds[-1]["round"] == "final" and sp.rounds[-1]["timed"] == len(checked) > 0
+    assert sp.rounds[-1]["round"] == "final" and sp.rounds[-1]["timed"] == len(
+        [n for n, b in checked if b == FULL.budget_ms]) > 0
     assert sp.best() is not None and sp.best().correct is True
 
 
@@ -246,8 +286,8 @@ def test_a_config_far_behind_is_cut_in_round_one_unless_it_is_named(monkeypatch)
     assert cut_in_1["eng0_k2=4"] == pytest.approx(3.0)
     assert ("eng0_k2=4", ROUNDS[1].budget_ms) in search.timed
     assert named.left_round is None and named.timing.method == "graph"
-    assert sp.best().tag == "ConvFwd_eng0_k2=0" and sorted(checked) == [
-        "eng0_k2=0", "eng0_k2=2", "eng0_k2=4"]
+    assert sp.best().tag == "ConvFwd_eng0_k2=0" and sorted(
+        n for n, b in checked if b == FULL.budget_ms) == ["eng0_k2=0", "eng0_k2=2", "eng0_k2=4"]
     # the summary names the methods of its own rows: none of them is a cut config
     import dataclasses
 
@@ -269,10 +309,12 @@ def test_unstaged_configs_are_never_cut(monkeypatch):
 
 class Lab:
     """LegacyLab's methods over rows (name, time ms, deterministic, wrong); each measure
-    recorded as (name, budget, cutoff, checked), cut as csrc/timing.cpp cuts."""
+    recorded as (name, budget, cutoff, checked), cut as csrc/timing.cpp cuts, checked as
+    LegacyLab checks (Note [records checked])."""
 
-    def __init__(self, rows, heuristic_first, oom=()):
+    def __init__(self, rows, heuristic_first, oom=(), later=None):
         self.rows, self.first, self.measured, self.oom = rows, heuristic_first, [], set(oom)
+        self.later = later or {}  # {(name, budget): its time in that round instead}
         self.reference_on_cpu = False
 
     def find(self, cap):
@@ -285,13 +327,16 @@ class Lab:
                   find_wall_ms=1.0, find_wall_ms_all=1.0, searched=["DEFAULT_MATH"],
                   workspace_free=-1, find_errors=[])
 
-    def measure(self, algo, math_type, spec, check, cutoff_ms=0.0):
+    def measure(self, algo, math_type, spec, check, cutoff_ms=0.0, records=False,
+                records_over=None):
         from cudnn_explorer.core.records import Timing
+        from cudnn_explorer.core.staging import is_record
         from cudnn_explorer.measure.tensors import Check
 
         name, t, _, wrong = self.rows[algo]
-        self.measured.append((name, spec.budget_ms, cutoff_ms, check))
+        t = self.later.get((name, spec.budget_ms), t)
         if (name, spec.budget_ms) in self.oom:
+            self.measured.append((name, spec.budget_ms, cutoff_ms, False))
             from cudnn_explorer.core.errors import ResourceError
             raise ResourceError(f"out of GPU memory timing {name}")
         if 0 < cutoff_ms < t:
@@ -299,6 +344,8 @@ class Lab:
         else:
             timing = Timing.from_samples([t] * 5, 10, spec.method, 12, "",
                                          [t] * 5 if spec.eager_budget_ms else [], 10)
+        check = check and (not records or is_record(timing.median_ms, records_over))
+        self.measured.append((name, spec.budget_ms, cutoff_ms, check))
         return timing, (Check(1.0 if wrong else 1e-4, 1e-2, True) if check else None)
 
     def kernels(self, algo, math_type):
@@ -324,18 +371,23 @@ def test_legacy_rows_are_staged_like_engine_configs():
     got = {r.algo_name: r for r in leg.find}
     r1, r2 = ROUNDS[0].budget_ms, ROUNDS[1].budget_ms
     first = [m for m in lab.measured if m[1] == r1]
-    assert [m[0] for m in first] == [r[0] for r in rows]  # every row briefly, and checked
-    assert all(m[3] for m in first) and first[0][2] == 0.0  # the first: no cutoff
+    assert [m[0] for m in first] == [r[0] for r in rows]  # every row briefly
+    assert first[0][2] == 0.0  # the first: no cutoff
+    # checked when it leads the round (Note [records checked]): the first, then the WRONG
+    # fastest, which sets no best, so no other row leads after it
+    assert [m[0] for m in first if m[3]] == ["IMPLICIT_GEMM", "GEMM"]
     # the cutoff is 3x the best correct time so far, never the WRONG row's
     assert all(m[2] == pytest.approx(3.0) for m in first[1:])
     assert got["GEMM"].left_round == 1 and got["GEMM"].correct is False
     assert got["FFT"].left_round == 1 and got["FFT"].left_ratio == pytest.approx(5.0)
     assert got["FFT"].timing.method == "cut"
-    assert "left after round 1 at 5.00x the best (cut after two launches) (timed briefly)" \
-        in flags(got["FFT"])
+    assert "left after round 1 at 5.00x the best (cut after two launches) (timed briefly, " \
+        "not checked)" in flags(got["FFT"])
+    assert "WRONG>1e-02, left after round 1 (timed briefly)" in flags(got["GEMM"])
     assert sorted(m[0] for m in lab.measured if m[1] == r2) == [
         "DIRECT", "FFT_TILING", "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "WINOGRAD"]
     assert got["DIRECT"].left_round == 2 and got["DIRECT"].left_ratio == pytest.approx(1.2)
+    assert not any(m[3] for m in lab.measured if m[1] == r2)  # none led round 2 unchecked
     finals = sorted(m[0] for m in lab.measured if m[1] == 25)
     assert finals == ["FFT_TILING", "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "WINOGRAD"]
     assert all(m[3] and m[2] == 0.0 for m in lab.measured if m[1] == 25)
@@ -346,6 +398,23 @@ def test_legacy_rows_are_staged_like_engine_configs():
     assert min((r for r in leg.find if rankable(r)), key=lambda r: r.time).algo_name == \
         "IMPLICIT_GEMM"
     assert got["IMPLICIT_GEMM"].kernels == ["kernel_0"]
+
+
+def test_a_legacy_row_wrong_once_it_leads_round_two_leaves_there():
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.measure.legacy import measure_legacy
+
+    rows = [("IMPLICIT_GEMM", 1.0, False, False), ("WINOGRAD", 1.05, False, True),
+            ("FFT", 1.2, True, False)]
+    lab = Lab(rows, "IMPLICIT_GEMM", later={("WINOGRAD", ROUNDS[1].budget_ms): 0.9})
+    leg = measure_legacy(exploration().problem, "fwd", lab,
+                         ExploreOptions.create(budget_ms=25, staged=True), "NVIDIA H200", True)
+    got = {r.algo_name: r for r in leg.find}
+    assert [(m[0], m[1]) for m in lab.measured if m[3]] == [
+        ("IMPLICIT_GEMM", ROUNDS[0].budget_ms), ("WINOGRAD", ROUNDS[1].budget_ms),
+        ("IMPLICIT_GEMM", 25), ("FFT", 25)]
+    assert got["WINOGRAD"].left_round == 2 and got["WINOGRAD"].correct is False
+    assert got["IMPLICIT_GEMM"].left_round is None and got["IMPLICIT_GEMM"].correct is True
 
 
 def test_unstaged_legacy_rows_are_timed_once_in_full():

@@ -63,6 +63,16 @@ class _Staged:
             self.timing.method == "cut" else ""
         return f"left after round {self.left_round}{ratio}{cut}"
 
+    @property
+    def brief_note(self) -> str:
+        """``left_note`` and what was measured of it: "... (timed briefly)", or "(timed
+        briefly, not checked)" where it never led a round (Note [records checked]); ""
+        for a finalist. Needs the field ``output_finite`` too."""
+        if not self.left_note:
+            return ""
+        checked = "" if self.output_finite is not None else ", not checked"
+        return f"{self.left_note} (timed briefly{checked})"
+
 
 def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool,
                   free_bytes: Optional[int] = None) -> str:

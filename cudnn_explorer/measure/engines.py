@@ -13,7 +13,7 @@ from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_p
                           same_kernels, space_size)
 from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
-from ..core.staging import ROUNDS, Timed, cutoff_ms, round_timing, survivors
+from ..core.staging import ROUNDS, Timed, cutoff_ms, is_record, round_timing, survivors
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, check_output
@@ -25,12 +25,14 @@ __all__ = ["explore_engines"]
 def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
                 engine: int, knobs: Knobs, heuristic_ranks: Dict[str, int], kernels: bool,
                 stage: Callable[[str], None] = lambda s: None, built=None,
-                cutoff_ms: float = 0.0):
+                cutoff_ms: float = 0.0, records_over: Optional[float] = None,
+                records: bool = False):
     """Build (unless ``built``, a plan build() made earlier), time (when ``spec.retime``;
     a launch slower than ``cutoff_ms`` > 0 ends it, Note [cut launches] in
-    csrc/timing.cpp) and check (against ``ref``, when given) one config: (its record, the
-    build result, for timing it again). ``stage`` hears "running" between building the
-    plan and running it (a watchdog tells which hung)."""
+    csrc/timing.cpp) and check (against ``ref``, when given; with ``records``, only when
+    its time beats ``records_over``, Note [records checked] in core/staging.py) one
+    config: (its record, the build result, for timing it again). ``stage`` hears
+    "running" between building the plan and running it (a watchdog tells which hung)."""
     out_name = OUTPUT_OF[direction]
     tensors[out_name].fill_(float("nan"))
     made = built if built is not None else search.build(engine, [list(k) for k in knobs])
@@ -43,8 +45,11 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
     tag = config_tag(direction, engine, knobs)
     if res.name:
         tag = res.name if res.name.startswith(op) else f"{op}_{res.name}"
+    timing = timing_from_native(res.timing) if res.timed else None
     checked = None
-    if res.status == "OK" and ref is not None:
+    leads = not records or is_record(
+        timing.median_ms if res.status == "OK" and timing else None, records_over)
+    if res.status == "OK" and ref is not None and leads:
         # TENSOR_CORE configs on float32 use TF32: hold them to the TF32 bound.
         math_type = "DEFAULT_MATH" if "TENSOR_CORE" in res.numeric_notes else problem.math_type
         checked = check_output(problem, tensors[out_name], ref, math_type)
@@ -61,7 +66,7 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
         behavior_notes=list(res.behavior_notes),
         workspace_bytes=res.workspace_bytes if res.workspace_bytes >= 0 else None,
         build_ms=res.build_ms if res.status != "config rejected" else None,
-        timing=timing_from_native(res.timing) if res.timed else None,
+        timing=timing,
         max_error=checked.max_error if checked else None,
         tolerance=checked.tolerance if checked else None,
         output_finite=checked.output_finite if checked else None,
@@ -183,8 +188,9 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             exhausted = True
         return exhausted
 
-    def best_so_far() -> Optional[float]:
-        times = [c.time for c in configs if c.ok and c.time is not None]
+    def best_so_far() -> Optional[float]:  # of those not WRONG: Note [records checked]
+        times = [c.time for c in configs if c.ok and c.time is not None
+                 and c.correct is not False]
         return min(times) if times else None
 
     def attempt(e: int, ch: Knobs) -> Optional[EngineConfig]:
@@ -193,12 +199,14 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         tag = config_tag(direction, e, ch)
         say(f"{direction}: engine {e}/{count - 1} {tag} ({time.perf_counter() - t0:.1f} s)")
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
-        # round 1's cutoff, and the watchdog's limit from it (Note [hung launches])
-        cut = cutoff_ms(best_so_far()) if staging else 0.0
-        cfg, made = _run_config(search, first, problem, direction, tensors,
-                                None if staging else ref, e, ch, ranks(e, ch), kernels,
+        # round 1's cutoff, and the watchdog's limit from it (Note [hung launches]); a
+        # record is checked (Note [records checked])
+        best = best_so_far() if staging else None
+        cut = cutoff_ms(best) if staging else 0.0
+        cfg, made = _run_config(search, first, problem, direction, tensors, ref, e, ch,
+                                ranks(e, ch), kernels,
                                 stage=lambda st: emit({"stage": st, "cutoff_ms": cut}),
-                                cutoff_ms=cut)
+                                cutoff_ms=cut, records_over=best, records=staging)
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only
             entry["rejected"] += 1
@@ -302,7 +310,11 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
     def timed(i: int) -> bool:
         return configs[i].ok and configs[i].time is not None
 
-    def again(i: int, spec: TimingSpec, check: bool) -> None:
+    def again(i: int, spec: TimingSpec, check: bool, records: bool = False,
+              best: Optional[float] = None) -> None:
+        """Time config i with ``spec``; with ``check``, check it (with ``records``, only
+        when it leads its round, ahead of ``best``: Note [records checked]); a config not
+        checked now keeps the check it had."""
         c = configs[i]
         _, knobs = _key(c.engine, c.knobs)
         emit({"start": {"engine": c.engine, "knobs": [list(k) for k in knobs], "tag": c.tag}})
@@ -311,9 +323,17 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
             b = built[i] = search.build(c.engine, [list(k) for k in knobs])
         cfg, _ = _run_config(search, spec, problem, direction, tensors,
                              ref if check else None, c.engine, knobs, c.heuristic_ranks,
-                             False, stage=lambda st: emit({"stage": st}), built=b)
+                             False, stage=lambda st: emit({"stage": st}), built=b,
+                             records_over=best, records=records)
+        if cfg.correct is None:  # not checked now: the check it had stands
+            cfg = replace(cfg, max_error=c.max_error, tolerance=c.tolerance,
+                          output_finite=c.output_finite)
         configs[i] = replace(cfg, kernels=c.kernels, build_ms=c.build_ms)
         emit({"retimed": c.tag})
+
+    def best_of(done: Sequence[int]) -> Optional[float]:
+        times = [configs[i].time for i in done if timed(i) and configs[i].correct is not False]
+        return min(times) if times else None
 
     live = [i for i in range(len(configs)) if timed(i)]
     for number, rnd in enumerate(ROUNDS, 1):
@@ -321,18 +341,24 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
         if number > 1:
             say(f"{direction}: round {number}: timing {len(live)} configs again "
                 f"({spec.budget_ms:g} ms each)")
-            for i in live:
-                again(i, spec, check=False)
+            for k, i in enumerate(live):
+                again(i, spec, check=configs[i].correct is None, records=True,
+                      best=best_of(live[:k]))
             live = [i for i in live if timed(i)]
         wall = first_s if number == 1 else time.perf_counter() - t
         t = time.perf_counter()
+        # a WRONG config leaves, whatever names it, and sets no bar (Note [records checked])
+        wrong = [i for i in live if configs[i].correct is False]
+        for i in wrong:
+            configs[i] = replace(configs[i], left_round=number, left_ratio=None)
+        live = [i for i in live if configs[i].correct is not False]
         times = {i: Timed(configs[i].time, configs[i].timing.spread) for i in live}
         stay, left = survivors(times, rnd.keep_within, _always(configs, live, keep))
         for i, ratio in left.items():
             configs[i] = replace(configs[i], left_round=number, left_ratio=ratio)
         out.append({"round": number, "budget_ms": spec.budget_ms,
-                    "keep_within": rnd.keep_within, "timed": len(live), "left": len(left),
-                    "wall_s": wall})
+                    "keep_within": rnd.keep_within, "timed": len(live) + len(wrong),
+                    "left": len(left) + len(wrong), "wall_s": wall})
         live = stay
     say(f"{direction}: {len(live)} finalists: timing them in full and checking them")
     for i in live:

@@ -15,7 +15,7 @@ from ..core.errors import ResourceError
 from ..core.options import ExploreOptions, TimingSpec
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note, verdict
-from ..core.staging import ROUNDS, Timed, cutoff_ms, round_timing, survivors
+from ..core.staging import ROUNDS, Timed, cutoff_ms, is_record, round_timing, survivors
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, Check, check_output, direction_data
@@ -43,10 +43,12 @@ class LegacyLab:
                                       self.problem.find_math_types)
 
     def measure(self, algo: int, math_type: str, timing: Optional[TimingSpec],
-                check: bool, cutoff_ms: float = 0.0):
+                check: bool, cutoff_ms: float = 0.0, records: bool = False,
+                records_over: Optional[float] = None):
         """(Timing or None, Check or None) of one algorithm: re-timed with ``timing``
         (None: run once; a launch slower than ``cutoff_ms`` > 0 ends it, Note [cut
-        launches]) and its output checked against the reference."""
+        launches]) and, with ``check``, its output checked against the reference (with
+        ``records``, only when its time beats ``records_over``: Note [records checked])."""
         out = self.tensors[OUTPUT_OF[self.direction]]
         out.fill_(float("nan"))  # poison: an element the algorithm does not write stays NaN
         t = None
@@ -59,6 +61,8 @@ class LegacyLab:
         else:
             native.run_algorithm(self.direction, self.native, algo, math_type)
         c = None
+        if check and records and not is_record(t.median_ms if t else None, records_over):
+            check = False
         if check and self.ref is not None:
             try:
                 c = check_output(self.problem, out, self.ref, math_type)
@@ -117,7 +121,8 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
     search's rounds (Note [staged search] in core/staging.py): every one briefly, those
     near the best again, the finalists in full; ``finalists`` ("ALGO (MATH_TYPE)", e.g.
     PyTorch's legacy pick) always reach the final round, and so do the heuristics' first
-    row and the fastest deterministic one. Every row is checked as it is first timed."""
+    row and the fastest deterministic one. Before the final round a row is checked when it
+    leads its round (Note [records checked] in core/staging.py); unstaged, every row is."""
     say(f"{direction}: cudnnFind")
     rep = lab.find(options.max_workspace_bytes)
     workspace = [WorkspaceEntry(w.algo, w.algo_name, w.math_type, w.status,
@@ -145,10 +150,12 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
                 f"{r.algo_name} ({r.math_type})")
             times = [t.median_ms for m, t in timings.items()
                      if t is not None and not _wrong(checks.get(m))]
+            best = min(times) if times else None
             try:
                 timings[n], checks[n] = lab.measure(
                     r.algo, r.math_type, first if options.retime else None, options.check,
-                    cutoff_ms=cutoff_ms(min(times) if times else None) if staged else 0.0)
+                    cutoff_ms=cutoff_ms(best) if staged else 0.0, records=staged,
+                    records_over=best)
             except ResourceError as e:  # this row only: the others may still fit
                 notes[n] = str(e)
         if want_kernels and not notes.get(n):
@@ -194,34 +201,47 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
             say) -> Dict[int, Tuple[int, Optional[float]]]:
     """The legacy rows' staged search after its first round (``timings`` and ``checks``
     updated in place as rows are timed again): {row that left: (its round, its median
-    over the round's best)}. A row found WRONG never sets the best and leaves in round 1:
-    it cannot rank. A row that no longer fits in memory when timed again keeps its last
-    time, leaves in the round it was in, and its note says why (``notes``)."""
+    over the round's best)}. A row found WRONG (when it led a round, or in the final one:
+    Note [records checked] in core/staging.py) never sets the best and leaves in the round
+    it was found in: it cannot rank. A row that no longer fits in memory when timed again
+    keeps its last time, leaves in the round it was in, and its note says why
+    (``notes``)."""
     def name(n: int) -> str:
         return f"{found[n].algo_name} ({found[n].math_type})"
 
-    def again(n: int, spec: TimingSpec, check: bool, number: int) -> bool:
+    def again(n: int, spec: TimingSpec, check: bool, number: int, records: bool = False,
+              best: Optional[float] = None) -> bool:
         try:
-            timing, checked = lab.measure(found[n].algo, found[n].math_type, spec, check)
+            timing, checked = lab.measure(found[n].algo, found[n].math_type, spec, check,
+                                          records=records, records_over=best)
         except ResourceError as e:  # this row only: the others may still fit
             notes[n] = str(e)
             left[n] = (number, None)
             return False
         timings[n] = timing
-        if check:
+        if checked is not None:
             checks[n] = checked
         return True
 
+    def best_of(done: Sequence[int]) -> Optional[float]:
+        times = [timings[n].median_ms for n in done if not _wrong(checks.get(n))]
+        return min(times) if times else None
+
     live = [n for n, t in timings.items() if t is not None]
-    left: Dict[int, Tuple[int, Optional[float]]] = {
-        n: (1, None) for n in live if _wrong(checks.get(n))}
-    live = [n for n in live if n not in left]
+    left: Dict[int, Tuple[int, Optional[float]]] = {}
     for number, rnd in enumerate(ROUNDS, 1):
         spec = round_timing(options.timing, rnd)
         if number > 1:
             say(f"{direction}: legacy round {number}: timing {len(live)} rows again "
                 f"({spec.budget_ms:g} ms each)")
-            live = [n for n in live if again(n, spec, False, number)]
+            done: List[int] = []
+            for n in live:  # a row not checked yet is checked when it leads the round
+                if again(n, spec, options.check and checks.get(n) is None, number,
+                         records=True, best=best_of(done)):
+                    done.append(n)
+            live = done
+        left.update({n: (number, None) for n in live if _wrong(checks.get(n))})
+        live = [n for n in live if n not in left]
         always = {n for n in live if name(n) in keep}
         det = [n for n in live if found[n].deterministic]
         if det:

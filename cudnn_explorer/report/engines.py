@@ -112,7 +112,7 @@ def engines_table(d: DirectionResult) -> str:
             " ".join(f"{m}{k}" for m, k in sorted(c.heuristic_ranks.items())) or "-",
             ("" if c.allowed else "excluded by PyTorch's rules; ")
             + ("WRONG; " if c.correct is False else "") + (c.message[:60] if not c.ok else "")
-            + (c.left_note + " (timed briefly, not checked)" if c.left_note else ""),
+            + c.brief_note,
         ])
     return (f"   engine configs ({len(sp.configs)}; median ms per launch, same method as the "
             "legacy rows; eager = wall time per call; build = plan build incl. run-time "

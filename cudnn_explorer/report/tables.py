@@ -35,8 +35,8 @@ def flags(r) -> str:
         out.append(f"Find {r.find_ratio:.1f}x")
     if r.timing is not None and r.timing.method not in ("graph", "cut"):
         out.append(r.timing.method)  # "cut" is said by the left note
-    if getattr(r, "left_note", ""):
-        out.append(f"{r.left_note} (timed briefly)")
+    if getattr(r, "brief_note", ""):
+        out.append(r.brief_note)
     if r.ok and r.note:
         out.append(r.note)
     return ", ".join(out)
