@@ -138,8 +138,8 @@ def test_rounds_time_every_config_briefly_and_only_the_finalists_in_full(monkeyp
 
 def test_a_wrong_config_never_ranks_best_nor_sends_correct_ones_away(monkeypatch):
     """Note [records checked]: the fastest config is WRONG; checked as it leads round 1,
-    it leaves there and sets neither the round's best nor the cutoff, so 1.05 (which
-    unchecked, 2.1x behind it, would have left) is the best."""
+    it leaves there (nothing names it) and sets neither the round's best nor the cutoff,
+    so 1.05 (which unchecked, 2.1x behind it, would have left) is the best."""
     #            k2=0 (heuristic A's first)  1 (WRONG)  2      3      4      5
     search = Search([1.50, 0.50, 1.05, 1.20, 1.40, 3.00])
     sp, checked = explore(search, monkeypatch, wrong={"eng0_k2=1"})
@@ -152,6 +152,21 @@ def test_a_wrong_config_never_ranks_best_nor_sends_correct_ones_away(monkeypatch
     assert all(co >= 3.0 for n, co in search.cutoffs[2:] if co)
     assert sp.best().tag == "ConvFwd_eng0_k2=2" and c["eng0_k2=2"].correct is True
     assert [(r["round"], r["timed"], r.get("left")) for r in sp.rounds][0] == (1, 6, 3)
+
+
+def test_pytorchs_wrong_pick_is_timed_in_full_but_sets_no_bar(monkeypatch):
+    #            k2=0 (heuristic A's first)  1 (PyTorch's, WRONG)  2      3
+    search = Search([1.50, 0.50, 1.05, 1.40])
+    sp, checked = explore(search, monkeypatch, wrong={"eng0_k2=1"},
+                          finalists=["ConvFwd_eng0_k2=1"])
+    c = by_tag(sp)
+    assert c["eng0_k2=1"].left_round is None and c["eng0_k2=1"].correct is False
+    assert ("eng0_k2=1", FULL.budget_ms) in checked  # timed in full and shown WRONG
+    # the bar is 1.05 (k2=2), not 0.5: 1.40 is within 1.30x... of neither, so it leaves
+    # at 1.33x the best correct config
+    assert c["eng0_k2=3"].left_round == 1 and c["eng0_k2=3"].left_ratio == \
+        pytest.approx(1.40 / 1.05)
+    assert c["eng0_k2=2"].left_round is None and sp.best().tag == "ConvFwd_eng0_k2=2"
 
 
 def test_a_config_wrong_once_it_leads_round_two_leaves_there(monkeypatch):
@@ -415,6 +430,26 @@ def test_a_legacy_row_wrong_once_it_leads_round_two_leaves_there():
         ("IMPLICIT_GEMM", 25), ("FFT", 25)]
     assert got["WINOGRAD"].left_round == 2 and got["WINOGRAD"].correct is False
     assert got["IMPLICIT_GEMM"].left_round is None and got["IMPLICIT_GEMM"].correct is True
+
+
+def test_pytorchs_wrong_legacy_pick_is_timed_in_full_but_sets_no_bar():
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.measure.legacy import measure_legacy
+
+    rows = [("IMPLICIT_GEMM", 1.0, False, False), ("GEMM", 0.5, False, True),
+            ("FFT", 1.4, True, False)]
+    lab = Lab(rows, "IMPLICIT_GEMM")
+    leg = measure_legacy(exploration().problem, "fwd", lab,
+                         ExploreOptions.create(budget_ms=25, staged=True), "NVIDIA H200", True,
+                         finalists=["GEMM (DEFAULT_MATH)"])
+    got = {r.algo_name: r for r in leg.find}
+    assert got["GEMM"].left_round is None and got["GEMM"].correct is False
+    assert ("GEMM", 25) in [(m[0], m[1]) for m in lab.measured]
+    # 1.4x the correct best, not 2.8x the WRONG one: FFT stays as the fastest deterministic
+    # row, IMPLICIT_GEMM ranks best
+    assert got["FFT"].left_round is None
+    from cudnn_explorer.core.records import rankable
+    assert [r.algo_name for r in leg.find if rankable(r)] == ["IMPLICIT_GEMM", "FFT"]
 
 
 def test_unstaged_legacy_rows_are_timed_once_in_full():

@@ -17,8 +17,9 @@ Note [records checked]: before the final round, a candidate is checked against t
 reference only when its time beats that of every candidate of its round timed before it
 that is not WRONG (a record; :func:`is_record`). The round's best, and round 1's cutoff
 (Note [cut launches]), are therefore always set by a checked candidate: a WRONG one, however
-fast, sends none of the others away. It leaves in the round it is found in, whatever
-names it (it cannot rank), with no ratio. Most candidates never lead their round: of n in
+fast, sends none of the others away. It leaves in the round it is found in, with no
+ratio (it cannot rank), unless the caller names it: PyTorch's WRONG pick is still timed in
+full, so that the report shows it properly, but it never sets a bar. Most candidates never lead their round: of n in
 an order unrelated to their times, about ln n + 0.58 are records (4.3 of 43, a ResNet-50
 direction's listed configs), so this costs a few checks per direction. (Before, engine
 configs were not checked before the final round, so a WRONG fast one could send correct

@@ -347,19 +347,20 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
             live = [i for i in live if timed(i)]
         wall = first_s if number == 1 else time.perf_counter() - t
         t = time.perf_counter()
-        # a WRONG config leaves, whatever names it, and sets no bar (Note [records checked])
-        wrong = [i for i in live if configs[i].correct is False]
-        for i in wrong:
+        # a WRONG config sets no bar; it leaves unless named (Note [records checked])
+        wrong = {i for i in live if configs[i].correct is False}
+        named = {i for i in wrong if _key(configs[i].engine, configs[i].knobs) in keep}
+        for i in wrong - named:
             configs[i] = replace(configs[i], left_round=number, left_ratio=None)
-        live = [i for i in live if configs[i].correct is not False]
-        times = {i: Timed(configs[i].time, configs[i].timing.spread) for i in live}
-        stay, left = survivors(times, rnd.keep_within, _always(configs, live, keep))
+        right = [i for i in live if i not in wrong]
+        times = {i: Timed(configs[i].time, configs[i].timing.spread) for i in right}
+        stay, left = survivors(times, rnd.keep_within, _always(configs, right, keep))
         for i, ratio in left.items():
             configs[i] = replace(configs[i], left_round=number, left_ratio=ratio)
         out.append({"round": number, "budget_ms": spec.budget_ms,
-                    "keep_within": rnd.keep_within, "timed": len(live) + len(wrong),
-                    "left": len(left) + len(wrong), "wall_s": wall})
-        live = stay
+                    "keep_within": rnd.keep_within, "timed": len(live),
+                    "left": len(left) + len(wrong - named), "wall_s": wall})
+        live = [i for i in live if i in named or i in stay]
     say(f"{direction}: {len(live)} finalists: timing them in full and checking them")
     for i in live:
         again(i, full, check=True)

@@ -202,8 +202,9 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
     """The legacy rows' staged search after its first round (``timings`` and ``checks``
     updated in place as rows are timed again): {row that left: (its round, its median
     over the round's best)}. A row found WRONG (when it led a round, or in the final one:
-    Note [records checked] in core/staging.py) never sets the best and leaves in the round
-    it was found in: it cannot rank. A row that no longer fits in memory when timed again
+    Note [records checked] in core/staging.py) never sets the best and cannot rank; it
+    leaves in the round it was found in, unless named (``keep``: PyTorch's legacy pick is
+    then timed in full and shown WRONG). A row that no longer fits in memory when timed again
     keeps its last time, leaves in the round it was in, and its note says why
     (``notes``)."""
     def name(n: int) -> str:
@@ -240,16 +241,19 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
                          records=True, best=best_of(done)):
                     done.append(n)
             live = done
-        left.update({n: (number, None) for n in live if _wrong(checks.get(n))})
-        live = [n for n in live if n not in left]
-        always = {n for n in live if name(n) in keep}
-        det = [n for n in live if found[n].deterministic]
+        # a WRONG row sets no bar; it leaves unless named (Note [records checked])
+        wrong = {n for n in live if _wrong(checks.get(n))}
+        named = {n for n in wrong if name(n) in keep}
+        left.update({n: (number, None) for n in wrong - named})
+        right = [n for n in live if n not in wrong]
+        always = {n for n in right if name(n) in keep}
+        det = [n for n in right if found[n].deterministic]
         if det:
             always.add(min(det, key=lambda n: timings[n].median_ms))
         stay, gone = survivors({n: Timed(timings[n].median_ms, timings[n].spread)
-                                for n in live}, rnd.keep_within, always)
+                                for n in right}, rnd.keep_within, always)
         left.update({n: (number, ratio) for n, ratio in gone.items()})
-        live = stay
+        live = [n for n in live if n in named or n in stay]
     say(f"{direction}: {len(live)} legacy finalists: timing them in full")
     for n in live:
         again(n, options.timing, options.check, len(ROUNDS))
