@@ -162,8 +162,8 @@ def test_pytorchs_wrong_pick_is_timed_in_full_but_sets_no_bar(monkeypatch):
     c = by_tag(sp)
     assert c["eng0_k2=1"].left_round is None and c["eng0_k2=1"].correct is False
     assert ("eng0_k2=1", FULL.budget_ms) in checked  # timed in full and shown WRONG
-    # the bar is 1.05 (k2=2), not 0.5: 1.40 is within 1.30x... of neither, so it leaves
-    # at 1.33x the best correct config
+    # the bar is the best correct config's 1.05, not the WRONG pick's 0.5: 1.40 leaves at
+    # 1.33x it (against 0.5 it would have left at 2.8x, and 1.05 with it at 2.1x)
     assert c["eng0_k2=3"].left_round == 1 and c["eng0_k2=3"].left_ratio == \
         pytest.approx(1.40 / 1.05)
     assert c["eng0_k2=2"].left_round is None and sp.best().tag == "ConvFwd_eng0_k2=2"
