@@ -133,6 +133,13 @@ def test_capture_report_fits_and_names_layers():
     assert all(len(line) <= 120 for line in text.splitlines())
 
 
+def test_image_sets_a_square_rgb_input():
+    r = run_cli("model", "resnet18", "--image", "40", "--batch", "2", "--capture-only",
+                env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr
+    assert "input 2x3x40x40" in r.stdout and "11 unique problems" in r.stdout
+
+
 def test_sizes_set_the_height_and_width_of_inputs_shape(tmp_path):
     """--sizes with --input: a 1-channel image model and a video model at each size S,
     their channels (and frames) kept."""
