@@ -260,6 +260,11 @@ def test_bad_plans_arguments_are_one_clear_error(tmp_path):
     with pytest.raises(UserError, match="missing.json"):
         cudnn_explorer.pin(m, str(tmp_path / "missing.json"))
     assert type(m) is nn.Conv2d
+    for model in (None, "resnet50", [m]):  # not a module: refused before the plans load
+        with pytest.raises(UserError, match="give a torch.nn.Module"):
+            cudnn_explorer.pin(model, str(tmp_path / "missing.json"))
+        with pytest.raises(UserError, match="give a torch.nn.Module"):
+            cudnn_explorer.unpin(model)
 
 
 def test_pin_counts_totals():

@@ -13,7 +13,7 @@ from conftest import REPO, run_cli
 from cudnn_explorer.core.errors import UserError
 from cudnn_explorer.core.plans import PlanFile, PlanKey, choose
 from cudnn_explorer.core.sweep import ModelSweep
-from cudnn_explorer.jobs.plans import write_plans
+from cudnn_explorer.jobs.plans import read_plans, write_plans
 from fakes import ENV
 
 SWEEP = os.path.join(REPO, "data", "reference", "h200-resnet50-b32-amp-fp16-nhwc.json.gz")
@@ -61,6 +61,11 @@ def test_the_pytorch_policy_freezes_benchmark_modes_pick_and_filters_apply():
     assert len(plans.entries) + len(plans.skipped) == 68
     with pytest.raises(UserError, match='policy "fastest": valid: best, pytorch'):
         choose(d, "fastest")
+    for cap in (-1, float("nan"), "x"):  # the cap is checked as the option is
+        with pytest.raises(UserError, match="max_workspace_mib .*: valid: a number of MiB"):
+            write_plans(SWEEP, max_workspace_mib=cap)
+    with pytest.raises(UserError, match="plans PlanFile: give a plan file's path"):
+        read_plans(plans)
 
 
 @pytest.mark.parametrize("edit,match", [

@@ -2,12 +2,14 @@
 results store; and a plan file read back and checked against this machine."""
 from __future__ import annotations
 
+import os
 from typing import List, Optional, Sequence, Tuple
 
 from ..core.documents import read_saved
 from ..core.errors import UserError
 from ..core.exploration import Environment, Exploration
 from ..core.files import read_bytes
+from ..core.options import ExploreOptions
 from ..core.plans import PlanFile, plans_from
 from ..core.schema import utc_now
 from ..core.version import __version__
@@ -35,6 +37,9 @@ def write_plans(source: Optional[str] = None, *, store: Optional[str] = None,
     """The PlanFile of a saved model sweep or exploration file at ``source`` (its layers
     and calls per iteration kept with each plan for a sweep), or of the results store
     at ``store`` (filtered by GPU name and cuDNN version to one environment)."""
+    if max_workspace_mib is not None:  # checked as the option is (a number >= 0)
+        max_workspace_mib = ExploreOptions.create(
+            max_workspace_mib=max_workspace_mib).max_workspace_mib
     cap = None if max_workspace_mib is None else int(max_workspace_mib * 2**20)
     if (source is None) == (store is None):
         raise UserError("plans write: give a saved sweep or exploration file, or --store")
@@ -69,6 +74,8 @@ def read_plans(path: str) -> PlanFile:
 
 
 def _read(path: str) -> Tuple[PlanFile, bytes]:
+    if not isinstance(path, (str, os.PathLike)):
+        raise UserError(f"plans {type(path).__name__}: give a plan file's path")
     data = read_bytes(path, "plan file")  # its errors name the file already
     try:
         return PlanFile.read(data, "plan file"), data

@@ -227,6 +227,15 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _module(model, what: str):
+    """``model`` when it is a torch.nn.Module, else UserError naming what it is."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise UserError(f"{what}: model {type(model).__name__}: give a torch.nn.Module")
+    return model
+
+
 def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
         group=None) -> PinReport:
     """Route every convolution layer of ``model`` through the pinned op with the plans of
@@ -239,6 +248,7 @@ def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
     reads the file and every rank pins its contents, so that every rank runs the same
     plans; every rank checks its own environment, and a difference on any rank is refused
     on all of them, naming the rank. ``group=False``: each rank reads the file itself."""
+    _module(model, "pin")  # before the plans load: a bad call changes nothing
     source, n, diffs = _load(plans, allow_environment, group)
     layers, skipped = [], []
     for name, m in model.named_modules():
@@ -262,7 +272,7 @@ def unpin(model) -> int:
     """Give every pinned layer of ``model`` its class back; returns how many. The plans
     stay loaded for other pinned code (op.clear_plans drops them)."""
     count = 0
-    for m in model.modules():
+    for m in _module(model, "unpin").modules():
         base = getattr(type(m), "_cudnn_explorer_base", None)
         if base is not None:
             m.__class__ = base
