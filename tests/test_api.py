@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import cudnn_explorer as ce  # noqa: E402
-from conftest import requires_ext  # noqa: E402
+from conftest import REPO, requires_ext  # noqa: E402
 from cudnn_explorer.core.advice import Advice  # noqa: E402
 from cudnn_explorer.core.errors import UserError  # noqa: E402
 from cudnn_explorer.core.exploration import Exploration  # noqa: E402
@@ -353,3 +353,46 @@ def test_an_exploration_records_where_its_wall_time_went(tmp_path, monkeypatch):
     assert wall_lines(Exploration.from_dict(old))[1].startswith("  PyTorch's fresh")
     del old["wall_s"], old["pytorch_wall_s"]
     assert wall_lines(Exploration.from_dict(old)) == []  # a file saved before
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: ce.advise("resnet18", sizes=[(0, 1)]), r"sizes\[0\] \[0, 1\]: size 0: valid"),
+    (lambda: ce.advise("resnet18", sizes=[(224, float("nan"))]), "count nan: valid"),
+    (lambda: ce.advise("resnet18", sizes=[(224, -1)]), "count -1: valid: a number > 0"),
+    (lambda: ce.advise("resnet18", sizes=[(224, 1), (224, 2)]), "size 224 is listed twice"),
+    (lambda: ce.advise("resnet18", sizes=[(224, 1, 2)]), "expected a \\(size, count\\) pair"),
+    (lambda: ce.advise("resnet18", sizes="224"), "valid: a list of \\(size, count\\) pairs"),
+    (lambda: ce.advise("resnet18", sizes=[]), "sizes: no sizes"),
+    (lambda: ce.advise("resnet18", options="quick"), "options str: valid: an ExploreOptions"),
+    (lambda: ce.advise("resnet18", store=5), "store 5: valid"),
+    (lambda: ce.sweep_model("resnet18", options=3), "options int: valid"),
+    (lambda: ce.sweep_model("resnet18", iterations=0), "iterations 0: valid"),
+    (lambda: ce.sweep_model("resnet18", uncovered="maybe"), "uncovered 'maybe': valid"),
+    (lambda: ce.sweep_model("resnet18", keep="budget_ms"), "keep 'budget_ms': valid"),
+    (lambda: ce.sweep_model("resnet18", keep=["budget"]), "keep \\['budget'\\]: valid"),
+    (lambda: ce.sweep_model("resnet18", store=3.5), "store 3.5: valid"),
+    (lambda: ce.sweep_model("resnet18", plans=ce.ExploreOptions.create()),
+     "plans ExploreOptions: give a plan file's path"),
+    (lambda: ce.capture("resnet18", device="tpu"), "device 'tpu': valid"),
+])
+def test_bad_job_arguments_are_refused_before_any_gpu_work(call, match, monkeypatch):
+    """Each is the caller's mistake, named, before the GPU is looked for (without one
+    here, the GPU check would answer MissingDependencyError instead)."""
+    from cudnn_explorer.jobs import gpu
+
+    def reached():
+        raise AssertionError("reached the GPU")
+    monkeypatch.setattr(gpu, "measuring", reached)
+    with pytest.raises(UserError, match=match):
+        call()
+
+
+def test_saved_file_arguments_are_paths_and_filters_are_texts():
+    from cudnn_explorer.jobs.plans import write_plans
+
+    ref = os.path.join(REPO, "data", "reference", "h200-default-fp32.json")
+    with pytest.raises(UserError, match="give a file's path"):
+        write_plans(3)  # not file descriptor 3
+    with pytest.raises(UserError, match=r"gpus \[3\]: valid: a list of texts"):
+        write_plans(ref, gpus=[3])
+    assert write_plans(ref, gpus="H200").entries  # one text: the filter, not its letters

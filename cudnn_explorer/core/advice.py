@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
@@ -43,7 +44,7 @@ from . import stats
 from .schema import Record, parse_json, shown
 from .stability import Stability
 
-__all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "ShapeCost",
+__all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "check_sizes", "ShapeCost",
            "comparable", "costs_from_run", "expected_total_ms", "steady_difference", "pinned_difference",
            "break_even",
            "Bucketing", "best_bucketing", "Verdict", "verdict", "Advice", "plans_needed",
@@ -94,6 +95,37 @@ def parse_shape_dist(text: str, name: str) -> List[Tuple[int, float]]:
         raise UserError(f"--shape-dist '{name}': no sizes (one SIZE COUNT per line)")
     if len(out) > 256:
         raise UserError(f"--shape-dist '{name}': {len(out)} sizes; at most 256")
+    return out
+
+
+def check_sizes(sizes, name: str = "sizes") -> List[Tuple[int, float]]:
+    """``sizes`` as the API takes them, [(size, count)] (a square input side and how often
+    it occurs), checked as a shape-distribution file is: UserError names ``name``, the
+    entry and what is valid."""
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise UserError(f"{name} {shown(sizes)}: valid: a list of (size, count) pairs")
+    out: List[Tuple[int, float]] = []
+    for i, pair in enumerate(sizes):
+        if i == 256:
+            raise UserError(f"{name}: more than 256 sizes; valid: 1 to 256")
+
+        def bad(why: str) -> UserError:
+            return UserError(f"{name}[{i}] {shown(pair)}: {why}")
+
+        if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
+            raise bad("expected a (size, count) pair, e.g. (320, 12)")
+        size, count = pair
+        if isinstance(size, bool) or not isinstance(size, numbers.Real) or \
+                not math.isfinite(size) or size != int(size) or not 1 <= size <= 65536:
+            raise bad(f"size {shown(size)}: valid: an integer from 1 to 65536")
+        if isinstance(count, bool) or not isinstance(count, numbers.Real) or \
+                not math.isfinite(count) or count <= 0:
+            raise bad(f"count {shown(count)}: valid: a number > 0")
+        if any(int(size) == s for s, _ in out):
+            raise bad(f"size {size} is listed twice")
+        out.append((int(size), float(count)))
+    if not out:
+        raise UserError(f"{name}: no sizes; valid: 1 to 256 (size, count) pairs")
     return out
 
 

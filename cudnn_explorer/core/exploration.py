@@ -68,11 +68,21 @@ class Environment(Record):
         """Whether this environment passes the filters: a part of the GPU name (any of
         ``gpus``, case-insensitive) and a cuDNN version (any of ``cudnns``, as 9.19.0 or
         91900); an empty filter passes all."""
+        gpus, cudnns = _texts(gpus, "gpus"), _texts(cudnns, "cudnns")
         if gpus and not any(g.lower() in self.gpu_name.lower() for g in gpus):
             return False
         want = {c.strip() for c in cudnns}
         return not want or self.cudnn_runtime in want or cudnn_version(self.cudnn_runtime) \
             in want
+
+
+def _texts(values, name: str) -> tuple:
+    """A filter as given: one text, or a list of texts (UserError otherwise)."""
+    if isinstance(values, str):
+        return (values,)
+    if not hasattr(values, "__iter__") or not all(isinstance(v, str) for v in values):
+        raise UserError(f"{name} {shown(values)}: valid: a list of texts, e.g. ['H200']")
+    return tuple(values)
 
 
 @dataclass

@@ -28,6 +28,8 @@ MAX_UNZIPPED = 1 << 30
 def read_bytes(path: str, what: str) -> bytes:
     """The bytes of ``path``, decompressed when it is a gzip file (a saved result written
     to NAME.gz); UserError "<what> '<path>': <why>" when it cannot be read."""
+    if not isinstance(path, (str, os.PathLike)):  # an int would be read as a descriptor
+        raise UserError(f"{what} {type(path).__name__}: give a file's path")
     try:
         with open(path, "rb") as f:
             data = f.read()

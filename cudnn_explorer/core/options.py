@@ -138,6 +138,11 @@ class ExploreOptions:
         UserError for another name."""
         name = profile_name(profile)
         table = MODEL_PROFILES if model else PROFILES
+        names = {f.name for f in fields(self)}
+        if isinstance(keep, (str, bytes)) or not hasattr(keep, "__iter__") or \
+                any(k not in names for k in keep):
+            raise UserError(f"keep {clip(repr(keep))}: valid: a list of ExploreOptions field "
+                            f"names, e.g. ['budget_ms']")
         return self.updated(**{k: v for k, v in table[name].items() if k not in keep})
 
     @property

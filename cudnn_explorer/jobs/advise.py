@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
-from ..core.advice import Advice
+from ..core.advice import Advice, check_sizes
 from ..core.stability import plan_counts
 from ..core.capture import ModelSpec
 from ..core.errors import UserError
@@ -56,9 +56,13 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     if uncovered not in ("off", "on"):
         raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
                         f"convolutions the plan file does not cover)")
+    if options is not None and not isinstance(options, ExploreOptions):
+        raise UserError(f"options {type(options).__name__}: valid: an ExploreOptions "
+                        f"(ExploreOptions.create(...))")
+    dist = check_sizes(sizes) if sizes is not None else None
+    choice = StoreChoice.of(store, refresh)
     spec = model_spec(model, **kw)
-    if sizes:
-        dist = [(int(s), float(c)) for s, c in sizes]
+    if dist:
         spec = spec.over_sizes([s for s, _ in dist])
     elif spec.sizes:
         dist = [(s, 1.0) for s in spec.sizes]
@@ -78,7 +82,6 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
         env = pipeline.environment(options.device)
         pinned, plan_file = pinned_mode(plans, env, uncovered, allow_environment) if plans \
             else (None, None)
-        choice = StoreChoice.of(store, refresh)
         with opened(choice, notify) as db:
             cache = store_cache(db, env, cap, notify, not choice.refresh)
             run, _ = run_model(cap, options, iterations=10, progress=say,

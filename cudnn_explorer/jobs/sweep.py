@@ -4,9 +4,11 @@ explored, the sweep handed to ``save`` after every problem and each finished dir
 kept in the results store, so Ctrl-C or a kill loses only the problem in flight."""
 from __future__ import annotations
 
+import re
 from typing import Callable, Optional, Sequence, Union
 
 from ..core.capture import Capture, ModelSpec
+from ..core.errors import UserError
 from ..core.options import ExploreOptions, profile_name
 from ..core.sweep import ModelSweep
 from .events import Notify, notifier
@@ -25,8 +27,6 @@ def model_spec(model: Union[str, ModelSpec], **kw) -> ModelSpec:
     sizes, amp, channels_last, train)."""
     if isinstance(model, ModelSpec):
         if kw:
-            from ..core.errors import UserError
-
             raise UserError(f"pass either a ModelSpec or keywords, not both "
                             f"({', '.join(kw)})")
         return model
@@ -41,6 +41,11 @@ def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
     cuda:0), or "cpu" where there is no GPU (a note says that autocast and layouts may
     differ from the GPU's)."""
     spec = model_spec(model, **kw)
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        device = f"cuda:{device}"
+    if device is not None and not (isinstance(device, str) and
+                                   re.fullmatch(r"cpu|cuda(:[0-9]{1,4})?", device)):
+        raise UserError(f"device {device!r}: valid: \"cpu\", \"cuda\" or \"cuda:N\"")
     gpu.measuring()
     import torch
 
@@ -91,6 +96,16 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
         from .plans import read_plans
 
         read_plans(plans)
+    if options is not None and not isinstance(options, ExploreOptions):
+        raise UserError(f"options {type(options).__name__}: valid: an ExploreOptions "
+                        f"(ExploreOptions.create(...))")
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or \
+            not 1 <= iterations <= 10000:
+        raise UserError(f"iterations {iterations!r}: valid: an integer from 1 to 10000")
+    if uncovered not in ("off", "on"):
+        raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
+                        f"convolutions the plan file does not cover)")
+    StoreChoice.of(store, refresh)  # a bad store argument: refused before the model runs
     options = (options or ExploreOptions.create()).profiled(profile, keep, model=True)
     spec = model.model if isinstance(model, Capture) else model_spec(model, **kw)
     # Note [model children started ahead]: PyTorch's mode processes import meanwhile
