@@ -258,6 +258,7 @@ def test_explore_starts_its_processes_before_the_extension_check(monkeypatch):
     from cudnn_explorer.jobs import gpu
 
     order = []
+    ok, fail = (ce.ConvProblem.create(shape=[2, 4, 8, w]) for w in (8, 9))
 
     class Bench:
         def __init__(self, device):
@@ -271,7 +272,7 @@ def test_explore_starts_its_processes_before_the_extension_check(monkeypatch):
 
     def explore(problem, options, progress=None, on_direction=None, bench=None):
         order.append(("explore", options.engines, type(bench).__name__))
-        if problem == "fail":
+        if problem == fail:
             raise KeyboardInterrupt
         return "the exploration"
 
@@ -280,16 +281,16 @@ def test_explore_starts_its_processes_before_the_extension_check(monkeypatch):
     monkeypatch.setattr(gpu, "frontend_built",
                         lambda device: order.append("checked") or False)
     opts = ce.ExploreOptions.create(device=1)
-    assert job.explore("p", opts, skip_engines_if_unbuilt=True) == "the exploration"
+    assert job.explore(ok, opts, skip_engines_if_unbuilt=True) == "the exploration"
     assert order == [("bench", 1), ("prestart", True), "checked", ("explore", False, "Bench"),
                      "closed"]
     order.clear()
     with pytest.raises(KeyboardInterrupt):
-        job.explore("fail", opts)
+        job.explore(fail, opts)
     assert order == [("bench", 1), ("prestart", True), ("explore", True, "Bench"), "closed"]
     order.clear()
     mine = Bench(0)
-    job.explore("p", opts, bench=mine, skip_engines_if_unbuilt=True)
+    job.explore(ok, opts, bench=mine, skip_engines_if_unbuilt=True)
     assert order == [("bench", 0), ("explore", True, "Bench")]  # neither started nor closed
 
 
@@ -374,6 +375,9 @@ def test_an_exploration_records_where_its_wall_time_went(tmp_path, monkeypatch):
     (lambda: ce.sweep_model("resnet18", plans=ce.ExploreOptions.create()),
      "plans ExploreOptions: give a plan file's path"),
     (lambda: ce.capture("resnet18", device="tpu"), "device 'tpu': valid"),
+    (lambda: ce.explore("32,3,224,224"), "problem str: valid: a ConvProblem"),
+    (lambda: ce.explore(ce.ConvProblem.create(shape=[2, 4, 8, 8]), options=3),
+     "options int: valid: an ExploreOptions"),
 ])
 def test_bad_job_arguments_are_refused_before_any_gpu_work(call, match, monkeypatch):
     """Each is the caller's mistake, named, before the GPU is looked for (without one

@@ -32,10 +32,16 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
     direction as it finishes. ``skip_engines_if_unbuilt``: where the extension was built
     without cudnn-frontend, explore without engine configs (a note says so) instead of
     raising MissingDependencyError."""
+    if not isinstance(problem, ConvProblem):
+        raise UserError(f"problem {type(problem).__name__}: valid: a ConvProblem "
+                        f"(ConvProblem.create(shape=..., ...))")
     if options is None:
         options = ExploreOptions.create(**kw)
     elif kw:
         raise UserError(f"pass either options or keywords, not both ({', '.join(kw)})")
+    elif not isinstance(options, ExploreOptions):
+        raise UserError(f"options {type(options).__name__}: valid: an ExploreOptions "
+                        f"(ExploreOptions.create(...)), or its fields as keywords")
     notify = notifier(notify)
     choice = StoreChoice.of(store, refresh)
     with opened(choice, notify) as db:
