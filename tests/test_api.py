@@ -241,7 +241,7 @@ def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
     order.clear()  # with a plan file: the pinned mode's process too
     from cudnn_explorer.jobs import plans as plans_job
 
-    monkeypatch.setattr(plans_job, "read_plans", lambda path: None)
+    monkeypatch.setattr(plans_job, "check_pinned_args", lambda path, uncovered: None)
     job.sweep_model("resnet18", batch=2, plans="resnet18.plans.json")
     assert order == [("started", "resnet18", True), "capture",
                      ("swept", "the capture", True), "closed"]

@@ -17,7 +17,7 @@ from typing import Optional, Tuple
 from .errors import UserError
 from .problem import DIRECTIONS, clip
 
-__all__ = ["ExploreOptions", "TimingSpec", "PROFILES", "MODEL_PROFILES", "profile_name",
+__all__ = ["ExploreOptions", "TimingSpec", "PROFILES", "MODEL_PROFILES", "profile_name", "given_options",
            "parse_int"]
 
 
@@ -164,6 +164,17 @@ class ExploreOptions:
         """Options as a saved exploration recorded them (unknown keys ignored)."""
         names = {f.name for f in fields(cls)}
         return cls.create(**{k: v for k, v in d.items() if k in names})
+
+
+def given_options(options) -> "ExploreOptions":
+    """A job's ``options``: the defaults for None; UserError for what is not an
+    ExploreOptions."""
+    if options is None:
+        return ExploreOptions.create()
+    if not isinstance(options, ExploreOptions):
+        raise UserError(f"options {type(options).__name__}: valid: an ExploreOptions "
+                        f"(ExploreOptions.create(...))")
+    return options
 
 
 # How a profile sets the options. quick (the default): a staged search of the legacy rows

@@ -9,12 +9,12 @@ from ..core.advice import Advice, check_sizes
 from ..core.stability import plan_counts
 from ..core.capture import ModelSpec
 from ..core.errors import UserError
-from ..core.options import ExploreOptions
+from ..core.options import ExploreOptions, given_options
 from ..core.schema import utc_now
 from ..core.version import __version__
 from .events import Notify, notifier, quiet_progress
 from . import gpu
-from .plans import pinned_mode, read_plans
+from .plans import check_pinned_args, pinned_mode
 from .stores import StoreChoice, opened
 from .sweep import capture, mode_starts, model_spec, store_cache
 
@@ -51,14 +51,8 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats == 1 \
             or not 0 <= repeats <= 50:
         raise UserError(f"repeats {repeats!r}: valid: 0 (off) or 2 to 50 fresh processes")
-    if plans:  # a bad file or setting is refused before the model runs
-        read_plans(plans)
-    if uncovered not in ("off", "on"):
-        raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
-                        f"convolutions the plan file does not cover)")
-    if options is not None and not isinstance(options, ExploreOptions):
-        raise UserError(f"options {type(options).__name__}: valid: an ExploreOptions "
-                        f"(ExploreOptions.create(...))")
+    check_pinned_args(plans, uncovered)  # a bad file or setting: before the model runs
+    options = given_options(options)
     dist = check_sizes(sizes) if sizes is not None else None
     choice = StoreChoice.of(store, refresh)
     spec = model_spec(model, **kw)
@@ -68,7 +62,6 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
         dist = [(s, 1.0) for s in spec.sizes]
     else:
         dist = [(spec.input_shape[-1], 1.0)]
-    options = options or ExploreOptions.create()
     notify = notifier(notify)
     say = quiet_progress(progress)
     pipeline = gpu.measuring()

@@ -6,7 +6,7 @@ from typing import Callable, Optional
 
 from ..core.errors import UserError
 from ..core.exploration import Exploration
-from ..core.options import ExploreOptions
+from ..core.options import ExploreOptions, given_options
 from ..core.problem import ConvProblem
 from .events import Notify, notifier
 from . import gpu
@@ -39,9 +39,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
         options = ExploreOptions.create(**kw)
     elif kw:
         raise UserError(f"pass either options or keywords, not both ({', '.join(kw)})")
-    elif not isinstance(options, ExploreOptions):
-        raise UserError(f"options {type(options).__name__}: valid: an ExploreOptions "
-                        f"(ExploreOptions.create(...)), or its fields as keywords")
+    options = given_options(options)
     notify = notifier(notify)
     choice = StoreChoice.of(store, refresh)
     with opened(choice, notify) as db:

@@ -14,7 +14,8 @@ from ..core.plans import PlanFile, plans_from
 from ..core.schema import utc_now
 from ..core.version import __version__
 
-__all__ = ["write_plans", "read_plans", "environment_here", "pinned_mode"]
+__all__ = ["write_plans", "read_plans", "environment_here", "check_pinned_args",
+           "pinned_mode"]
 
 
 def _one_environment(exps: Sequence[Exploration], what: str) -> Environment:
@@ -91,6 +92,16 @@ def environment_here(device: int = 0) -> Environment:
     return gpu.measuring().environment(device)
 
 
+def check_pinned_args(plans: Optional[str], uncovered: str) -> None:
+    """A job's plan file (read and checked, when given) and ``uncovered`` ("off" or "on"):
+    UserError naming the bad one, before any model runs."""
+    if uncovered not in ("off", "on"):
+        raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
+                        f"convolutions the plan file does not cover)")
+    if plans:
+        _read(plans)
+
+
 def pinned_mode(path: str, env: Environment, uncovered: str = "off",
                 allow_environment: bool = False):
     """The pinned mode of PyTorch's run of a model (measure.pytorch_picks.ModeSpec) with the
@@ -99,13 +110,10 @@ def pinned_mode(path: str, env: Environment, uncovered: str = "off",
     convolutions it does not cover run with benchmark ``uncovered`` ("off" or "on"). The
     hash of its contents keys the mode's runs in the results store."""
     import hashlib
-    import os
 
     from ..measure.pytorch_picks import ModeSpec
 
-    if uncovered not in ("off", "on"):
-        raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
-                        f"convolutions the plan file does not cover)")
+    check_pinned_args(None, uncovered)
     plans, data = _read(path)
     diffs = plans.differences(env)
     if diffs and not allow_environment:

@@ -9,7 +9,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from ..core.capture import Capture, ModelSpec
 from ..core.errors import UserError
-from ..core.options import ExploreOptions, profile_name
+from ..core.options import ExploreOptions, given_options, profile_name
 from ..core.sweep import ModelSweep
 from .events import Notify, notifier
 from . import gpu
@@ -92,21 +92,14 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     (mode_starts, with the same options and plans; closed here); otherwise they are
     started before this job's own capture."""
     notify = notifier(notify)
-    if plans:  # a bad file is refused before the model runs
-        from .plans import read_plans
+    from .plans import check_pinned_args
 
-        read_plans(plans)
-    if options is not None and not isinstance(options, ExploreOptions):
-        raise UserError(f"options {type(options).__name__}: valid: an ExploreOptions "
-                        f"(ExploreOptions.create(...))")
+    check_pinned_args(plans, uncovered)  # a bad file or setting: before the model runs
     if isinstance(iterations, bool) or not isinstance(iterations, int) or \
             not 1 <= iterations <= 10000:
         raise UserError(f"iterations {iterations!r}: valid: an integer from 1 to 10000")
-    if uncovered not in ("off", "on"):
-        raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
-                        f"convolutions the plan file does not cover)")
     StoreChoice.of(store, refresh)  # a bad store argument: refused before the model runs
-    options = (options or ExploreOptions.create()).profiled(profile, keep, model=True)
+    options = given_options(options).profiled(profile, keep, model=True)
     spec = model.model if isinstance(model, Capture) else model_spec(model, **kw)
     # Note [model children started ahead]: PyTorch's mode processes import meanwhile
     if starts is None and options.pytorch and bench is None:
