@@ -43,9 +43,12 @@ def test_find_lists_every_math_type_the_dtype_permits(dtype, layout):
     keys = [r.key for r in d.find]
     assert len(keys) == len(set(keys))
     assert all(r.pytorch_candidate == (r.found_under == p.math_type) for r in d.find)
-    if dtype != "float32":  # tensor-core rows exist, ran and were checked
+    if dtype != "float32":  # tensor-core rows exist and ran; those checked are right
         tc = [r for r in d.find if r.ok and r.math_type == "TENSOR_OP_MATH"]
-        assert tc and all(r.correct for r in tc), [(r.algo_name, r.max_error) for r in tc]
+        shown = [(r.algo_name, r.max_error) for r in tc]
+        assert tc and all(r.correct is not False for r in tc), shown
+        # the finalists are checked; the others when they led their round
+        assert all(r.correct for r in tc if r.left_round is None), shown
     best, pt = d.best(), d.best(pytorch_only=True)
     assert best is not None and pt is not None and best.time <= pt.time
 
