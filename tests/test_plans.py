@@ -117,3 +117,35 @@ def test_the_plans_verb(tmp_path):
         assert r.returncode == 2 and match in lines[-1], (args, r.stderr)
     r = run_cli("plans", "check", str(out), env={"CUDA_VISIBLE_DEVICES": ""})
     assert "valid: 68 plans" in r.stdout and r.returncode == 3  # no GPU to compare with
+
+
+def test_mutated_plan_files_are_refused_or_read_whole():
+    """Any one field of a plan file replaced by junk: reading it either names the bad field
+    (UserError) or gives a PlanFile that writes back to what was read; a number made
+    negative, NaN or infinite is always refused."""
+    import random
+
+    from test_cli_fuzz import _REPLACEMENTS, _leaves, _set
+
+    base = json.loads(write_plans(SWEEP).to_json())
+    paths = list(_leaves(base))
+    rng = random.Random(2026)
+    refused = 0
+    for _ in range(400):
+        path = rng.choice(paths)
+        value = rng.choice(_REPLACEMENTS + ["", 0, 1, 2**40, [1], [[1, 2]], "eng0"])
+        old = base
+        for k in path:
+            old = old[k] if isinstance(old, (dict, list)) else None
+        numeric = isinstance(old, (int, float)) and not isinstance(old, bool)
+        must_fail = numeric and isinstance(value, (int, float)) and not isinstance(
+            value, bool) and (value != value or value in (float("inf"), -1, -0.5, 10**400))
+        try:
+            plans = PlanFile.read(json.dumps(_set(base, path, value), allow_nan=True))
+        except UserError as e:
+            assert str(e) and "Traceback" not in str(e)
+            refused += 1
+            continue
+        assert not must_fail, (path, value)
+        assert PlanFile.read(plans.to_json()) == plans, (path, value)
+    assert refused > 200
