@@ -330,3 +330,29 @@ def test_every_verb_refuses_malformed_values_in_one_line(tmp_path, monkeypatch):
         if not (_one_clean_line(code, err) or (code == 0 and "Traceback" not in err)):
             bad.append((argv, code, err.strip()[-300:]))
     assert not bad, f"{len(bad)} of {len(cases)} failed:\n" + "\n".join(map(str, bad))
+
+
+@pytest.mark.parametrize("verb,saved,count", [  # a sweep renders in about 0.6 s
+    ("advise", "tests/fixtures/advice_r50_b16_sizes_pinned_h200.json.gz", 40),
+    ("model", "data/reference/h200-resnet50-b32-amp-fp16-nhwc.json.gz", 12)])
+def test_mutated_saved_advice_and_sweeps_render_or_are_refused(verb, saved, count, tmp_path,
+                                                                 no_measuring):
+    """One field of a saved advice or sweep replaced by junk: --load renders it (exit 0)
+    or refuses it in one line naming the file (exit 2), never a traceback."""
+    import gzip
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base = json.loads(gzip.decompress(open(os.path.join(root, saved), "rb").read()))
+    paths = list(_leaves(base))
+    rng = random.Random(7)
+    bad = []
+    for i in range(count):
+        path, value = rng.choice(paths), rng.choice(_REPLACEMENTS + ["", 0, 2**40])
+        f = tmp_path / f"{verb}{i}.json"
+        f.write_text(json.dumps(_set(base, path, value), allow_nan=True))
+        code, out, err = run_main([verb, "--load", str(f)])
+        if not ((code == 0 and out and "Traceback" not in err)
+                or (_one_clean_line(code, err) and code == 2 and str(f) in err)):
+            bad.append((path, value, code, err.strip()[-300:]))
+    assert not bad, "\n".join(map(str, bad))
