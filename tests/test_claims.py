@@ -42,12 +42,22 @@ def table_from(tmp_path, fixtures):
     for src, name in fixtures:
         with gzip.open(src) as f, open(tmp_path / name, "wb") as g:
             shutil.copyfileobj(f, g)
-    out = tmp_path / "claims.md"
+    return table_of(tmp_path)
+
+
+def table_of(keep):
+    """claims.py --table-only over the results in ``keep``: (the run, the table's path)."""
+    out = keep / "claims.md"
     r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
-                        "--table-only", "--keep", str(tmp_path), "--out", str(out)],
+                        "--table-only", "--keep", str(keep), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r, out
+
+
+def claim_row(out, claim: str) -> str:
+    """The table's row of the claim that starts with ``claim``."""
+    return next(ln for ln in out.read_text().splitlines() if ln.startswith(f"| {claim}"))
 
 
 def test_table_from_an_h200_advice(tmp_path):
@@ -117,10 +127,7 @@ def test_table_from_an_h200_advice(tmp_path):
                 "resnet50_80_pinned.plans.json"
                 "\nexit 2\n")
     (tmp_path / "resnet50_80_pinned.sweep.json").write_text('{"complete": true}')
-    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
-                        "--table-only", "--keep", str(tmp_path), "--out", str(out)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    _, out = table_of(tmp_path)
     assert ("| turn benchmark on when at least 80% of inputs share one shape | not measured: "
             "the command exited 3 (its output: log.txt in the results folder) | untested | "
             "not measured: `plans write` exited 2 (log.txt in the results folder) |"
@@ -188,13 +195,8 @@ def test_winograd_row_weighs_its_workspace_against_the_tensors(tmp_path):
     algorithms' median workspace."""
     shutil.copy(os.path.join(REPO, "data", "reference", "h200-default-fp32.json"),
                 tmp_path / "winograd.json")
-    out = tmp_path / "claims.md"
-    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
-                        "--table-only", "--keep", str(tmp_path), "--out", str(out)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    row = next(ln for ln in out.read_text().splitlines()
-               if ln.startswith("| Winograd takes 20-30% more memory |"))
+    _, out = table_of(tmp_path)
+    row = claim_row(out, "Winograd takes 20-30% more memory |")
     cells = [c.strip() for c in row.split("|")]
     assert cells[2].startswith("fwd: Winograd's workspace up to 923.4 MiB, +225.0% over the "
                                "410.4 MiB of its tensors (the other algorithms' median "
@@ -209,8 +211,7 @@ def test_the_deterministic_claims_pinned_cell(tmp_path):
     same advice."""
     _, out = table_from(tmp_path, ((FIXTURE, "resnet50_224.json"),
                                    (DET_PINNED, "resnet50_224_det_pinned.json")))
-    row = next(ln for ln in out.read_text().splitlines()
-               if ln.startswith("| deterministic mode costs about 20%"))
+    row = claim_row(out, "deterministic mode costs about 20%")
     assert (" | pinned to the sweep's deterministic configs only (`plans write "
             "--deterministic`; cudnn.deterministic not set, which changes no pinned call), "
             "the steady iteration costs -0.2% against benchmark off (95% CI "
@@ -232,8 +233,7 @@ def test_the_80_percent_claims_pinned_cell(tmp_path):
 
     _, out = table_from(tmp_path, ((DIST80, "resnet50_80.json"),
                                    (SIZES_PINNED, "resnet50_80_pinned.json")))
-    row = next(ln for ln in out.read_text().splitlines()
-               if ln.startswith("| turn benchmark on when at least 80% of inputs"))
+    row = claim_row(out, "turn benchmark on when at least 80% of inputs")
     assert ("| expected total 32.4 s pinned, 67.7 s on, 33.3 s off for 1000 iterations over "
             "5 sizes, no search at any; 790 of 790 first-iteration calls pinned; the advice: "
             "'pinned' (`python -m cudnn_explorer model resnet50 --batch 16 --sizes "
@@ -248,11 +248,7 @@ def test_the_80_percent_claims_pinned_cell(tmp_path):
     text = json.dumps(d)
     assert '"fallback_calls": 0' in text
     path.write_text(text.replace('"fallback_calls": 0', '"fallback_calls": 1', 1))
-    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "claims.py"),
-                        "--table-only", "--keep", str(tmp_path), "--out", str(out)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    row = next(ln for ln in out.read_text().splitlines()
-               if ln.startswith("| turn benchmark on when at least 80% of inputs"))
+    _, out = table_of(tmp_path)
+    row = claim_row(out, "turn benchmark on when at least 80% of inputs")
     assert "over 5 sizes; 790 of 791 first-iteration calls pinned" in row, row
 
