@@ -11,8 +11,9 @@ from dataclasses import replace
 
 from cudnn_explorer.core.stats import Z95
 from cudnn_explorer.core.advice import (Advice, ShapeCost, _met, best_bucketing, break_even,
-                                        costs_from_run, expected_total_ms, parse_shape_dist,
-                                        steady_difference, verdict)
+                                        costs_from_run, expected_total_ms, steady_difference,
+                                        verdict)
+from cudnn_explorer.core.workload_sizes import parse_shape_dist
 from cudnn_explorer.core.capture import Capture, ModelSpec
 from cudnn_explorer.core.errors import UserError
 from cudnn_explorer.core.pytorch_run import IterationTiming, ModelModeRun, ModelRun, SizeRun

@@ -87,7 +87,7 @@ def run(argv: List[str]) -> int:
     spec = model_spec_from_args(a)
     sizes = None
     if a.shape_dist:
-        from ..core.advice import parse_shape_dist
+        from ..core.workload_sizes import parse_shape_dist
         from ..core.files import read_text
 
         sizes = parse_shape_dist(read_text(a.shape_dist, "--shape-dist"), a.shape_dist)

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
-import re
 from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
@@ -44,7 +42,7 @@ from . import stats
 from .schema import Record, parse_json, shown
 from .stability import Stability
 
-__all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "parse_shape_dist", "check_sizes", "ShapeCost",
+__all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "ShapeCost",
            "comparable", "costs_from_run", "expected_total_ms", "steady_difference", "pinned_difference",
            "break_even",
            "Bucketing", "best_bucketing", "Verdict", "verdict", "Advice", "plans_needed",
@@ -57,76 +55,6 @@ MAX_N = 10**12
 # many per thread, least recently used evicted first; TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT
 # sets it (0: no limit; negative: nothing cached, every call plans again).
 PLAN_CACHE_LIMIT = 10000
-
-
-def parse_shape_dist(text: str, name: str) -> List[Tuple[int, float]]:
-    """A shape-distribution file: one "SIZE COUNT" per line (a square input side and how
-    often it occurs, any positive number; spaces, a comma or a colon between them), "#"
-    comments and blank lines ignored. UserError names the file, the line and what is
-    wrong."""
-    out: List[Tuple[int, float]] = []
-    seen = set()
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-
-        def bad(why: str) -> UserError:
-            return UserError(f"--shape-dist '{name}': line {n} {shown(raw.strip())}: {why}")
-
-        parts = [p for p in re.split(r"[\s,:]+", line) if p]
-        if len(parts) != 2:
-            raise bad("expected SIZE COUNT, e.g. 320 12")
-        if not re.fullmatch(r"[0-9]{1,6}", parts[0]) or not 1 <= int(parts[0]) <= 65536:
-            raise bad(f"size {parts[0]!r}: valid: an integer from 1 to 65536")
-        try:
-            count = float(parts[1])
-        except ValueError:
-            count = float("nan")
-        if not math.isfinite(count) or count <= 0 or not re.fullmatch(r"[0-9.eE+-]+",
-                                                                       parts[1]):
-            raise bad(f"count {parts[1]!r}: valid: a number > 0")
-        size = int(parts[0])
-        if size in seen:
-            raise bad(f"size {size} is listed twice")
-        seen.add(size)
-        out.append((size, count))
-    if not out:
-        raise UserError(f"--shape-dist '{name}': no sizes (one SIZE COUNT per line)")
-    if len(out) > 256:
-        raise UserError(f"--shape-dist '{name}': {len(out)} sizes; at most 256")
-    return out
-
-
-def check_sizes(sizes, name: str = "sizes") -> List[Tuple[int, float]]:
-    """``sizes`` as the API takes them, [(size, count)] (a square input side and how often
-    it occurs), checked as a shape-distribution file is: UserError names ``name``, the
-    entry and what is valid."""
-    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
-        raise UserError(f"{name} {shown(sizes)}: valid: a list of (size, count) pairs")
-    out: List[Tuple[int, float]] = []
-    for i, pair in enumerate(sizes):
-        if i == 256:
-            raise UserError(f"{name}: more than 256 sizes; valid: 1 to 256")
-
-        def bad(why: str) -> UserError:
-            return UserError(f"{name}[{i}] {shown(pair)}: {why}")
-
-        if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
-            raise bad("expected a (size, count) pair, e.g. (320, 12)")
-        size, count = pair
-        if isinstance(size, bool) or not isinstance(size, numbers.Real) or \
-                not math.isfinite(size) or size != int(size) or not 1 <= size <= 65536:
-            raise bad(f"size {shown(size)}: valid: an integer from 1 to 65536")
-        if isinstance(count, bool) or not isinstance(count, numbers.Real) or \
-                not math.isfinite(count) or count <= 0:
-            raise bad(f"count {shown(count)}: valid: a number > 0")
-        if any(int(size) == s for s, _ in out):
-            raise bad(f"size {size} is listed twice")
-        out.append((int(size), float(count)))
-    if not out:
-        raise UserError(f"{name}: no sizes; valid: 1 to 256 (size, count) pairs")
-    return out
 
 
 @dataclass(frozen=True)

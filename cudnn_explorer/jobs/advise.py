@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
-from ..core.advice import Advice, check_sizes
+from ..core.advice import Advice
+from ..core.workload_sizes import check_sizes
 from ..core.stability import plan_counts
 from ..core.capture import ModelSpec
 from ..core.errors import UserError
