@@ -17,11 +17,12 @@ Note [records checked]: before the final round, a candidate is checked against t
 reference only when its time beats that of every candidate of its round timed before it
 that is not WRONG (a record; :func:`is_record`). The round's best, and round 1's cutoff
 (Note [cut launches]), are therefore always set by a checked candidate: a WRONG one, however
-fast, sends none of the others away. It leaves in the round it is found in, with no
-ratio (it cannot rank), unless the caller names it: PyTorch's WRONG pick is still timed in
-full, so that the report shows it properly, but it never sets a bar. Most candidates never lead their round: of n in
-an order unrelated to their times, about ln n + 0.58 are records (4.3 of 43, a ResNet-50
-direction's listed configs), so this costs a few checks per direction. (Before, engine
+fast, sends none of the others away (:func:`bar_ms`). It leaves in the round it is found
+in, with no ratio (it cannot rank), unless the caller names it: PyTorch's WRONG pick is
+still timed in full, so that the report shows it properly, but it never sets a bar. Most
+candidates never lead their round: of n in an order unrelated to their times, about
+ln n + 0.58 are records (4.3 of 43, a ResNet-50 direction's listed configs), so this
+costs a few checks per direction. (Before, engine
 configs were not checked before the final round, so a WRONG fast one could send correct
 ones away, and legacy rows were all checked in round 1: 642 checks in a ResNet-50 sweep.)
 A candidate checked in an earlier round is not checked again before the final one.
@@ -48,7 +49,7 @@ from .options import TimingSpec
 
 __all__ = ["Round", "ROUNDS", "Timed", "survivors", "round_timing", "cutoff_ms", "CUT_RATIO",
            "CUT_FLOOR_MS", "run_limit_s", "RUN_LIMIT_FLOOR_S", "ROUND1_LIMIT_LAUNCHES",
-           "is_record"]
+           "bar_ms", "is_record"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,14 @@ def survivors(times: Mapping[Hashable, Timed], keep_within: float,
         else:
             left[key] = t.median_ms / best
     return stay, left
+
+
+def bar_ms(timed: Iterable[Tuple[Optional[float], bool]]) -> Optional[float]:
+    """What a candidate must beat to lead its round: the least time (ms) of ``timed``, the
+    (time or None, WRONG) of those timed before it, among those not WRONG; None when there
+    are none. Note [records checked]."""
+    times = [t for t, wrong in timed if t is not None and not wrong]
+    return min(times) if times else None
 
 
 def is_record(median_ms: Optional[float], best_ms: Optional[float]) -> bool:

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_pytorch,
                           candidate_configs, config_tag, kernel_family, parse_tags,
                           same_kernels, space_size)
 from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
-from ..core.staging import ROUNDS, Timed, cutoff_ms, is_record, round_timing, survivors
+from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, is_record, round_timing,
+                             survivors)
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, check_output
@@ -188,11 +189,6 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             exhausted = True
         return exhausted
 
-    def best_so_far() -> Optional[float]:  # of those not WRONG: Note [records checked]
-        times = [c.time for c in configs if c.ok and c.time is not None
-                 and c.correct is not False]
-        return min(times) if times else None
-
     def attempt(e: int, ch: Knobs) -> Optional[EngineConfig]:
         entry = engines[e]
         done[e].add(ch)
@@ -201,7 +197,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
         # round 1's cutoff, and the watchdog's limit from it (Note [hung launches]); a
         # record is checked (Note [records checked])
-        best = best_so_far() if staging else None
+        best = _bar(configs) if staging else None
         cut = cutoff_ms(best) if staging else 0.0
         cfg, made = _run_config(search, first, problem, direction, tensors, ref, e, ch,
                                 ranks(e, ch), kernels,
@@ -282,6 +278,12 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             for r in legacy_rows if r.kernels and kernels})  # none when kernels were not read
 
 
+def _bar(configs: Iterable[EngineConfig]) -> Optional[float]:
+    """The time a config must beat to lead its round, after ``configs``: Note [records
+    checked] in core/staging.py."""
+    return bar_ms((c.time if c.ok else None, c.correct is False) for c in configs)
+
+
 def _always(configs: List[EngineConfig], live: Sequence[int], keep: set) -> set:
     """The live configs that stay whatever their time: those ``keep`` names (by engine and
     knobs), and the fastest of each group a plan file may be filtered to (PyTorch's rules
@@ -331,10 +333,6 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
         configs[i] = replace(cfg, kernels=c.kernels, build_ms=c.build_ms)
         emit({"retimed": c.tag})
 
-    def best_of(done: Sequence[int]) -> Optional[float]:
-        times = [configs[i].time for i in done if timed(i) and configs[i].correct is not False]
-        return min(times) if times else None
-
     live = [i for i in range(len(configs)) if timed(i)]
     for number, rnd in enumerate(ROUNDS, 1):
         spec = round_timing(full, rnd)
@@ -343,7 +341,7 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
                 f"({spec.budget_ms:g} ms each)")
             for k, i in enumerate(live):
                 again(i, spec, check=configs[i].correct is None, records=True,
-                      best=best_of(live[:k]))
+                      best=_bar(configs[j] for j in live[:k]))
             live = [i for i in live if timed(i)]
         wall = first_s if number == 1 else time.perf_counter() - t
         t = time.perf_counter()

@@ -8,14 +8,15 @@ seam CPU tests replace with a fake (tests/fakes.py).
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..core import analysis
 from ..core.errors import ResourceError
 from ..core.options import ExploreOptions, TimingSpec
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note, verdict
-from ..core.staging import ROUNDS, Timed, cutoff_ms, is_record, round_timing, survivors
+from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, is_record, round_timing,
+                             survivors)
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, Check, check_output, direction_data
@@ -148,9 +149,7 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
         if options.retime or options.check:
             say(f"{direction}: {'re-timing' if options.retime else 'checking'} {i}/{n_ok} "
                 f"{r.algo_name} ({r.math_type})")
-            times = [t.median_ms for m, t in timings.items()
-                     if t is not None and not _wrong(checks.get(m))]
-            best = min(times) if times else None
+            best = _bar(timings, checks, timings)
             try:
                 timings[n], checks[n] = lab.measure(
                     r.algo, r.math_type, first if options.retime else None, options.check,
@@ -196,6 +195,14 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
                       free, list(rep.find_errors), bool(lab.reference_on_cpu))
 
 
+def _bar(timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]],
+         rows: Iterable[int]) -> Optional[float]:
+    """The time a row must beat to lead its round, after ``rows``: Note [records checked]
+    in core/staging.py."""
+    return bar_ms((timings[n].median_ms if timings.get(n) else None, _wrong(checks.get(n)))
+                  for n in rows)
+
+
 def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]],
             notes: Dict[int, str], options: ExploreOptions, keep: set, direction: str,
             say) -> Dict[int, Tuple[int, Optional[float]]]:
@@ -224,10 +231,6 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
             checks[n] = checked
         return True
 
-    def best_of(done: Sequence[int]) -> Optional[float]:
-        times = [timings[n].median_ms for n in done if not _wrong(checks.get(n))]
-        return min(times) if times else None
-
     live = [n for n, t in timings.items() if t is not None]
     left: Dict[int, Tuple[int, Optional[float]]] = {}
     for number, rnd in enumerate(ROUNDS, 1):
@@ -238,7 +241,7 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
             done: List[int] = []
             for n in live:  # a row not checked yet is checked when it leads the round
                 if again(n, spec, options.check and checks.get(n) is None, number,
-                         records=True, best=best_of(done)):
+                         records=True, best=_bar(timings, checks, done)):
                     done.append(n)
             live = done
         # a WRONG row sets no bar; it leaves unless named (Note [records checked])
