@@ -21,6 +21,10 @@ SIZES_PINNED = os.path.join(REPO, "tests", "fixtures",
 # the det-pinned step (plans write --deterministic) on an H200, 2026-12-03
 DET_PINNED = os.path.join(REPO, "tests", "fixtures",
                           "advice_r50_b32_fp32_det_pinned_h200.json.gz")
+# the dist80-pinned step on an H200, 2026-12-03: advise resnet50 --batch 16 --shape-dist
+# dist80.txt --iterations 10000 --plans FILE, the plan file from the sweep of its five sizes
+DIST80_PINNED = os.path.join(REPO, "tests", "fixtures",
+                             "advice_r50_b16_dist80_pinned_h200.json.gz")
 
 
 def _claims():
@@ -225,16 +229,15 @@ def test_the_deterministic_claims_pinned_cell(tmp_path):
 
 
 def test_the_80_percent_claims_pinned_cell(tmp_path):
-    """The dist80-pinned step's advice (here the sizes-pinned H200 advice stands in for
-    it: the same command with --shape-dist instead of --sizes, so the same fields): the
-    expected totals of the three modes, the calls pinned, the advice, the commands; "no
-    search at any" only where every call was pinned."""
+    """The dist80-pinned step's H200 advice: the expected totals of the three modes, the
+    calls pinned, the advice, the commands; "no search at any" only where every call was
+    pinned."""
     import json
 
     _, out = table_from(tmp_path, ((DIST80, "resnet50_80.json"),
-                                   (SIZES_PINNED, "resnet50_80_pinned.json")))
+                                   (DIST80_PINNED, "resnet50_80_pinned.json")))
     row = claim_row(out, "turn benchmark on when at least 80% of inputs")
-    assert ("| expected total 32.4 s pinned, 67.7 s on, 33.3 s off for 1000 iterations over "
+    assert ("| expected total 108.4 s pinned, 125.9 s on, 110.2 s off for 10000 iterations over "
             "5 sizes, no search at any; 790 of 790 first-iteration calls pinned; the advice: "
             "'pinned' (`python -m cudnn_explorer model resnet50 --batch 16 --sizes "
             "224,256,288,320,352 --json resnet50_80_pinned.sweep.json; python -m "
