@@ -2,6 +2,7 @@
 import json
 import os
 import textwrap
+from dataclasses import replace
 
 import pytest
 
@@ -179,8 +180,12 @@ def test_pareto_frontier():
     e.directions[0].find = rows
     v = verdicts(e.directions[0])
     assert "a workspace cap below 0.00 MiB costs" not in " ".join(v)
-    assert "a workspace cap below <0.01 MiB costs +67% (best then: A (DEFAULT_MATH), 0.5000 ms)" in v
-    assert "a workspace cap below <0.01 MiB costs +33% (best then: B (DEFAULT_MATH), 0.4000 ms)" in v
+    # a workspace under 0.01 MiB in exact bytes: a cap one can set
+    assert "a workspace cap below 10 bytes costs +67% (best then: A (DEFAULT_MATH), 0.5000 ms)" in v
+    assert "a workspace cap below 30 bytes costs +33% (best then: B (DEFAULT_MATH), 0.4000 ms)" in v
+    rows[3] = replace(rows[3], workspace_bytes=3 * MIB)
+    v = verdicts(e.directions[0])
+    assert "a workspace cap below 3.00 MiB costs +33% (best then: B (DEFAULT_MATH), 0.4000 ms)" in v
 
 
 # ----------------------------------------------------------------------------- children

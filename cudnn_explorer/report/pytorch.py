@@ -7,7 +7,7 @@ from typing import List, Optional
 
 from ..core.records import MIB, AlgoResult, DirectionResult
 from ..core.stats import pareto_front
-from .format import (eager_ms, fmt_err, fmt_mib, fmt_ms, short_algo, short_choice,
+from .format import (eager_ms, fmt_err, fmt_mib, fmt_ms, fmt_size, short_algo, short_choice,
                      short_math, short_tag, table, wrap)
 
 __all__ = ["render_pytorch", "pareto_frontier", "verdicts"]
@@ -75,7 +75,7 @@ def verdicts(d: DirectionResult) -> List[str]:
                    f"{fmt_ms(legacy.time)} ms per call")
     if bench and bench.plan_workspace_bytes is not None and bench.steady_peak_alloc_bytes:
         out.append(f"steady state: PyTorch's benchmark pick peaks at "
-                   f"{fmt_mib(bench.steady_peak_alloc_bytes)} MiB above its inputs per call "
+                   f"{fmt_size(bench.steady_peak_alloc_bytes)} above its inputs per call "
                    f"(output and workspace included)")
     for p in d.pytorch:
         if p.ok and p.correct is False:
@@ -85,7 +85,7 @@ def verdicts(d: DirectionResult) -> List[str]:
     if len(front) > 1:
         fast = front[-1]
         for r, nxt in zip(front, front[1:]):
-            out.append(f"a workspace cap below {fmt_mib(nxt.workspace_bytes)} MiB costs "
+            out.append(f"a workspace cap below {fmt_size(nxt.workspace_bytes)} costs "
                        f"+{100 * (r.timing.median_ms / fast.timing.median_ms - 1):.0f}% "
                        f"(best then: {r.algo_name} ({r.math_type}), "
                        f"{r.timing.median_ms:.4f} ms)")
@@ -162,7 +162,7 @@ def render_pytorch(d: DirectionResult) -> str:
     front = pareto_frontier(d.find)
     if front:
         lines += wrap("   time vs workspace, legacy (Pareto frontier): " + "; ".join(
-            f"{fmt_mib(r.workspace_bytes)} MiB -> {r.algo_name} ({short_math(r.math_type)}) "
+            f"{fmt_size(r.workspace_bytes)} -> {r.algo_name} ({short_math(r.math_type)}) "
             f"{r.timing.median_ms:.4f} ms" for r in front))
     lines += [ln for v in verdicts(d) for ln in wrap(v, "   - ")]
     return "\n".join(lines)

@@ -15,7 +15,7 @@ from ..core.exploration import Exploration
 from ..core.walltime import search_time
 from .engines import engines_table, summary_lines, summary_methods, summary_table
 from .format import (DIRECTION_TITLES, FIND_CALLS, MATH_ORDER, describe_environment, fmt_err,
-                     fmt_mib, fmt_ms, fmt_version, search_time_text, short_math, short_status,
+                     fmt_mib, fmt_ms, fmt_size, fmt_version, search_time_text, short_math, short_status,
                      table, wrap)
 from .pytorch import render_pytorch
 
@@ -53,7 +53,7 @@ def render_engines(d: DirectionResult, full: bool) -> List[str]:
 def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
     title = DIRECTION_TITLES.get(d.direction, d.direction)
     cap = ("" if d.workspace_cap_bytes is None
-           else f", capped by --max-workspace {fmt_mib(d.workspace_cap_bytes)} MiB")
+           else f", capped by --max-workspace {fmt_size(d.workspace_cap_bytes)}")
     searched = d.searched_math_types or [d.math_type]
     others = ", ".join(short_math(m) for m in searched[1:])
     lines = wrap(f"== {title} ({d.direction}): {FIND_CALLS.get(d.direction, '')} under "
@@ -61,10 +61,10 @@ def render_direction(d: DirectionResult, show_engines: bool = False) -> str:
     if d.error and not d.find:
         return "\n".join(lines + wrap(f"   not explored: {d.error}"))
     free = ("" if d.workspace_free_bytes is None else
-            f"; the GPU had only {fmt_mib(d.workspace_free_bytes)} MiB free")
-    lines += wrap(f"   workspace given to Find: {fmt_mib(d.workspace_given_bytes)} MiB (largest "
-                  f"any algorithm and math type asks for: {fmt_mib(d.workspace_needed_bytes)} "
-                  f"MiB{cap}{free})")
+            f"; the GPU had only {fmt_size(d.workspace_free_bytes)} free")
+    lines += wrap(f"   workspace given to Find: {fmt_size(d.workspace_given_bytes)} (largest "
+                  f"any algorithm and math type asks for: {fmt_size(d.workspace_needed_bytes)}"
+                  f"{cap}{free})")
     if d.find_errors:
         lines += wrap(f"   cuDNN refused Find under {'; '.join(d.find_errors)}")
     on_cpu = ["the rows"] if d.reference_on_cpu else []
