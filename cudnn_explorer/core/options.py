@@ -17,8 +17,8 @@ from typing import Optional, Tuple
 from .errors import UserError
 from .problem import DIRECTIONS, clip
 
-__all__ = ["ExploreOptions", "TimingSpec", "PROFILES", "MODEL_PROFILES", "profile_name", "given_options",
-           "parse_int"]
+__all__ = ["ExploreOptions", "TimingSpec", "PROFILES", "MODEL_PROFILES", "profile_name",
+           "given_options", "parse_int"]
 
 
 INT32_MAX = 2**31 - 1

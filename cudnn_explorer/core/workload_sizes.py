@@ -13,6 +13,8 @@ from .schema import shown
 
 __all__ = ["parse_shape_dist", "check_sizes"]
 
+MAX_SIDE, MAX_SIZES = 65536, 256  # an input side's largest value; the most sizes
+
 
 def parse_shape_dist(text: str, name: str) -> List[Tuple[int, float]]:
     """A shape-distribution file: one "SIZE COUNT" per line (a square input side and how
@@ -32,8 +34,8 @@ def parse_shape_dist(text: str, name: str) -> List[Tuple[int, float]]:
         parts = [p for p in re.split(r"[\s,:]+", line) if p]
         if len(parts) != 2:
             raise bad("expected SIZE COUNT, e.g. 320 12")
-        if not re.fullmatch(r"[0-9]{1,6}", parts[0]) or not 1 <= int(parts[0]) <= 65536:
-            raise bad(f"size {parts[0]!r}: valid: an integer from 1 to 65536")
+        if not re.fullmatch(r"[0-9]{1,6}", parts[0]) or not 1 <= int(parts[0]) <= MAX_SIDE:
+            raise bad(f"size {parts[0]!r}: valid: an integer from 1 to {MAX_SIDE}")
         try:
             count = float(parts[1])
         except ValueError:
@@ -48,8 +50,8 @@ def parse_shape_dist(text: str, name: str) -> List[Tuple[int, float]]:
         out.append((size, count))
     if not out:
         raise UserError(f"--shape-dist '{name}': no sizes (one SIZE COUNT per line)")
-    if len(out) > 256:
-        raise UserError(f"--shape-dist '{name}': {len(out)} sizes; at most 256")
+    if len(out) > MAX_SIZES:
+        raise UserError(f"--shape-dist '{name}': {len(out)} sizes; at most {MAX_SIZES}")
     return out
 
 
@@ -61,8 +63,8 @@ def check_sizes(sizes, name: str = "sizes") -> List[Tuple[int, float]]:
         raise UserError(f"{name} {shown(sizes)}: valid: a list of (size, count) pairs")
     out: List[Tuple[int, float]] = []
     for i, pair in enumerate(sizes):
-        if i == 256:
-            raise UserError(f"{name}: more than 256 sizes; valid: 1 to 256")
+        if i == MAX_SIZES:
+            raise UserError(f"{name}: more than {MAX_SIZES} sizes; valid: 1 to {MAX_SIZES}")
 
         def bad(why: str) -> UserError:
             return UserError(f"{name}[{i}] {shown(pair)}: {why}")
@@ -71,8 +73,8 @@ def check_sizes(sizes, name: str = "sizes") -> List[Tuple[int, float]]:
             raise bad("expected a (size, count) pair, e.g. (320, 12)")
         size, count = pair
         if isinstance(size, bool) or not isinstance(size, numbers.Real) or \
-                not math.isfinite(size) or size != int(size) or not 1 <= size <= 65536:
-            raise bad(f"size {shown(size)}: valid: an integer from 1 to 65536")
+                not math.isfinite(size) or size != int(size) or not 1 <= size <= MAX_SIDE:
+            raise bad(f"size {shown(size)}: valid: an integer from 1 to {MAX_SIDE}")
         if isinstance(count, bool) or not isinstance(count, numbers.Real) or \
                 not math.isfinite(count) or count <= 0:
             raise bad(f"count {shown(count)}: valid: a number > 0")
@@ -80,5 +82,5 @@ def check_sizes(sizes, name: str = "sizes") -> List[Tuple[int, float]]:
             raise bad(f"size {size} is listed twice")
         out.append((int(size), float(count)))
     if not out:
-        raise UserError(f"{name}: no sizes; valid: 1 to 256 (size, count) pairs")
+        raise UserError(f"{name}: no sizes; valid: 1 to {MAX_SIZES} (size, count) pairs")
     return out

@@ -95,11 +95,16 @@ def environment_here(device: int = 0) -> Environment:
 def check_pinned_args(plans: Optional[str], uncovered: str) -> None:
     """A job's plan file (read and checked, when given) and ``uncovered`` ("off" or "on"):
     UserError naming the bad one, before any model runs."""
+    _check_uncovered(uncovered)
+    if plans:
+        _read(plans)
+
+
+def _check_uncovered(uncovered: str) -> None:
+    """UserError unless ``uncovered`` is "off" or "on"."""
     if uncovered not in ("off", "on"):
         raise UserError(f"uncovered {uncovered!r}: valid: off, on (benchmark mode for the "
                         f"convolutions the plan file does not cover)")
-    if plans:
-        _read(plans)
 
 
 def pinned_mode(path: str, env: Environment, uncovered: str = "off",
@@ -113,7 +118,7 @@ def pinned_mode(path: str, env: Environment, uncovered: str = "off",
 
     from ..measure.pytorch_picks import ModeSpec
 
-    check_pinned_args(None, uncovered)
+    _check_uncovered(uncovered)
     plans, data = _read(path)
     diffs = plans.differences(env)
     if diffs and not allow_environment:

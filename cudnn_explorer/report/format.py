@@ -10,7 +10,8 @@ from ..core.exploration import Environment, cudnn_version
 from ..core.records import MIB
 from ..core.walltime import SearchTime
 
-__all__ = ["problem_text", "fmt_ms", "fmt_mib", "fmt_size", "fmt_err", "fmt_version", "fmt_cuda", "describe_environment",
+__all__ = ["problem_text", "fmt_ms", "fmt_mib", "fmt_size", "fmt_err", "fmt_version", "fmt_cuda",
+           "describe_environment",
            "short_status", "short_math", "short_tag", "short_algo", "short_choice", "eager_ms",
            "timing_cells", "DIRECTION_TITLES", "FIND_CALLS", "MATH_ORDER", "TAG_WIDTH", "WIDTH",
            "wrap", "table", "grouped_rows", "search_time_text"]
@@ -87,11 +88,10 @@ def fmt_mib(b: Optional[int]) -> str:
 def fmt_size(b: Optional[int]) -> str:
     """Bytes in a sentence, with the unit: MiB with 2 decimals, or exact bytes where that
     would show under 0.01 MiB (a cap "below <0.01 MiB" says nothing one can set)."""
-    if b is None or b < 0:
-        return "-"
-    if 0 < b < 0.005 * MIB:
+    shown = fmt_mib(b)
+    if shown == "<0.01":
         return f"{b:,} bytes"
-    return f"{b / MIB:.2f} MiB"
+    return shown if shown == "-" else f"{shown} MiB"
 
 
 def fmt_err(r) -> str:

@@ -15,8 +15,8 @@ from ..core.exploration import Exploration
 from ..core.walltime import search_time
 from .engines import engines_table, summary_lines, summary_methods, summary_table
 from .format import (DIRECTION_TITLES, FIND_CALLS, MATH_ORDER, describe_environment, fmt_err,
-                     fmt_mib, fmt_ms, fmt_size, fmt_version, search_time_text, short_math, short_status,
-                     table, wrap)
+                     fmt_mib, fmt_ms, fmt_size, fmt_version, search_time_text, short_math,
+                     short_status, table, wrap)
 from .pytorch import render_pytorch
 
 __all__ = ["render_exploration", "render_direction", "render_info", "flags", "header_lines"]
