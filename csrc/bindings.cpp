@@ -99,7 +99,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("min_samples", &ce::TimingOptions::min_samples)
       .def_readwrite("max_samples", &ce::TimingOptions::max_samples)
       .def_readwrite("cutoff_ms", &ce::TimingOptions::cutoff_ms)
-      .def_readwrite("kernels", &ce::TimingOptions::kernels);
+      .def_readwrite("kernels", &ce::TimingOptions::kernels)
+      .def_readwrite("batched", &ce::TimingOptions::batched);
 
   py::class_<ce::TimingResult>(m, "TimingResult")
       .def_readonly("per_launch_ms", &ce::TimingResult::per_launch_ms)

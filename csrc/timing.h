@@ -29,6 +29,10 @@ struct TimingOptions {
   // are both slower than this (ms), the timing ends there (method "cut").
   double cutoff_ms = 0.0;
   bool kernels = false;  // read the names of the kernels launched (Note [kernels from a graph])
+  // Note [batched rounds] in timing.cpp: estimate and warm up by graph replays, then a
+  // sample count fixed from the estimate, queued back to back, one synchronisation (a
+  // staged search's rounds, whose times only rank).
+  bool batched = false;
   bool warmed = false;   // the caller launched once already: no first warm-up launch here
   double first_ms = -1;  // with warmed: that launch's time (time_launch), < 0 if not timed
 };

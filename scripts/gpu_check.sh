@@ -211,6 +211,23 @@ part_model() {
     --sweep-json "$LOG/resnet50_sweep.json" > "$LOG/model.txt" 2>&1
 }
 
+# The same sweep sampled by py-spy (carried as a wheel in .whl): every process's Python
+# stacks, idle ones too, 100 times a second, in py-spy's raw format (one line per stack and
+# its count; scripts/spy_summary.py sums them); then one direction's engine search
+# in-process with native frames (where a measure call's host time goes).
+spy_bin() { ls /tmp/site/bin/py-spy 2>/dev/null || command -v py-spy; }
+part_model-spy() {
+  local spy; spy=$(spy_bin) || { echo "no py-spy" > "$LOG/model.txt"; return 1; }
+  "$spy" record --subprocesses --idle --nonblocking --format raw -r 100 \
+    -o "$LOG/model-spy.raw" -- "$PY" scripts/bench_model.py --json "$LOG/bench_model.json" \
+    --sweep-json "$LOG/resnet50_sweep.json" > "$LOG/model.txt" 2>&1
+}
+part_search-spy() {
+  local spy; spy=$(spy_bin) || return 1
+  "$spy" record --native --idle --format raw -r 200 -o "$LOG/search-spy.raw" -- \
+    "$PY" scripts/profile_search.py --direction bwd-data > "$LOG/search-spy.txt" 2>&1
+}
+
 # Pinning a model (scripts/bench_pin.py): its sweep (quick profile; PIN_BUDGET_MS re-timing
 # budget, default the profile's), the plan file written from it (policy best), then off,
 # on and pinned side by side in fresh processes. PIN_SWEEPS=DIR uses DIR/NAME.sweep.json, a
@@ -349,7 +366,8 @@ show_part() {  # what each part's log says, for the call's output
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
     targets) tail -4 "$LOG/targets.txt" ;;
-    model) tail -40 "$LOG/model.txt" ;;
+    model|model-spy) tail -40 "$LOG/model.txt" ;;
+    search-spy) grep -E 'configs \(|host time|outside them|^  round' "$LOG/search-spy.txt" ;;
     memory) cat "$LOG/memory.txt" ;;
     torchrun) tail -30 "$LOG/torchrun.txt" ;;
     claims|claims-table) tail -20 "$LOG/claims.txt" ;;

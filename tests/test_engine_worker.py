@@ -261,8 +261,10 @@ def test_a_worker_whose_cuda_context_broke_is_replaced_after_its_job(steady_work
 
 
 # A staged search in a real worker process: engine 0's knob 2 in 0..4 picks a time (ms);
-# k2=1 hangs when it is timed in round 2 (10 ms budget).
+# k2=1 hangs when it is timed in round 2 (at round 2's budget).
 STAGED_WORKER = WORKER_HEAD + textwrap.dedent("""\
+    from cudnn_explorer.core.staging import ROUNDS
+    ROUND2_BUDGET_MS = ROUNDS[1].budget_ms
     TIMES = [1.5, 1.0, 1.05, 1.2, 3.0]
     class Search:
         def engine_count(self):
@@ -280,7 +282,7 @@ STAGED_WORKER = WORKER_HEAD + textwrap.dedent("""\
                       timed=False, plan_index=0, knobs=k, timing=None)
         def measure(self, built, timed, opt):
             k = built.knobs[2]
-            if k == 1 and opt.budget_ms == 10.0:
+            if k == 1 and opt.budget_ms == ROUND2_BUDGET_MS:
                 time.sleep(600)
             t = TIMES[k]
             native = NS(per_launch_ms=[t] * 5, launches_per_sample=10, method="graph",
@@ -316,7 +318,7 @@ def test_a_config_whose_launch_never_ends_is_killed_at_round_1s_limit(tmp_path, 
     thorough profile) it keeps the whole timeout."""
     from cudnn_explorer.core import staging
 
-    src = STAGED_WORKER.replace("if k == 1 and opt.budget_ms == 10.0:", "if k == 1:")
+    src = STAGED_WORKER.replace("if k == 1 and opt.budget_ms == ROUND2_BUDGET_MS:", "if k == 1:")
     assert src != STAGED_WORKER
     (tmp_path / "launch_hang_worker.py").write_text(src)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))

@@ -129,11 +129,13 @@ def test_rounds_time_every_config_briefly_and_only_the_finalists_in_full(monkeyp
                                             "ConvFwd_eng0_k2=0"]  # finalists only
     assert [(r["round"], r["timed"], r.get("left")) for r in sp.rounds] == [
         (1, 6, 2), (2, 4, 1), ("final", 3, None)]
-    # Note [round 1's samples]: round 1's samples are short, so that its budget holds;
-    # round 2 and the finalists sample as the full timing does
+    # Note [round 1's samples], Note [round budgets]: the rounds' samples are short, so
+    # that the native floor of five samples fits in their budgets; the finalists sample
+    # as the full timing does
     assert {(b, s) for b, s in search.samples} == {
         (r1, ROUNDS[0].sample_ms), (r2, ROUNDS[1].sample_ms), (FULL.budget_ms, FULL.sample_ms)}
-    assert ROUNDS[0].sample_ms * 5 < ROUNDS[0].budget_ms and FULL.sample_ms == 1.0
+    assert all(r.sample_ms * 5 <= r.budget_ms < FULL.budget_ms for r in ROUNDS)
+    assert FULL.sample_ms == 1.0
 
 
 def test_a_wrong_config_never_ranks_best_nor_sends_correct_ones_away(monkeypatch):
@@ -237,9 +239,10 @@ def test_a_staged_space_saves_reads_back_and_reports_its_rounds(monkeypatch):
     for r in again.rounds:
         del r["wall_s"]
     assert staged_line(again) == (
-        "staged search: round 1 timed 6 configs (2 ms each) and 2 left, more than 1.3x "
-        "behind the best; round 2 timed 4 configs (10 ms each) and 1 left, more than 1.08x "
-        "behind the best; 3 finalists timed with the full 25 ms and checked")
+        f"staged search: round 1 timed 6 configs ({ROUNDS[0].budget_ms:g} ms each) and 2 "
+        f"left, more than 1.3x behind the best; round 2 timed 4 configs "
+        f"({ROUNDS[1].budget_ms:g} ms each) and 1 left, more than 1.08x behind the best; "
+        f"3 finalists timed with the full 25 ms and checked")
 
 
 def test_a_restarted_worker_stages_the_configs_an_earlier_one_timed(monkeypatch):
@@ -488,5 +491,10 @@ def test_a_round_samples_no_longer_than_the_full_timing():
 
     fine = TimingSpec(budget_ms=25.0, sample_ms=0.1)
     assert [round_timing(fine, r).sample_ms for r in ROUNDS] == [0.1, 0.1]
-    assert [round_timing(FULL, r).sample_ms for r in ROUNDS] == [0.2, 1.0]
-    assert not round_timing(FULL, ROUNDS[0]).eager and round_timing(FULL, ROUNDS[0]).budget_ms == 2.0
+    assert [round_timing(FULL, r).sample_ms for r in ROUNDS] == [0.2, 0.5]
+    assert not round_timing(FULL, ROUNDS[0]).eager and round_timing(FULL, ROUNDS[0]).budget_ms == 1.0
+    # Note [batched rounds]: a round's spec is timed batched, the full timing is not
+    from cudnn_explorer.measure import native
+
+    assert native.timing_options(round_timing(FULL, ROUNDS[1])).batched
+    assert not native.timing_options(FULL).batched

@@ -195,7 +195,8 @@ def timing_options(spec: TimingSpec, cutoff_ms: float = 0.0, kernels: bool = Fal
     """Native TimingOptions (see csrc/timing.h) of ``spec``: sampling budget, warm-up and
     one sample's GPU time in ms, L2 flush, graph, and the eager wall-clock loop's budget;
     ``cutoff_ms`` > 0 ends the timing of a launch slower than that (Note [cut launches] in
-    csrc/timing.cpp); ``kernels``: read the kernels from the captured graph."""
+    csrc/timing.cpp); ``kernels``: read the kernels from the captured graph; a round's
+    spec (``eager`` False) is timed batched."""
     opt = load().TimingOptions()
     opt.cutoff_ms = float(cutoff_ms)
     opt.kernels = bool(kernels)
@@ -205,6 +206,9 @@ def timing_options(spec: TimingSpec, cutoff_ms: float = 0.0, kernels: bool = Fal
     opt.warmup_ms = float(spec.warmup_ms)
     opt.sample_target_ms = float(spec.sample_ms)
     opt.eager_budget_ms = float(spec.eager_budget_ms)
+    # a staged search's rounds (no eager loop: their times only rank), Note [batched
+    # rounds] in csrc/timing.cpp
+    opt.batched = spec.retime and not spec.eager
     return opt
 
 
