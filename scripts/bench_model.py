@@ -124,7 +124,8 @@ def breakdown(sw) -> dict:
     t, _ = sweep_search_time(sw.entries)
     r = (lambda v: None if v is None else round(v, 1))
     return {"legacy_rows": r(t.legacy_s), "find": r(t.find_s), "engine_configs": r(t.engines_s),
-            "plan_builds": r(t.builds_s), **{name: r(v) for name, v in t.rounds},
+            "plan_builds": r(t.builds_s), "listed_and_built_ahead": r(t.ahead_s),
+            **{name: r(v) for name, v in t.rounds},
             "configs": t.configs, "left": dict(t.left)}
 
 

@@ -192,7 +192,7 @@ def main() -> int:
     ap.add_argument("--model-profile", action="store_true",
                     help="compare the model sweep's quick profile (only the engine configs "
                          "PyTorch's heuristics and fallbacks list, each timed in full with "
-                         "its 25 ms budgets) with the same configs staged, instead of the "
+                         "its own budgets) with the same configs staged, instead of the "
                          "problem's thorough and quick profiles (--budget-ms unused)")
     ap.add_argument("--no-pytorch", action="store_true",
                     help="run no PyTorch children (no picks: the hit rate is a lower bound)")

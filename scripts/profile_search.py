@@ -160,7 +160,7 @@ def summary(wall: float, items: int, calls: TimedCalls, timings, rounds) -> dict
 def profile_engines(problem, direction, opts, prof) -> dict:
     """The direction's engine-config search in this process under ``prof``."""
     from cudnn_explorer.measure import native
-    from cudnn_explorer.measure.engine_worker import _gpu_setup
+    from cudnn_explorer.measure.engine_serve import _gpu_setup
     from cudnn_explorer.measure.engines import explore_engines
 
     native_problem, tensors, ref = _gpu_setup(problem, direction, opts.device, opts.seed,

@@ -263,8 +263,12 @@ class FakeBench:
     def lab(self, problem, direction, options):
         return FakeLab(problem, direction, options, self.calls)
 
+    def hold_engines(self, problem, direction, options, preferred_tags, finalist_tags=None):
+        self.calls.append(("hold", direction))
+        return None  # no worker to hand a job to ahead: engines() does it all
+
     def engines(self, problem, direction, options, legacy_rows, preferred_tags, say,
-                finalist_tags=None):
+                finalist_tags=None, held=None):
         from cudnn_explorer.measure.engines import explore_engines
 
         self.preferred = getattr(self, "preferred", {})

@@ -120,7 +120,7 @@ def test_a_tiny_model_swept_end_to_end_from_a_factory(tmp_path, monkeypatch):
     sw = ce.sweep_model(cap, opts, store=db, bench=bench, save=saved.append,
                         progress=lambda done, total, msg: steps.append((done, total)))
     assert isinstance(sw, ModelSweep) and sw.complete and len(saved) == 3
-    assert sw.profile == "quick" and sw.options["budget_ms"] == 25.0  # the profile's
+    assert sw.profile == "quick" and sw.options["budget_ms"] == 10.0  # the profile's
     assert sw.options["engine_sampling"] is False
     # PyTorch's run of the model leaves out benchmark with every candidate timed
     assert sw.options["every_candidate_mode"] is False

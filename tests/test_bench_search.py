@@ -84,9 +84,9 @@ def test_the_model_profile_compares_a_model_sweeps_search_with_itself_staged(
     got = run(mod, monkeypatch, tmp_path, "--problems", "default", "--model-profile",
               "--keep", str(keep))
     ((full, staged),) = seen
-    # the model sweep's quick profile: listed configs only, 25 ms budgets, staged; against
+    # the model sweep's quick profile: listed configs only, 10 ms budgets, staged; against
     # the very same options unstaged
-    assert (staged.staged, staged.engine_sampling, staged.budget_ms) == (True, False, 25.0)
+    assert (staged.staged, staged.engine_sampling, staged.budget_ms) == (True, False, 10.0)
     assert staged == ExploreOptions.create().profiled("quick", model=True)
     assert full == staged.updated(staged=False)
     assert got["compared"].startswith("the model sweep's quick profile")

@@ -10,11 +10,11 @@ from cudnn_explorer.core.errors import ChildError
 from cudnn_explorer.core.options import ExploreOptions
 
 # What every fake worker module shares: its imports, the output tensor's stand-in, and the
-# real engine_worker.main over the module's Search (appended last).
+# real engine_serve.main over the module's Search (appended last).
 WORKER_HEAD = textwrap.dedent("""\
     import os, sys, time
     from types import SimpleNamespace as NS
-    from cudnn_explorer.measure import engine_worker
+    from cudnn_explorer.measure import engine_serve
 
     class Out:
         def fill_(self, v):
@@ -25,7 +25,7 @@ WORKER_TAIL = textwrap.dedent("""\
     def setup(problem, direction, device, seed, check):
         return None, {"x": Out(), "w": Out(), "y": Out()}, None
 
-    sys.exit(engine_worker.main(sys.argv[1:], setup=setup, search=Search()))
+    sys.exit(engine_serve.main(sys.argv[1:], setup=setup, search=Search()))
     """)
 
 # A worker with a fake EngineSearch: engine 0 has no knobs; engine 1 has knob 2 (TILE_SIZE)
@@ -250,7 +250,7 @@ def test_a_worker_whose_cuda_context_broke_is_replaced_after_its_job(steady_work
     src = (tmp_path / "steady_worker.py").read_text()
     assert "\ndef setup(" in src
     (tmp_path / "broken_context_worker.py").write_text(src.replace(
-        "\ndef setup(", "\nengine_worker._release = lambda: False\n\n\ndef setup(", 1))
+        "\ndef setup(", "\nengine_serve._release = lambda: False\n\n\ndef setup(", 1))
     p = ConvProblem.create("1,8,8,8", out_channels=8)
     with engine_worker.EngineWorker("broken_context_worker") as w:
         for d in ("fwd", "bwd-data", "bwd-filter"):
@@ -388,7 +388,7 @@ SHORT_WORKER = WORKER_HEAD + "from cudnn_explorer.core.errors import ResourceErr
                                 "about 411 MiB, 300 MiB free on GPU 0")
         return None, {"x": Out(), "w": Out(), "y": Out()}, None
 
-    sys.exit(engine_worker.main(sys.argv[1:], setup=setup, search=Search()))
+    sys.exit(engine_serve.main(sys.argv[1:], setup=setup, search=Search()))
     """)
 
 

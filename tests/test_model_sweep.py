@@ -236,7 +236,7 @@ def test_cli_sweep_keeps_the_budget_the_user_gave(tmp_path, monkeypatch):
     assert (options["budget_ms"], options["engine_budget_s"]) == (7.0, 20.0)
     assert cli.run(["resnet18", "--batch", "2", "--no-store", "--quiet", "--json", str(out)]) == 0
     options = json.loads(out.read_text())["options"]  # the quick profile's own
-    assert (options["budget_ms"], options["engine_budget_s"]) == (25.0, 60.0)
+    assert (options["budget_ms"], options["engine_budget_s"]) == (10.0, 60.0)
 
 
 def test_the_model_command_starts_pytorchs_processes_before_it_captures(tmp_path,

@@ -45,6 +45,19 @@ def test_search_time_sums_the_parts_and_counts_where_configs_left():
         "0.6 s, round 2 0.1 s, finalists 0.2 s")
 
 
+def test_plans_built_ahead_are_said_with_the_builds():
+    """Note [engine search ahead]: listing and plan builds done during the legacy rows are
+    summed apart, and said with the builds (they are not in the engine configs' wall)."""
+    ahead = dataclasses.replace(A, engines=dataclasses.replace(A.engines, ahead_s=0.25))
+    t = search_time([ahead, B])
+    assert t.ahead_s == approx(0.25) and t.engines_s == 4.0
+    assert search_time_text(t).startswith(
+        "legacy rows 2.0 s (Find 0.2 s); engine configs 4.0 s, plan builds 0.3 s (0.2 s "
+        "listing and building ahead, during the legacy rows), round 1 2.6 s")
+    assert search_time([A, B]).ahead_s is None  # none recorded: nothing said
+    assert EngineSpace.from_dict(ahead.engines.to_dict()).ahead_s == 0.25
+
+
 def test_what_was_not_recorded_is_left_out_not_counted_as_zero():
     old = dataclasses.replace(fakes.fwd_result(), legacy_wall_s=None, engines_wall_s=None)
     assert search_time([old]) == SearchTime(directions=1)
@@ -79,5 +92,5 @@ def test_bench_model_reports_the_problems_breakdown():
 
     got = load_script("bench_model").breakdown(Sweep())
     assert got == {"legacy_rows": 2.0, "find": 0.2, "engine_configs": 4.0, "plan_builds": 0.3,
-                   "round 1": 2.6, "round 2": 0.6, "finalists": 0.5, "configs": 4,
+                   "listed_and_built_ahead": None, "round 1": 2.6, "round 2": 0.6, "finalists": 0.5, "configs": 4,
                    "left": {"round 1": 1, "round 2": 1, "finalists": 2}}

@@ -219,6 +219,9 @@ class EngineSpace(Record):
     # the configs' float64 reference was computed on the CPU: the worker's GPU had no room
     # for it (Note [reference on the CPU] in measure/tensors.py)
     reference_on_cpu: bool = False
+    # seconds the worker spent listing the engines and building plans ahead, while the
+    # legacy rows were measured (Note [engine search ahead]); not in wall_s or the rounds
+    ahead_s: Optional[float] = None
 
     def ranked(self) -> List[EngineConfig]:
         return sorted(filter(rankable, self.configs), key=lambda c: c.time)

@@ -22,7 +22,8 @@ class SearchTime:
     direction recorded that part (a saved result from before it was recorded, or an
     exploration without engine configs). ``rounds``: (name, seconds) in order (round 1's
     include listing and building the configs); ``left``: (round name, configs that left
-    there), then ("finalists", configs timed in full)."""
+    there), then ("finalists", configs timed in full); ``ahead_s``: listing and plan
+    builds done ahead, during the legacy rows (in builds_s, not in engines_s)."""
 
     directions: int = 0
     legacy_s: Optional[float] = None
@@ -32,6 +33,7 @@ class SearchTime:
     configs: int = 0
     rounds: Tuple[Tuple[str, float], ...] = ()
     left: Tuple[Tuple[str, int], ...] = ()
+    ahead_s: Optional[float] = None
 
     @property
     def measured_s(self) -> Optional[float]:
@@ -46,7 +48,7 @@ def _add(total: Optional[float], value: Optional[float]) -> Optional[float]:
 
 def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
     """The SearchTime of ``directions`` (of one exploration or of many)."""
-    n, legacy, find, engines, builds, configs = 0, None, None, None, None, 0
+    n, legacy, find, engines, builds, ahead, configs = 0, None, None, None, None, None, 0
     round_s, left = {}, {}  # in the rounds' order, as each direction records them
     for d in directions:
         n += 1
@@ -58,6 +60,7 @@ def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
         if d.engines_wall_s is None or sp is None:
             continue
         builds = _add(builds, sum(c.build_ms or 0 for c in sp.configs) / 1e3)
+        ahead = _add(ahead, sp.ahead_s)
         configs += len(sp.configs)
         for r in sp.rounds:
             name = _ROUND_NAMES.get(r.get("round"), f"round {r.get('round')}")
@@ -68,7 +71,7 @@ def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
                 left[name] = left.get(name, 0) + count
     return SearchTime(directions=n, legacy_s=legacy, find_s=find, engines_s=engines,
                       builds_s=builds, configs=configs, rounds=tuple(round_s.items()),
-                      left=tuple(left.items()))
+                      left=tuple(left.items()), ahead_s=ahead)
 
 
 # A problem whose directions' recorded walls exceed the seconds its sweep spent on it by

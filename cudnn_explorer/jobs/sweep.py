@@ -76,7 +76,7 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     PyTorch's own run of the model in each mode (``iterations`` steady iterations each).
 
     ``options`` (default ExploreOptions.create()) as ``profile`` sets them
-    (core.options.MODEL_PROFILES: "quick", only the listed engine configs, with 25 ms
+    (core.options.MODEL_PROFILES: "quick", only the listed engine configs, with 10 ms
     budgets; "thorough": the options as given, every config in full), except the fields
     named in ``keep``. ``store``: None (no store, the default), True (the default
     file) or a path: what it holds is not measured again (unless ``refresh``), and what

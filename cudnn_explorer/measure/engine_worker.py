@@ -1,22 +1,24 @@
-"""Engine configs explored in a worker process, under a watchdog.
+"""Engine configs explored in a worker process, under a watchdog: the parent's side.
 
 cuDNN accepts knob combinations that then never finish on the GPU: on the H200,
 ``ConvBwdData_eng77_k17=3_k24=1`` of a float16 channels_last problem stopped the process
 inside the config, and a kernel that spins cannot be interrupted from the process that
 launched it. So the parent (:func:`explore_isolated`) runs engines.explore_engines in a
-worker process (:class:`EngineWorker`, ``python -m cudnn_explorer.measure.engine_worker
---serve``), which takes one job per line on its stdin, {"spec": SPEC, "events": EVENTS},
-explores that direction, and appends one JSON line per event to EVENTS: {"say": msg},
-{"start": config} before a config, {"stage": "running", "cutoff_ms": C} once its plan is
-built (C > 0: a round-1 candidate, whose launches get a limit from C when that is shorter
-than the config's timeout: Note [hung launches] in core/staging.py), {"attempt": result}
-after it,
+worker process (:class:`EngineWorker`; its code is measure/engine_serve.py), which takes
+one job per line on its stdin, {"spec": SPEC, "events": EVENTS}, explores that
+direction, and appends one JSON line per event to EVENTS: {"say": msg}, {"start": config}
+before a config, {"stage": "running", "cutoff_ms": C} once its plan is built (C > 0: a
+round-1 candidate, whose launches get a limit from C when that is shorter than the
+config's timeout: Note [hung launches] in core/staging.py), {"attempt": result} after it,
 {"space": EngineSpace, "retire": bool} at the end, or {"failed": message, "resource":
 bool, "retire": bool} for a job that failed outside any config (its tensors did not fit
-in the GPU's memory: ResourceError here). When a config runs past ``config_timeout_s``
-(or, its plan built, past its launches' limit), or the worker dies inside one, the parent
-kills the worker's process group, records that config as "hung" or "crashed", and starts
-a new worker that carries on from where the last one stopped (``prior``), within the same
+in the GPU's memory: ResourceError here). A job handed over ahead of its turn
+(:func:`hold_isolated`) also says {"prebuilt": tag} after each plan it builds ahead and
+{"held": true}, then waits for its go (Note [engine search ahead] in
+measure/engine_serve.py). When a config runs past ``config_timeout_s`` (or, its plan
+built, past its launches' limit), or the worker dies inside one, the parent kills the
+worker's process group, records that config as "hung" or "crashed", and starts a new
+worker that carries on from where the last one stopped (``prior``), within the same
 overall time budget.
 
 A worker serves every direction it is given when the caller passes the same EngineWorker
@@ -34,24 +36,25 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..core.errors import ChildError, ExplorerError, ResourceError
-from ..core.options import ExploreOptions, TimingSpec
+from ..core.errors import ChildError, ResourceError
+from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, EngineSpace
 from ..core import staging
 from .procs import child_env, describe_rc
 
-__all__ = ["EngineWorker", "explore_isolated", "run", "main", "MAX_RESTARTS"]
+__all__ = ["EngineWorker", "explore_isolated", "hold_isolated", "HeldJob",
+           "MAX_RESTARTS", "WORKER_MODULE"]
 
 MAX_RESTARTS = 20  # failed configs one exploration may survive before it gives up
 # How often the parent reads the worker's events (s): the job's end waits for the next
 # read, once per direction, 68 times in a ResNet-50 sweep; a read of nothing costs
 # microseconds.
 POLL_S = 0.005
-WORKER_MODULE = "cudnn_explorer.measure.engine_worker"
+WORKER_MODULE = "cudnn_explorer.measure.engine_serve"  # the worker process's code
 
 
 class EngineWorker:
@@ -177,7 +180,8 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
                      progress: Optional[Callable[[str], None]] = None,
                      worker: Optional[EngineWorker] = None,
                      finalist_tags: Optional[Sequence[str]] = None,
-                     only_preferred: bool = False) -> EngineSpace:
+                     only_preferred: bool = False,
+                     held: Optional["HeldJob"] = None) -> EngineSpace:
     """Explore one direction's engine configs in worker processes (see the module doc),
     timed and checked as ``options`` say (options.timing unchanged), at most
     ``options.engine_configs`` valid configs per engine within ``options.engine_budget_s``.
@@ -187,7 +191,10 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
     ResourceError when the direction's tensors do not fit in its memory.
     ``options.staged``: a staged search, ``finalist_tags`` in its final round (default:
     every preferred tag; measure/engines.py). ``only_preferred`` (without
-    ``options.engine_sampling``): only the preferred tags, a re-timing of given plans."""
+    ``options.engine_sampling``): only the preferred tags, a re-timing of given plans.
+    ``held``: this direction's job, handed to ``worker`` ahead by hold_isolated with the
+    same arguments (Note [engine search ahead]); it goes on from there (cancelled and
+    done afresh where it does not match, or its process is gone)."""
     if worker is None:
         with EngineWorker() as own:
             return explore_isolated(problem, direction, options, legacy_rows, preferred_tags,
@@ -201,17 +208,21 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
     for _ in range(MAX_RESTARTS + 1):
         left = None if time_budget_s is None else max(time_budget_s - (time.perf_counter() - t0),
                                                       0.0)
-        spec = {"problem": problem.to_dict(), "direction": direction,
-                "device": options.device, "seed": options.seed,
-                "legacy_rows": [r.to_dict() for r in legacy_rows],
-                "preferred_tags": list(preferred_tags),
-                "max_per_engine": options.engine_configs, "time_budget_s": left,
-                "sample": options.engine_sampling, "staged": options.staged,
-                "finalist_tags": None if finalist_tags is None else list(finalist_tags),
-                "only_preferred": only_preferred,
-                "timing": asdict(options.timing), "check": options.check, "prior": prior}
-        space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
-                                    worker)
+        spec = _spec(problem, direction, options, legacy_rows, preferred_tags, left,
+                     finalist_tags, only_preferred, prior)
+        ahead, held = held, None  # the first job only
+        if ahead is not None and not ahead.serves(spec, worker):
+            ahead.cancel()
+            ahead = None
+        try:
+            space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
+                                        worker, ahead)
+        except ResourceError:
+            if ahead is None:
+                raise
+            # its tensors did not fit beside the legacy rows': again, now that those are gone
+            space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
+                                        worker)
         if space is not None:
             return EngineSpace.from_dict({**space, "time_budget_s": time_budget_s,
                                           "wall_s": time.perf_counter() - t0})
@@ -222,19 +233,111 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
                      f"crashed it; giving up (see --engine-config-timeout)")
 
 
+def _spec(problem: ConvProblem, direction: str, options: ExploreOptions, legacy_rows,
+          preferred_tags, time_budget_s, finalist_tags, only_preferred: bool,
+          prior: dict) -> dict:
+    """One worker job's spec (what run() reads)."""
+    return {"problem": problem.to_dict(), "direction": direction,
+            "device": options.device, "seed": options.seed,
+            "legacy_rows": [r.to_dict() for r in legacy_rows],
+            "preferred_tags": list(preferred_tags),
+            "max_per_engine": options.engine_configs, "time_budget_s": time_budget_s,
+            "sample": options.engine_sampling, "staged": options.staged,
+            "finalist_tags": None if finalist_tags is None else list(finalist_tags),
+            "only_preferred": only_preferred,
+            "timing": asdict(options.timing), "check": options.check, "prior": prior}
+
+
+class _Job:
+    """One job's files (its spec and events, in a temporary folder), handed to
+    ``worker``; a context manager that removes the files."""
+
+    def __init__(self, worker: EngineWorker, spec: dict):
+        self._tmp = tempfile.TemporaryDirectory(prefix="cudnn_explorer_engines_")
+        self.spec = spec
+        spec_path = os.path.join(self._tmp.name, "spec.json")
+        self.events_path = os.path.join(self._tmp.name, "events")
+        try:
+            with open(spec_path, "w") as f:
+                json.dump(spec, f)
+            open(self.events_path, "w").close()
+            self.proc = worker.submit(spec_path, self.events_path)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._tmp.cleanup()
+
+
+# What a held job's listing and plans were made from: its go may change only the rest.
+HELD_FIELDS = ("problem", "direction", "device", "seed", "preferred_tags", "max_per_engine",
+               "sample", "only_preferred", "check")
+
+
+class HeldJob(_Job):
+    """A job handed to a worker ahead of its go (Note [engine search ahead]): made by
+    hold_isolated, then given to explore_isolated (``held``), or cancelled."""
+
+    def __init__(self, worker: EngineWorker, spec: dict):
+        super().__init__(worker, dict(spec, hold=True))
+        self._waiting = True
+
+    def serves(self, spec: dict, worker: EngineWorker) -> bool:
+        """Whether this job can go on as ``spec``: made from the same fields, and its
+        process is still ``worker``'s, alive and waiting."""
+        return (self._waiting and worker.proc is self.proc and self.proc.poll() is None
+                and all(self.spec.get(k) == spec.get(k) for k in HELD_FIELDS))
+
+    def go(self, spec: dict) -> None:
+        """Let the worker go on with ``spec``; a worker that died meanwhile is seen by
+        the events' reader."""
+        self._send({"go": spec})
+
+    def cancel(self) -> None:
+        """The job is not wanted: the worker drops it and serves on; its files go."""
+        if self._waiting:
+            self._send({"cancel": True})
+        self._tmp.cleanup()
+
+    def _send(self, msg: dict) -> None:
+        self._waiting = False
+        try:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+
+def hold_isolated(problem: ConvProblem, direction: str, options: ExploreOptions,
+                  preferred_tags: Sequence[str] = (),
+                  finalist_tags: Optional[Sequence[str]] = None,
+                  only_preferred: bool = False,
+                  worker: Optional[EngineWorker] = None) -> HeldJob:
+    """Hand ``worker`` this direction's engine job ahead (Note [engine search ahead]): it
+    lists the engines and builds the plans it will time, and waits. Give the result to
+    explore_isolated (``held``, with the same arguments) or cancel() it."""
+    return HeldJob(worker, _spec(problem, direction, options, (), preferred_tags,
+                                 options.engine_budget_s, finalist_tags, only_preferred,
+                                 {"attempts": [], "failed": []}))
+
+
 def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_s: float,
-                say, worker: EngineWorker):
-    """Run one job on ``worker``. Returns (space as a dict, None) when it finished, or (None,
-    failed-config) when a config hung or crashed the worker; appends its attempts to
-    ``prior``. A job that does not finish (an error, Ctrl-C) ends the worker."""
+                say, worker: EngineWorker, held: Optional[HeldJob] = None):
+    """Run one job on ``worker`` (``held``: handed to it ahead; it goes now). Returns
+    (space as a dict, None) when it finished, or (None, failed-config) when a config hung
+    or crashed the worker; appends its attempts to ``prior``. A job that does not finish
+    (an error, Ctrl-C) ends the worker."""
     finished = False
-    with tempfile.TemporaryDirectory(prefix="cudnn_explorer_engines_") as tmp:
-        spec_path, events_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "events")
-        with open(spec_path, "w") as f:
-            json.dump(spec, f)
-        open(events_path, "w").close()
-        with open(events_path) as events:
-            proc = worker.submit(spec_path, events_path)
+    job = held if held is not None else _Job(worker, spec)
+    with job:
+        if held is not None:
+            held.go(spec)
+        with open(job.events_path) as events:
+            proc = job.proc
             current, last = None, time.perf_counter()
             stage = ""
             # the current config's deadline (from its events' times, ``last``), and what the
@@ -267,8 +370,8 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                         elif "attempt" in ev:
                             prior["attempts"].append(ev["attempt"])
                             current = None
-                        elif "retimed" in ev:  # a staged search's later round: no new record
-                            current = None
+                        elif "retimed" in ev or "prebuilt" in ev:
+                            current = None  # a later round's, or a plan built ahead
                         elif "space" in ev:
                             finished = True
                             if ev.get("retire"):  # its CUDA context is lost: a new one next
@@ -330,136 +433,3 @@ def _tail(path: str) -> str:
     except OSError:
         lines = []
     return lines[-1][:300] if lines else "no output"
-
-
-# ----------------------------------------------------------------------------- worker side
-def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None) -> EngineSpace:
-    """The worker's job: explore one direction, emitting events (the caller emits the
-    space at the end). ``setup(problem,
-    direction, device, seed, check)`` returns (native_problem, tensors, ref); by default
-    the GPU tensors and reference of tensors.make_tensors / tensors.reference (the
-    parent's seed, so the same data). ``search`` replaces the native EngineSearch (tests)."""
-    from . import engines
-
-    problem = ConvProblem.from_dict(spec["problem"])
-    d, device, seed = spec["direction"], int(spec.get("device", 0)), int(spec.get("seed", 0))
-    sample = bool(spec.get("sample", True))
-    native, tensors, ref = (setup or _gpu_setup)(problem, d, device, seed,
-                                                 bool(spec.get("check", True)))
-    space = engines.explore_engines(
-        problem, d, native, tensors, ref,
-        legacy_rows=[AlgoResult.from_dict(r) for r in spec.get("legacy_rows", [])],
-        max_per_engine=int(spec.get("max_per_engine", 8)),
-        time_budget_s=spec.get("time_budget_s"), timing=TimingSpec(**spec["timing"]),
-        # Without sampling (a model's quick profile) kernels are not read: that profile
-        # maps no legacy algorithm to configs (docs/method.md).
-        kernels=search is None and sample,
-        preferred_tags=spec.get("preferred_tags", []), sample=sample,
-        progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
-        search=search, staged=bool(spec.get("staged", False)),
-        finalist_tags=spec.get("finalist_tags"), only_preferred=bool(spec.get("only_preferred")))
-    if ref is not None and ref.device.type == "cpu":  # Note [reference on the CPU]
-        space = replace(space, reference_on_cpu=True)
-    return space
-
-
-def _gpu_setup(problem, direction, device, seed, check):
-    import torch
-
-    from .tensors import direction_data
-
-    torch.cuda.set_device(device)
-    # the reference on the CPU where this process (its own CUDA context taken) has no room
-    # for it: Note [reference on the CPU] in measure/tensors.py
-    tensors, native, ref, _ = direction_data(problem, direction, device, seed, check)
-    return native, tensors, ref
-
-
-def _job(spec: dict, events_path: str, setup, search) -> bool:
-    """Run one job; False when this worker must retire after it. A job that fails with
-    one of the project's errors outside any config (its tensors do not fit
-    in the GPU's memory) says so, {"failed": message, "resource": bool}, and the worker
-    serves on."""
-    with open(events_path, "a", buffering=1) as events:
-        def emit(ev: dict) -> None:
-            events.write(json.dumps(ev) + "\n")
-            events.flush()
-
-        failed = None
-        try:
-            space = run(spec, emit, setup, search).to_dict()
-        except ExplorerError as e:
-            failed = {"failed": str(e), "resource": isinstance(e, ResourceError)}
-        # Before the parent hears the end: it goes on timing on this GPU at once (and,
-        # out of the except block, the error's frames no longer hold the job's tensors).
-        healthy = _release()
-        emit({**failed, "retire": not healthy} if failed else
-             {"space": space, "retire": not healthy})
-    return healthy
-
-
-def _release() -> bool:
-    """After a job: drop its tensors and plans, return the cached GPU memory. False when
-    the CUDA context is lost (a config left a sticky error): the worker must not serve
-    another job. Note [frozen imports]: the collection walks only what the jobs made."""
-    import gc
-
-    gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return True
-    try:
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-    except Exception:  # noqa: BLE001 - any error here means the context is unusable
-        return False
-    return True
-
-
-# Note [frozen imports]: a full garbage collection walks every object the process holds,
-# and torch's import alone leaves hundreds of thousands: in the H200's ResNet-50 sweep the
-# collection after each job (_release) took 0.1 s, 6.9 s over the sweep's 68 directions,
-# while the parent waited for the job's end. The objects made by the imports live as
-# long as the process, so they are frozen (gc.freeze) once imported: the collector skips
-# them, and a collection walks what the jobs made since.
-def _preload() -> None:
-    """Import what a job needs before the first one comes (a worker is started ahead of
-    its job: Note [one engine worker] in measure/pipeline.py); nothing here touches the
-    GPU. A failure is left for the job to report. Then Note [frozen imports]."""
-    import gc
-
-    try:
-        import torch  # noqa: F401
-
-        from . import engines, native, tensors  # noqa: F401
-        native.load()
-    except Exception:  # noqa: BLE001 - the job reports a missing torch or extension
-        pass
-    gc.collect()
-    gc.freeze()
-
-
-def main(argv=None, setup=None, search=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv != ["--serve"]:
-        print("usage: python -m cudnn_explorer.measure.engine_worker --serve (jobs on stdin)",
-              file=sys.stderr)
-        return 2
-    if setup is None and search is None:  # a real worker (tests pass fakes)
-        _preload()
-    for line in sys.stdin:  # one JSON job per line, until the parent closes it
-        if line.strip():
-            job = json.loads(line)
-            with open(job["spec"]) as f:
-                if not _job(json.load(f), job["events"], setup, search):
-                    return 0  # the parent was told ("retire") and starts another
-    return 0
-
-
-if __name__ == "__main__":
-    # Note [quick exit] (measure/problem_child.py): every result has been written; the
-    # parent waits for this process to end, and the driver frees its CUDA context.
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

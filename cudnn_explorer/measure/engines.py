@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_pytorch,
                           candidate_configs, config_tag, kernel_family, parse_tags,
@@ -20,7 +20,7 @@ from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, check_output
 from .timing import timing_from_native
 
-__all__ = ["explore_engines"]
+__all__ = ["explore_engines", "list_space", "prebuild", "Listing"]
 
 
 def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
@@ -76,6 +76,78 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
     return cfg, made
 
 
+class Listing(NamedTuple):
+    """What a direction's search lists before any config is built: the engines (each's
+    knobs and counters), the heuristic modes' configs, PyTorch's (``pref``), and each
+    engine's queue of configs to try (``wanted``: those listed)."""
+
+    count: int
+    heur: Dict[str, List[Tuple[int, Knobs]]]
+    pref: list
+    attempts: int
+    queues: Dict[int, List[Knobs]]
+    wanted: Dict[int, set]
+    engines: List[dict]
+
+
+def list_space(search, direction: str, preferred_tags: Sequence[str], max_per_engine: int,
+               sample: bool, say=lambda m: None) -> Listing:
+    """The engines of one direction and what its search will try (explore_engines' first
+    step; no GPU work): the engine count, the heuristic modes' lists, each engine's knobs
+    and its queue of candidate configs."""
+    t0 = time.perf_counter()
+    op = OPERATION_OF[direction]
+    count = native.call(f"counting the {direction} engines", search.engine_count)
+    heur: Dict[str, List[Tuple[int, Knobs]]] = {}
+    # without sampling, what PyTorch's generator lists (modes A and FALLBACK) and no more:
+    # mode B's list would only rank the configs in the table
+    modes = ("A", "B", "FALLBACK") if sample else ("A", "FALLBACK")
+    for mode in modes:
+        say(f"{direction}: heuristic mode {mode} ({time.perf_counter() - t0:.1f} s)")
+        names = native.call(f"querying heuristic mode {mode}", search.heuristics, mode)
+        heur[mode] = [(t.engine, t.knobs) for t in parse_tags(f"{op}_{n}" for n in names)]
+    pref = [t for t in parse_tags(preferred_tags) if t.operation == op]
+    attempts = max_per_engine * ATTEMPTS_PER_CONFIG
+    engines: List[dict] = []
+    say(f"{direction}: querying the knobs of {count} engines ({time.perf_counter() - t0:.1f} s)")
+    queues: Dict[int, List[Knobs]] = {}
+    wanted: Dict[int, set] = {}
+    for e in range(count):
+        info = native.call(f"querying engine {e}", search.engine_info, e)
+        knobs = [[k.type, k.min_value, k.max_value, k.stride] for k in info.knobs]
+        listed = [t.knobs for t in pref if t.engine == e]
+        listed += [k for m in modes for (en, k) in heur[m] if en == e]
+        queues[e] = candidate_configs(knobs, attempts, listed) if info.status == "OK" else []
+        wanted[e] = set(listed)
+        engines.append({"engine": e, "status": info.status, "knobs": knobs,
+                        "space": space_size(knobs) if info.status == "OK" else 0,
+                        "tried": 0, "rejected": 0, "configs": 0, "failed": 0})
+    return Listing(count, heur, pref, attempts, queues, wanted, engines)
+
+
+def prebuild(search, direction: str, listing: Listing, only_preferred: bool = False,
+             emit=lambda ev: None) -> Dict[Tuple[int, Knobs], object]:
+    """Build, ahead of their timing, the plans of the configs a search always tries (PyTorch's,
+    then those listed, in explore_engines' order): {(engine, knobs): build result}, for
+    explore_engines' ``prebuilt``. No GPU work: Note [engine search ahead] in
+    measure/engine_serve.py. ``emit`` hears {"start": config} before each build and
+    {"prebuilt": tag} after it (a watchdog tells which one hung)."""
+    order = [(t.engine, t.knobs) for t in listing.pref
+             if t.engine < listing.count and t.knobs in listing.queues[t.engine]]
+    if not only_preferred:
+        order += [(e, ch) for e in range(listing.count) for ch in listing.queues[e]
+                  if ch in listing.wanted[e]]
+    out: Dict[Tuple[int, Knobs], object] = {}
+    for e, ch in order:
+        if (e, ch) in out:
+            continue
+        tag = config_tag(direction, e, ch)
+        emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
+        out[(e, ch)] = search.build(e, [list(k) for k in ch])
+        emit({"prebuilt": tag})
+    return out
+
+
 def _key(engine, knobs) -> Tuple[int, Knobs]:
     """A config's engine and knobs as the search keys them (a record's or an event's
     lists of [type, value] made hashable)."""
@@ -92,7 +164,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                     on_event: Optional[Callable[[dict], None]] = None,
                     search=None, staged: bool = False,
                     finalist_tags: Optional[Sequence[str]] = None,
-                    only_preferred: bool = False) -> EngineSpace:
+                    only_preferred: bool = False, listing: Optional[Listing] = None,
+                    prebuilt: Optional[dict] = None) -> EngineSpace:
     """In this process: enumerate every engine of one direction, build, time and check up to
     ``max_per_engine`` valid knob configs per engine (trying at most ATTEMPTS_PER_CONFIG
     times as many candidates, see candidate_configs), time each as ``timing`` says (the
@@ -115,42 +188,26 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
 
     ``staged`` (with ``timing.retime``): every config is first timed briefly, and only the
     finalists get ``timing`` and the check (Note [staged search] in core/staging.py);
-    ``finalist_tags`` always reach the final round (default: every preferred tag)."""
+    ``finalist_tags`` always reach the final round (default: every preferred tag).
+    ``listing`` (list_space's, made on ``search``) and ``prebuilt`` (prebuild's plans)
+    are what a worker did ahead of the job's timing (Note [engine search ahead] in
+    measure/engine_serve.py)."""
     say = progress or (lambda m: None)
     emit = on_event or (lambda ev: None)
     t0 = time.perf_counter()
     op = OPERATION_OF[direction]
-    say(f"{direction}: building the operation graph")
-    if search is None:
-        search = native.engine_search(direction, native_problem)
-    count = native.call(f"counting the {direction} engines", search.engine_count)
-    heur: Dict[str, List[Tuple[int, Knobs]]] = {}
-    # without sampling, what PyTorch's generator lists (modes A and FALLBACK) and no more:
-    # mode B's list would only rank the configs in the table
-    modes = ("A", "B", "FALLBACK") if sample else ("A", "FALLBACK")
-    for mode in modes:
-        say(f"{direction}: heuristic mode {mode} ({time.perf_counter() - t0:.1f} s)")
-        names = native.call(f"querying heuristic mode {mode}", search.heuristics, mode)
-        heur[mode] = [(t.engine, t.knobs) for t in parse_tags(f"{op}_{n}" for n in names)]
-    pref = [t for t in parse_tags(preferred_tags) if t.operation == op]
-    attempts = max_per_engine * ATTEMPTS_PER_CONFIG
-    engines: List[dict] = []
+    if listing is None:
+        if search is None:
+            say(f"{direction}: building the operation graph")
+            search = native.engine_search(direction, native_problem)
+        listing = list_space(search, direction, preferred_tags, max_per_engine, sample, say)
+    count, heur, pref = listing.count, listing.heur, listing.pref
+    attempts, queues, wanted, engines = (listing.attempts, listing.queues, listing.wanted,
+                                         listing.engines)
+    prebuilt = dict(prebuilt or {})
     configs: List[EngineConfig] = []
     exhausted = False
-    say(f"{direction}: querying the knobs of {count} engines ({time.perf_counter() - t0:.1f} s)")
-    queues: Dict[int, List[Knobs]] = {}
-    wanted: Dict[int, set] = {}
     done: Dict[int, set] = {e: set() for e in range(count)}
-    for e in range(count):
-        info = native.call(f"querying engine {e}", search.engine_info, e)
-        knobs = [[k.type, k.min_value, k.max_value, k.stride] for k in info.knobs]
-        listed = [t.knobs for t in pref if t.engine == e]
-        listed += [k for m in modes for (en, k) in heur[m] if en == e]
-        queues[e] = candidate_configs(knobs, attempts, listed) if info.status == "OK" else []
-        wanted[e] = set(listed)
-        engines.append({"engine": e, "status": info.status, "knobs": knobs,
-                              "space": space_size(knobs) if info.status == "OK" else 0,
-                              "tried": 0, "rejected": 0, "configs": 0, "failed": 0})
 
     def ranks(e: int, ch: Knobs) -> Dict[str, int]:
         return {m: lst.index((e, ch)) + 1 for m, lst in heur.items() if (e, ch) in lst}
@@ -202,6 +259,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         cfg, made = _run_config(search, first, problem, direction, tensors, ref, e, ch,
                                 ranks(e, ch), kernels,
                                 stage=lambda st: emit({"stage": st, "cutoff_ms": cut}),
+                                built=prebuilt.pop((e, ch), None),
                                 cutoff_ms=cut, records_over=best, records=staging)
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only

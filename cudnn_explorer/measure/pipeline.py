@@ -23,9 +23,10 @@ from ..core.records import DirectionResult, EngineSpace
 from ..core.schema import utc_now
 from . import native
 from .pytorch_picks import ModeRun, pick_of, run_children, start_children
-from .engine_worker import EngineWorker, explore_isolated
+from .engine_worker import EngineWorker, HeldJob, explore_isolated, hold_isolated
 from .legacy import LegacyLab, measure_legacy
-from .tensors import OUTPUT_OF, REFERENCE, make_tensors, native_problem, problem_view, reference
+from .tensors import (OUTPUT_OF, REFERENCE, make_tensors, native_problem, problem_view,
+                      reference, tensor_bytes)
 
 __all__ = ["explore", "GpuBench", "environment", "info", "run_algorithm", "reference",
            "measurement_of"]
@@ -94,12 +95,32 @@ class GpuBench:
     def lab(self, problem: ConvProblem, direction: str, options: ExploreOptions) -> LegacyLab:
         return LegacyLab(problem, direction, options)
 
+    def hold_engines(self, problem: ConvProblem, direction: str, options: ExploreOptions,
+                     preferred_tags, finalist_tags=None) -> Optional[HeldJob]:
+        """This direction's engine job handed to the worker ahead of its legacy rows
+        (Note [engine search ahead] in measure/engine_serve.py), for engines(); None
+        where the GPU has no room for two directions' tensors beside
+        KEEP_WORKER_FREE_BYTES, or the worker is not kept."""
+        if not options.engines or self.keep_worker is False:
+            return None
+        free = self.free_bytes()
+        need = KEEP_WORKER_FREE_BYTES + 2 * tensor_bytes(problem, options.check)
+        if free is None or free < need:
+            return None
+        try:
+            return hold_isolated(problem, direction, options, preferred_tags=preferred_tags,
+                                 finalist_tags=finalist_tags, worker=self.worker)
+        except ChildError:  # a worker that cannot start: engines() says so, in its turn
+            return None
+
     def engines(self, problem: ConvProblem, direction: str, options: ExploreOptions,
-                legacy_rows, preferred_tags, say, finalist_tags=None) -> EngineSpace:
+                legacy_rows, preferred_tags, say, finalist_tags=None,
+                held: Optional[HeldJob] = None) -> EngineSpace:
         try:
             return explore_isolated(problem, direction, options, legacy_rows=legacy_rows,
                                     preferred_tags=preferred_tags, progress=say,
-                                    worker=self.worker, finalist_tags=finalist_tags)
+                                    worker=self.worker, finalist_tags=finalist_tags,
+                                    held=held)
         finally:
             if not self._keep():
                 self.worker.close()
@@ -228,6 +249,28 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
     and what was free; the other directions go on. So does an engine worker that fails
     outside any config (ChildError: it could not start, or died between configs)."""
     t0 = time.perf_counter()
+    # Note [engine search ahead]: the engine job goes to the worker now, and waits there
+    preferred, finalists = _engine_tags([pick_of(run, d) for run in runs])
+    held = bench.hold_engines(problem, d, options, preferred, finalists) \
+        if options.engines else None
+    try:
+        return _measured(problem, d, options, bench, runs, env, say, t0, held)
+    finally:
+        if held is not None:
+            held.cancel()  # a no-op once it went; else (an error, Ctrl-C) it is dropped
+
+
+def _engine_tags(picks) -> tuple:
+    """(the preferred tags, the finalist tags) of a direction's engine search, from
+    PyTorch's picks: each pick and the plans it timed compete; a staged search times
+    each pick in full."""
+    preferred = [t for p in picks for t in (p.engine_tag, *(t for t, _ in p.timed)) if t]
+    return preferred, [p.engine_tag for p in picks if p.engine_tag]
+
+
+def _measured(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs,
+              env: Environment, say, t0: float, held) -> DirectionResult:
+    """_direction's work (``held``: its engine job, handed to the worker ahead)."""
     try:
         lab = bench.lab(problem, d, options)
         try:
@@ -256,12 +299,11 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
     space, error = None, ""
     legacy_s, engines_s = time.perf_counter() - t0, None
     if options.engines:
-        preferred = [t for p in picks for t in (p.engine_tag, *(t for t, _ in p.timed)) if t]
-        # a staged search times PyTorch's picks in full; the plans they timed compete
-        finalists = [p.engine_tag for p in picks if p.engine_tag]
+        preferred, finalists = _engine_tags(picks)
         t1 = time.perf_counter()
         try:
-            space = bench.engines(problem, d, options, leg.ok, preferred, say, finalists)
+            space = bench.engines(problem, d, options, leg.ok, preferred, say, finalists,
+                                  held=held)
         except (ResourceError, ChildError, GpuError) as e:
             # the legacy rows stay: a worker that cannot start (a GPU short of memory for
             # its CUDA context) or dies outside any config loses only the engine configs

@@ -9,7 +9,8 @@ from ..core import analysis
 from ..core.problem import ConvProblem
 from . import native
 
-__all__ = ["OUTPUT_OF", "REFERENCE", "make_tensors", "native_problem", "direction_data",
+__all__ = ["OUTPUT_OF", "REFERENCE", "make_tensors", "fill_tensors", "native_problem",
+           "direction_data", "filled_direction_data",
            "reference", "fitting_reference", "reference_fits", "problem_view", "max_error", "Check",
            "check_output", "check_result", "tensor_bytes", "cudnn_memory_format"]
 
@@ -44,20 +45,18 @@ def _torch_dtype(torch, name: str):
 
 
 def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: int = 0,
-                 poison: bool = True):
+                 poison: bool = True, fill: bool = True):
     """Fresh tensors for one direction, as cuDNN sees them (1-D problems viewed as 2-D
     with H = 1), in the problem's dtype and layout: random inputs (inputs ~ N(0, 1),
     weight ~ N(0, 1/fan_in)) and the output filled with NaN so that an unwritten
     element cannot pass a check (random too with ``poison=False``, for callers such as
-    PyTorch's own backward call that read all three). Returns {'x', 'w', 'y'}."""
+    PyTorch's own backward call that read all three). Returns {'x', 'w', 'y'}. With
+    ``fill`` False they are only allocated (no GPU work): fill_tensors fills them later
+    with the same values."""
     torch = native.require_gpu(device)
     dt = _torch_dtype(torch, problem.dtype)
     dev = torch.device("cuda", device)
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(seed)
     xs, ws, ys, *_ = problem.cudnn_params()
-    fan_in = math.prod(ws[1:])
-    out_name = OUTPUT_OF[direction]
     shapes = {"x": xs, "w": ws, "y": ys}
     t = {}
     try:
@@ -73,13 +72,8 @@ def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: in
             if problem.layout == "nhwc":
                 fmt = torch.channels_last if len(shapes[name]) == 4 else torch.channels_last_3d
             t[name] = torch.empty(shapes[name], dtype=dt, device=dev, memory_format=fmt)
-            if name == out_name and poison:
-                t[name].fill_(float("nan"))
-            else:
-                v = torch.randn(shapes[name], generator=gen, device=dev, dtype=torch.float32)
-                if name == "w":
-                    v = v / math.sqrt(fan_in)
-                t[name].copy_(v)
+        if fill:
+            fill_tensors(problem, direction, t, device, seed, poison)
     except RuntimeError as e:
         if not native.is_out_of_memory(e):
             raise
@@ -87,6 +81,29 @@ def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: in
         raise native.out_of_memory(f"for the {direction} tensors of {problem.describe()}",
                                    tensor_bytes(problem), device) from None
     return t
+
+
+def fill_tensors(problem: ConvProblem, direction: str, t: Dict, device: int = 0,
+                 seed: int = 0, poison: bool = True) -> None:
+    """Fill tensors that make_tensors(..., fill=False) allocated with what make_tensors
+    gives: the same values for the same ``seed``."""
+    import torch
+
+    dev = torch.device("cuda", device)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    _, ws, _, *_ = problem.cudnn_params()
+    fan_in = math.prod(ws[1:])
+    out_name = OUTPUT_OF[direction]
+    for name in ("x", "w", "y"):
+        if name == out_name and poison:
+            t[name].fill_(float("nan"))
+        else:
+            v = torch.randn(tuple(t[name].shape), generator=gen, device=dev,
+                            dtype=torch.float32)
+            if name == "w":
+                v = v / math.sqrt(fan_in)
+            t[name].copy_(v)
 
 
 def tensor_bytes(problem: ConvProblem, check: bool = False) -> int:
@@ -123,6 +140,24 @@ def direction_data(problem: ConvProblem, direction: str, device: int, seed: int,
                                                                                          False)
     native.release_cached_memory()
     return tensors, prob, ref, on_cpu
+
+
+def filled_direction_data(problem: ConvProblem, direction: str, tensors: Dict, device: int,
+                          seed: int, check: bool):
+    """(reference, reference_on_cpu) as direction_data makes them, for ``tensors`` that
+    make_tensors(..., fill=False) allocated: filled now (fill_tensors), then the
+    reference and the cached memory's return as there."""
+    try:
+        fill_tensors(problem, direction, tensors, device, seed)
+    except RuntimeError as e:
+        if not native.is_out_of_memory(e):
+            raise
+        raise native.out_of_memory(f"for the {direction} tensors of {problem.describe()}",
+                                   tensor_bytes(problem), device) from None
+    ref, on_cpu = fitting_reference(problem, direction, tensors, device) if check else (None,
+                                                                                         False)
+    native.release_cached_memory()
+    return ref, on_cpu
 
 
 def problem_view(problem: ConvProblem, t):

@@ -48,6 +48,7 @@ The result is rewritten after every shape, so a child that dies keeps what finis
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from dataclasses import replace
@@ -424,4 +425,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Note [quick exit] (measure/problem_child.py): every result has been written (and
+    # the cudnn-frontend log as it was written); the parent waits for this process to end,
+    # and the driver frees its CUDA context.
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -178,7 +178,9 @@ def search_time_text(t: SearchTime, counts: bool = False) -> str:
         find = "" if t.find_s is None else f" (Find {t.find_s:.1f} s)"
         parts.append(f"legacy rows {t.legacy_s:.1f} s{find}")
     if t.engines_s is not None:
-        inside = ([] if t.builds_s is None else [f"plan builds {t.builds_s:.1f} s"]) + \
+        ahead = "" if not t.ahead_s else \
+            f" ({t.ahead_s:.1f} s listing and building ahead, during the legacy rows)"
+        inside = ([] if t.builds_s is None else [f"plan builds {t.builds_s:.1f} s{ahead}"]) + \
             [f"{name} {s:.1f} s" for name, s in t.rounds]
         text = f"engine configs {t.engines_s:.1f} s" + "".join(f", {p}" for p in inside)
         if counts and t.configs:
