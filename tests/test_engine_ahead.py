@@ -13,8 +13,8 @@ from cudnn_explorer.measure import engine_worker
 from test_engine_worker import WORKER_HEAD, WORKER_TAIL
 
 # engine 0 has no knobs; engine 1 has knob 2 in 0..3 (3 invalid); heuristic mode A lists
-# eng1_k2=2, then eng1_k2=0, and FALLBACK eng0. Every build, measure and setup is logged (LOG) with its
-# process; HANG names a config whose build never ends.
+# eng1_k2=2, then eng1_k2=0, and FALLBACK eng0. Every build, measure and setup is logged
+# (LOG) with its process; HANG names a config whose build never ends.
 AHEAD_WORKER = WORKER_HEAD + textwrap.dedent("""\
     def log(what):
         with open(os.environ["LOG"], "a") as f:

@@ -492,7 +492,8 @@ def test_a_round_samples_no_longer_than_the_full_timing():
     fine = TimingSpec(budget_ms=25.0, sample_ms=0.1)
     assert [round_timing(fine, r).sample_ms for r in ROUNDS] == [0.1, 0.1]
     assert [round_timing(FULL, r).sample_ms for r in ROUNDS] == [0.2, 0.5]
-    assert not round_timing(FULL, ROUNDS[0]).eager and round_timing(FULL, ROUNDS[0]).budget_ms == 1.0
+    first = round_timing(FULL, ROUNDS[0])
+    assert not first.eager and first.budget_ms == 1.0
     # Note [batched rounds]: a round's spec is timed batched, the full timing is not
     from cudnn_explorer.measure import native
 

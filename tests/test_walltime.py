@@ -92,5 +92,6 @@ def test_bench_model_reports_the_problems_breakdown():
 
     got = load_script("bench_model").breakdown(Sweep())
     assert got == {"legacy_rows": 2.0, "find": 0.2, "engine_configs": 4.0, "plan_builds": 0.3,
-                   "listed_and_built_ahead": None, "round 1": 2.6, "round 2": 0.6, "finalists": 0.5, "configs": 4,
+                   "listed_and_built_ahead": None, "round 1": 2.6, "round 2": 0.6,
+                   "finalists": 0.5, "configs": 4,
                    "left": {"round 1": 1, "round 2": 1, "finalists": 2}}

@@ -188,8 +188,9 @@ def given_options(options) -> "ExploreOptions":
 # ten samples whose spread (IQR / median) is at most 0.78%, as for 95% of configs in the
 # three H200 sweeps of Note [staged search], has a standard error of about 0.23%
 # (1.25 sigma / sqrt(10), sigma = IQR / 1.35), where the answers' bar is 2%; at 25 ms a
-# finalist cost 42 ms of a ResNet-50 sweep's wall time, 20 s over its 482 finalists. Its thorough keeps every other option as given (each
-# engine's knob space sampled, 100 ms budgets, no stages).
+# finalist cost 42 ms of a ResNet-50 sweep's wall time, 20 s over its 482 finalists.
+# Its thorough keeps every other option as given (each engine's knob space sampled,
+# 100 ms budgets, no stages).
 PROFILES = {"quick": dict(staged=True), "thorough": dict(staged=False)}
 MODEL_PROFILES = {"quick": dict(staged=True, budget_ms=10.0, engine_budget_s=60.0,
                                 engine_sampling=False, every_candidate_mode=False),
