@@ -204,11 +204,12 @@ part_targets() {
   "$PY" scripts/check_targets.py --json "$LOG/targets.json" >> "$LOG/targets.txt" 2>&1
 }
 
+# ResNet-50 (batch 32, AMP fp16, channels_last, training step), quick profile: the sweep
+# against PyTorch's own first iteration, and the tool's GPU memory (scripts/bench_model.py).
+BENCH_MODEL=(scripts/bench_model.py --json "$LOG/bench_model.json"
+             --sweep-json "$LOG/resnet50_sweep.json")
 part_model() {
-  # ResNet-50 (batch 32, AMP fp16, channels_last, training step), quick profile: the sweep
-  # against PyTorch's own first iteration, and the tool's GPU memory (scripts/bench_model.py).
-  "$PY" scripts/bench_model.py --json "$LOG/bench_model.json" \
-    --sweep-json "$LOG/resnet50_sweep.json" > "$LOG/model.txt" 2>&1
+  "$PY" "${BENCH_MODEL[@]}" > "$LOG/model.txt" 2>&1
 }
 
 # The same sweep sampled by py-spy (carried as a wheel in .whl): every process's Python
@@ -219,8 +220,7 @@ spy_bin() { ls /tmp/site/bin/py-spy 2>/dev/null || command -v py-spy; }
 part_model-spy() {
   local spy; spy=$(spy_bin) || { echo "no py-spy" > "$LOG/model.txt"; return 1; }
   "$spy" record --subprocesses --idle --nonblocking --format raw -r 100 \
-    -o "$LOG/model-spy.raw" -- "$PY" scripts/bench_model.py --json "$LOG/bench_model.json" \
-    --sweep-json "$LOG/resnet50_sweep.json" > "$LOG/model.txt" 2>&1
+    -o "$LOG/model-spy.raw" -- "$PY" "${BENCH_MODEL[@]}" > "$LOG/model.txt" 2>&1
 }
 part_search-spy() {
   local spy; spy=$(spy_bin) || return 1

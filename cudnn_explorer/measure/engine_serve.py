@@ -5,7 +5,6 @@ the protocol are in measure/engine_worker.py."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import replace
@@ -15,6 +14,7 @@ from ..core.errors import ExplorerError, ResourceError
 from ..core.options import TimingSpec
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, EngineSpace
+from .procs import quick_exit
 
 __all__ = ["run", "main"]
 
@@ -40,7 +40,8 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
     ahead_s = None
     if spec.get("hold") and go is not None:
         t0 = time.perf_counter()
-        search, listing, prebuilt, ready = _ahead(problem, spec, emit, setup, search)
+        search, listing, prebuilt, ready = _ahead(problem, d, device, seed, check, spec,
+                                                  emit, setup, search)
         ahead_s = time.perf_counter() - t0
         more = go()
         if more is None:
@@ -79,14 +80,14 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
 # build that hangs or crashes is seen, and recorded, once the parent reads the events
 # after its go. The parent holds a job only while the GPU has room for both directions'
 # tensors beside KEEP_WORKER_FREE_BYTES (measure/pipeline.py).
-def _ahead(problem, spec: dict, emit, setup, search):
-    """A held job's work ahead of its go: (search, listing, prebuilt plans, ready), where
-    ready() fills the tensors and makes the reference: (native problem, tensors, ref)."""
+def _ahead(problem, d: str, device: int, seed: int, check: bool, spec: dict, emit, setup,
+           search):
+    """A held job's work ahead of its go (run()'s job ``spec``, its fields as read there):
+    (search, listing, prebuilt plans, ready), where ready() fills the tensors and makes
+    the reference: (native problem, tensors, ref)."""
     from . import engines
     from .tensors import filled_direction_data, make_tensors, native_problem
 
-    d, device, seed = spec["direction"], int(spec.get("device", 0)), int(spec.get("seed", 0))
-    check = bool(spec.get("check", True))
     tensors = prob = None
     if search is None:
         import torch
@@ -225,9 +226,4 @@ def main(argv=None, setup=None, search=None) -> int:
 
 
 if __name__ == "__main__":
-    # Note [quick exit] (measure/problem_child.py): every result has been written; the
-    # parent waits for this process to end, and the driver frees its CUDA context.
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    quick_exit(main())  # Note [quick exit] in measure/procs.py: every result is written

@@ -89,6 +89,17 @@ class Listing(NamedTuple):
     wanted: Dict[int, set]
     engines: List[dict]
 
+    def listed(self, only_preferred: bool = False) -> List[Tuple[int, Knobs]]:
+        """The configs a search always tries, in its order: PyTorch's, in the order given
+        (its pick first), then (unless ``only_preferred``) the other listed configs of
+        every engine; a config may come twice."""
+        out = [(t.engine, t.knobs) for t in self.pref
+               if t.engine < self.count and t.knobs in self.queues[t.engine]]
+        if not only_preferred:
+            out += [(e, ch) for e in range(self.count) for ch in self.queues[e]
+                    if ch in self.wanted[e]]
+        return out
+
 
 def list_space(search, direction: str, preferred_tags: Sequence[str], max_per_engine: int,
                sample: bool, say=lambda m: None) -> Listing:
@@ -132,13 +143,8 @@ def prebuild(search, direction: str, listing: Listing, only_preferred: bool = Fa
     explore_engines' ``prebuilt``. No GPU work: Note [engine search ahead] in
     measure/engine_serve.py. ``emit`` hears {"start": config} before each build and
     {"prebuilt": tag} after it (a watchdog tells which one hung)."""
-    order = [(t.engine, t.knobs) for t in listing.pref
-             if t.engine < listing.count and t.knobs in listing.queues[t.engine]]
-    if not only_preferred:
-        order += [(e, ch) for e in range(listing.count) for ch in listing.queues[e]
-                  if ch in listing.wanted[e]]
     out: Dict[Tuple[int, Knobs], object] = {}
-    for e, ch in order:
+    for e, ch in listing.listed(only_preferred):
         if (e, ch) in out:
             continue
         tag = config_tag(direction, e, ch)
@@ -201,7 +207,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             say(f"{direction}: building the operation graph")
             search = native.engine_search(direction, native_problem)
         listing = list_space(search, direction, preferred_tags, max_per_engine, sample, say)
-    count, heur, pref = listing.count, listing.heur, listing.pref
+    count, heur = listing.count, listing.heur
     attempts, queues, wanted, engines = (listing.attempts, listing.queues, listing.wanted,
                                          listing.engines)
     prebuilt = dict(prebuilt or {})
@@ -302,15 +308,12 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     # the configs of the legacy algorithms, searched near the engines run so far; phase 3:
     # sampling, engine by engine, then phase 2 again for an algorithm whose kernel family
     # only the sampling ran. The time budget cuts the later phases first.
-    for t in pref:
-        if t.engine < count and t.knobs in queues[t.engine] and t.knobs not in done[t.engine] \
-                and not over_budget():
-            attempt(t.engine, t.knobs)
-    for e in () if only_preferred else range(count):
-        for ch in [c for c in queues[e] if c in wanted[e] and c not in done[e]]:
-            if over_budget():
-                break
-            attempt(e, ch)
+    for e, ch in listing.listed(only_preferred):  # phases 0 and 1
+        if ch in done[e]:
+            continue
+        if over_budget():
+            break
+        attempt(e, ch)
     find_legacy()
     for e in range(count) if sample else ():
         for ch in [c for c in queues[e] if c not in wanted[e] and c not in done[e]]:

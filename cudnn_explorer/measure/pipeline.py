@@ -249,12 +249,13 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
     and what was free; the other directions go on. So does an engine worker that fails
     outside any config (ChildError: it could not start, or died between configs)."""
     t0 = time.perf_counter()
+    # PyTorch's picks as the searches need them: what the legacy rows do not change
+    picks = [pick_of(run, d) for run in runs]
+    tags = _engine_tags(picks)
     # Note [engine search ahead]: the engine job goes to the worker now, and waits there
-    preferred, finalists = _engine_tags([pick_of(run, d) for run in runs])
-    held = bench.hold_engines(problem, d, options, preferred, finalists) \
-        if options.engines else None
+    held = bench.hold_engines(problem, d, options, *tags)
     try:
-        return _measured(problem, d, options, bench, runs, env, say, t0, held)
+        return _measured(problem, d, options, bench, runs, env, say, t0, picks, tags, held)
     finally:
         if held is not None:
             held.cancel()  # a no-op once it went; else (an error, Ctrl-C) it is dropped
@@ -269,14 +270,15 @@ def _engine_tags(picks) -> tuple:
 
 
 def _measured(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs,
-              env: Environment, say, t0: float, held) -> DirectionResult:
-    """_direction's work (``held``: its engine job, handed to the worker ahead)."""
+              env: Environment, say, t0: float, early, tags, held) -> DirectionResult:
+    """_direction's work: ``early``, PyTorch's picks before the legacy rows, and ``tags``,
+    the engine search's (_engine_tags); ``held``, its engine job, handed to the worker
+    ahead."""
     try:
         lab = bench.lab(problem, d, options)
         try:
             # a staged search times PyTorch's legacy pick in full
-            legacy_picks = [p.legacy_algo for p in (pick_of(run, d) for run in runs)
-                            if p.legacy_algo]
+            legacy_picks = [p.legacy_algo for p in early if p.legacy_algo]
             leg = measure_legacy(problem, d, lab, options, env.gpu_name,
                                  want_kernels=options.pytorch or options.engines, say=say,
                                  finalists=legacy_picks)
@@ -299,10 +301,9 @@ def _measured(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs
     space, error = None, ""
     legacy_s, engines_s = time.perf_counter() - t0, None
     if options.engines:
-        preferred, finalists = _engine_tags(picks)
         t1 = time.perf_counter()
         try:
-            space = bench.engines(problem, d, options, leg.ok, preferred, say, finalists,
+            space = bench.engines(problem, d, options, leg.ok, tags[0], say, tags[1],
                                   held=held)
         except (ResourceError, ChildError, GpuError) as e:
             # the legacy rows stay: a worker that cannot start (a GPU short of memory for

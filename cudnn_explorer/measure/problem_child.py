@@ -22,7 +22,7 @@ import sys
 import time
 
 from ..core.child_records import Checked, FirstCall, ProblemChildResult
-from .procs import log_size, read_spec, write_result
+from .procs import log_size, quick_exit, read_spec, write_result
 
 
 def torch_call(problem, direction, t):
@@ -143,11 +143,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    # Note [quick exit]: the result is written and closed; the parent waits for this
-    # process to end, and an interpreter's teardown (torch's modules, the caching
-    # allocator, the cuDNN handle, the CUDA context) takes it a while. The driver frees
-    # the context of an ended process, so end now.
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    quick_exit(main())  # Note [quick exit] in measure/procs.py

@@ -2,6 +2,7 @@
 reference, the output check, and native timing results as records."""
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Dict, NamedTuple, Optional
 
@@ -59,7 +60,7 @@ def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: in
     xs, ws, ys, *_ = problem.cudnn_params()
     shapes = {"x": xs, "w": ws, "y": ys}
     t = {}
-    try:
+    with _fitting(problem, direction, device, t):
         for name in ("x", "w", "y"):
             # Note [size-1 strides]: allocate in the layout's memory format outright.
             # `.contiguous(memory_format=...)` keeps a tensor that already counts as
@@ -74,13 +75,22 @@ def make_tensors(problem: ConvProblem, direction: str, device: int = 0, seed: in
             t[name] = torch.empty(shapes[name], dtype=dt, device=dev, memory_format=fmt)
         if fill:
             fill_tensors(problem, direction, t, device, seed, poison)
+    return t
+
+
+@contextlib.contextmanager
+def _fitting(problem: ConvProblem, direction: str, device: int, made: Optional[Dict] = None):
+    """Out of GPU memory inside: the ResourceError that says what the direction's tensors
+    need (``made``, the tensors made so far, dropped first)."""
+    try:
+        yield
     except RuntimeError as e:
         if not native.is_out_of_memory(e):
             raise
-        t.clear()
+        if made is not None:
+            made.clear()
         raise native.out_of_memory(f"for the {direction} tensors of {problem.describe()}",
                                    tensor_bytes(problem), device) from None
-    return t
 
 
 def fill_tensors(problem: ConvProblem, direction: str, t: Dict, device: int = 0,
@@ -147,13 +157,8 @@ def filled_direction_data(problem: ConvProblem, direction: str, tensors: Dict, d
     """(reference, reference_on_cpu) as direction_data makes them, for ``tensors`` that
     make_tensors(..., fill=False) allocated: filled now (fill_tensors), then the
     reference and the cached memory's return as there."""
-    try:
+    with _fitting(problem, direction, device):
         fill_tensors(problem, direction, tensors, device, seed)
-    except RuntimeError as e:
-        if not native.is_out_of_memory(e):
-            raise
-        raise native.out_of_memory(f"for the {direction} tensors of {problem.describe()}",
-                                   tensor_bytes(problem), device) from None
     ref, on_cpu = fitting_reference(problem, direction, tensors, device) if check else (None,
                                                                                          False)
     native.release_cached_memory()

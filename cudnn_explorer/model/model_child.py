@@ -48,7 +48,6 @@ The result is rewritten after every shape, so a child that dies keeps what finis
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import time
 from dataclasses import replace
@@ -57,7 +56,7 @@ from ..core import stats
 from ..core.capture import ModelSpec
 from ..core.child_records import ModelChildResult
 from ..core.errors import described
-from ..measure.procs import log_size, read_spec, write_result
+from ..measure.procs import log_size, quick_exit, read_spec, write_result
 from . import zoo
 from .tracer import (ForwardTracker, backward_directions, conv_args, explored,
                       forward_direction, iteration, layer_name)
@@ -425,10 +424,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    # Note [quick exit] (measure/problem_child.py): every result has been written (and
-    # the cudnn-frontend log as it was written); the parent waits for this process to end,
-    # and the driver frees its CUDA context.
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    # Note [quick exit] in measure/procs.py: every result is written, and the
+    # cudnn-frontend log as it was written
+    quick_exit(main())
