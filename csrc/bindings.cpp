@@ -218,6 +218,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("loaded_plan_count", &ce::loaded_plan_count);
   m.def("pin_stats", &ce::pin_stats);
   m.def("reset_pin_counts", &ce::reset_pin_counts);
+  m.def("describe_plan_key", &ce::describe_plan_key, py::arg("key"));
   m.def("conv",
         [](const at::Tensor& input, const at::Tensor& weight,
            const std::optional<at::Tensor>& bias, const std::vector<int64_t>& stride,

@@ -58,6 +58,9 @@ void load_plans(const std::vector<PlanSpec>& specs);
 int64_t loaded_plan_count();
 std::vector<PinStat> pin_stats();
 void reset_pin_counts();
+// A plan key (Note [plan keys]) in words, as ConvProblem.describe words its problem,
+// after the direction: "fwd of 2-D convolution: input ...".
+std::string describe_plan_key(const std::vector<int64_t>& key);
 
 // One direction of a call in cuDNN's view: x (N, C, spatial), w, y as cuDNN gets them
 // (the direction's output among them, already allocated), contiguous in the layout.

@@ -100,20 +100,31 @@ std::string joined(const std::vector<int64_t>& k, size_t at, size_t n, const cha
   return out;
 }
 
-// The key in words, for a convolution the file does not name.
+// The key in words, for a convolution the file does not name: the words of
+// ConvProblem.describe (cudnn_explorer/core/problem.py), so that the file's convolutions
+// and the others read alike, in cuDNN's view of the problem (Note [plan keys]: a 1-D
+// convolution reads as the 2-D one with H = 1).
 std::string describe_key(const std::vector<int64_t>& k) {
-  if (k.size() < 7) return "a convolution";
+  if (k.size() < 7 || k[6] < 3) return "a convolution";
   const size_t nd = static_cast<size_t>(k[6]), sp = nd - 2;
   const size_t x = 7, w = x + nd, y = w + nd, pad = y + nd, st = pad + sp, dil = st + sp;
   if (k.size() != dil + sp || k[1] < 0 || k[1] > 2 || k[2] < 0 || k[2] > 3) {
     return "a convolution";
   }
   std::string math = kDtypes[k[2]];
-  if (k[2] == 0) math += k[3] ? " (TF32 allowed)" : " (TF32 off)";
-  return cat(kDirections[k[1]], " of x ", joined(k, x, nd, "x"), ", w ", joined(k, w, nd, "x"),
-             ", y ", joined(k, y, nd, "x"), ", padding ", joined(k, pad, sp, ","), ", stride ",
-             joined(k, st, sp, ","), ", dilation ", joined(k, dil, sp, ","), ", groups ", k[4],
-             ", ", math, k[5] ? ", channels_last" : "");
+  if (k[2] == 0) {
+    math += k[3] ? ", TF32 allowed (DEFAULT_MATH)" : ", TF32 off, strict FP32 (FMA_MATH)";
+  } else {
+    math += k[2] == 1 ? " (TENSOR_OP_MATH)" : " (DEFAULT_MATH)";
+  }
+  const char* layout = !k[5] ? "NCHW (contiguous)"
+                       : nd == 4 ? "NHWC (channels_last)" : "NDHWC (channels_last_3d)";
+  const bool depthwise = k[4] > 1 && k[4] == k[x + 1];
+  return cat(kDirections[k[1]], " of ", sp, "-D convolution: input ", joined(k, x, nd, "x"),
+             ", weight ", joined(k, w, nd, "x"), ", output ", joined(k, y, nd, "x"),
+             "; padding ", joined(k, pad, sp, "x"), ", stride ", joined(k, st, sp, "x"),
+             ", dilation ", joined(k, dil, sp, "x"), ", groups ", k[4],
+             depthwise ? " (depthwise)" : "", "; ", math, "; layout ", layout);
 }
 
 std::vector<int64_t> dims_of(const at::Tensor& t) {
@@ -161,6 +172,8 @@ bool deterministic_now() {
 }
 
 }  // namespace
+
+std::string describe_plan_key(const std::vector<int64_t>& key) { return describe_key(key); }
 
 std::vector<int64_t> call_key(const PinnedCall& c) {
   const at::Tensor& x = *c.x;

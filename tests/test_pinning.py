@@ -83,6 +83,41 @@ def test_the_ops_keys_are_the_plan_files_keys(case, tf32):
         assert native_key(e) == key, direction
 
 
+
+@pytest.mark.parametrize("case", KEY_CASES, ids=lambda c: "x".join(map(str, c[0])))
+def test_a_key_reads_as_its_problem(case):
+    """A convolution the plan file does not name is described from its key alone (the
+    op's fallback warning and its pin counts): in the words ConvProblem.describe gives
+    the file's own, so that the two read alike. A 1-D or transposed call reads as cuDNN
+    runs it (Note [plan keys]): a 2-D convolution, the transposed one as its adjoint."""
+    from cudnn_explorer.measure import native
+    from cudnn_explorer.pinning import op
+
+    xs, ws, s, p, d, tr, opad, g, dt, fmt = case
+    x, w = torch.randn(xs, dtype=getattr(torch, dt)), torch.randn(ws, dtype=getattr(torch, dt))
+    if fmt in ("cl", "clw"):
+        x = _channels_last(x)
+        if fmt == "clw":
+            w = _channels_last(w)
+    for tf32 in (True, False):
+        saved = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        try:
+            keys = op.conv_keys(x, w, s, p, d, tr, opad, g)
+        finally:
+            torch.backends.cudnn.allow_tf32 = saved
+        problem = _problem(x, w, s, p, d, g, tr, opad, tf32)
+        for key, direction in zip(keys, ("fwd", "bwd-data", "bwd-filter")):
+            said = native.load().describe_plan_key(key)
+            if x.dim() >= 4 and not tr:
+                assert said == f"{direction} of {problem.describe()}"
+            else:
+                assert said.startswith(f"{direction} of 2-D convolution: input ")
+                assert f", groups {g}" in said and dt in said
+    assert native.load().describe_plan_key([1, 0, 0]) == "a convolution"
+    assert native.load().describe_plan_key(keys[0][:-1]) == "a convolution"
+
+
 def _net():
     torch.manual_seed(0)
     return nn.Sequential(
