@@ -21,7 +21,9 @@ Usage: python scripts/bench_search.py [--problems NAME,...] [--model resnet50 [-
 
 --model-profile: the two searches compared are a model sweep's quick profile (only the
 engine configs PyTorch's heuristics and fallbacks list, staged) and the same configs each
-timed in full: whether staging a model sweep's search loses its best configs.
+timed in full: whether staging a model sweep's search loses its best configs. Each
+profile's explorations then share one measuring bench, kept for the whole run, as a
+sweep's problems do (SweepBenches), rather than starting processes of their own.
 
 --no-pytorch: PyTorch's children are not run (five fresh processes per problem and
 profile, about 10 s each time on the H200). Their picks are then neither finalists of
@@ -99,16 +101,54 @@ def cold_jit_cache():
     configs built in 0.4-1.5 s in the first profile's search of a problem and 30-50 ms in
     the second's on the H200, so without it the profile that runs second has the shorter
     wall; with it both pay what a first run pays."""
+    with tempfile.TemporaryDirectory(prefix="bench_search_jit_") as d, jit_cache(d):
+        yield d
+
+
+@contextlib.contextmanager
+def jit_cache(folder):
+    """CUDA_CACHE_PATH ``folder`` for the processes started meanwhile (a process reads it
+    when it starts), then as it was."""
     old = os.environ.get("CUDA_CACHE_PATH")
-    with tempfile.TemporaryDirectory(prefix="bench_search_jit_") as d:
-        os.environ["CUDA_CACHE_PATH"] = d
-        try:
-            yield d
-        finally:
-            if old is None:
-                os.environ.pop("CUDA_CACHE_PATH", None)
-            else:
-                os.environ["CUDA_CACHE_PATH"] = old
+    os.environ["CUDA_CACHE_PATH"] = folder
+    try:
+        yield folder
+    finally:
+        if old is None:
+            os.environ.pop("CUDA_CACHE_PATH", None)
+        else:
+            os.environ["CUDA_CACHE_PATH"] = old
+
+
+class SweepBenches:
+    """For --model-profile: each profile's explorations share one measuring bench, as a
+    model sweep's problems do (one engine worker for every problem, kept), each bench's
+    processes with a CUDA JIT cache of its own for the whole run (a sweep's processes
+    keep what they compiled for the problems after; neither profile builds on the
+    other's). Without it each exploration started an engine worker of its own, and its
+    forward direction paid for the start (4-8 s on the H200)."""
+
+    def __init__(self, device, labels):
+        from cudnn_explorer.measure.pipeline import GpuBench
+
+        self._dir = tempfile.TemporaryDirectory(prefix="bench_search_jit_")
+        self.caches = {}
+        self.benches = {}
+        for label in labels:
+            self.caches[label] = os.path.join(self._dir.name, label)
+            os.makedirs(self.caches[label])
+            self.benches[label] = GpuBench(device, keep_worker=True)
+
+    @contextlib.contextmanager
+    def using(self, label):
+        """(the bench of ``label``'s profile, under its JIT cache)."""
+        with jit_cache(self.caches[label]):
+            yield self.benches[label]
+
+    def close(self):
+        for bench in self.benches.values():
+            bench.close()
+        self._dir.cleanup()
 
 
 def kept_or(path, make, indent=None):
@@ -123,32 +163,35 @@ def kept_or(path, make, indent=None):
     return doc, False
 
 
-def explored(p, opts, kept=None):
+def explored(p, opts, kept=None, shared=None, label=""):
     """(Exploration, wall s) of ``p`` under ``opts``: read from ``kept`` (a file path)
-    where a call before wrote it, else measured, then written there."""
+    where a call before wrote it, else measured, then written there. ``shared``: the
+    SweepBenches whose bench of ``label`` measures it; without, its own processes, with an
+    empty CUDA JIT cache, as a single problem's exploration runs."""
     import cudnn_explorer as ce
     from cudnn_explorer.core.exploration import Exploration
 
     def measure():
-        with cold_jit_cache():
+        with (shared.using(label) if shared else cold_jit_cache()) as bench:
             t0 = time.perf_counter()
-            e = ce.explore(p, opts)
+            e = ce.explore(p, opts, bench=bench if shared else None)
             return {"wall_s": time.perf_counter() - t0, "exploration": e.to_dict()}
 
     d, _ = kept_or(kept, measure)
     return Exploration.from_dict(d["exploration"]), d["wall_s"]
 
 
-def measure_problem(name, p, full, staged, worker=None, keep_stem=None) -> dict:
+def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=None) -> dict:
     """One problem explored by both profiles, then their best configs and PyTorch's pick
     timed again side by side (in ``worker``, see retimed): {"wall_s": {profile: s},
     "rows": [per direction]}. ``keep_stem``: each profile's exploration is kept in
     KEEP_STEM.PROFILE.json as it finishes (the quick one first), and read from there in a
-    later call, so a call that ends during the thorough search loses only that search."""
+    later call, so a call that ends during the thorough search loses only that search.
+    ``shared``: SweepBenches (explored says what they change)."""
     exps, walls, rows = {}, {}, []
     for label, opts in (("staged", staged), ("full", full)):
         kept = f"{keep_stem}.{label}.json" if keep_stem else None
-        exps[label], walls[label] = explored(p, opts, kept)
+        exps[label], walls[label] = explored(p, opts, kept, shared, label)
         e = exps[label]
         parts = "; ".join(f"{d.direction} legacy {d.legacy_wall_s or 0:.1f} s, engines "
                           f"{d.engines_wall_s or 0:.1f} s" for d in e.directions)
@@ -234,11 +277,13 @@ def main() -> int:
     rows, wall, walls = [], {"full": 0.0, "staged": 0.0}, {}
     if a.keep:
         os.makedirs(a.keep, exist_ok=True)
-    worker = None
+    worker = shared = None
     if problems:  # one engine worker re-times every direction's choices (a start: seconds)
         from cudnn_explorer.measure.engine_worker import EngineWorker
 
         worker = EngineWorker()
+        if a.model_profile:
+            shared = SweepBenches(full.device, ("staged", "full"))
     try:
         for name, p in problems:
             # the two comparisons keep their results apart
@@ -247,7 +292,8 @@ def main() -> int:
             base = os.path.join(a.keep, stem) if a.keep else None
             kept = base + ".json" if base else None
             one, was_kept = kept_or(kept, lambda: measure_problem(name, p, full, staged,
-                                                                  worker, base), indent=1)
+                                                                  worker, base, shared),
+                                    indent=1)
             if was_kept:
                 print(f"{name}: kept in {kept}", flush=True)
             rows += one["rows"]
@@ -260,6 +306,8 @@ def main() -> int:
     finally:
         if worker is not None:
             worker.close()
+        if shared is not None:
+            shared.close()
     scored = [r for r in rows if "hit" in r]
     hits = sum(r["hit"] for r in scored)
     picks = [r for r in rows if "pick_ratio" in r]

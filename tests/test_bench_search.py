@@ -16,7 +16,7 @@ def bench(monkeypatch):
     mod = load_script("bench_search")
     measured = []
 
-    def measure_problem(name, p, full, staged, worker=None, keep_stem=None):
+    def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=None):
         if name == "fp32-no-tf32" and os.environ.get("BENCH_INTERRUPT"):
             raise KeyboardInterrupt
         measured.append(name)
@@ -36,9 +36,9 @@ def options_seen(mod, monkeypatch):
     seen = []
     real = mod.measure_problem
 
-    def measure_problem(name, p, full, staged, worker=None, keep_stem=None):
+    def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=None):
         seen.append((full, staged))
-        return real(name, p, full, staged, worker, keep_stem)
+        return real(name, p, full, staged, worker, keep_stem, shared)
 
     monkeypatch.setattr(mod, "measure_problem", measure_problem)
     return seen
@@ -128,7 +128,7 @@ def test_each_profiles_search_is_kept_so_a_cut_thorough_one_keeps_the_quick(
     mod = load_script("bench_search")
     ran = []
 
-    def explore(p, opts):
+    def explore(p, opts, bench=None):
         ran.append("staged" if opts.staged else "full")
         if not opts.staged and os.environ.get("BENCH_CUT"):
             raise KeyboardInterrupt  # the call's deadline, during the thorough search
@@ -159,7 +159,8 @@ def test_each_exploration_starts_with_an_empty_jit_cache(monkeypatch, tmp_path):
     mod = load_script("bench_search")
     seen = []
 
-    def explore(p, opts):
+    def explore(p, opts, bench=None):
+        assert bench is None  # its own processes, as a single problem's exploration
         d = os.environ["CUDA_CACHE_PATH"]
         assert os.path.isdir(d) and not os.listdir(d)
         seen.append(d)
@@ -175,3 +176,51 @@ def test_each_exploration_starts_with_an_empty_jit_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("CUDA_CACHE_PATH")
     mod.explored(p, None)
     assert "CUDA_CACHE_PATH" not in os.environ
+
+
+def test_the_model_profile_shares_one_bench_per_profile_as_a_sweep_does(monkeypatch,
+                                                                        tmp_path):
+    """--model-profile: each profile's explorations run on one kept bench (one engine
+    worker for every problem, as in a model sweep), each profile's processes under a JIT
+    cache of its own for the whole run; the benches are closed at the end, also when
+    interrupted."""
+    import cudnn_explorer as ce
+    from cudnn_explorer.measure import pipeline
+
+    mod = load_script("bench_search")
+    benches, seen = [], []
+
+    class Bench:
+        def __init__(self, device, keep_worker=None):
+            assert keep_worker is True
+            self.closed = False
+            benches.append(self)
+
+        def close(self):
+            self.closed = True
+
+    def explore(p, opts, bench=None):
+        if os.environ.get("BENCH_CUT") and len(seen) == 3:
+            raise KeyboardInterrupt
+        seen.append(("staged" if opts.staged else "full", bench,
+                     os.environ["CUDA_CACHE_PATH"]))
+        return fakes.exploration()
+
+    monkeypatch.setattr(pipeline, "GpuBench", Bench)
+    monkeypatch.setattr(ce, "explore", explore)
+    monkeypatch.setattr(mod, "retimed", lambda *a, **k: {})
+    monkeypatch.delenv("CUDA_CACHE_PATH", raising=False)
+    run(mod, monkeypatch, tmp_path, "--problems", "default,fp32-tf32", "--model-profile",
+        "--no-pytorch")
+    assert [s[0] for s in seen] == ["staged", "full", "staged", "full"]
+    staged, full = seen[0][1:], seen[1][1:]
+    assert seen[2][1:] == staged and seen[3][1:] == full  # the same bench and cache
+    assert staged[0] is not full[0] and staged[1] != full[1]
+    assert len(benches) == 2 and all(b.closed for b in benches)
+    assert not os.path.exists(staged[1]) and "CUDA_CACHE_PATH" not in os.environ
+    benches.clear()
+    seen.clear()
+    monkeypatch.setenv("BENCH_CUT", "1")
+    run(mod, monkeypatch, tmp_path, "--problems", "default,fp32-tf32", "--model-profile",
+        "--no-pytorch")
+    assert len(seen) == 3 and all(b.closed for b in benches)
