@@ -55,6 +55,12 @@ class HandleStreamScope {
 };
 
 // Times any launch (a legacy algorithm, an engine-config plan) the same way.
+// ``x`` rounded up, within [lo, hi]: a count of launches or samples.
+int ceil_within(double x, int lo, int hi) {
+  return static_cast<int>(
+      std::clamp(std::ceil(x), static_cast<double>(lo), static_cast<double>(hi)));
+}
+
 struct Timer {
   cudnnHandle_t h;
   cudaStream_t stream;
@@ -152,17 +158,28 @@ struct Timer {
     if (opt.use_graph) {
       std::string why;
       GraphExec g = capture(1, &why, opt.kernels ? &r : nullptr);
-      if (g) {
-        CE_CUDA_CHECK(cudaGraphUpload(g.get(), stream));  // ordered before the events
-        Event a, b;
-        a.record(stream);
-        CE_CUDA_CHECK(cudaGraphLaunch(g.get(), stream));
-        b.record(stream);
-        CE_CUDA_CHECK(cudaEventSynchronize(b.get()));
-        return elapsed_ms(a, b);
-      }
+      if (g) return replays_ms(g, 1);
     }
     return time_eager(1);
+  }
+
+  // Launches per sample at ``est`` ms a launch: enough for a sample's target GPU time.
+  int launches_per_sample(double est) const {
+    return ceil_within(opt.sample_target_ms / est, 1, 1000);
+  }
+  // Warm-up launches (or replays) of ``per`` ms each: enough for the warm-up's time.
+  int warmups(double per) const { return ceil_within(opt.warmup_ms / per, 1, 1000); }
+
+  // The GPU time of ``times`` back-to-back replays of ``g`` between two events, uploaded
+  // first so that the events hold the replays alone.
+  double replays_ms(const GraphExec& g, int times) const {
+    CE_CUDA_CHECK(cudaGraphUpload(g.get(), stream));  // ordered before the events
+    Event a, b;
+    a.record(stream);
+    for (int i = 0; i < times; ++i) CE_CUDA_CHECK(cudaGraphLaunch(g.get(), stream));
+    b.record(stream);
+    CE_CUDA_CHECK(cudaEventSynchronize(b.get()));
+    return elapsed_ms(a, b);
   }
 
   // Note [eager wall time]: what a caller that does not use CUDA graphs pays per call:
@@ -201,17 +218,8 @@ struct Timer {
     std::string why;
     GraphExec one = capture(1, &why, opt.kernels ? &r : nullptr);
     if (!one) return false;
-    CE_CUDA_CHECK(cudaGraphUpload(one.get(), stream));  // ordered before the events
-    double est;
-    {
-      Event a, b;
-      a.record(stream);
-      for (int i = 0; i < 3; ++i) CE_CUDA_CHECK(cudaGraphLaunch(one.get(), stream));
-      b.record(stream);
-      CE_CUDA_CHECK(cudaEventSynchronize(b.get()));
-      est = std::max(elapsed_ms(a, b) / 3.0, 1e-4);
-    }
-    const int k = static_cast<int>(std::clamp(std::ceil(opt.sample_target_ms / est), 1.0, 1000.0));
+    const double est = std::max(replays_ms(one, 3) / 3.0, 1e-4);
+    const int k = launches_per_sample(est);
     GraphExec many;
     if (k > 1) {
       many = capture(k, &why);
@@ -220,10 +228,8 @@ struct Timer {
     }
     cudaGraphExec_t g = k > 1 ? many.get() : one.get();
     const double per_sample = est * k;
-    const int warm = static_cast<int>(std::clamp(std::ceil(opt.warmup_ms / per_sample), 1.0, 1000.0));
-    const int n = static_cast<int>(std::clamp(std::ceil(opt.budget_ms / per_sample),
-                                              static_cast<double>(opt.min_samples),
-                                              static_cast<double>(opt.max_samples)));
+    const int warm = warmups(per_sample);
+    const int n = ceil_within(opt.budget_ms / per_sample, opt.min_samples, opt.max_samples);
     for (int i = 0; i < warm; ++i) CE_CUDA_CHECK(cudaGraphLaunch(g, stream));
     std::vector<Event> marks(static_cast<size_t>(n) + 1);
     marks[0].record(stream);
@@ -275,7 +281,7 @@ struct Timer {
     }
     double est = std::max(time_eager(3) / 3.0, 1e-4);
     r.estimate_ms = est;
-    int warm = static_cast<int>(std::clamp(std::ceil(opt.warmup_ms / est), 1.0, 1000.0));
+    const int warm = warmups(est);
     time_eager(warm);
     r.warmup_launches = 4 + warm;
 
@@ -305,7 +311,7 @@ struct Timer {
       return r;
     }
 
-    int k = static_cast<int>(std::clamp(std::ceil(opt.sample_target_ms / est), 1.0, 1000.0));
+    const int k = launches_per_sample(est);
     r.launches_per_sample = k;
     GraphExec graph;
     if (opt.use_graph) {

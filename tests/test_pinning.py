@@ -53,12 +53,9 @@ KEY_CASES = [
 ]
 
 
-@pytest.mark.parametrize("tf32", [True, False])
-@pytest.mark.parametrize("case", KEY_CASES, ids=lambda c: "x".join(map(str, c[0])))
-def test_the_ops_keys_are_the_plan_files_keys(case, tf32):
-    """Note [plan keys]: the key the op computes from a call is the one native_key writes
-    for the plan file entry of the call's problem, for each cuDNN direction."""
-    from cudnn_explorer.core.plans import PlanEntry, PlanKey, native_key
+def _keys_of(case, tf32):
+    """(the op's keys of the call ``case`` of KEY_CASES, one per cuDNN direction, with
+    TF32 ``tf32``; the call's problem)."""
     from cudnn_explorer.pinning import op
 
     xs, ws, s, p, d, tr, opad, g, dt, fmt = case
@@ -76,7 +73,17 @@ def test_the_ops_keys_are_the_plan_files_keys(case, tf32):
         keys = op.conv_keys(x, w, s, p, d, tr, opad, g)
     finally:
         torch.backends.cudnn.allow_tf32 = saved
-    problem = _problem(x, w, s, p, d, g, tr, opad, tf32)
+    return keys, _problem(x, w, s, p, d, g, tr, opad, tf32)
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+@pytest.mark.parametrize("case", KEY_CASES, ids=lambda c: "x".join(map(str, c[0])))
+def test_the_ops_keys_are_the_plan_files_keys(case, tf32):
+    """Note [plan keys]: the key the op computes from a call is the one native_key writes
+    for the plan file entry of the call's problem, for each cuDNN direction."""
+    from cudnn_explorer.core.plans import PlanEntry, PlanKey, native_key
+
+    keys, problem = _keys_of(case, tf32)
     for key, direction in zip(keys, ("fwd", "bwd-data", "bwd-filter")):
         e = PlanEntry(key=PlanKey.of(problem, direction, False), problem=problem,
                       tag="ConvFwd_eng0", engine=0)
@@ -91,25 +98,13 @@ def test_a_key_reads_as_its_problem(case):
     the file's own, so that the two read alike. A 1-D or transposed call reads as cuDNN
     runs it (Note [plan keys]): a 2-D convolution, the transposed one as its adjoint."""
     from cudnn_explorer.measure import native
-    from cudnn_explorer.pinning import op
 
     xs, ws, s, p, d, tr, opad, g, dt, fmt = case
-    x, w = torch.randn(xs, dtype=getattr(torch, dt)), torch.randn(ws, dtype=getattr(torch, dt))
-    if fmt in ("cl", "clw"):
-        x = _channels_last(x)
-        if fmt == "clw":
-            w = _channels_last(w)
     for tf32 in (True, False):
-        saved = torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-        try:
-            keys = op.conv_keys(x, w, s, p, d, tr, opad, g)
-        finally:
-            torch.backends.cudnn.allow_tf32 = saved
-        problem = _problem(x, w, s, p, d, g, tr, opad, tf32)
+        keys, problem = _keys_of(case, tf32)
         for key, direction in zip(keys, ("fwd", "bwd-data", "bwd-filter")):
             said = native.load().describe_plan_key(key)
-            if x.dim() >= 4 and not tr:
+            if len(xs) >= 4 and not tr:
                 assert said == f"{direction} of {problem.describe()}"
             else:
                 assert said.startswith(f"{direction} of 2-D convolution: input ")

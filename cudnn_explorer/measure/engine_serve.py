@@ -40,8 +40,8 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
     ahead_s = None
     if spec.get("hold") and go is not None:
         t0 = time.perf_counter()
-        search, listing, prebuilt, ready = _ahead(problem, d, device, seed, check, spec,
-                                                  emit, setup, search)
+        search, listing, prebuilt, ready = _ahead(problem, d, device, seed, check, sample,
+                                                  spec, emit, setup, search)
         ahead_s = time.perf_counter() - t0
         more = go()
         if more is None:
@@ -80,8 +80,8 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
 # build that hangs or crashes is seen, and recorded, once the parent reads the events
 # after its go. The parent holds a job only while the GPU has room for both directions'
 # tensors beside KEEP_WORKER_FREE_BYTES (measure/pipeline.py).
-def _ahead(problem, d: str, device: int, seed: int, check: bool, spec: dict, emit, setup,
-           search):
+def _ahead(problem, d: str, device: int, seed: int, check: bool, sample: bool, spec: dict,
+           emit, setup, search):
     """A held job's work ahead of its go (run()'s job ``spec``, its fields as read there):
     (search, listing, prebuilt plans, ready), where ready() fills the tensors and makes
     the reference: (native problem, tensors, ref)."""
@@ -99,7 +99,6 @@ def _ahead(problem, d: str, device: int, seed: int, check: bool, spec: dict, emi
         prob = native_problem(problem, tensors)
         emit({"say": f"{d}: building the operation graph"})
         search = native.engine_search(d, prob)
-    sample = bool(spec.get("sample", True))
     listing = engines.list_space(search, d, spec.get("preferred_tags", []),
                                  int(spec.get("max_per_engine", 8)), sample,
                                  lambda m: emit({"say": m}))

@@ -146,10 +146,7 @@ def direction_data(problem: ConvProblem, direction: str, device: int, seed: int,
     device's free memory as well."""
     tensors = make_tensors(problem, direction, device, seed)
     prob = native_problem(problem, tensors)
-    ref, on_cpu = fitting_reference(problem, direction, tensors, device) if check else (None,
-                                                                                         False)
-    native.release_cached_memory()
-    return tensors, prob, ref, on_cpu
+    return (tensors, prob, *_referenced(problem, direction, tensors, device, check))
 
 
 def filled_direction_data(problem: ConvProblem, direction: str, tensors: Dict, device: int,
@@ -159,6 +156,14 @@ def filled_direction_data(problem: ConvProblem, direction: str, tensors: Dict, d
     reference and the cached memory's return as there."""
     with _fitting(problem, direction, device):
         fill_tensors(problem, direction, tensors, device, seed)
+    return _referenced(problem, direction, tensors, device, check)
+
+
+def _referenced(problem: ConvProblem, direction: str, tensors: Dict, device: int,
+                check: bool):
+    """(reference, reference_on_cpu) of filled ``tensors``: with ``check``, the float64
+    reference where it fits (else None, False); then PyTorch's cached memory goes back to
+    the device (Note [cached memory and cuDNN])."""
     ref, on_cpu = fitting_reference(problem, direction, tensors, device) if check else (None,
                                                                                          False)
     native.release_cached_memory()
