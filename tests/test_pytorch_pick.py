@@ -92,6 +92,34 @@ def test_failed_plans_are_not_winners():
     assert logs.parse_frontend_log("garbage\nlines\n") == []
 
 
+def test_of_plans_timed_alike_the_first_timed_wins():
+    """Note [tied plans]: cudnn-frontend's time-sorted set keeps the first of plans with
+    the same time, whatever their tags' order; a failed plan never wins a tie."""
+    text = textwrap.dedent("""\
+        Tag: ConvBwdData_
+        [cudnn_frontend] Called engine config generator and produced 4 configs.
+        [cudnn_frontend] CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR : ConvBwdData_eng9_k2=1, numeric_notes:[] behavior_notes:[] workSpaceSize: 0
+        [cudnn_frontend] CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR : ConvBwdData_eng67_k2=5, numeric_notes:[] behavior_notes:[] workSpaceSize: 0
+        [cudnn_frontend] CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR : ConvBwdData_eng28_k2=4, numeric_notes:[] behavior_notes:[] workSpaceSize: 8
+        [cudnn_frontend] CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR : ConvBwdData_eng1, numeric_notes:[] behavior_notes:[] workSpaceSize: 8
+        [cudnn_frontend] Plan ConvBwdData_eng9_k2=1 failed with CUDNN_STATUS_EXECUTION_FAILED
+        [cudnn_frontend] Plan ConvBwdData_eng67_k2=5 took   0.010016
+        [cudnn_frontend] Plan ConvBwdData_eng28_k2=4 took   0.010016
+        [cudnn_frontend] Plan ConvBwdData_eng1 took   0.010048
+        """)
+    s, = logs.parse_frontend_log(text)
+    assert s.tied == ["ConvBwdData_eng67_k2=5", "ConvBwdData_eng28_k2=4"]
+    assert s.winner == "ConvBwdData_eng67_k2=5"  # not the smaller tag, eng28
+    one = text.replace("eng28_k2=4 took   0.010016", "eng28_k2=4 took   0.009984")
+    s, = logs.parse_frontend_log(one)
+    assert s.tied == ["ConvBwdData_eng28_k2=4"] and s.winner == "ConvBwdData_eng28_k2=4"
+    # the failed plan's time, were it logged too, never counts
+    bad = text.replace("Plan ConvBwdData_eng1 took   0.010048",
+                       "Plan ConvBwdData_eng9_k2=1 took   0.001")
+    s, = logs.parse_frontend_log(bad)
+    assert s.winner == "ConvBwdData_eng67_k2=5"
+
+
 # ----------------------------------------------------------------------------- API log
 def test_api_log_names_the_legacy_algorithms():
     calls = logs.parse_api_log(fixture("legacy_api_default.log"))

@@ -93,15 +93,34 @@ class FrontendSearch:
 
     @property
     def winner(self) -> Optional[str]:
-        """The plan PyTorch cached. With benchmarking: the fastest timed plan (PyTorch
-        tries the time-sorted plans in order and keeps the first that runs; failed ones
-        are logged as failed and left out). Without: the last plan built, since PyTorch
-        builds configs in heuristic order and stops at the first that works."""
+        """The plan PyTorch cached. With benchmarking: the fastest timed plan, and of
+        plans timed alike the first timed (Note [tied plans]); failed ones are logged as
+        failed and left out. Without: the last plan built, since PyTorch builds configs
+        in heuristic order and stops at the first that works."""
         if self.benchmarked:
-            bad = {t for t, _ in self.failed}
-            ok = [(ms, t) for t, ms in self.timed if t not in bad]
-            return min(ok)[1] if ok else None
+            tied = self.tied
+            return tied[0] if tied else None
         return self.candidates[-1].tag if self.candidates else None
+
+    # Note [tied plans]: cudnn-frontend's time_sorted_plan (cudnn_frontend_find_plan.h)
+    # keeps the timed plans in a std::set ordered by time alone, so a plan whose time
+    # equals one already in the set is not inserted: of plans timed alike only the first
+    # timed reaches PyTorch, which runs the sorted plans in order and caches the first
+    # that runs. Times are CUDA-event readings (multiples of 32 ns on the H200), so small
+    # kernels tie often (two of thirty ResNet-50 fp16 plans in one fixture log). Taking
+    # the tie's smallest tag instead named a plan PyTorch never ran: on the H200 its
+    # kernels were not those PyTorch launched. The log prints 6 significant digits, so
+    # plans of 10 ms or more may read alike and differ in the float PyTorch compared.
+    @property
+    def tied(self) -> List[str]:
+        """The timed plans, not failed, at the fastest logged time, in the order they
+        were timed (the first is the winner; more than one: the log's times tie)."""
+        bad = {t for t, _ in self.failed}
+        ok = [(t, ms) for t, ms in self.timed if t not in bad]
+        if not ok:
+            return []
+        best = min(ms for _, ms in ok)
+        return [t for t, ms in ok if ms == best]
 
     def largest_workspace(self) -> Optional[Candidate]:
         return max(self.candidates, key=lambda c: c.workspace_bytes, default=None)
