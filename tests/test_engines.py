@@ -255,3 +255,72 @@ def test_without_sampling_only_the_modes_pytorch_lists_from_are_queried(sample, 
                         time_budget_s=None, timing=TimingSpec(budget_ms=1.0), kernels=False,
                         sample=sample, search=Asking([]))
     assert asked == modes
+
+
+def test_known_hangs_name_their_versions_gpu_directions_and_knob_values():
+    """Note [known hangs]: a rule covers the engine, direction, knob values, cuDNN
+    versions and GPU it was seen on, and nothing else."""
+    from cudnn_explorer.core.hangs import known_hang
+
+    h200 = (9, 0)
+    assert "engine 77" in known_hang("bwd-data", 77, ((17, 3), (24, 0)), 91900, h200)
+    assert "thorough" in known_hang("bwd-filter", 69, ((17, 7), (24, 2)), 91903, h200)
+    for case in [("bwd-data", 77, ((17, 4), (24, 1)), 91900, h200),  # 4 ran
+                 ("bwd-filter", 77, ((17, 3),), 91900, h200),        # 77 is bwd-data's
+                 ("fwd", 69, ((17, 3),), 91900, h200),
+                 ("bwd-data", 77, ((17, 3),), 92000, h200),          # another cuDNN
+                 ("bwd-data", 77, ((17, 3),), 91800, h200),
+                 ("bwd-data", 77, ((17, 3),), 91900, (10, 0)),       # another GPU
+                 ("bwd-data", 77, (), 91900, h200)]:
+        assert known_hang(*case) is None, case
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_config_known_to_hang_is_recorded_skipped_not_built(staged):
+    """The sampling passes over a config known_hang names: it is never built or launched,
+    it is recorded with status "skipped" and the reason, it takes no place among an
+    engine's configs, and a restarted worker (prior) keeps it skipped."""
+    from types import SimpleNamespace as NS
+
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import engines as eng
+    from fakes import FakeOut, FakeSearch, exploration
+
+    class Knob17(FakeSearch):
+        def engine_info(self, e):
+            knobs = [NS(type=17, min_value=1, max_value=7, stride=1)] if e == 1 else []
+            return NS(engine=e, status="OK", knobs=knobs)
+
+        def heuristics(self, mode):
+            return ["eng1_k17=1"] if mode == "A" else []
+
+    def hang(e, ch):
+        return "known to hang (test)" if e == 1 and dict(ch).get(17) in (3, 5) else None
+
+    def explored(prior=None, events=None):
+        seen = []
+        sp = eng.explore_engines(exploration().problem, "fwd", None,
+                                 {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
+                                 time_budget_s=None, max_per_engine=8,
+                                 timing=TimingSpec(budget_ms=1.0), kernels=False,
+                                 search=Knob17(seen), staged=staged, known_hang=hang,
+                                 prior=prior, on_event=(events.append if events is not None
+                                                        else None))
+        return sp, {name for name, *_ in seen}
+
+    events = []
+    sp, built = explored(events=events)
+    skipped = [c for c in sp.configs if c.status == eng.SKIPPED]
+    assert sorted(c.tag for c in skipped) == ["ConvFwd_eng1_k17=3", "ConvFwd_eng1_k17=5"]
+    assert all(c.message == "known to hang (test)" and c.timing is None for c in skipped)
+    assert not built & {"eng1_k17=3", "eng1_k17=5"}
+    assert {"eng1_k17=1", "eng1_k17=2", "eng1_k17=4", "eng1_k17=7"} <= built
+    assert sp.engines[1]["skipped"] == 2
+    assert sp.engines[1]["configs"] == len({b for b in built if b.startswith("eng1")}) == 6
+    assert sp.best() is not None and sp.best().status == "OK"
+    # a restart: what the first worker did comes back as prior, the skipped ones too
+    prior = {"attempts": [ev["attempt"] for ev in events if "attempt" in ev], "failed": []}
+    again, rebuilt = explored(prior)
+    assert not rebuilt & {"eng1_k17=3", "eng1_k17=5"}
+    assert sorted(c.tag for c in again.configs if c.status == eng.SKIPPED) == \
+        ["ConvFwd_eng1_k17=3", "ConvFwd_eng1_k17=5"] and again.engines[1]["skipped"] == 2

@@ -61,10 +61,23 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
         preferred_tags=spec.get("preferred_tags", []), sample=sample,
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
         search=search, staged=bool(spec.get("staged", False)),
-        finalist_tags=spec.get("finalist_tags"), only_preferred=bool(spec.get("only_preferred")))
+        finalist_tags=spec.get("finalist_tags"), only_preferred=bool(spec.get("only_preferred")),
+        known_hang=_known_hangs(d, device) if spec.get("staged") and sample and search is None
+        else None)
     if ref is not None and ref.device.type == "cpu":  # Note [reference on the CPU]
         space = replace(space, reference_on_cpu=True)
     return space if ahead_s is None else replace(space, ahead_s=ahead_s)
+
+
+def _known_hangs(direction: str, device: int):
+    """core.hangs' rule for the cuDNN loaded here and the GPU ``device`` (Note [known
+    hangs]): a staged search samples none of the configs it names."""
+    import torch
+
+    from ..core.hangs import hang_rule
+
+    return hang_rule(direction, int(torch.backends.cudnn.version() or 0),
+                     tuple(torch.cuda.get_device_capability(device)))
 
 
 # Note [engine search ahead]: a direction's engine search starts with work that needs no

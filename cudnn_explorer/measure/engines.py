@@ -20,7 +20,9 @@ from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, check_output
 from .timing import timing_from_native
 
-__all__ = ["explore_engines", "list_space", "prebuild", "Listing"]
+__all__ = ["explore_engines", "list_space", "prebuild", "Listing", "SKIPPED"]
+
+SKIPPED = "skipped"  # a config known to hang, not tried (core/hangs.py)
 
 
 def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
@@ -171,7 +173,9 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                     search=None, staged: bool = False,
                     finalist_tags: Optional[Sequence[str]] = None,
                     only_preferred: bool = False, listing: Optional[Listing] = None,
-                    prebuilt: Optional[dict] = None) -> EngineSpace:
+                    prebuilt: Optional[dict] = None,
+                    known_hang: Optional[Callable[[int, Knobs], Optional[str]]] = None
+                    ) -> EngineSpace:
     """In this process: enumerate every engine of one direction, build, time and check up to
     ``max_per_engine`` valid knob configs per engine (trying at most ATTEMPTS_PER_CONFIG
     times as many candidates, see candidate_configs), time each as ``timing`` says (the
@@ -197,7 +201,9 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     ``finalist_tags`` always reach the final round (default: every preferred tag).
     ``listing`` (list_space's, made on ``search``) and ``prebuilt`` (prebuild's plans)
     are what a worker did ahead of the job's timing (Note [engine search ahead] in
-    measure/engine_serve.py)."""
+    measure/engine_serve.py). ``known_hang(engine, knobs)``: why a config is known to hang
+    (core/hangs.py), or None; such a config is not sampled (nor searched for a legacy
+    algorithm) but recorded as "skipped" with the reason (Note [known hangs])."""
     say = progress or (lambda m: None)
     emit = on_event or (lambda ev: None)
     t0 = time.perf_counter()
@@ -226,6 +232,10 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         if (e, ch) in failed_before:
             continue
         done[e].add(ch)
+        if a.get("config") is not None and a["config"].get("status") == SKIPPED:
+            engines[e]["skipped"] = engines[e].get("skipped", 0) + 1
+            configs.append(EngineConfig.from_dict(a["config"]))
+            continue
         engines[e]["tried"] += 1
         if a.get("config") is None:
             engines[e]["rejected"] += 1
@@ -280,6 +290,21 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                           "config": cfg.to_dict()}})
         return cfg
 
+    def hangs(e: int, ch: Knobs) -> bool:
+        """Whether the config is known to hang; if so it is recorded as skipped."""
+        why = known_hang(e, ch) if known_hang is not None else None
+        if why is None:
+            return False
+        done[e].add(ch)
+        cfg = EngineConfig(tag=config_tag(direction, e, ch), engine=e,
+                           knobs=[list(k) for k in ch], status=SKIPPED, message=why,
+                           heuristic_ranks=ranks(e, ch))
+        engines[e]["skipped"] = engines[e].get("skipped", 0) + 1
+        configs.append(cfg)
+        emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch],
+                          "config": cfg.to_dict()}})
+        return True
+
     def find_legacy() -> None:
         # A legacy algorithm whose kernels no config ran yet: search on through the
         # engines that ran kernels of the same family (name up to its tile size).
@@ -298,7 +323,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                 for ch in queues[e]:
                     if found or over_budget():
                         break
-                    if ch in done[e]:
+                    if ch in done[e] or hangs(e, ch):
                         continue
                     cfg = attempt(e, ch)
                     found = cfg is not None and same_kernels(cfg.kernels, r.kernels)
@@ -319,10 +344,12 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         for ch in [c for c in queues[e] if c not in wanted[e] and c not in done[e]]:
             if engines[e]["configs"] >= max_per_engine or over_budget():
                 break
-            attempt(e, ch)
+            if not hangs(e, ch):
+                attempt(e, ch)
     find_legacy()
     for e in range(count):
-        engines[e]["untried"] = len(queues[e]) - engines[e]["tried"]
+        engines[e]["untried"] = len(queues[e]) - engines[e]["tried"] - \
+            engines[e].get("skipped", 0)
     rounds: List[dict] = []
     if staging:
         named = preferred_tags if finalist_tags is None else finalist_tags

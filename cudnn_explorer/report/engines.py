@@ -27,12 +27,15 @@ def summary_lines(d: DirectionResult) -> List[str]:
     ok = sum(1 for c in sp.configs if c.ok)
     usable = sum(1 for e in sp.engines if e.get("configs", 0))
     failed = sum(e.get("failed", 0) for e in sp.engines)
+    skipped = sum(e.get("skipped", 0) for e in sp.engines)
     out.append(f"engines: {usable} of {sp.engine_count} engines accept this problem; "
                f"{tried} knob configs tried (at most {sp.attempts_per_engine} per engine), "
                f"{rejected} rejected by cuDNN as invalid, {len(sp.configs)} valid (at most "
                f"{sp.max_per_engine} per engine), {ok} built and ran"
                + (f", {failed} hung or crashed the worker process (recorded, skipped on "
                   f"restart)" if failed else "")
+               + (f", {skipped} known to hang not tried (Note [known hangs]; the thorough "
+                  f"profile tries them)" if skipped else "")
                + ("; time budget exhausted, the rest skipped" if sp.budget_exhausted else "")
                + (f"; explored in {sp.wall_s:.0f} s" if sp.wall_s is not None else ""))
     if sp.rounds:

@@ -1,0 +1,75 @@
+"""Engine configs known to hang: cuDNN accepts them and builds their plans, and their launch
+never ends (Note [known hangs]). Pure: the caller says which cuDNN and which GPU."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+from .knobs import OPERATION_OF, Knobs
+
+__all__ = ["Hang", "KNOWN_HANGS", "known_hang", "hang_rule"]
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Configs of ``engine`` for ``operation`` whose ``knob`` takes one of ``values``, on
+    cuDNN versions from ``cudnn_from`` up to (not including) ``cudnn_to`` and GPUs of
+    compute capability ``capability``."""
+
+    operation: str
+    engine: int
+    knob: int
+    values: Tuple[int, ...]
+    cudnn_from: int
+    cudnn_to: int
+    capability: Tuple[int, int]
+
+    def covers(self, operation: str, engine: int, knobs: Knobs, cudnn: int,
+               capability: Tuple[int, int]) -> bool:
+        return (operation == self.operation and engine == self.engine
+                and self.cudnn_from <= cudnn < self.cudnn_to
+                and tuple(capability) == self.capability
+                and any(k == self.knob and v in self.values for k, v in knobs))
+
+    def describe(self) -> str:
+        return (f"known to hang: engine {self.engine} with knob {self.knob} = "
+                f"{', '.join(map(str, self.values))} never ended a launch on cuDNN "
+                f"{_version(self.cudnn_from)} with compute capability "
+                f"{self.capability[0]}.{self.capability[1]} (docs/limits.md); "
+                f"not tried by the quick profile, tried by the thorough one")
+
+
+# Note [known hangs]: on the H200 (compute capability 9.0) with cuDNN 9.19, the run-time
+# compiled engines 77 (backward data) and 69 (backward filter) never ended a launch with
+# knob 17 = 3, 5, 6 or 7, and ran with 1, 2 and 4: every such config the sampling drew hung,
+# on float16 channels_last 3x3 problems (8x64x28x28, 32x128x28x28), a 3-D float16 one
+# (4x32x16x32x32) and a bfloat16 1x1 stride-2 one (32x512x28x28), in both profiles. Each
+# cost a quick search about 13 s (the round-1 watchdog's 10 s, then the worker's restart):
+# 52-54 s of the 3-D problem's backward directions' 62-64 s. They never rank, so the quick
+# profile leaves them out, recorded as skipped with the reason; the thorough profile still
+# tries them under the watchdog, so a cuDNN release that fixes them shows it there. The
+# rules name the versions and the GPU they were seen on, and no others.
+KNOWN_HANGS = (
+    Hang("ConvBwdData", 77, 17, (3, 5, 6, 7), 91900, 92000, (9, 0)),
+    Hang("ConvBwdFilter", 69, 17, (3, 5, 6, 7), 91900, 92000, (9, 0)),
+)
+
+
+def _version(v: int) -> str:
+    return f"{v // 10000}.{v // 100 % 100}"
+
+
+def known_hang(direction: str, engine: int, knobs: Knobs, cudnn: int,
+               capability: Tuple[int, int]) -> Optional[str]:
+    """Why the config (``engine``, ``knobs``) of ``direction`` is known to hang on cuDNN
+    ``cudnn`` (e.g. 91900) and a GPU of ``capability``, or None."""
+    op = OPERATION_OF[direction]
+    rule = next((h for h in KNOWN_HANGS if h.covers(op, engine, knobs, cudnn, capability)),
+                None)
+    return rule.describe() if rule is not None else None
+
+
+def hang_rule(direction: str, cudnn: int, capability: Tuple[int, int]
+              ) -> Callable[[int, Knobs], Optional[str]]:
+    """known_hang for one direction, cuDNN and GPU: (engine, knobs) -> why, or None."""
+    return lambda engine, knobs: known_hang(direction, engine, knobs, cudnn, capability)
