@@ -265,7 +265,10 @@ def test_known_hangs_name_their_versions_gpu_directions_and_knob_values():
     h200 = (9, 0)
     assert "engine 77" in known_hang("bwd-data", 77, ((17, 3), (24, 0)), 91900, h200)
     assert "thorough" in known_hang("bwd-filter", 69, ((17, 7), (24, 2)), 91903, h200)
-    for case in [("bwd-data", 77, ((17, 4), (24, 1)), 91900, h200),  # 4 ran
+    assert known_hang("bwd-data", 77, ((17, 10), (24, 3)), 91900, h200)
+    for case in [("bwd-data", 77, ((17, 4), (24, 1)), 91900, h200),  # powers of two ran
+                 ("bwd-data", 77, ((17, 1), (24, 0)), 91900, h200),
+                 ("bwd-data", 77, ((17, 8), (24, 2)), 91900, h200),
                  ("bwd-filter", 77, ((17, 3),), 91900, h200),        # 77 is bwd-data's
                  ("fwd", 69, ((17, 3),), 91900, h200),
                  ("bwd-data", 77, ((17, 3),), 92000, h200),          # another cuDNN
@@ -324,3 +327,40 @@ def test_a_config_known_to_hang_is_recorded_skipped_not_built(staged):
     assert not rebuilt & {"eng1_k17=3", "eng1_k17=5"}
     assert sorted(c.tag for c in again.configs if c.status == eng.SKIPPED) == \
         ["ConvFwd_eng1_k17=3", "ConvFwd_eng1_k17=5"] and again.engines[1]["skipped"] == 2
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_the_worker_passes_the_hang_rule_to_a_held_job_too(hold):
+    """engine_serve.run gives a staged search the rule of configs known to hang, also a
+    held job (Note [engine search ahead]), which makes its own search before it times:
+    on the H200 such a job tried eng77_k17=3 when the rule was read only without one."""
+    from dataclasses import asdict
+    from types import SimpleNamespace as NS
+
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import engine_serve, engines as eng
+    from fakes import FakeOut, FakeSearch, exploration
+
+    seen = []
+
+    class Knob17(FakeSearch):
+        def engine_info(self, e):
+            knobs = [NS(type=17, min_value=1, max_value=6, stride=1)] if e == 1 else []
+            return NS(engine=e, status="OK", knobs=knobs)
+
+    asked = []
+
+    def hangs(direction, device):
+        asked.append((direction, device))
+        return lambda e, ch: "known (test)" if e == 1 and dict(ch).get(17) == 3 else None
+
+    spec = {"problem": exploration().problem.to_dict(), "direction": "fwd", "device": 0,
+            "timing": asdict(TimingSpec(budget_ms=1.0)), "staged": True, "sample": True,
+            "hold": hold, "time_budget_s": None}
+    space = engine_serve.run(
+        spec, lambda ev: None, setup=lambda *a: (None, {"x": FakeOut(), "w": FakeOut(),
+                                                        "y": FakeOut()}, None),
+        search=Knob17(seen), go=(lambda: {}) if hold else None, hangs=hangs)
+    assert asked == [("fwd", 0)]
+    assert [c.tag for c in space.configs if c.status == eng.SKIPPED] == ["ConvFwd_eng1_k17=3"]
+    assert "eng1_k17=3" not in {name for name, *_ in seen}

@@ -20,7 +20,8 @@ __all__ = ["run", "main"]
 
 
 def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
-        go: Optional[Callable[[], Optional[dict]]] = None) -> Optional[EngineSpace]:
+        go: Optional[Callable[[], Optional[dict]]] = None, hangs=None
+        ) -> Optional[EngineSpace]:
     """The worker's job: explore one direction, emitting events (the caller emits the
     space at the end). ``setup(problem,
     direction, device, seed, check)`` returns (native_problem, tensors, ref); by default
@@ -28,8 +29,13 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
     parent's seed, so the same data). ``search`` replaces the native EngineSearch (tests).
     A job with "hold" (Note [engine search ahead]) does what needs no GPU first, then
     waits for ``go()``: the rest of its spec, or None (the parent cancelled it: None is
-    returned)."""
+    returned). ``hangs(direction, device)``: the rule of configs known to hang
+    (core/hangs.py) that a staged search does not sample; default, on the GPU (no
+    ``search`` given), the rule for the cuDNN loaded and the GPU."""
     from . import engines
+
+    if hangs is None and search is None:  # before a held job makes its own search
+        hangs = _known_hangs
 
     problem = ConvProblem.from_dict(spec["problem"])
     d, device, seed = spec["direction"], int(spec.get("device", 0)), int(spec.get("seed", 0))
@@ -62,7 +68,7 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
         search=search, staged=bool(spec.get("staged", False)),
         finalist_tags=spec.get("finalist_tags"), only_preferred=bool(spec.get("only_preferred")),
-        known_hang=_known_hangs(d, device) if spec.get("staged") and sample and search is None
+        known_hang=hangs(d, device) if hangs is not None and spec.get("staged") and sample
         else None)
     if ref is not None and ref.device.type == "cpu":  # Note [reference on the CPU]
         space = replace(space, reference_on_cpu=True)
