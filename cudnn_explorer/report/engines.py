@@ -34,7 +34,7 @@ def summary_lines(d: DirectionResult) -> List[str]:
                f"{sp.max_per_engine} per engine), {ok} built and ran"
                + (f", {failed} hung or crashed the worker process (recorded, skipped on "
                   f"restart)" if failed else "")
-               + (f", {skipped} known to hang not tried (Note [known hangs]; the thorough "
+               + (f", {skipped} known to hang not tried (docs/limits.md; the thorough "
                   f"profile tries them)" if skipped else "")
                + ("; time budget exhausted, the rest skipped" if sp.budget_exhausted else "")
                + (f"; explored in {sp.wall_s:.0f} s" if sp.wall_s is not None else ""))
