@@ -329,11 +329,12 @@ def test_a_config_known_to_hang_is_recorded_skipped_not_built(staged):
         ["ConvFwd_eng1_k17=3", "ConvFwd_eng1_k17=5"] and again.engines[1]["skipped"] == 2
 
 
-@pytest.mark.parametrize("hold", [False, True])
-def test_the_worker_passes_the_hang_rule_to_a_held_job_too(hold):
+@pytest.mark.parametrize("hold,staged", [(False, True), (True, True), (True, False)])
+def test_the_worker_passes_the_hang_rule_to_a_held_job_too(hold, staged):
     """engine_serve.run gives a staged search the rule of configs known to hang, also a
     held job (Note [engine search ahead]), which makes its own search before it times:
-    on the H200 such a job tried eng77_k17=3 when the rule was read only without one."""
+    on the H200 such a job tried eng77_k17=3 when the rule was read only without one.
+    A search that is not staged (the thorough profile) tries every config."""
     from dataclasses import asdict
     from types import SimpleNamespace as NS
 
@@ -355,12 +356,16 @@ def test_the_worker_passes_the_hang_rule_to_a_held_job_too(hold):
         return lambda e, ch: "known (test)" if e == 1 and dict(ch).get(17) == 3 else None
 
     spec = {"problem": exploration().problem.to_dict(), "direction": "fwd", "device": 0,
-            "timing": asdict(TimingSpec(budget_ms=1.0)), "staged": True, "sample": True,
+            "timing": asdict(TimingSpec(budget_ms=1.0)), "staged": staged, "sample": True,
             "hold": hold, "time_budget_s": None}
     space = engine_serve.run(
         spec, lambda ev: None, setup=lambda *a: (None, {"x": FakeOut(), "w": FakeOut(),
                                                         "y": FakeOut()}, None),
         search=Knob17(seen), go=(lambda: {}) if hold else None, hangs=hangs)
+    if not staged:
+        assert asked == [] and not [c for c in space.configs if c.status == eng.SKIPPED]
+        assert "eng1_k17=3" in {name for name, *_ in seen}
+        return
     assert asked == [("fwd", 0)]
     assert [c.tag for c in space.configs if c.status == eng.SKIPPED] == ["ConvFwd_eng1_k17=3"]
     assert "eng1_k17=3" not in {name for name, *_ in seen}
