@@ -407,3 +407,40 @@ def test_a_job_out_of_memory_is_said_and_the_worker_serves_on(tmp_path, monkeypa
         sp = engine_worker.explore_isolated(p, "bwd-data", opts, worker=w)
         assert w.proc.pid == pid  # the same process served the next job
     assert [c.tag for c in sp.configs] == ["ConvBwdData_eng0"]
+
+
+def test_a_known_hang_gets_the_shorter_limit_in_a_full_search(tmp_path, monkeypatch):
+    """Note [known hangs]: the thorough profile still tries a config known to hang, but
+    the watchdog waits hangs.KNOWN_HANG_LIMIT_S for its launches, not the whole
+    --engine-config-timeout, and the record says why; the other configs run as before."""
+    from cudnn_explorer.core import hangs
+
+    src = STAGED_WORKER.replace("if k == 1 and opt.budget_ms == ROUND2_BUDGET_MS:", "if k == 1:")
+    src = src.replace("search=Search())", "search=Search(), hangs=lambda d, dev: (\n"
+                      "    lambda e, ch: 'known to hang (test)' if dict(ch).get(2) == 1 "
+                      "else None))")
+    assert "known to hang (test)" in src and "if k == 1:" in src
+    (tmp_path / "known_hang_worker.py").write_text(src)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(hangs, "KNOWN_HANG_LIMIT_S", 0.5)
+    t0 = time.perf_counter()
+    sp = engine_worker.explore_isolated(
+        ConvProblem.create("1,8,8,8", out_channels=8), "fwd",
+        ExploreOptions.create(engine_config_timeout_s=60.0, budget_ms=25.0, staged=False),
+        worker=engine_worker.EngineWorker("known_hang_worker"))
+    assert time.perf_counter() - t0 < 30  # not the 60 s of the config timeout
+    hung = {c.tag: c for c in sp.configs}["ConvFwd_eng0_k2=1"]
+    assert hung.status == "hung"
+    assert hung.message.startswith("no result within 0.5 s of its plan's launches (known to "
+                                   "hang (test)), stuck running"), hung.message
+    assert {c.status for c in sp.configs if c.tag != hung.tag} == {"OK"}
+
+
+def test_the_shorter_of_two_launch_limits_applies():
+    from cudnn_explorer.core import hangs
+
+    both = engine_worker._run_limit({"stage": "running", "cutoff_ms": 30.0, "known_hang": "k"})
+    assert both[0] == hangs.KNOWN_HANG_LIMIT_S and "(k)" in both[1]  # 10 s < 60 s
+    assert engine_worker._run_limit({"stage": "running", "cutoff_ms": 1.0,
+                                     "known_hang": "k"})[0] == 3.0  # round 1's floor
+    assert engine_worker._run_limit({"stage": "built", "known_hang": "k"}) is None

@@ -334,7 +334,8 @@ def test_the_worker_passes_the_hang_rule_to_a_held_job_too(hold, staged):
     """engine_serve.run gives a staged search the rule of configs known to hang, also a
     held job (Note [engine search ahead]), which makes its own search before it times:
     on the H200 such a job tried eng77_k17=3 when the rule was read only without one.
-    A search that is not staged (the thorough profile) tries every config."""
+    A search that is not staged (the thorough profile) tries every config, a known one's
+    launches under the shorter limit its stage events name."""
     from dataclasses import asdict
     from types import SimpleNamespace as NS
 
@@ -358,14 +359,20 @@ def test_the_worker_passes_the_hang_rule_to_a_held_job_too(hold, staged):
     spec = {"problem": exploration().problem.to_dict(), "direction": "fwd", "device": 0,
             "timing": asdict(TimingSpec(budget_ms=1.0)), "staged": staged, "sample": True,
             "hold": hold, "time_budget_s": None}
+    events = []
     space = engine_serve.run(
-        spec, lambda ev: None, setup=lambda *a: (None, {"x": FakeOut(), "w": FakeOut(),
+        spec, events.append, setup=lambda *a: (None, {"x": FakeOut(), "w": FakeOut(),
                                                         "y": FakeOut()}, None),
         search=Knob17(seen), go=(lambda: {}) if hold else None, hangs=hangs)
+    known = [ev for ev in events if ev.get("known_hang")]
     if not staged:
-        assert asked == [] and not [c for c in space.configs if c.status == eng.SKIPPED]
+        assert asked == [("fwd", 0)]
+        assert not [c for c in space.configs if c.status == eng.SKIPPED]
         assert "eng1_k17=3" in {name for name, *_ in seen}
+        assert known and all(ev["known_hang"] == "known (test)" for ev in known)
+        assert "running" in {ev["stage"] for ev in known}
         return
+    assert not known
     assert asked == [("fwd", 0)]
     assert [c.tag for c in space.configs if c.status == eng.SKIPPED] == ["ConvFwd_eng1_k17=3"]
     assert "eng1_k17=3" not in {name for name, *_ in seen}

@@ -91,7 +91,8 @@ def add_run_args(p: Parser, profile_help: str = PROFILE_HELP) -> Group:
           help="seconds one config may take (build, timing, check) before it is recorded "
                "as hung and its worker process restarted (default 60); once its plan is "
                "built, less where its launches would be thousands of times the fastest "
-               "config's so far (at least 3 s)")
+               "config's so far (at least 3 s), or 10 s for a config known to hang "
+               "(docs/limits.md)")
     e.add("--engine-budget-s", default="120", metavar="S",
           help="time budget per direction for building and timing configs (default 120)")
     st = p.group("results store (SQLite; a repeat answers from it)")

@@ -30,8 +30,9 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
     A job with "hold" (Note [engine search ahead]) does what needs no GPU first, then
     waits for ``go()``: the rest of its spec, or None (the parent cancelled it: None is
     returned). ``hangs(direction, device)``: the rule of configs known to hang
-    (core/hangs.py) that a staged search does not sample; default, on the GPU (no
-    ``search`` given), the rule for the cuDNN loaded and the GPU."""
+    (core/hangs.py): a staged search does not sample them, one that is not gives their
+    launches a shorter limit; default, on the GPU (no ``search`` given), the rule for the
+    cuDNN loaded and the GPU."""
     from . import engines
 
     if hangs is None and search is None:  # before a held job makes its own search
@@ -68,8 +69,8 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
         progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
         search=search, staged=bool(spec.get("staged", False)),
         finalist_tags=spec.get("finalist_tags"), only_preferred=bool(spec.get("only_preferred")),
-        known_hang=hangs(d, device) if hangs is not None and spec.get("staged") and sample
-        else None)
+        known_hang=hangs(d, device) if hangs is not None and sample else None,
+        skip_known_hangs=bool(spec.get("staged", False)))
     if ref is not None and ref.device.type == "cpu":  # Note [reference on the CPU]
         space = replace(space, reference_on_cpu=True)
     return space if ahead_s is None else replace(space, ahead_s=ahead_s)
@@ -144,7 +145,7 @@ def _gpu_setup(problem, direction, device, seed, check):
     return native, tensors, ref
 
 
-def _job(spec: dict, events_path: str, setup, search, go=None) -> bool:
+def _job(spec: dict, events_path: str, setup, search, go=None, hangs=None) -> bool:
     """Run one job; False when this worker must retire after it. A job that fails with
     one of the project's errors outside any config (its tensors do not fit
     in the GPU's memory) says so, {"failed": message, "resource": bool}, and the worker
@@ -156,7 +157,7 @@ def _job(spec: dict, events_path: str, setup, search, go=None) -> bool:
 
         failed = space = None
         try:
-            done = run(spec, emit, setup, search, go)
+            done = run(spec, emit, setup, search, go, hangs)
             space = None if done is None else done.to_dict()
         except ExplorerError as e:
             failed = {"failed": str(e), "resource": isinstance(e, ResourceError)}
@@ -224,7 +225,7 @@ def _preload() -> None:
     gc.freeze()
 
 
-def main(argv=None, setup=None, search=None) -> int:
+def main(argv=None, setup=None, search=None, hangs=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv != ["--serve"]:
         print("usage: python -m cudnn_explorer.measure.engine_serve --serve (jobs on stdin)",
@@ -238,7 +239,7 @@ def main(argv=None, setup=None, search=None) -> int:
             if not isinstance(job, dict) or "spec" not in job:
                 continue  # a go or cancel for a held job that ended before it (an error)
             with open(job["spec"]) as f:
-                if not _job(json.load(f), job["events"], setup, search, _read_go):
+                if not _job(json.load(f), job["events"], setup, search, _read_go, hangs):
                     return 0  # the parent was told ("retire") and starts another
     return 0
 

@@ -43,7 +43,7 @@ from ..core.errors import ChildError, ResourceError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, EngineSpace
-from ..core import staging
+from ..core import hangs, staging
 from .procs import child_env, describe_rc
 
 __all__ = ["EngineWorker", "explore_isolated", "hold_isolated", "HeldJob",
@@ -408,14 +408,23 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
 def _run_limit(ev: dict):
     """(seconds, what the message says of them) that a stage event ``ev`` allows from now,
     or None: a round-1 candidate whose plan is built gets its launches' limit from its
-    ``cutoff_ms`` (Note [hung launches] in core/staging.py)."""
+    ``cutoff_ms`` (Note [hung launches] in core/staging.py), a config known to hang
+    ("known_hang": why) hangs.KNOWN_HANG_LIMIT_S (Note [known hangs] in core/hangs.py),
+    the shorter of the two where both apply."""
     cut = float(ev.get("cutoff_ms") or 0.0)
-    if ev.get("stage") != "running" or cut <= 0:
+    if ev.get("stage") != "running":
         return None
-    run = staging.run_limit_s(cut)
-    return run, (f"{run:g} s of its plan's launches (round 1's limit: "
-                 f"{staging.ROUND1_LIMIT_LAUNCHES:,} launches of {cut:.3g} ms, 3x the fastest "
-                 f"config so far, at least {staging.RUN_LIMIT_FLOOR_S:g} s)")
+    limits = []
+    if cut > 0:
+        run = staging.run_limit_s(cut)
+        limits.append((run, f"{run:g} s of its plan's launches (round 1's limit: "
+                            f"{staging.ROUND1_LIMIT_LAUNCHES:,} launches of {cut:.3g} ms, 3x "
+                            f"the fastest config so far, at least "
+                            f"{staging.RUN_LIMIT_FLOOR_S:g} s)"))
+    if ev.get("known_hang"):  # Note [known hangs]
+        limits.append((hangs.KNOWN_HANG_LIMIT_S, f"{hangs.KNOWN_HANG_LIMIT_S:g} s of its "
+                                                 f"plan's launches ({ev['known_hang']})"))
+    return min(limits, key=lambda lim: lim[0]) if limits else None
 
 
 def _kill(proc: subprocess.Popen) -> None:

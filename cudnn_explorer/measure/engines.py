@@ -174,8 +174,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                     finalist_tags: Optional[Sequence[str]] = None,
                     only_preferred: bool = False, listing: Optional[Listing] = None,
                     prebuilt: Optional[dict] = None,
-                    known_hang: Optional[Callable[[int, Knobs], Optional[str]]] = None
-                    ) -> EngineSpace:
+                    known_hang: Optional[Callable[[int, Knobs], Optional[str]]] = None,
+                    skip_known_hangs: bool = True) -> EngineSpace:
     """In this process: enumerate every engine of one direction, build, time and check up to
     ``max_per_engine`` valid knob configs per engine (trying at most ATTEMPTS_PER_CONFIG
     times as many candidates, see candidate_configs), time each as ``timing`` says (the
@@ -202,8 +202,10 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     ``listing`` (list_space's, made on ``search``) and ``prebuilt`` (prebuild's plans)
     are what a worker did ahead of the job's timing (Note [engine search ahead] in
     measure/engine_serve.py). ``known_hang(engine, knobs)``: why a config is known to hang
-    (core/hangs.py), or None; such a config is not sampled (nor searched for a legacy
-    algorithm) but recorded as "skipped" with the reason (Note [known hangs])."""
+    (core/hangs.py), or None; with ``skip_known_hangs`` such a config is not sampled (nor
+    searched for a legacy algorithm) but recorded as "skipped" with the reason; one that is
+    tried (listed, or not skipped) has its launches' limit said in its stage events
+    (Note [known hangs])."""
     say = progress or (lambda m: None)
     emit = on_event or (lambda ev: None)
     t0 = time.perf_counter()
@@ -272,9 +274,11 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         # record is checked (Note [records checked])
         best = _bar(configs) if staging else None
         cut = cutoff_ms(best) if staging else 0.0
+        why = known_hang(e, ch) if known_hang is not None else None
+        known = {"known_hang": why} if why else {}
         cfg, made = _run_config(search, first, problem, direction, tensors, ref, e, ch,
                                 ranks(e, ch), kernels,
-                                stage=lambda st: emit({"stage": st, "cutoff_ms": cut}),
+                                stage=lambda st: emit({"stage": st, "cutoff_ms": cut, **known}),
                                 built=prebuilt.pop((e, ch), None),
                                 cutoff_ms=cut, records_over=best, records=staging)
         entry["tried"] += 1
@@ -292,7 +296,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
 
     def hangs(e: int, ch: Knobs) -> bool:
         """Whether the config is known to hang; if so it is recorded as skipped."""
-        why = known_hang(e, ch) if known_hang is not None else None
+        why = known_hang(e, ch) if known_hang is not None and skip_known_hangs else None
         if why is None:
             return False
         done[e].add(ch)
