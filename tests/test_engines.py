@@ -278,24 +278,32 @@ def test_known_hangs_name_their_versions_gpu_directions_and_knob_values():
         assert known_hang(*case) is None, case
 
 
+def Knob17Search(seen, max_value, listed=()):
+    """fakes.FakeSearch whose engine 1 has knob 17 in 1..max_value (the knob of the
+    configs known to hang) and mode A lists ``listed``."""
+    from types import SimpleNamespace as NS
+
+    from fakes import FakeSearch
+
+    class Search(FakeSearch):
+        def engine_info(self, e):
+            knobs = [NS(type=17, min_value=1, max_value=max_value, stride=1)] if e == 1 else []
+            return NS(engine=e, status="OK", knobs=knobs)
+
+        def heuristics(self, mode):
+            return list(listed) if mode == "A" else []
+
+    return Search(seen)
+
+
 @pytest.mark.parametrize("staged", [False, True])
 def test_a_config_known_to_hang_is_recorded_skipped_not_built(staged):
     """The sampling passes over a config known_hang names: it is never built or launched,
     it is recorded with status "skipped" and the reason, it takes no place among an
     engine's configs, and a restarted worker (prior) keeps it skipped."""
-    from types import SimpleNamespace as NS
-
     from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure import engines as eng
-    from fakes import FakeOut, FakeSearch, exploration
-
-    class Knob17(FakeSearch):
-        def engine_info(self, e):
-            knobs = [NS(type=17, min_value=1, max_value=7, stride=1)] if e == 1 else []
-            return NS(engine=e, status="OK", knobs=knobs)
-
-        def heuristics(self, mode):
-            return ["eng1_k17=1"] if mode == "A" else []
+    from fakes import FakeOut, exploration
 
     def hang(e, ch):
         return "known to hang (test)" if e == 1 and dict(ch).get(17) in (3, 5) else None
@@ -306,7 +314,8 @@ def test_a_config_known_to_hang_is_recorded_skipped_not_built(staged):
                                  {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
                                  time_budget_s=None, max_per_engine=8,
                                  timing=TimingSpec(budget_ms=1.0), kernels=False,
-                                 search=Knob17(seen), staged=staged, known_hang=hang,
+                                 search=Knob17Search(seen, 7, ["eng1_k17=1"]),
+                                 staged=staged, known_hang=hang,
                                  prior=prior, on_event=(events.append if events is not None
                                                         else None))
         return sp, {name for name, *_ in seen}
@@ -337,20 +346,12 @@ def test_the_worker_passes_the_hang_rule_to_a_held_job_too(hold, staged):
     A search that is not staged (the thorough profile) tries every config, a known one's
     launches under the shorter limit its stage events name."""
     from dataclasses import asdict
-    from types import SimpleNamespace as NS
 
     from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure import engine_serve, engines as eng
-    from fakes import FakeOut, FakeSearch, exploration
+    from fakes import FakeOut, exploration
 
-    seen = []
-
-    class Knob17(FakeSearch):
-        def engine_info(self, e):
-            knobs = [NS(type=17, min_value=1, max_value=6, stride=1)] if e == 1 else []
-            return NS(engine=e, status="OK", knobs=knobs)
-
-    asked = []
+    seen, asked = [], []
 
     def hangs(direction, device):
         asked.append((direction, device))
@@ -363,7 +364,7 @@ def test_the_worker_passes_the_hang_rule_to_a_held_job_too(hold, staged):
     space = engine_serve.run(
         spec, events.append, setup=lambda *a: (None, {"x": FakeOut(), "w": FakeOut(),
                                                         "y": FakeOut()}, None),
-        search=Knob17(seen), go=(lambda: {}) if hold else None, hangs=hangs)
+        search=Knob17Search(seen, 6, ["eng1_k2=1"]), go=(lambda: {}) if hold else None, hangs=hangs)
     known = [ev for ev in events if ev.get("known_hang")]
     if not staged:
         assert asked == [("fwd", 0)]

@@ -52,8 +52,9 @@ class Hang:
 # tries them, so a cuDNN release that fixes them shows it there, with KNOWN_HANG_LIMIT_S
 # for their launches instead of the whole --engine-config-timeout (60 s each, 8 minutes
 # for the 3-D problem's eight): those of these engines that ran took 0.05-1.6 ms a launch
-# there, so their whole timing (a budget of 25-100 ms of samples) ends far sooner. The rules name the versions and the GPU they were seen on, and no
-# others. Listed configs (cuDNN's heuristics, PyTorch's) are always tried, with that limit.
+# there, so their whole timing (a budget of 25-100 ms of samples) ends far sooner. The
+# rules name the versions and the GPU they were seen on, and no others. Listed configs
+# (cuDNN's heuristics, PyTorch's) are always tried, with that limit.
 KNOWN_HANG_LIMIT_S = 10.0
 KNOWN_HANGS = (
     Hang("ConvBwdData", 77, 17, 91900, 92000, (9, 0)),

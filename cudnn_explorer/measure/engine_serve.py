@@ -78,7 +78,8 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
 
 def _known_hangs(direction: str, device: int):
     """core.hangs' rule for the cuDNN loaded here and the GPU ``device`` (Note [known
-    hangs]): a staged search samples none of the configs it names."""
+    hangs]): a staged search samples none of the configs it names, and the watchdog gives
+    those tried a shorter limit."""
     import torch
 
     from ..core.hangs import hang_rule

@@ -226,6 +226,11 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     def ranks(e: int, ch: Knobs) -> Dict[str, int]:
         return {m: lst.index((e, ch)) + 1 for m, lst in heur.items() if (e, ch) in lst}
 
+    def skip(e: int, cfg: EngineConfig) -> None:
+        """A config known to hang, recorded as skipped (not tried)."""
+        engines[e]["skipped"] = engines[e].get("skipped", 0) + 1
+        configs.append(cfg)
+
     # What earlier workers did (a restart after a config hung or crashed one of them; in
     # a staged search it may have hung in a later round, after its first one was recorded).
     failed_before = {_key(f["engine"], f["knobs"]) for f in (prior or {}).get("failed", [])}
@@ -235,8 +240,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             continue
         done[e].add(ch)
         if a.get("config") is not None and a["config"].get("status") == SKIPPED:
-            engines[e]["skipped"] = engines[e].get("skipped", 0) + 1
-            configs.append(EngineConfig.from_dict(a["config"]))
+            skip(e, EngineConfig.from_dict(a["config"]))
             continue
         engines[e]["tried"] += 1
         if a.get("config") is None:
@@ -264,17 +268,26 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             exhausted = True
         return exhausted
 
-    def attempt(e: int, ch: Knobs) -> Optional[EngineConfig]:
+    def attempt(e: int, ch: Knobs, sampled: bool = False) -> Optional[EngineConfig]:
+        """Build, time and check one config (None: cuDNN rejects it). A ``sampled`` one
+        known to hang is recorded as skipped instead, with skip_known_hangs (None too)."""
         entry = engines[e]
         done[e].add(ch)
         tag = config_tag(direction, e, ch)
+        why = known_hang(e, ch) if known_hang is not None else None
+        if why and sampled and skip_known_hangs:
+            cfg = EngineConfig(tag=tag, engine=e, knobs=[list(k) for k in ch], status=SKIPPED,
+                               message=why, heuristic_ranks=ranks(e, ch))
+            skip(e, cfg)
+            emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch],
+                              "config": cfg.to_dict()}})
+            return None
         say(f"{direction}: engine {e}/{count - 1} {tag} ({time.perf_counter() - t0:.1f} s)")
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
         # round 1's cutoff, and the watchdog's limit from it (Note [hung launches]); a
         # record is checked (Note [records checked])
         best = _bar(configs) if staging else None
         cut = cutoff_ms(best) if staging else 0.0
-        why = known_hang(e, ch) if known_hang is not None else None
         known = {"known_hang": why} if why else {}
         cfg, made = _run_config(search, first, problem, direction, tensors, ref, e, ch,
                                 ranks(e, ch), kernels,
@@ -294,21 +307,6 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                           "config": cfg.to_dict()}})
         return cfg
 
-    def hangs(e: int, ch: Knobs) -> bool:
-        """Whether the config is known to hang; if so it is recorded as skipped."""
-        why = known_hang(e, ch) if known_hang is not None and skip_known_hangs else None
-        if why is None:
-            return False
-        done[e].add(ch)
-        cfg = EngineConfig(tag=config_tag(direction, e, ch), engine=e,
-                           knobs=[list(k) for k in ch], status=SKIPPED, message=why,
-                           heuristic_ranks=ranks(e, ch))
-        engines[e]["skipped"] = engines[e].get("skipped", 0) + 1
-        configs.append(cfg)
-        emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch],
-                          "config": cfg.to_dict()}})
-        return True
-
     def find_legacy() -> None:
         # A legacy algorithm whose kernels no config ran yet: search on through the
         # engines that ran kernels of the same family (name up to its tile size).
@@ -327,9 +325,9 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                 for ch in queues[e]:
                     if found or over_budget():
                         break
-                    if ch in done[e] or hangs(e, ch):
+                    if ch in done[e]:
                         continue
-                    cfg = attempt(e, ch)
+                    cfg = attempt(e, ch, sampled=True)
                     found = cfg is not None and same_kernels(cfg.kernels, r.kernels)
 
     # Phase 0: PyTorch's configs, in the order given (its pick first), so that a time
@@ -348,8 +346,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         for ch in [c for c in queues[e] if c not in wanted[e] and c not in done[e]]:
             if engines[e]["configs"] >= max_per_engine or over_budget():
                 break
-            if not hangs(e, ch):
-                attempt(e, ch)
+            attempt(e, ch, sampled=True)
     find_legacy()
     for e in range(count):
         engines[e]["untried"] = len(queues[e]) - engines[e]["tried"] - \
