@@ -182,6 +182,14 @@ struct Timer {
     return elapsed_ms(a, b);
   }
 
+  // Calls per sample of the eager wall-clock loop: its minimum samples within its budget
+  // at ``est`` ms of GPU time a call, at most a graph sample's ``k`` (before, always k:
+  // five samples of k calls took at least five times sample_target_ms, and far more for
+  // kernels shorter than their host cost, whatever eager_budget_ms said).
+  int eager_calls(double est, int k) const {
+    return ceil_within(opt.eager_budget_ms / (opt.min_samples * est), 1, k);
+  }
+
   // Note [eager wall time]: what a caller that does not use CUDA graphs pays per call:
   // the host clock around k back-to-back launches, synchronised at the end. Each call's
   // host cost is included: when the host cannot queue launches as fast as the GPU runs
@@ -281,11 +289,9 @@ struct Timer {
     }
     double est = std::max(time_eager(3) / 3.0, 1e-4);
     r.estimate_ms = est;
-    const int warm = warmups(est);
-    time_eager(warm);
-    r.warmup_launches = 4 + warm;
+    r.warmup_launches = 4;  // the first launch and the estimate's
 
-    const auto t0 = std::chrono::steady_clock::now();
+    auto t0 = std::chrono::steady_clock::now();
     auto spent_ms = [&] {
       return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
           .count();
@@ -294,8 +300,15 @@ struct Timer {
       return static_cast<int>(n) >= opt.max_samples ||
              (static_cast<int>(n) >= opt.min_samples && spent_ms() >= opt.budget_ms);
     };
+    auto eager_warm_up = [&] {
+      const int warm = warmups(est);
+      time_eager(warm);
+      r.warmup_launches += warm;
+    };
 
     if (opt.flush_l2) {
+      eager_warm_up();
+      t0 = std::chrono::steady_clock::now();
       // One launch per sample, L2 cleared before it (outside the events), as triton's
       // do_bench does; the memset also gives the host time to queue the launch.
       int l2 = at::cuda::getCurrentDeviceProperties()->l2CacheSize;
@@ -320,9 +333,16 @@ struct Timer {
       if (!graph) r.note = "graph capture not used (" + why + ")";
     }
     if (graph) {
+      // Note [warm-up replays]: the warm-up is replays of the sample's graph, as the
+      // samples are: GPU time, whatever the host's cost per launch. Eager launches of
+      // kernels shorter than their host cost took several times warmup_ms (a ResNet-50
+      // sweep's finalists on the H200: about 25 ms each for a 10 ms budget).
       r.method = "graph";
-      CE_CUDA_CHECK(cudaGraphLaunch(graph.get(), stream));  // warm the graph itself
+      const int warm = warmups(est * k);
+      for (int i = 0; i < warm; ++i) CE_CUDA_CHECK(cudaGraphLaunch(graph.get(), stream));
       CE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      r.warmup_launches += warm * k;
+      t0 = std::chrono::steady_clock::now();
       while (!done(r.per_launch_ms.size())) {
         Event a, b;
         a.record(stream);
@@ -333,9 +353,11 @@ struct Timer {
       }
     } else {
       r.method = "eager";
+      eager_warm_up();
+      t0 = std::chrono::steady_clock::now();
       while (!done(r.per_launch_ms.size())) r.per_launch_ms.push_back(time_eager(k) / k);
     }
-    if (opt.eager_budget_ms > 0) eager_wall(k, r);
+    if (opt.eager_budget_ms > 0) eager_wall(eager_calls(est, k), r);
     name_kernels(r);
     return r;
   }

@@ -60,6 +60,8 @@ class Search:
         s = self.spreads.get(k, 0.0) if opt.budget_ms <= ROUNDS[0].budget_ms else 0.0
         self.timed.append((built.name, opt.budget_ms))
         self.samples = getattr(self, "samples", []) + [(opt.budget_ms, opt.sample_target_ms)]
+        self.warmups = getattr(self, "warmups", []) + [
+            (opt.budget_ms, opt.warmup_ms, opt.eager_budget_ms)]
         self.cutoffs.append((built.name, opt.cutoff_ms))
         self.last = built.name
         if 0 < opt.cutoff_ms < t * (1 - s):  # as csrc/timing.cpp: two launches, cut
@@ -136,6 +138,22 @@ def test_rounds_time_every_config_briefly_and_only_the_finalists_in_full(monkeyp
         (r1, ROUNDS[0].sample_ms), (r2, ROUNDS[1].sample_ms), (FULL.budget_ms, FULL.sample_ms)}
     assert all(r.sample_ms * 5 <= r.budget_ms < FULL.budget_ms for r in ROUNDS)
     assert FULL.sample_ms == 1.0
+
+
+def test_finalists_warm_up_briefly_but_sample_in_full(monkeypatch):
+    """Note [finalists' warm-up]: a finalist, timed in every round before, warms up for
+    round 2's warm-up; its budget and eager loop are the full timing's. Unstaged, every
+    config warms up for the full timing's warm-up."""
+    search = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
+    explore(search, monkeypatch)
+    r1, r2 = ROUNDS[0], ROUNDS[1]
+    assert set(search.warmups) == {(r1.budget_ms, r1.warmup_ms, 0.0),
+                                   (r2.budget_ms, r2.warmup_ms, 0.0),
+                                   (FULL.budget_ms, r2.warmup_ms, FULL.eager_budget_ms)}
+    assert r2.warmup_ms < FULL.warmup_ms and FULL.eager_budget_ms > 0
+    unstaged = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
+    explore(unstaged, monkeypatch, staged=False)
+    assert set(unstaged.warmups) == {(FULL.budget_ms, FULL.warmup_ms, FULL.eager_budget_ms)}
 
 
 def test_a_wrong_config_never_ranks_best_nor_sends_correct_ones_away(monkeypatch):
@@ -332,6 +350,7 @@ class Lab:
 
     def __init__(self, rows, heuristic_first, oom=(), later=None):
         self.rows, self.first, self.measured, self.oom = rows, heuristic_first, [], set(oom)
+        self.specs = []  # every TimingSpec asked for, in order
         self.later = later or {}  # {(name, budget): its time in that round instead}
         self.reference_on_cpu = False
 
@@ -352,6 +371,7 @@ class Lab:
         from cudnn_explorer.measure.tensors import Check
 
         name, t, _, wrong = self.rows[algo]
+        self.specs.append(spec)
         t = self.later.get((name, spec.budget_ms), t)
         if (name, spec.budget_ms) in self.oom:
             self.measured.append((name, spec.budget_ms, cutoff_ms, False))
@@ -411,6 +431,9 @@ def test_legacy_rows_are_staged_like_engine_configs():
     assert all(m[3] and m[2] == 0.0 for m in lab.measured if m[1] == 25)
     for name in finals:  # timed in full: the eager loop included, no left note
         assert got[name].left_round is None and got[name].timing.eager is not None
+    # Note [finalists' warm-up]: the finalists warm up for round 2's warm-up
+    assert {(s.budget_ms, s.warmup_ms, s.eager) for s in lab.specs if s.budget_ms == 25} == {
+        (25, ROUNDS[1].warmup_ms, True)}
     # only finalists rank: the best is the fastest correct one
     from cudnn_explorer.core.records import rankable
     assert min((r for r in leg.find if rankable(r)), key=lambda r: r.time).algo_name == \

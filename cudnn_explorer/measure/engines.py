@@ -13,8 +13,8 @@ from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_p
                           same_kernels, space_size)
 from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
-from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, is_record, round_timing,
-                             survivors)
+from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, final_timing, is_record,
+                             round_timing, survivors)
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, check_output
@@ -449,8 +449,8 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
                     "left": len(left) + len(wrong - named), "wall_s": wall})
         live = [i for i in live if i in named or i in stay]
     say(f"{direction}: {len(live)} finalists: timing them in full and checking them")
-    for i in live:
-        again(i, full, check=True)
+    for i in live:  # Note [finalists' warm-up] in core/staging.py
+        again(i, final_timing(full), check=True)
     out.append({"round": "final", "budget_ms": full.budget_ms, "timed": len(live),
                 "wall_s": time.perf_counter() - t})
     return out

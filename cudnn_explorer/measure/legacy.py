@@ -15,8 +15,8 @@ from ..core.errors import ResourceError
 from ..core.options import ExploreOptions, TimingSpec
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note, verdict
-from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, is_record, round_timing,
-                             survivors)
+from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, final_timing, is_record,
+                             round_timing, survivors)
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, Check, check_output, direction_data
@@ -258,8 +258,8 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
         left.update({n: (number, ratio) for n, ratio in gone.items()})
         live = [n for n in live if n in named or n in stay]
     say(f"{direction}: {len(live)} legacy finalists: timing them in full")
-    for n in live:
-        again(n, options.timing, options.check, len(ROUNDS))
+    for n in live:  # Note [finalists' warm-up] in core/staging.py
+        again(n, final_timing(options.timing), options.check, len(ROUNDS))
     return left
 
 

@@ -52,10 +52,14 @@ def time_callable(fn: Callable[[], object], spec: TimingSpec) -> Timing:
     fn()
     torch.cuda.synchronize()
     est = max(eager(3) / 3, 1e-4)
-    warm = int(min(max(math.ceil(spec.warmup_ms / est), 1), 1000))
-    eager(warm)
-    warmup = 4 + warm
+
+    def warmups(per: float) -> int:
+        return int(min(max(math.ceil(spec.warmup_ms / per), 1), 1000))
+
+    warmup = 4  # the first call and the estimate's
     if spec.flush_l2:
+        eager(warmups(est))
+        warmup += warmups(est)
         l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
         scratch = torch.empty(max(int(l2), 1 << 20) * 2, dtype=torch.uint8, device="cuda")
         samples = []
@@ -76,12 +80,18 @@ def time_callable(fn: Callable[[], object], spec: TimingSpec) -> Timing:
             with torch.cuda.graph(g):
                 for _ in range(k):
                     fn()
-            g.replay()
-            torch.cuda.synchronize()
             method = "graph"
         except Exception as e:  # noqa: BLE001 - any capture failure: time eagerly
             g, note = None, f"graph capture not used ({type(e).__name__}: {e})"
             torch.cuda.synchronize()
+    if g is not None:  # Note [warm-up replays] in csrc/timing.cpp
+        for _ in range(warmups(est * k)):
+            g.replay()
+        warmup += warmups(est * k) * k
+    else:
+        eager(warmups(est))
+        warmup += warmups(est)
+    torch.cuda.synchronize()
     samples = []
     for _ in sampling(spec.budget_ms):
         if g is not None:
@@ -94,15 +104,17 @@ def time_callable(fn: Callable[[], object], spec: TimingSpec) -> Timing:
         else:
             samples.append(eager(k) / k)
     wall = []
+    # the eager loop's calls per sample: csrc/timing.cpp's eager_calls
+    k_eager = int(min(max(math.ceil(spec.eager_budget_ms / (MIN_SAMPLES * est)), 1), k))
     if spec.eager_budget_ms > 0:
         torch.cuda.synchronize()
         for _ in sampling(spec.eager_budget_ms):
             t0 = time.perf_counter()
-            for _ in range(k):
+            for _ in range(k_eager):
                 fn()
             torch.cuda.synchronize()
-            wall.append((time.perf_counter() - t0) * 1e3 / k)
-    return Timing.from_samples(samples, k, method, warmup, note, wall, k)
+            wall.append((time.perf_counter() - t0) * 1e3 / k_eager)
+    return Timing.from_samples(samples, k, method, warmup, note, wall, k_eager)
 
 
 def timing_from_native(t) -> Timing:
