@@ -201,7 +201,7 @@ def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=N
         ds = exps["staged"].direction(d.direction)
         bf = d.engines.best(allowed_only=True) if d.engines else None
         bs = ds.engines.best(allowed_only=True) if ds and ds.engines else None
-        pick = d.pytorch_pick("benchmark")
+        pick = benchmark_pick(d, ds)
         if bf is None or bs is None:
             rows.append({"problem": name, "direction": d.direction, "error":
                          "no best config in one of the searches"})
@@ -214,11 +214,30 @@ def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=N
         if row["full_ms"] and row["staged_ms"]:
             row["hit"] = row["staged_ms"] <= 1.02 * row["full_ms"]
         if pick and pick.engine_tag:
-            pf, ps = d.config_timing(pick.engine_tag), ds.config_timing(pick.engine_tag)
-            if pf is not None and ps is not None:
-                row["pick_ratio"] = ps.median_ms / pf.median_ms
+            row["pick"] = pick.engine_tag
+            ratio = pick_ratio(d, ds, pick.engine_tag)
+            if ratio is not None:
+                row["pick_ratio"] = ratio
         rows.append(row)
     return {"wall_s": walls, "rows": rows}
+
+
+def benchmark_pick(full_dir, staged_dir):
+    """The PyTorch benchmark pick whose two medians are compared: the quick search's own
+    (a finalist there, so timed in full; the thorough search times every config it lists,
+    and PyTorch's picks are among them), else the thorough one's. Each exploration runs
+    PyTorch in processes of its own, and benchmark mode's pick can differ between
+    processes: on the H200 the bfloat16 1x1 problem's forward pick did, and the thorough
+    search's pick had left the quick search in a round, so no median of it was compared."""
+    pick = staged_dir.pytorch_pick("benchmark") if staged_dir is not None else None
+    return pick if pick is not None and pick.engine_tag else full_dir.pytorch_pick("benchmark")
+
+
+def pick_ratio(full_dir, staged_dir, tag):
+    """The quick search's median of config ``tag`` over the thorough one's (None where
+    either did not time it in full)."""
+    pf, ps = full_dir.config_timing(tag), staged_dir.config_timing(tag)
+    return ps.median_ms / pf.median_ms if pf is not None and ps is not None else None
 
 
 def main() -> int:
@@ -328,6 +347,9 @@ def main() -> int:
     for r in rows:
         if not r.get("hit", True) or "error" in r or abs(r.get("pick_ratio", 1) - 1) > 0.03:
             print(f"miss: {json.dumps(r)}")
+        elif "pick" in r and "pick_ratio" not in r:
+            print(f"PyTorch's pick not compared (not timed in full by both searches): "
+                  f"{r['problem']} {r['direction']} {r['pick']}")
     if a.json:
         write_atomic(a.json, json.dumps(out, indent=1) + "\n")
     return 0

@@ -224,3 +224,25 @@ def test_the_model_profile_shares_one_bench_per_profile_as_a_sweep_does(monkeypa
     run(mod, monkeypatch, tmp_path, "--problems", "default,fp32-tf32", "--model-profile",
         "--no-pytorch")
     assert len(seen) == 3 and all(b.closed for b in benches)
+
+
+def test_the_quick_searchs_own_pick_is_compared():
+    """benchmark mode's pick can differ between the two explorations' processes: the quick
+    search's own pick (a finalist there) is the one compared, and the thorough search
+    times every config it lists; a pick one search did not time in full has no ratio."""
+    from types import SimpleNamespace as NS
+
+    mod = load_script("bench_search")
+
+    def direction(pick, times):
+        return NS(pytorch_pick=lambda mode: NS(engine_tag=pick) if pick else None,
+                  config_timing=lambda tag: NS(median_ms=times[tag]) if tag in times else None)
+
+    full = direction("eng1", {"eng1": 1.0, "eng2": 2.0})
+    quick = direction("eng2", {"eng2": 2.02})  # eng1 left the quick search in a round
+    pick = mod.benchmark_pick(full, quick)
+    assert pick.engine_tag == "eng2"
+    assert mod.pick_ratio(full, quick, pick.engine_tag) == pytest.approx(1.01)
+    assert mod.pick_ratio(full, quick, "eng1") is None
+    assert mod.benchmark_pick(full, direction(None, {})).engine_tag == "eng1"
+    assert mod.benchmark_pick(full, None).engine_tag == "eng1"
