@@ -126,6 +126,7 @@ def breakdown(sw) -> dict:
     return {"legacy_rows": r(t.legacy_s), "find": r(t.find_s), "engine_configs": r(t.engines_s),
             "plan_builds": r(t.builds_s), "listed_and_built_ahead": r(t.ahead_s),
             **{name: r(v) for name, v in t.rounds},
+            "legacy_rounds": {name: r(v) for name, v in t.legacy_rounds},
             "configs": t.configs, "left": dict(t.left)}
 
 

@@ -431,6 +431,10 @@ def test_legacy_rows_are_staged_like_engine_configs():
     assert all(m[3] and m[2] == 0.0 for m in lab.measured if m[1] == 25)
     for name in finals:  # timed in full: the eager loop included, no left note
         assert got[name].left_round is None and got[name].timing.eager is not None
+    # each round's count and wall time, for --verbose (core/walltime.py)
+    assert [(r["round"], r["timed"], r.get("left")) for r in leg.rounds] == [
+        (1, 7, 2), (2, 5, 1), ("final", 4, None)]
+    assert all(r["wall_s"] >= 0 for r in leg.rounds)
     # Note [finalists' warm-up]: the finalists warm up for round 2's warm-up
     assert {(s.budget_ms, s.warmup_ms, s.eager) for s in lab.specs if s.budget_ms == 25} == {
         (25, ROUNDS[1].warmup_ms, True)}

@@ -95,3 +95,28 @@ def test_bench_model_reports_the_problems_breakdown():
                    "listed_and_built_ahead": None, "round 1": 2.6, "round 2": 0.6,
                    "finalists": 0.5, "configs": 4,
                    "left": {"round 1": 1, "round 2": 1, "finalists": 2}}
+
+
+def test_the_legacy_rows_rounds_are_summed_and_said_inside_their_time():
+    """A staged search's legacy rounds (DirectionResult.legacy_rounds) are summed like the
+    engine configs' and said beside Find; a direction recorded before them says Find
+    alone, and the field survives a saved file."""
+    from cudnn_explorer.core.records import DirectionResult
+
+    a = dataclasses.replace(A, legacy_rounds=[
+        {"round": 1, "timed": 6, "left": 4, "wall_s": 0.4},
+        {"round": 2, "timed": 2, "left": 0, "wall_s": 0.1},
+        {"round": "final", "timed": 2, "wall_s": 0.3}])
+    b = dataclasses.replace(B, legacy_rounds=[
+        {"round": 1, "timed": 3, "left": 1, "wall_s": 0.2},
+        {"round": 2, "timed": 2, "left": 1, "wall_s": 0.02},
+        {"round": "final", "timed": 1, "wall_s": 0.17}])
+    t = search_time([a, b])
+    assert [n for n, _ in t.legacy_rounds] == ["round 1", "round 2", "finalists"]
+    assert [s for _, s in t.legacy_rounds] == approx([0.6, 0.12, 0.47])
+    assert search_time_text(t).startswith(
+        "legacy rows 2.0 s (Find 0.2 s, round 1 0.6 s, round 2 0.1 s, finalists 0.5 s); "
+        "engine configs 4.0 s")
+    assert search_time([A]).legacy_rounds == ()
+    assert search_time_text(search_time([A])).startswith("legacy rows 1.5 s (Find 0.1 s);")
+    assert DirectionResult.from_dict(a.to_dict()).legacy_rounds == a.legacy_rounds

@@ -383,6 +383,10 @@ class DirectionResult(Record):
     # (their process's start included); the engine configs (their worker's start included)
     legacy_wall_s: Optional[float] = None
     engines_wall_s: Optional[float] = None
+    # the legacy rows' staged search, when it was staged: per round {"round", "timed",
+    # "left", "wall_s"} (round 1's wall time includes the kernels' names), then the
+    # finalists' {"round": "final", "timed", "wall_s"}; Find is not in them
+    legacy_rounds: List[dict] = field(default_factory=list)
     # the rows' float64 reference was computed on the CPU: the GPU had no room for it
     # (Note [reference on the CPU] in measure/tensors.py)
     reference_on_cpu: bool = False

@@ -1,5 +1,5 @@
 """Where explorations spent their wall time, summed over directions: the legacy rows
-(Find among them), the engine configs (their plan builds and each round of a staged
+(Find and each round of a staged search among them), the engine configs (their plan builds and each round of a staged
 search), and how many configs each round let go. Pure: read from the records each
 direction keeps (DirectionResult's walls, EngineSpace's rounds and configs), so a saved
 exploration or sweep gives the same figures as the run that made it."""
@@ -23,7 +23,9 @@ class SearchTime:
     exploration without engine configs). ``rounds``: (name, seconds) in order (round 1's
     include listing and building the configs); ``left``: (round name, configs that left
     there), then ("finalists", configs timed in full); ``ahead_s``: listing and plan
-    builds done ahead, during the legacy rows (in builds_s, not in engines_s)."""
+    builds done ahead, during the legacy rows (in builds_s, not in engines_s);
+    ``legacy_rounds``: (name, seconds) of the legacy rows' staged search, in order (in
+    legacy_s, Find not in them)."""
 
     directions: int = 0
     legacy_s: Optional[float] = None
@@ -34,6 +36,7 @@ class SearchTime:
     rounds: Tuple[Tuple[str, float], ...] = ()
     left: Tuple[Tuple[str, int], ...] = ()
     ahead_s: Optional[float] = None
+    legacy_rounds: Tuple[Tuple[str, float], ...] = ()
 
     @property
     def measured_s(self) -> Optional[float]:
@@ -50,9 +53,11 @@ def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
     """The SearchTime of ``directions`` (of one exploration or of many)."""
     n, legacy, find, engines, builds, ahead, configs = 0, None, None, None, None, None, 0
     round_s, left = {}, {}  # in the rounds' order, as each direction records them
+    legacy_round_s: dict = {}
     for d in directions:
         n += 1
         legacy = _add(legacy, d.legacy_wall_s)
+        _sum_rounds(d.legacy_rounds, legacy_round_s)
         if d.find_wall_ms_all is not None:
             find = _add(find, d.find_wall_ms_all / 1e3)
         engines = _add(engines, d.engines_wall_s)
@@ -62,16 +67,24 @@ def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
         builds = _add(builds, sum(c.build_ms or 0 for c in sp.configs) / 1e3)
         ahead = _add(ahead, sp.ahead_s)
         configs += len(sp.configs)
-        for r in sp.rounds:
-            name = _ROUND_NAMES.get(r.get("round"), f"round {r.get('round')}")
-            if r.get("wall_s") is not None:
-                round_s[name] = round_s.get(name, 0.0) + r["wall_s"]
-            count = r.get("timed") if r.get("round") == "final" else r.get("left")
-            if isinstance(count, int):
-                left[name] = left.get(name, 0) + count
+        _sum_rounds(sp.rounds, round_s, left)
     return SearchTime(directions=n, legacy_s=legacy, find_s=find, engines_s=engines,
                       builds_s=builds, configs=configs, rounds=tuple(round_s.items()),
-                      left=tuple(left.items()), ahead_s=ahead)
+                      left=tuple(left.items()), ahead_s=ahead,
+                      legacy_rounds=tuple(legacy_round_s.items()))
+
+
+def _sum_rounds(rounds, seconds: dict, left: Optional[dict] = None) -> None:
+    """Add one direction's recorded ``rounds`` to ``seconds`` ({round name: s}) and, when
+    given, ``left`` ({round name: candidates that left there; "finalists": timed in
+    full}), in the rounds' order."""
+    for r in rounds:
+        name = _ROUND_NAMES.get(r.get("round"), f"round {r.get('round')}")
+        if r.get("wall_s") is not None:
+            seconds[name] = seconds.get(name, 0.0) + r["wall_s"]
+        count = r.get("timed") if r.get("round") == "final" else r.get("left")
+        if left is not None and isinstance(count, int):
+            left[name] = left.get(name, 0) + count
 
 
 # A problem whose directions' recorded walls exceed the seconds its sweep spent on it by

@@ -8,6 +8,7 @@ seam CPU tests replace with a fake (tests/fakes.py).
 """
 from __future__ import annotations
 
+import time
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..core import analysis
@@ -106,6 +107,7 @@ class LegacyRows(NamedTuple):
     workspace_free_bytes: Optional[int]
     find_errors: List[str]
     reference_on_cpu: bool = False  # Note [reference on the CPU] in measure/tensors.py
+    rounds: Sequence[dict] = ()  # the staged search's rounds (DirectionResult.legacy_rounds)
 
     @property
     def ok(self) -> List[AlgoResult]:
@@ -126,6 +128,7 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
     leads its round (Note [records checked] in core/staging.py); unstaged, every row is."""
     say(f"{direction}: cudnnFind")
     rep = lab.find(options.max_workspace_bytes)
+    t_first = time.perf_counter()
     workspace = [WorkspaceEntry(w.algo, w.algo_name, w.math_type, w.status,
                                 None if w.bytes < 0 else int(w.bytes)) for w in rep.workspace]
     asks = {(w.algo, w.math_type): w.bytes for w in workspace}
@@ -160,11 +163,13 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
         if want_kernels and not notes.get(n):
             kernels[n] = list(lab.kernels(r.algo, r.math_type))
     left: Dict[int, Tuple[int, Optional[float]]] = {}
+    rounds: List[dict] = []
     if staged:
         keep = set(finalists)
         if rep.heuristics:
             keep.add(f"{rep.heuristics[0].algo_name} ({rep.heuristics[0].math_type})")
-        left = _rounds(lab, found, timings, checks, notes, options, keep, direction, say)
+        left, rounds = _rounds(lab, found, timings, checks, notes, options, keep, direction,
+                               say, time.perf_counter() - t_first)
     rows = []
     for n, r in enumerate(found):
         ok = r.status_code == 0
@@ -192,7 +197,7 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
     return LegacyRows(rep.math_type, rows, heuristics, workspace, int(rep.workspace_needed),
                       int(rep.workspace_given), int(rep.requested), int(rep.returned),
                       float(rep.find_wall_ms), list(rep.searched), float(rep.find_wall_ms_all),
-                      free, list(rep.find_errors), bool(lab.reference_on_cpu))
+                      free, list(rep.find_errors), bool(lab.reference_on_cpu), rounds)
 
 
 def _bar(timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]],
@@ -205,10 +210,11 @@ def _bar(timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]
 
 def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]],
             notes: Dict[int, str], options: ExploreOptions, keep: set, direction: str,
-            say) -> Dict[int, Tuple[int, Optional[float]]]:
+            say, first_s: float) -> Tuple[Dict[int, Tuple[int, Optional[float]]], List[dict]]:
     """The legacy rows' staged search after its first round (``timings`` and ``checks``
-    updated in place as rows are timed again): {row that left: (its round, its median
-    over the round's best)}. A row found WRONG (when it led a round, or in the final one:
+    updated in place as rows are timed again; ``first_s``, round 1's wall time): ({row
+    that left: (its round, its median over the round's best)}, each round's {"round",
+    "timed", "left", "wall_s"} and the finalists' {"round": "final", "timed", "wall_s"}). A row found WRONG (when it led a round, or in the final one:
     Note [records checked] in core/staging.py) never sets the best and cannot rank; it
     leaves in the round it was found in, unless named (``keep``: PyTorch's legacy pick is
     then timed in full and shown WRONG). A row that no longer fits in memory when timed again
@@ -233,8 +239,11 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
 
     live = [n for n, t in timings.items() if t is not None]
     left: Dict[int, Tuple[int, Optional[float]]] = {}
+    rounds: List[dict] = []
+    t = time.perf_counter()
     for number, rnd in enumerate(ROUNDS, 1):
         spec = round_timing(options.timing, rnd)
+        timed = len(live)
         if number > 1:
             say(f"{direction}: legacy round {number}: timing {len(live)} rows again "
                 f"({spec.budget_ms:g} ms each)")
@@ -257,10 +266,14 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
                                 for n in right}, rnd.keep_within, always)
         left.update({n: (number, ratio) for n, ratio in gone.items()})
         live = [n for n in live if n in named or n in stay]
+        rounds.append({"round": number, "timed": timed, "left": timed - len(live),
+                       "wall_s": first_s if number == 1 else time.perf_counter() - t})
+        t = time.perf_counter()
     say(f"{direction}: {len(live)} legacy finalists: timing them in full")
     for n in live:  # Note [finalists' warm-up] in core/staging.py
         again(n, final_timing(options.timing), options.check, len(ROUNDS))
-    return left
+    rounds.append({"round": "final", "timed": len(live), "wall_s": time.perf_counter() - t})
+    return left, rounds
 
 
 def _wrong(c: Optional[Check]) -> bool:

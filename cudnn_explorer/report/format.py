@@ -170,13 +170,16 @@ def problem_text(p) -> str:
 
 
 def search_time_text(t: SearchTime, counts: bool = False) -> str:
-    """Where explored directions' wall time went: "legacy rows 1.4 s (Find 0.1 s); engine
-    configs 2.9 s, plan builds 0.1 s, round 1 2.2 s, ..." (seconds; "" where nothing was
-    recorded). ``counts``: also how many configs there were and where they left."""
+    """Where explored directions' wall time went: "legacy rows 1.4 s (Find 0.1 s, round 1
+    0.6 s, round 2 0.1 s, finalists 0.4 s); engine configs 2.9 s, plan builds 0.1 s, round
+    1 2.2 s, ..." (seconds; "" where nothing was recorded). ``counts``: also how many
+    configs there were and where they left."""
     parts = []
     if t.legacy_s is not None:
-        find = "" if t.find_s is None else f" (Find {t.find_s:.1f} s)"
-        parts.append(f"legacy rows {t.legacy_s:.1f} s{find}")
+        inside = ([] if t.find_s is None else [f"Find {t.find_s:.1f} s"]) + \
+            [f"{name} {s:.1f} s" for name, s in t.legacy_rounds]
+        parts.append(f"legacy rows {t.legacy_s:.1f} s" +
+                     (f" ({', '.join(inside)})" if inside else ""))
     if t.engines_s is not None:
         ahead = "" if not t.ahead_s else \
             f" ({t.ahead_s:.1f} s listing and building ahead, during the legacy rows)"
