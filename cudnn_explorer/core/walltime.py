@@ -1,8 +1,9 @@
 """Where explorations spent their wall time, summed over directions: the legacy rows
-(Find and each round of a staged search among them), the engine configs (their plan builds and each round of a staged
-search), and how many configs each round let go. Pure: read from the records each
-direction keeps (DirectionResult's walls, EngineSpace's rounds and configs), so a saved
-exploration or sweep gives the same figures as the run that made it."""
+(Find and each round of a staged search among them), the engine configs (their plan
+builds and each round of a staged search), and how many configs each round let go. Pure:
+read from the records each direction keeps (DirectionResult's walls and legacy rounds,
+EngineSpace's rounds and configs), so a saved exploration or sweep gives the same figures
+as the run that made it."""
 from __future__ import annotations
 
 from dataclasses import dataclass

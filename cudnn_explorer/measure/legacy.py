@@ -214,12 +214,12 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
     """The legacy rows' staged search after its first round (``timings`` and ``checks``
     updated in place as rows are timed again; ``first_s``, round 1's wall time): ({row
     that left: (its round, its median over the round's best)}, each round's {"round",
-    "timed", "left", "wall_s"} and the finalists' {"round": "final", "timed", "wall_s"}). A row found WRONG (when it led a round, or in the final one:
-    Note [records checked] in core/staging.py) never sets the best and cannot rank; it
-    leaves in the round it was found in, unless named (``keep``: PyTorch's legacy pick is
-    then timed in full and shown WRONG). A row that no longer fits in memory when timed again
-    keeps its last time, leaves in the round it was in, and its note says why
-    (``notes``)."""
+    "timed", "left", "wall_s"} and the finalists' {"round": "final", "timed", "wall_s"}).
+    A row found WRONG (when it led a round, or in the final one: Note [records checked] in
+    core/staging.py) never sets the best and cannot rank; it leaves in the round it was
+    found in, unless named (``keep``: PyTorch's legacy pick is then timed in full and
+    shown WRONG). A row that no longer fits in memory when timed again keeps its last
+    time, leaves in the round it was in, and its note says why (``notes``)."""
     def name(n: int) -> str:
         return f"{found[n].algo_name} ({found[n].math_type})"
 
