@@ -85,7 +85,11 @@ def test_a_sweep_leaves_out_problems_answered_from_the_store():
 def test_bench_model_reports_the_problems_breakdown():
     from conftest import load_script
 
-    exp = dataclasses.replace(fakes.exploration(), directions=[A, B])
+    a = dataclasses.replace(A, legacy_rounds=[
+        {"round": 1, "timed": 6, "left": 4, "wall_s": 0.4},
+        {"round": 2, "timed": 2, "left": 0, "wall_s": 0.1},
+        {"round": "final", "timed": 2, "wall_s": 0.3}])
+    exp = dataclasses.replace(fakes.exploration(), directions=[a, B])
 
     class Sweep:
         entries = [SweepEntry(0, exp, seconds=6.2)]
@@ -93,8 +97,9 @@ def test_bench_model_reports_the_problems_breakdown():
     got = load_script("bench_model").breakdown(Sweep())
     assert got == {"legacy_rows": 2.0, "find": 0.2, "engine_configs": 4.0, "plan_builds": 0.3,
                    "listed_and_built_ahead": None, "round 1": 2.6, "round 2": 0.6,
-                   "finalists": 0.5, "configs": 4,
-                   "left": {"round 1": 1, "round 2": 1, "finalists": 2}}
+                   "finalists": 0.5,
+                   "legacy_rounds": {"round 1": 0.4, "round 2": 0.1, "finalists": 0.3},
+                   "configs": 4, "left": {"round 1": 1, "round 2": 1, "finalists": 2}}
 
 
 def test_the_legacy_rows_rounds_are_summed_and_said_inside_their_time():
