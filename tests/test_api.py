@@ -124,6 +124,10 @@ def test_a_tiny_model_swept_end_to_end_from_a_factory(tmp_path, monkeypatch):
     assert sw.options["engine_sampling"] is False
     # PyTorch's run of the model leaves out benchmark with every candidate timed
     assert sw.options["every_candidate_mode"] is False
+    # Note [model legacy rows]: Find under PyTorch's math type only, and the report says so
+    assert sw.options["every_math_type"] is False
+    assert "legacy rows: Find under PyTorch's math type; engine configs: those" in \
+        " ".join(render_sweep(sw).split())
     assert (2, 2) in steps and all(t == 2 for _, t in steps)
     assert [e.exploration.directions[0].direction for e in sw.entries] == ["fwd", "fwd"]
     assert render_sweep(ModelSweep.from_json(sw.to_json())) == render_sweep(sw)
@@ -137,6 +141,8 @@ def test_a_tiny_model_swept_end_to_end_from_a_factory(tmp_path, monkeypatch):
     kept = ce.sweep_model(cap, opts, profile="thorough", keep=("budget_ms",), bench=bench)
     assert kept.profile == "thorough" and kept.options["budget_ms"] == 5.0
     assert kept.options["every_candidate_mode"] is True
+    assert kept.options["every_math_type"] is True
+    assert "legacy rows: Find" not in render_sweep(kept)
     with pytest.raises(UserError, match="--profile fast: valid: quick, thorough"):
         ce.sweep_model(cap, opts, profile="fast", bench=bench)
     with pytest.raises(UserError, match="batch 0: valid"):

@@ -621,6 +621,18 @@ def test_a_model_sweeps_quick_profile_leaves_out_benchmark_with_every_candidate(
     assert base.profiled("quick").every_candidate_mode is True  # a single problem's
     assert "every_candidate_mode" not in options_key(base) and \
         '"every_candidate_mode":false' in options_key(quick)
+    # Note [model legacy rows]: the model's quick profile runs Find under PyTorch's math
+    # type only; the single problem's profiles and the model's thorough keep every one
+    from cudnn_explorer.measure.legacy import find_math_types
+    assert quick.every_math_type is False and '"every_math_type":false' in options_key(quick)
+    assert "every_math_type" not in options_key(base)
+    assert base.profiled("thorough", model=True).every_math_type is True
+    assert base.profiled("quick").every_math_type is True
+    fp16 = ConvProblem.create(shape=(8, 16, 14, 14), out_channels=16, kernel=3, padding=1,
+                              dtype="float16")
+    assert find_math_types(fp16, base) == fp16.find_math_types and len(
+        fp16.find_math_types) == 4
+    assert find_math_types(fp16, quick) == (fp16.math_type,) == fp16.find_math_types[:1]
     # run_model's modes, unless given, are those the options say
     fake, _, cap = failing_python_and_capture(tmp_path)
     run, _ = pytorch_run.run_model(cap, quick, iterations=2, python=str(fake))

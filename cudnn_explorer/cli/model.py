@@ -17,10 +17,12 @@ __all__ = ["build_parser", "run", "conflicts", "render_saved"]
 
 MODEL_RUN_FLAGS = ("--timed-iterations",)
 MODEL_PROFILE_HELP = (
-    "quick (default): the legacy rows, PyTorch's picks and every engine config its "
-    "heuristics and fallbacks list, in a staged search (finalists with 10 ms budgets); "
+    "quick (default): the legacy rows of Find under PyTorch's math type, PyTorch's picks "
+    "and every engine config its heuristics and fallbacks list, in a staged search "
+    "(finalists with 10 ms budgets); "
     "PyTorch's run of the model in benchmark, heuristics and deterministic mode; "
-    "thorough: every engine's knob space sampled too, every config with 100 ms budgets, "
+    "thorough: Find under every math type, every engine's knob space sampled too, every "
+    "config with 100 ms budgets, "
     "and benchmark mode with every candidate timed (any --budget-ms, --engine-budget-s "
     "given wins)")
 _MEASURING = tuple(f for f in RUN_FLAGS + MODEL_RUN_FLAGS

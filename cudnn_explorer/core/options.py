@@ -109,6 +109,10 @@ class ExploreOptions:
     # 9.4 s of a 125.7 s ResNet-50 sweep (docs/benchmarks.md). A single problem's
     # children are not affected.
     every_candidate_mode: bool = _option(True, "--profile", "True or False", "bool")
+    # False (a model sweep's quick profile): cudnnFind runs under PyTorch's math type only,
+    # so the legacy rows are those PyTorch's legacy path chooses among, not every (algorithm,
+    # math type) the dtype permits (Note [model legacy rows]).
+    every_math_type: bool = _option(True, "--profile", "True or False", "bool")
 
     @classmethod
     def create(cls, source: str = "api", **kw) -> "ExploreOptions":
@@ -192,8 +196,17 @@ def given_options(options) -> "ExploreOptions":
 # Its thorough keeps every other option as given (each engine's knob space sampled,
 # 100 ms budgets, no stages).
 PROFILES = {"quick": dict(staged=True), "thorough": dict(staged=False)}
+# Note [model legacy rows]: a model sweep's quick profile runs cudnnFind under PyTorch's
+# math type only. In two H200 ResNet-50 sweeps (b32 AMP fp16 channels_last, 68
+# directions each) the Find calls under every math type took 3.6 s, PyTorch's alone 1.0
+# s, and they returned 408 rows to time against 204; where a row of another math type
+# was the best legacy row (30 and 41 of the 68 directions, all TENSOR_OP_MATH_ALLOW_
+# CONVERSION), PyTorch's math type's row of the same algorithm was within 5.2% of it
+# (median 0.3-0.4%). A single problem's profiles and the model's thorough one keep every
+# math type (docs/benchmarks.md).
 MODEL_PROFILES = {"quick": dict(staged=True, budget_ms=10.0, engine_budget_s=60.0,
-                                engine_sampling=False, every_candidate_mode=False),
+                                engine_sampling=False, every_candidate_mode=False,
+                                every_math_type=False),
                   "thorough": dict(staged=False)}
 # The name the thorough profile had before the staged search (saved sweeps still say it).
 OLD_NAMES = {"deep": "thorough"}

@@ -23,7 +23,7 @@ from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, Check, check_output, direction_data
 from .timing import timing_from_native
 
-__all__ = ["LegacyLab", "LegacyRows", "measure_legacy"]
+__all__ = ["LegacyLab", "LegacyRows", "measure_legacy", "find_math_types"]
 
 
 class LegacyLab:
@@ -35,14 +35,15 @@ class LegacyLab:
         # reference_on_cpu: Note [reference on the CPU] in measure/tensors.py
         self.tensors, self.native, self.ref, self.reference_on_cpu = direction_data(
             problem, direction, options.device, options.seed, options.check)
+        self.math_types = find_math_types(problem, options)
         self._kernels = {}  # (algo, math type) -> kernels its timing's graph named
 
     def find(self, cap_bytes: Optional[int]):
-        """The native FindReport (csrc/find.h): Find under every math type the problem's
-        dtype permits, PyTorch's first, with the workspace that fits."""
+        """The native FindReport (csrc/find.h): Find under the math types
+        find_math_types says, PyTorch's first, with the workspace that fits."""
         return native.find_algorithms(self.direction, self.native,
                                       -1 if cap_bytes is None else cap_bytes,
-                                      self.problem.find_math_types)
+                                      self.math_types)
 
     def measure(self, algo: int, math_type: str, timing: Optional[TimingSpec],
                 check: bool, cutoff_ms: float = 0.0, records: bool = False,
@@ -88,6 +89,14 @@ class LegacyLab:
         cuDNN] in measure/tensors.py)."""
         self.tensors = self.native = self.ref = None
         native.release_cached_memory()
+
+
+def find_math_types(problem: ConvProblem, options: ExploreOptions) -> Tuple[str, ...]:
+    """The math types Find runs under: every one the problem's dtype permits, PyTorch's
+    first; PyTorch's alone where ``options.every_math_type`` is off (Note [model legacy
+    rows] in core/options.py)."""
+    every = problem.find_math_types
+    return every if options.every_math_type else every[:1]
 
 
 class LegacyRows(NamedTuple):

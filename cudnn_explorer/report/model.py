@@ -134,8 +134,11 @@ def render_sweep(sw: ModelSweep) -> str:
     source = ("PyTorch's pick from its own run of the model in benchmark mode, timed as "
               "the engine config of the same tag" if sw.pytorch_run is not None else
               "PyTorch's pick from a fresh process per problem in benchmark mode")
-    scope = ("; engine configs: those PyTorch's heuristics and fallbacks list"
-             if sw.profile == "quick" else "")
+    scope = ""
+    if sw.profile == "quick":  # Note [model legacy rows] in core/options.py
+        legacy = ("" if sw.options.get("every_math_type", True)
+                  else "; legacy rows: Find under PyTorch's math type")
+        scope = f"{legacy}; engine configs: those PyTorch's heuristics and fallbacks list"
     lines += wrap(f"per unique problem and direction: what ran and its steady-state median "
                   f"times the calls one iteration makes (ms per iteration; each problem "
                   f"explored on its own, {source}{scope}; profile {sw.profile}):", "")

@@ -98,8 +98,9 @@ def options_key(o: ExploreOptions) -> str:
         d.pop(k, None)
     if not d.get("staged"):  # the keys stored before the staged search existed stay valid
         d.pop("staged", None)
-    if d.get("every_candidate_mode", True):  # and those before this option existed
-        d.pop("every_candidate_mode", None)
+    for k in ("every_candidate_mode", "every_math_type"):  # those before these existed
+        if d.get(k, True):
+            d.pop(k, None)
     return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
 
