@@ -198,12 +198,13 @@ def given_options(options) -> "ExploreOptions":
 PROFILES = {"quick": dict(staged=True), "thorough": dict(staged=False)}
 # Note [model legacy rows]: a model sweep's quick profile runs cudnnFind under PyTorch's
 # math type only. In two H200 ResNet-50 sweeps (b32 AMP fp16 channels_last, 68
-# directions each) the Find calls under every math type took 3.6 s, PyTorch's alone 1.0
-# s, and they returned 408 rows to time against 204; where a row of another math type
-# was the best legacy row (30 and 41 of the 68 directions, all TENSOR_OP_MATH_ALLOW_
-# CONVERSION), PyTorch's math type's row of the same algorithm was within 5.2% of it
-# (median 0.3-0.4%). A single problem's profiles and the model's thorough one keep every
-# math type (docs/benchmarks.md).
+# directions each) the Find calls under every math type took 3.6 s, PyTorch's alone
+# 1.0 s, and they returned 408 rows to time against 204; where a row of another math
+# type was the best legacy row (30 and 41 of the 68 directions, each one found under
+# TENSOR_OP_MATH_ALLOW_CONVERSION), PyTorch's math type's row of the same algorithm was
+# within 5.2% of it (median 0.3-0.4%), and the report's best legacy row prefers
+# PyTorch's candidates within 3% anyway (core/choices.py). A single problem's profiles
+# and the model's thorough one keep every math type (docs/benchmarks.md).
 MODEL_PROFILES = {"quick": dict(staged=True, budget_ms=10.0, engine_budget_s=60.0,
                                 engine_sampling=False, every_candidate_mode=False,
                                 every_math_type=False),
