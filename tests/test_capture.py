@@ -247,6 +247,11 @@ def test_torchvision_model_by_name_and_bad_names():
     assert "bwd-data" not in layers["conv1"].calls
     with pytest.raises(UserError, match="unknown model 'resnet5'; close names: resnet50"):
         zoo.build(ModelSpec(name="resnet5", input_shape=[3, 8, 8]), "cpu")
+    # arguments the model does not take: the message names them, not "without arguments"
+    with pytest.raises(UserError, match=r"model 'resnet18' cannot be built with "
+                                        r"\{'nosuch': 1\}: TypeError: .*nosuch"):
+        zoo.build(ModelSpec(name="resnet18", input_shape=[3, 8, 8], model_args={"nosuch": 1}),
+                  "cpu")
 
 
 def test_factory_errors_name_the_factory(tmp_path, monkeypatch):

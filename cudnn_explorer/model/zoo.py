@@ -156,9 +156,11 @@ def build(spec: ModelSpec, device: str):
             kwargs["weights_backbone"] = None
         try:
             model = torchvision.models.get_model(spec.name, **kwargs, **spec.model_args)
-        except Exception as e:  # noqa: BLE001  (a model that needs arguments we do not give)
-            raise UserError(f"model '{spec.name}' cannot be built without arguments: "
-                            f"{type(e).__name__}: {e}") from None
+        except Exception as e:  # noqa: BLE001  (arguments it needs, or ones it does not take)
+            given = f" with {spec.model_args}" if spec.model_args else \
+                " without arguments (--model-args gives them)"
+            raise UserError(f"model '{spec.name}' cannot be built{given}: "
+                            f"{type(e).__name__}: {str(e)[:200]}") from None
     model = model.to(device)
     if spec.channels_last:
         if len(spec.input_shape) not in (3, 4):
