@@ -134,7 +134,8 @@ def test_a_model_process_imports_ahead_what_its_child_needs_and_runs_it_once(nam
     spec = ModelSpec(name=name, factory=factory, input_shape=[3, 8, 8], batch=1)
     preload = mode_process.preload(spec).split(",")
     assert "torch" in preload and mode_process.MODEL_CHILD not in preload
-    assert "torch._dynamo" in preload  # Note [dispatch modes import dynamo]
+    # Note [imports outside the first iteration] in model/tracer.py
+    assert {"torch._dynamo", "cudnn_explorer.measure.tensors"} <= set(preload)
     assert (extra in preload) if extra else not {"torchvision", "timm", "mine"} & set(preload)
     out = subprocess.run([sys.executable, "-m", "cudnn_explorer.measure.prestart", "--preload",
                           ",".join(n for n in preload if n not in ("torchvision", "timm")),
@@ -146,40 +147,37 @@ def test_a_model_process_imports_ahead_what_its_child_needs_and_runs_it_once(nam
 
 
 _FIRST_ITERATION_SCRIPT = """
-import importlib.abc, json, sys
+import json, sys
 sys.path.insert(0, sys.argv[1])
 import torch
 from cudnn_explorer.core.capture import ModelSpec
 from cudnn_explorer.model import model_child
-state = {"inside": False, "imported": None}
-class Watch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name == "torch._dynamo" and state["imported"] is None:
-            state["imported"] = "first iteration" if state["inside"] else "outside"
-        return None
-sys.meta_path.insert(0, Watch())
+new = []
 real = model_child.first_iteration
 def watched(*args, **kwargs):
-    state["inside"] = True
+    before = set(sys.modules)
     try:
         return real(*args, **kwargs)
     finally:
-        state["inside"] = False
+        new.extend(sorted(set(sys.modules) - before))
 model_child.first_iteration = watched
 before = "torch._dynamo" in sys.modules
 spec = ModelSpec(factory="plainnets:plain", input_shape=[3, 8, 8], batch=2)
-out = model_child.run({"device": -1, "mode": "heuristics", "model": spec.to_dict(),
+out = model_child.run({"device": -1, "mode": sys.argv[2], "model": spec.to_dict(),
                        "shapes": [[3, 8, 8]], "iterations": 2, "warmup": 1}, lambda r: None)
-print(json.dumps({"before": before, "imported": state["imported"],
-                  "sizes": len(out["sizes"]), "error": out["error"]}))
+print(json.dumps({"before": before, "after": "torch._dynamo" in sys.modules,
+                  "imported_in_first_iteration": new, "sizes": len(out["sizes"]),
+                  "error": out["error"]}))
 """
 
 
-def test_the_first_iteration_does_not_pay_for_importing_dynamo(tmp_path):
-    """Note [dispatch modes import dynamo]: the child's probe is a TorchDispatchMode, whose
-    wrapper imports torch._dynamo on its first call. For a model whose library never
-    imports it (here a factory of plain layers), the child imports it in its setup, not
-    inside the first iteration it times as PyTorch's."""
+@pytest.mark.parametrize("mode", ["heuristics", "benchmark"])
+def test_the_first_iteration_imports_nothing(tmp_path, mode):
+    """Note [imports outside the first iteration] in model/tracer.py: the child times
+    PyTorch's first iteration with its probe in it, so no module is imported for the first
+    time there; torch._dynamo (which the probe's TorchDispatchMode wrapper imports on its
+    first call) included, for a model whose library never imports it (here a factory of
+    plain layers), in a fresh process that did not import it ahead."""
     import subprocess
     import sys
 
@@ -188,13 +186,13 @@ def test_the_first_iteration_does_not_pay_for_importing_dynamo(tmp_path):
         "def plain():\n"
         "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),\n"
         "                               torch.nn.Conv2d(8, 8, 3, padding=1))\n")
-    out = subprocess.run([sys.executable, "-c", _FIRST_ITERATION_SCRIPT, str(tmp_path)],
+    out = subprocess.run([sys.executable, "-c", _FIRST_ITERATION_SCRIPT, str(tmp_path), mode],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["before"] is False  # a fresh process, as a mode process's without a preload
+    assert got["before"] is False and got["after"] is True
     assert got["sizes"] == 1 and got["error"] == ""
-    assert got["imported"] == "outside"
+    assert got["imported_in_first_iteration"] == []
 
 
 def test_a_preload_that_fails_to_import_is_a_head_start_lost_not_a_dead_process(tmp_path):

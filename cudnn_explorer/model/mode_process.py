@@ -20,7 +20,7 @@ from ..measure.prestart import StartedChild, last_line
 from ..measure.procs import describe_rc
 from ..measure.pytorch_picks import LOG_VARS, ModeSpec
 from . import zoo
-from .tracer import DYNAMO
+from .tracer import PROBE_IMPORTS
 
 __all__ = ["MODEL_CHILD", "WAITED", "STEADY_PROCESS", "shapes", "preload", "start_mode",
            "ModeStarts", "run_mode", "steady", "steady_of", "after_failure", "run_child"]
@@ -53,10 +53,10 @@ def shapes(capture: Capture) -> List[List[int]]:
 def preload(model) -> str:
     """What a model process imports ahead (measure/prestart.py): torch, what our child
     imports (not the child itself: runpy would then run a second copy of a module already
-    imported), torch._dynamo (Note [dispatch modes import dynamo] in model/tracer.py), and
-    the model's library where it is one we know (never the user's own
+    imported), what its probe imports (Note [imports outside the first iteration] in
+    model/tracer.py), and the model's library where it is one we know (never the user's own
     module: its import errors are the child's to report)."""
-    names = ["torch", DYNAMO, "cudnn_explorer.model.tracer", "cudnn_explorer.model.zoo",
+    names = ["torch", *PROBE_IMPORTS, "cudnn_explorer.model.tracer", "cudnn_explorer.model.zoo",
              "cudnn_explorer.core.child_records", "cudnn_explorer.measure.procs"]
     if model.name.startswith(zoo.TIMM):
         names.append("timm")

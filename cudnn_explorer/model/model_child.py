@@ -59,7 +59,7 @@ from ..core.errors import described
 from ..measure.procs import log_size, quick_exit, read_spec, write_result
 from . import zoo
 from .tracer import (ForwardTracker, backward_directions, conv_args, explored,
-                      forward_direction, import_dynamo, iteration, layer_name)
+                      forward_direction, import_probe_modules, iteration, layer_name)
 
 
 # Where a model process's run goes (s), summed over its sizes: "setup" (the model built and
@@ -326,8 +326,8 @@ def run(spec: dict, write) -> dict:
     model, _ = zoo.build(replace(mspec, sizes=[]), device)
     model.train(mspec.train)
     _warm_up_cudnn(torch, device, cuda)
-    if not spec.get("steady_only"):  # its probe: Note [dispatch modes import dynamo]
-        import_dynamo()
+    if not spec.get("steady_only"):  # Note [imports outside the first iteration]
+        import_probe_modules()
     counts = None
     if mode == "pinned":  # every convolution layer through the pinned op
         from ..pinning.modules import pin

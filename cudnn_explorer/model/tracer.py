@@ -21,33 +21,38 @@ from ..core.problem import DTYPES, ConvProblem
 
 __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "ForwardTracker",
            "not_covered", "explored", "forward_direction", "backward_directions", "layer_name",
-           "ConvArgs", "conv_args", "DYNAMO", "import_dynamo"]
+           "ConvArgs", "conv_args", "PROBE_IMPORTS", "import_probe_modules"]
 
-# Note [dispatch modes import dynamo]: torch's TorchDispatchMode wraps a subclass's
-# __torch_dispatch__ in torch._disable_dynamo (unless the subclass opts out with
-# _should_skip_dynamo), and that wrapper imports torch._dynamo on its first call. The
-# capture's mode and the model child's probe (model/model_child.py) are such subclasses.
-# A model whose library never imports torch._dynamo (a user's own factory; torchvision and
-# timm do import it) therefore paid the import inside the child's first iteration, which
-# is PyTorch's first iteration as the report states it: with torch 2.14 on a development
-# machine, a three-layer factory model's first iteration on the CPU took 0.93-1.03 s
-# against 8.3-8.6 ms with torch._dynamo imported before (tests/test_mode_process.py). The
-# wrapper stays (it keeps a compiled model's dynamo out of the mode's own frames); the
-# import moves out of the timed region: the mode processes import it ahead with torch
-# (mode_process.preload), and the child's setup imports it where that did not happen.
-DYNAMO = "torch._dynamo"
+# Note [imports outside the first iteration]: the model child times PyTorch's first
+# iteration with its probe in it (model/model_child.py), so nothing the probe needs may be
+# imported for the first time there. Two things were:
+# * torch._dynamo. torch's TorchDispatchMode wraps a subclass's __torch_dispatch__ in
+#   torch._disable_dynamo (unless the subclass opts out with _should_skip_dynamo), and
+#   that wrapper imports torch._dynamo on its first call. The capture's mode and the
+#   child's probe are such subclasses. A model whose library never imports torch._dynamo
+#   (a user's own factory; torchvision and timm do) paid the import inside the first
+#   iteration the report gives as PyTorch's: with torch 2.14 on a development machine, a
+#   three-layer factory model's first iteration on the CPU took 0.93-1.03 s, against
+#   8.3-8.6 ms with torch._dynamo imported before. The wrapper stays (it keeps a compiled
+#   model's dynamo out of the mode's own frames).
+# * measure/tensors.py (and measure/native.py, which it imports), imported by layout_of
+#   on the first convolution call of every model: about 35 ms on the same machine.
+# The mode processes import PROBE_IMPORTS ahead with torch (mode_process.preload), and the
+# child's setup imports them where that did not happen (import_probe_modules).
+PROBE_IMPORTS = ("torch._dynamo", "cudnn_explorer.measure.tensors")
 
 
-def import_dynamo() -> None:
-    """Import torch._dynamo now, outside any timed region (Note [dispatch modes import
-    dynamo]). A torch whose dynamo does not import is left as it is: the mode's wrapper
-    then meets the same error where it always did."""
+def import_probe_modules() -> None:
+    """Import PROBE_IMPORTS now, outside any timed region (Note [imports outside the
+    first iteration]). One that does not import is left as it is: the probe then meets
+    the same error where it always did."""
     import importlib
 
-    try:
-        importlib.import_module(DYNAMO)
-    except Exception:  # noqa: BLE001  (not ours to report here; see the docstring)
-        pass
+    for name in PROBE_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001  (not ours to report here; see the docstring)
+            pass
 
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
                 "torch.bfloat16": "bfloat16", "torch.float64": "float64"}
