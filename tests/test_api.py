@@ -406,3 +406,33 @@ def test_saved_file_arguments_are_paths_and_filters_are_texts():
     with pytest.raises(UserError, match=r"gpus \[3\]: valid: a list of texts"):
         write_plans(ref, gpus=[3])
     assert write_plans(ref, gpus="H200").entries  # one text: the filter, not its letters
+
+
+def test_a_misspelt_model_is_the_users_mistake_before_the_gpu_is_asked(tmp_path, monkeypatch):
+    """capture() for a GPU names a model that does not exist (torchvision's, a factory, an
+    --inputs function) as a UserError (exit 2) before it asks for the GPU, so a machine
+    without one says the same; the GPU is asked only once the names resolve."""
+    from cudnn_explorer.core.errors import GpuError
+    from cudnn_explorer.measure import native
+
+    asked = []
+
+    def no_gpu(device):
+        asked.append(device)
+        raise GpuError("no usable CUDA GPU (test)")
+
+    monkeypatch.setattr(native, "require_gpu", no_gpu)
+    (tmp_path / "tinyapi.py").write_text(TINY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for model, kw, match in (("resnet5", {}, "unknown model 'resnet5'; close names: resnet50"),
+                             ("tinyapi:nosuch", {}, "tinyapi has no callable nosuch"),
+                             ("nosuchmodule:f", {}, "cannot import nosuchmodule"),
+                             ("resnet18", {"inputs": "tinyapi:nosuch"},
+                              "--inputs 'tinyapi:nosuch': tinyapi has no callable nosuch")):
+        with pytest.raises(UserError, match=match):
+            ce.capture(model, device="cuda:0", **kw)
+    assert asked == []
+    for model in ("resnet18", "tinyapi:tiny"):
+        with pytest.raises(GpuError, match="test"):
+            ce.capture(model, device="cuda:0")
+    assert asked == [0, 0]

@@ -50,6 +50,7 @@ def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
     import torch
 
     from ..measure import native
+    from ..model import zoo
     from ..model.tracer import capture_model
 
     if device is None:
@@ -58,6 +59,7 @@ def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
         notifier(notify)("note", "no GPU: captured on the CPU, where autocast and layouts "
                                  "may differ from the GPU's")
     else:
+        zoo.check(spec)  # a misspelt name before what the machine lacks
         native.require_gpu(int(device.partition(":")[2] or 0))  # says what is missing
     return capture_model(spec, device)
 

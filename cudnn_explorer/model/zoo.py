@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 from ..core.capture import ModelSpec
 from ..core.errors import MissingDependencyError, UserError
 
-__all__ = ["build", "torchvision_names", "timm_names", "timm_input", "parse_input",
+__all__ = ["build", "check", "torchvision_names", "timm_names", "timm_input", "parse_input",
            "make_inputs", "parse_sizes", "parse_model_args"]
 
 TIMM = "timm:"
@@ -113,6 +113,31 @@ def _factory(path: str, flag: str = "--model"):
     return fn
 
 
+def _torchvision_name(name: str) -> str:
+    """``name``, checked against torchvision's list (close names when unknown)."""
+    names = torchvision_names()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+        raise UserError(f"unknown model '{name}'"
+                        + (f"; close names: {', '.join(close)}" if close else "")
+                        + "; any torchvision model name, or --model pkg.module:factory")
+    return name
+
+
+def check(spec: ModelSpec) -> None:
+    """That the model ``spec`` names, and its --inputs function, exist (the UserError
+    build would raise otherwise), building nothing: a misspelt name is the user's mistake
+    (exit 2) on a machine that cannot measure too, and is said before the GPU is asked."""
+    if spec.name.startswith(TIMM):
+        _timm_name(spec.name)
+    elif spec.factory:
+        _factory(spec.factory)
+    else:
+        _torchvision_name(spec.name)
+    if spec.inputs:
+        _factory(spec.inputs, "--inputs")
+
+
 def build(spec: ModelSpec, device: str):
     """(model on ``device``, [input batch]) as ``spec`` says; UserError for a bad name or
     a factory that fails."""
@@ -137,29 +162,24 @@ def build(spec: ModelSpec, device: str):
             raise UserError(f"--model '{spec.factory}' returned {type(model).__name__}, "
                             f"not a torch.nn.Module")
     else:
-        names = torchvision_names()
-        if spec.name not in names:
-            close = difflib.get_close_matches(spec.name, names, n=5, cutoff=0.5)
-            raise UserError(f"unknown model '{spec.name}'"
-                            + (f"; close names: {', '.join(close)}" if close else "")
-                            + "; any torchvision model name, or --model pkg.module:factory")
         import torchvision
 
+        name = _torchvision_name(spec.name)
         # No trained weights, the backbone's included (segmentation and detection models
         # load it by default, which needs the internet): the kernels do not depend on them.
         kwargs = {"weights": None}
         try:
-            params = inspect.signature(torchvision.models.get_model_builder(spec.name)).parameters
+            params = inspect.signature(torchvision.models.get_model_builder(name)).parameters
         except (TypeError, ValueError):
             params = {}
         if "weights_backbone" in params:
             kwargs["weights_backbone"] = None
         try:
-            model = torchvision.models.get_model(spec.name, **kwargs, **spec.model_args)
+            model = torchvision.models.get_model(name, **kwargs, **spec.model_args)
         except Exception as e:  # noqa: BLE001  (arguments it needs, or ones it does not take)
             given = f" with {spec.model_args}" if spec.model_args else \
                 " without arguments (--model-args gives them)"
-            raise UserError(f"model '{spec.name}' cannot be built{given}: "
+            raise UserError(f"model '{name}' cannot be built{given}: "
                             f"{type(e).__name__}: {str(e)[:200]}") from None
     model = model.to(device)
     if spec.channels_last:
