@@ -44,16 +44,21 @@ def timm_names() -> List[str]:
     return sorted(_timm().list_models())
 
 
+def _known(name: str, names: List[str], what: str, valid: str) -> str:
+    """``name`` when ``names`` has it, else the UserError naming it, the close names, and
+    ``valid``."""
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+        raise UserError(f"unknown {what} '{name}'"
+                        + (f"; close names: {', '.join(close)}" if close else "")
+                        + f"; {valid}")
+    return name
+
+
 def _timm_name(name: str) -> str:
     """NAME of "timm:NAME", checked against timm's list (close names when unknown)."""
-    bare = name[len(TIMM):]
-    names = timm_names()
-    if bare not in names:
-        close = difflib.get_close_matches(bare, names, n=5, cutoff=0.5)
-        raise UserError(f"unknown timm model '{bare}'"
-                        + (f"; close names: {', '.join(close)}" if close else "")
-                        + "; any name timm.list_models() lists")
-    return bare
+    return _known(name[len(TIMM):], timm_names(), "timm model",
+                  "any name timm.list_models() lists")
 
 
 def timm_input(name: str) -> Optional[Tuple[int, ...]]:
@@ -115,13 +120,8 @@ def _factory(path: str, flag: str = "--model"):
 
 def _torchvision_name(name: str) -> str:
     """``name``, checked against torchvision's list (close names when unknown)."""
-    names = torchvision_names()
-    if name not in names:
-        close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
-        raise UserError(f"unknown model '{name}'"
-                        + (f"; close names: {', '.join(close)}" if close else "")
-                        + "; any torchvision model name, or --model pkg.module:factory")
-    return name
+    return _known(name, torchvision_names(), "model",
+                  "any torchvision model name, or --model pkg.module:factory")
 
 
 def check(spec: ModelSpec) -> None:
