@@ -336,6 +336,14 @@ part_claims-table() {
     --keep "${CLAIMS_KEEP:-$LOG/claims}" > "$LOG/claims.txt" 2>&1
 }
 
+# PyTorch's first calls per mode under JIT caches shared in order, again, reversed, and one
+# per mode (scripts/bench_first_calls.py; FIRST_CALLS_ARGS picks the problem and rounds).
+part_first-calls() {
+  # shellcheck disable=SC2086
+  "$PY" scripts/bench_first_calls.py ${FIRST_CALLS_ARGS:-} --json "$LOG/first-calls.json" \
+    > "$LOG/first-calls.txt" 2>&1
+}
+
 part_fuzz() {
   # Random valid and invalid problems through the API: only the project's errors, no crash.
   timeout -s INT "${FUZZ_TIMEOUT_S:-400}" "$PY" scripts/fuzz_api.py --count "${FUZZ_COUNT:-10000}" \
@@ -368,7 +376,7 @@ show_part() {  # what each part's log says, for the call's output
     targets) tail -4 "$LOG/targets.txt" ;;
     model|model-spy) tail -40 "$LOG/model.txt" ;;
     search-spy) grep -E 'configs \(|host time|outside them|^  round' "$LOG/search-spy.txt" ;;
-    memory) cat "$LOG/memory.txt" ;;
+    memory|first-calls) cat "$LOG/$1.txt" ;;
     torchrun) tail -30 "$LOG/torchrun.txt" ;;
     claims|claims-table) tail -20 "$LOG/claims.txt" ;;
     claims-a|claims-b|claims-pinned*) tail -5 "$LOG/$1.txt" ;;
