@@ -23,7 +23,6 @@ Usage: python scripts/bench_first_calls.py [--shape 32,3,224,224 --kernel 3 ...]
        [--repeats N] [--drop-page-cache] [--json PATH]
 """
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -33,22 +32,11 @@ import tempfile
 from typing import Callable, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_search import jit_cache  # noqa: E402  (after the path)
 
 CONDITIONS = ("in order", "again", "reversed", "private")
-
-
-@contextlib.contextmanager
-def jit_cache(folder: str):
-    """CUDA_CACHE_PATH ``folder`` for the processes started meanwhile, then as it was."""
-    old = os.environ.get("CUDA_CACHE_PATH")
-    os.environ["CUDA_CACHE_PATH"] = folder
-    try:
-        yield folder
-    finally:
-        if old is None:
-            os.environ.pop("CUDA_CACHE_PATH", None)
-        else:
-            os.environ["CUDA_CACHE_PATH"] = old
 
 
 def drop_page_cache() -> None:
