@@ -268,9 +268,16 @@ def test_factory_errors_name_the_factory(tmp_path, monkeypatch):
                            ("mymodels:odd", "returned int, not a torch.nn.Module"),
                            ("mymodels:none", "has no callable none"),
                            ("nomodule:f", "cannot import nomodule"),
-                           ("justaname", "expected pkg.module:factory")):
+                           ("justaname", "expected pkg.module:factory"),
+                           (f"{tmp_path}/mymodels.py:good",
+                            "is a file path; give the module's import name "
+                            r"\(pkg.module:good\), with its folder on PYTHONPATH")):
         with pytest.raises(UserError, match=match):
             zoo.build(ModelSpec(factory=factory, **spec), "cpu")
+    monkeypatch.chdir(tmp_path)  # a file named like a module, in the working folder
+    with pytest.raises(UserError, match="cannot import mymodels.py: .*; mymodels.py is a "
+                                        "file: give the module's import name"):
+        zoo.build(ModelSpec(factory="mymodels.py:good", **spec), "cpu")
 
 
 def test_sizes_merge_and_count_new_problems():

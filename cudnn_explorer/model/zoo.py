@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
 from typing import List, Optional, Tuple
 
 from ..core.capture import ModelSpec
@@ -107,11 +108,16 @@ def _factory(path: str, flag: str = "--model"):
     if not mod or not name:
         what = "factory" if flag == "--model" else "function"
         raise UserError(f"{flag} '{path}': expected pkg.module:{what}")
+    if "/" in mod or "\\" in mod:
+        raise UserError(f"{flag} '{path}': {mod} is a file path; give the module's import "
+                        f"name (pkg.module:{name}), with its folder on PYTHONPATH")
     try:
         module = importlib.import_module(mod)
     except Exception as e:  # noqa: BLE001  (the user's code: any error is theirs)
-        raise UserError(f"{flag} '{path}': cannot import {mod}: {type(e).__name__}: {e}") \
-            from None
+        hint = (f"; {mod} is a file: give the module's import name (pkg.module:{name}), "
+                f"with its folder on PYTHONPATH") if os.path.isfile(mod) else ""
+        raise UserError(f"{flag} '{path}': cannot import {mod}: {type(e).__name__}: {e}"
+                        f"{hint}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
         raise UserError(f"{flag} '{path}': {mod} has no callable {name}")
