@@ -33,12 +33,13 @@ __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "
 #   (a user's own factory; torchvision and timm do) paid the import inside the first
 #   iteration the report gives as PyTorch's: with torch 2.14 on a development machine, a
 #   three-layer factory model's first iteration on the CPU took 0.93-1.03 s, against
-#   8.3-8.6 ms with torch._dynamo imported before. The wrapper stays (it keeps a compiled
-#   model's dynamo out of the mode's own frames).
+#   8.3-8.6 ms with torch._dynamo imported before. The wrapper stays (it keeps dynamo from
+#   tracing the mode's own frames when the model is compiled).
 # * measure/tensors.py (and measure/native.py, which it imports), imported by layout_of
 #   on the first convolution call of every model: about 35 ms on the same machine.
 # The mode processes import PROBE_IMPORTS ahead with torch (mode_process.preload), and the
-# child's setup imports them where that did not happen (import_probe_modules).
+# child's setup imports them where that did not happen (import_probe_modules); a test
+# (tests/test_mode_process.py) checks that the first iteration imports no module at all.
 PROBE_IMPORTS = ("torch._dynamo", "cudnn_explorer.measure.tensors")
 
 
@@ -53,6 +54,7 @@ def import_probe_modules() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001  (not ours to report here; see the docstring)
             pass
+
 
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
                 "torch.bfloat16": "bfloat16", "torch.float64": "float64"}
