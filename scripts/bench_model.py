@@ -127,6 +127,8 @@ def breakdown(sw) -> dict:
             "plan_builds": r(t.builds_s), "listed_and_built_ahead": r(t.ahead_s),
             **{name: r(v) for name, v in t.rounds},
             "legacy_rounds": {name: r(v) for name, v in t.legacy_rounds},
+            "legacy_tensors_and_reference": r(t.setup_s), "legacy_checks": r(t.legacy_checks_s),
+            "engine_checks": r(t.engine_checks_s),
             "configs": t.configs, "left": dict(t.left)}
 
 

@@ -111,6 +111,9 @@ def test_records_built_once_and_complete(tmp_path, monkeypatch):
     assert bench_pick.timed and {t for t, _ in bench_pick.timed} <= set(bench.preferred["fwd"])
     assert "IMPLICIT_PRECOMP_GEMM (TENSOR_OP_MATH)" in bench.legacy_seen["fwd"]
     assert d.engines.legacy_map == {}  # the fake reads no kernels: no map, not an empty one
+    # where the legacy rows' time went: the lab's tensors and reference, its checks
+    assert d.legacy_setup_s == 0.25 and d.legacy_checks_s > 0
+    assert d.legacy_checks_s == pytest.approx(0.002 * round(d.legacy_checks_s / 0.002))
     # a saved result loads back equal
     again = Exploration.from_json(exp.to_json())
     assert again.to_dict() == exp.to_dict()

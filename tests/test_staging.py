@@ -76,13 +76,19 @@ class Search:
         return NS(**{**vars(built), "status": "OK", "timed": timed, "timing": native})
 
 
-def explore(search, monkeypatch, wrong=(), finalists=None, budget_s=None, staged=True):
+def explore(search, monkeypatch, wrong=(), finalists=None, budget_s=None, staged=True,
+            check_s=0.0):
+    """(the EngineSpace, [(config, its timing's budget) of each check]); a check takes
+    ``check_s`` seconds."""
+    import time
+
     from cudnn_explorer.measure import engines as eng
 
     checked = []
 
     def check(problem, out, ref, math_type):
         checked.append((search.last, search.timed[-1][1]))  # (config, its timing's budget)
+        time.sleep(check_s)
         bad = search.last in wrong
         return NS(max_error=1.0 if bad else 1e-4, tolerance=1e-2, output_finite=True)
 
@@ -138,6 +144,21 @@ def test_rounds_time_every_config_briefly_and_only_the_finalists_in_full(monkeyp
         (r1, ROUNDS[0].sample_ms), (r2, ROUNDS[1].sample_ms), (FULL.budget_ms, FULL.sample_ms)}
     assert all(r.sample_ms * 5 <= r.budget_ms < FULL.budget_ms for r in ROUNDS)
     assert FULL.sample_ms == 1.0
+
+
+def test_each_config_records_the_time_its_checks_took(monkeypatch):
+    """check_ms: every check of a config together (the breakdown's "checks"); None for a
+    config never checked."""
+    search = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
+    sp, checked = explore(search, monkeypatch, check_s=0.02)
+    c = by_tag(sp)
+    times = {}
+    for name, _ in checked:
+        times[name] = times.get(name, 0) + 1
+    assert times == {"eng0_k2=0": 2, "eng0_k2=1": 2, "eng0_k2=2": 1}  # led round 1, finals
+    for name, n in times.items():
+        assert n * 20.0 <= c[name].check_ms < n * 20.0 + 200.0
+    assert [c[n].check_ms for n in ("eng0_k2=3", "eng0_k2=4", "eng0_k2=5")] == [None] * 3
 
 
 def test_finalists_warm_up_briefly_but_sample_in_full(monkeypatch):
@@ -353,6 +374,7 @@ class Lab:
         self.specs = []  # every TimingSpec asked for, in order
         self.later = later or {}  # {(name, budget): its time in that round instead}
         self.reference_on_cpu = False
+        self.setup_s, self.checks_s = 0.5, 0.0  # a check costs 0.01 s here
 
     def find(self, cap):
         found = [NS(algo=i, algo_name=n, math_type="DEFAULT_MATH", status="CUDNN_STATUS_SUCCESS",
@@ -384,6 +406,7 @@ class Lab:
                                          [t] * 5 if spec.eager_budget_ms else [], 10)
         check = check and (not records or is_record(timing.median_ms, records_over))
         self.measured.append((name, spec.budget_ms, cutoff_ms, check))
+        self.checks_s += 0.01 if check else 0.0
         return timing, (Check(1.0 if wrong else 1e-4, 1e-2, True) if check else None)
 
     def kernels(self, algo, math_type):
@@ -435,6 +458,9 @@ def test_legacy_rows_are_staged_like_engine_configs():
     assert [(r["round"], r["timed"], r.get("left")) for r in leg.rounds] == [
         (1, 7, 2), (2, 5, 1), ("final", 4, None)]
     assert all(r["wall_s"] >= 0 for r in leg.rounds)
+    # where the lab's time went (DirectionResult.legacy_setup_s, legacy_checks_s)
+    assert leg.setup_s == 0.5
+    assert leg.checks_s == pytest.approx(0.01 * sum(1 for m in lab.measured if m[3]))
     # Note [finalists' warm-up]: the finalists warm up for round 2's warm-up
     assert {(s.budget_ms, s.warmup_ms, s.eager) for s in lab.specs if s.budget_ms == 25} == {
         (25, ROUNDS[1].warmup_ms, True)}

@@ -99,6 +99,8 @@ def test_bench_model_reports_the_problems_breakdown():
                    "listed_and_built_ahead": None, "round 1": 2.6, "round 2": 0.6,
                    "finalists": 0.5,
                    "legacy_rounds": {"round 1": 0.4, "round 2": 0.1, "finalists": 0.3},
+                   "legacy_tensors_and_reference": None, "legacy_checks": None,
+                   "engine_checks": None,
                    "configs": 4, "left": {"round 1": 1, "round 2": 1, "finalists": 2}}
 
 
@@ -125,3 +127,27 @@ def test_the_legacy_rows_rounds_are_summed_and_said_inside_their_time():
     assert search_time([A]).legacy_rounds == ()
     assert search_time_text(search_time([A])).startswith("legacy rows 1.5 s (Find 0.1 s);")
     assert DirectionResult.from_dict(a.to_dict()).legacy_rounds == a.legacy_rounds
+
+
+def test_the_tensors_reference_and_checks_are_said_where_recorded():
+    """The legacy rows' tensors and float64 reference (in their time) and the checks
+    against the reference, within the legacy rows' and the engine configs' rounds, each
+    summed over directions; a config checked in two rounds counts both checks."""
+    checked = [dataclasses.replace(c, check_ms=ms)
+               for c, ms in zip(A.engines.configs, (4.0, None, 16.0))]
+    a = dataclasses.replace(A, legacy_setup_s=0.2, legacy_checks_s=0.05,
+                            engines=dataclasses.replace(A.engines, configs=checked))
+    b = dataclasses.replace(B, legacy_setup_s=0.1, legacy_checks_s=0.05)
+    t = search_time([a, b])
+    assert (t.setup_s, t.legacy_checks_s, t.engine_checks_s) == (
+        approx(0.3), approx(0.1), approx(0.02))
+    assert search_time_text(t) == (
+        "legacy rows 2.0 s (tensors and reference 0.3 s, Find 0.2 s; checks 0.1 s of those); "
+        "engine configs 4.0 s, plan builds 0.3 s, round 1 2.6 s, round 2 0.6 s, finalists "
+        "0.5 s, checks 0.0 s of the rounds")
+    # B's configs recorded no check time (none checked, or saved before it was recorded):
+    # it adds nothing, and alone it says nothing of checks
+    assert "checks" not in search_time_text(search_time([B]))
+    back = type(a).from_dict(a.to_dict())
+    assert (back.legacy_setup_s, back.legacy_checks_s) == (0.2, 0.05)
+    assert [c.check_ms for c in back.engines.configs] == [4.0, None, 16.0]

@@ -153,7 +153,9 @@ class EngineConfig(_Checked, _Staged, Record):
     ``tag`` uses cudnn-frontend's/PyTorch's format, e.g. ``ConvFwd_eng46_k2=4_k5=2_k14=3``.
     ``status``: "OK", or the stage that stopped it ("config rejected", "build failed",
     "execute failed", "skipped: time budget") with ``message``. ``build_ms``: building
-    the execution plan (run-time compilation included). ``heuristic_ranks``: position
+    the execution plan (run-time compilation included). ``check_ms``: checking its output
+    against the reference, every check of it together (None: never checked).
+    ``heuristic_ranks``: position
     (1-based) in cuDNN's heuristic modes A, B and FALLBACK, where listed.
     ``allowed``: whether PyTorch's rules (TF32 off excludes TENSOR_CORE for float32;
     deterministic excludes NONDETERMINISTIC) would let PyTorch use it at all."""
@@ -179,6 +181,7 @@ class EngineConfig(_Checked, _Staged, Record):
     # best then; None for a finalist, or a config of a search that was not staged
     left_round: Optional[int] = None
     left_ratio: Optional[float] = None
+    check_ms: Optional[float] = None
 
     @property
     def ok(self) -> bool:
@@ -390,6 +393,10 @@ class DirectionResult(Record):
     # the rows' float64 reference was computed on the CPU: the GPU had no room for it
     # (Note [reference on the CPU] in measure/tensors.py)
     reference_on_cpu: bool = False
+    # within legacy_wall_s (s): making the direction's tensors and float64 reference, and
+    # checking rows against it (inside the rounds, or the re-timing when not staged)
+    legacy_setup_s: Optional[float] = None
+    legacy_checks_s: Optional[float] = None
 
     def rankable(self, r: AlgoResult) -> bool:
         return rankable(r)

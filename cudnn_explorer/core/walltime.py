@@ -1,6 +1,8 @@
 """Where explorations spent their wall time, summed over directions: the legacy rows
-(Find and each round of a staged search among them), the engine configs (their plan
-builds and each round of a staged search), and how many configs each round let go. Pure:
+(their tensors and float64 reference, Find, each round of a staged search among them, and
+the checks against the reference within those), the engine configs (their plan builds,
+each round of a staged search, the checks within them), and how many configs each round
+let go. Pure:
 read from the records each direction keeps (DirectionResult's walls and legacy rounds,
 EngineSpace's rounds and configs), so a saved exploration or sweep gives the same figures
 as the run that made it."""
@@ -26,7 +28,9 @@ class SearchTime:
     there), then ("finalists", configs timed in full); ``ahead_s``: listing and plan
     builds done ahead, during the legacy rows (in builds_s, not in engines_s);
     ``legacy_rounds``: (name, seconds) of the legacy rows' staged search, in order (in
-    legacy_s, Find not in them)."""
+    legacy_s, Find not in them). ``setup_s``: the legacy rows' tensors and reference (in
+    legacy_s); ``legacy_checks_s``, ``engine_checks_s``: the checks against the reference
+    (within the legacy rows' and the engine configs' times, their rounds')."""
 
     directions: int = 0
     legacy_s: Optional[float] = None
@@ -38,6 +42,9 @@ class SearchTime:
     left: Tuple[Tuple[str, int], ...] = ()
     ahead_s: Optional[float] = None
     legacy_rounds: Tuple[Tuple[str, float], ...] = ()
+    setup_s: Optional[float] = None
+    legacy_checks_s: Optional[float] = None
+    engine_checks_s: Optional[float] = None
 
     @property
     def measured_s(self) -> Optional[float]:
@@ -53,11 +60,14 @@ def _add(total: Optional[float], value: Optional[float]) -> Optional[float]:
 def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
     """The SearchTime of ``directions`` (of one exploration or of many)."""
     n, legacy, find, engines, builds, ahead, configs = 0, None, None, None, None, None, 0
+    setup, legacy_checks, engine_checks = None, None, None
     round_s, left = {}, {}  # in the rounds' order, as each direction records them
     legacy_round_s: dict = {}
     for d in directions:
         n += 1
         legacy = _add(legacy, d.legacy_wall_s)
+        setup = _add(setup, d.legacy_setup_s)
+        legacy_checks = _add(legacy_checks, d.legacy_checks_s)
         _sum_rounds(d.legacy_rounds, legacy_round_s)
         if d.find_wall_ms_all is not None:
             find = _add(find, d.find_wall_ms_all / 1e3)
@@ -66,13 +76,17 @@ def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
         if d.engines_wall_s is None or sp is None:
             continue
         builds = _add(builds, sum(c.build_ms or 0 for c in sp.configs) / 1e3)
+        checked = [c.check_ms for c in sp.configs if c.check_ms is not None]
+        if checked:  # none: not checked, or a saved result from before they were recorded
+            engine_checks = _add(engine_checks, sum(checked) / 1e3)
         ahead = _add(ahead, sp.ahead_s)
         configs += len(sp.configs)
         _sum_rounds(sp.rounds, round_s, left)
     return SearchTime(directions=n, legacy_s=legacy, find_s=find, engines_s=engines,
                       builds_s=builds, configs=configs, rounds=tuple(round_s.items()),
                       left=tuple(left.items()), ahead_s=ahead,
-                      legacy_rounds=tuple(legacy_round_s.items()))
+                      legacy_rounds=tuple(legacy_round_s.items()), setup_s=setup,
+                      legacy_checks_s=legacy_checks, engine_checks_s=engine_checks)
 
 
 def _sum_rounds(rounds, seconds: dict, left: Optional[dict] = None) -> None:

@@ -49,13 +49,15 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
     if res.name:
         tag = res.name if res.name.startswith(op) else f"{op}_{res.name}"
     timing = timing_from_native(res.timing) if res.timed else None
-    checked = None
+    checked, check_ms = None, None
     leads = not records or is_record(
         timing.median_ms if res.status == "OK" and timing else None, records_over)
     if res.status == "OK" and ref is not None and leads:
         # TENSOR_CORE configs on float32 use TF32: hold them to the TF32 bound.
         math_type = "DEFAULT_MATH" if "TENSOR_CORE" in res.numeric_notes else problem.math_type
+        t0 = time.perf_counter()
         checked = check_output(problem, tensors[out_name], ref, math_type)
+        check_ms = (time.perf_counter() - t0) * 1e3
     names = None
     if res.status == "OK" and kernels:
         if res.timed and res.timing.kernels_read:
@@ -74,7 +76,8 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
         tolerance=checked.tolerance if checked else None,
         output_finite=checked.output_finite if checked else None,
         kernels=names, heuristic_ranks=dict(heuristic_ranks),
-        allowed=allowed_by_pytorch(list(res.numeric_notes), problem.dtype, problem.tf32))
+        allowed=allowed_by_pytorch(list(res.numeric_notes), problem.dtype, problem.tf32),
+        check_ms=check_ms)
     return cfg, made
 
 
@@ -419,7 +422,9 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
         if cfg.correct is None:  # not checked now: the check it had stands
             cfg = replace(cfg, max_error=c.max_error, tolerance=c.tolerance,
                           output_finite=c.output_finite)
-        configs[i] = replace(cfg, kernels=c.kernels, build_ms=c.build_ms)
+        checks = [ms for ms in (c.check_ms, cfg.check_ms) if ms is not None]
+        configs[i] = replace(cfg, kernels=c.kernels, build_ms=c.build_ms,
+                             check_ms=sum(checks) if checks else None)
         emit({"retimed": c.tag})
 
     live = [i for i in range(len(configs)) if timed(i)]

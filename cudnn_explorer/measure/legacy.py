@@ -4,7 +4,8 @@ kernels read; every row is built once here, complete.
 
 :class:`LegacyLab` holds one direction's GPU tensors, descriptors and reference; the
 pipeline talks to it through four methods (find, measure, kernels, close), which is the
-seam CPU tests replace with a fake (tests/fakes.py).
+seam CPU tests replace with a fake (tests/fakes.py); it also keeps where its time went
+(``setup_s``: its tensors and reference; ``checks_s``: the checks so far).
 """
 from __future__ import annotations
 
@@ -32,9 +33,13 @@ class LegacyLab:
 
     def __init__(self, problem: ConvProblem, direction: str, options: ExploreOptions):
         self.problem, self.direction = problem, direction
+        t0 = time.perf_counter()
         # reference_on_cpu: Note [reference on the CPU] in measure/tensors.py
         self.tensors, self.native, self.ref, self.reference_on_cpu = direction_data(
             problem, direction, options.device, options.seed, options.check)
+        # where its time goes (s): the tensors and the reference; the checks, so far
+        self.setup_s: Optional[float] = time.perf_counter() - t0
+        self.checks_s = 0.0
         self.math_types = find_math_types(problem, options)
         self._kernels = {}  # (algo, math type) -> kernels its timing's graph named
 
@@ -67,6 +72,7 @@ class LegacyLab:
         if check and records and not is_record(t.median_ms if t else None, records_over):
             check = False
         if check and self.ref is not None:
+            t0 = time.perf_counter()
             try:
                 c = check_output(self.problem, out, self.ref, math_type)
             except RuntimeError as e:
@@ -74,6 +80,8 @@ class LegacyLab:
                     raise
                 raise native.out_of_memory("checking the output", 2 * out.numel() * 8,
                                            out.device.index or 0) from None
+            finally:
+                self.checks_s += time.perf_counter() - t0
         return t, c
 
     def kernels(self, algo: int, math_type: str):
@@ -117,6 +125,8 @@ class LegacyRows(NamedTuple):
     find_errors: List[str]
     reference_on_cpu: bool = False  # Note [reference on the CPU] in measure/tensors.py
     rounds: Sequence[dict] = ()  # the staged search's rounds (DirectionResult.legacy_rounds)
+    setup_s: Optional[float] = None  # the lab's tensors and reference (s)
+    checks_s: Optional[float] = None  # the rows' checks against the reference (s)
 
     @property
     def ok(self) -> List[AlgoResult]:
@@ -206,7 +216,8 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
     return LegacyRows(rep.math_type, rows, heuristics, workspace, int(rep.workspace_needed),
                       int(rep.workspace_given), int(rep.requested), int(rep.returned),
                       float(rep.find_wall_ms), list(rep.searched), float(rep.find_wall_ms_all),
-                      free, list(rep.find_errors), bool(lab.reference_on_cpu), rounds)
+                      free, list(rep.find_errors), bool(lab.reference_on_cpu), rounds,
+                      lab.setup_s, lab.checks_s if options.check else None)
 
 
 def _bar(timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]],

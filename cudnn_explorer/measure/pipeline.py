@@ -322,7 +322,8 @@ def _measured(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs
         find_wall_ms_all=leg.find_wall_ms_all, workspace_free_bytes=leg.workspace_free_bytes,
         find_errors=leg.find_errors, error=error, legacy_wall_s=legacy_s,
         engines_wall_s=engines_s, reference_on_cpu=leg.reference_on_cpu,
-        legacy_rounds=list(leg.rounds))
+        legacy_rounds=list(leg.rounds), legacy_setup_s=leg.setup_s,
+        legacy_checks_s=leg.checks_s)
 
 
 def environment(device: int = 0) -> Environment:

@@ -170,21 +170,28 @@ def problem_text(p) -> str:
 
 
 def search_time_text(t: SearchTime, counts: bool = False) -> str:
-    """Where explored directions' wall time went: "legacy rows 1.4 s (Find 0.1 s, round 1
-    0.6 s, round 2 0.1 s, finalists 0.4 s); engine configs 2.9 s, plan builds 0.1 s, round
-    1 2.2 s, ..." (seconds; "" where nothing was recorded). ``counts``: also how many
+    """Where explored directions' wall time went: "legacy rows 1.4 s (tensors and reference
+    0.1 s, Find 0.1 s, round 1 0.6 s, round 2 0.1 s, finalists 0.4 s; checks 0.1 s of
+    those); engine configs 2.9 s, plan builds 0.1 s, round 1 2.2 s, ..., checks 0.2 s of
+    the rounds" (seconds; "" where nothing was recorded). ``counts``: also how many
     configs there were and where they left."""
     parts = []
     if t.legacy_s is not None:
-        inside = ([] if t.find_s is None else [f"Find {t.find_s:.1f} s"]) + \
-            [f"{name} {s:.1f} s" for name, s in t.legacy_rounds]
+        inside = ([] if t.setup_s is None else [f"tensors and reference {t.setup_s:.1f} s"]) \
+            + ([] if t.find_s is None else [f"Find {t.find_s:.1f} s"]) \
+            + [f"{name} {s:.1f} s" for name, s in t.legacy_rounds]
+        checks = "" if t.legacy_checks_s is None else \
+            f"; checks {t.legacy_checks_s:.1f} s of those"
         parts.append(f"legacy rows {t.legacy_s:.1f} s" +
-                     (f" ({', '.join(inside)})" if inside else ""))
+                     (f" ({', '.join(inside)}{checks})" if inside else ""))
     if t.engines_s is not None:
         ahead = "" if not t.ahead_s else \
             f" ({t.ahead_s:.1f} s listing and building ahead, during the legacy rows)"
         inside = ([] if t.builds_s is None else [f"plan builds {t.builds_s:.1f} s{ahead}"]) + \
             [f"{name} {s:.1f} s" for name, s in t.rounds]
+        if t.engine_checks_s is not None:
+            inside.append(f"checks {t.engine_checks_s:.1f} s of the "
+                          f"{'rounds' if t.rounds else 'timings'}")
         text = f"engine configs {t.engines_s:.1f} s" + "".join(f", {p}" for p in inside)
         if counts and t.configs:
             gone = [f"{n:,} {'timed in full' if name == 'finalists' else 'left after ' + name}"
