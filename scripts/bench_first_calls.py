@@ -29,12 +29,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_search import jit_cache  # noqa: E402  (after the path)
+from cudnn_explorer.core.errors import ChildError  # noqa: E402
+from cudnn_explorer.measure.pytorch_picks import (CHILD_MODULE, default_modes,  # noqa: E402
+                                                  run_child)
 
 CONDITIONS = ("in order", "again", "reversed", "private")
 
@@ -46,15 +49,12 @@ def drop_page_cache() -> None:
         f.write("3\n")
 
 
-def one_round(problem, options, run_child: Callable, drop: bool = False,
-              child_module: Optional[str] = None) -> Dict[str, Dict[str, Dict[str, float]]]:
+def one_round(problem, options, drop: bool = False,
+              child_module: str = CHILD_MODULE) -> Dict[str, Dict[str, Dict[str, float]]]:
     """{condition: {mode label: {direction: first call ms}}} for one round of CONDITIONS
-    (a mode whose child failed is left out of its condition, and said on stderr)."""
-    from cudnn_explorer.core.errors import ChildError
-    from cudnn_explorer.measure.pytorch_picks import default_modes
-
+    (a mode whose child failed is left out of its condition, and said on stderr);
+    ``child_module``: the child run_child starts (measure/pytorch_picks.py's)."""
     modes = default_modes(options.benchmark_limit)
-    kw = {"child_module": child_module} if child_module else {}
     out: Dict[str, Dict[str, Dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="first_calls_") as root:
         def run(condition: str, order, folder_of: Callable[[int], str]) -> None:
@@ -66,7 +66,7 @@ def one_round(problem, options, run_child: Callable, drop: bool = False,
                 os.makedirs(folder, exist_ok=True)
                 with jit_cache(folder):
                     try:
-                        res = run_child(problem, spec, options, **kw)
+                        res = run_child(problem, spec, options, child_module=child_module)
                     except ChildError as e:
                         print(f"bench_first_calls: {condition}, {spec.label}: {e}",
                               file=sys.stderr)
@@ -137,7 +137,6 @@ def main(argv=None) -> int:
     import cudnn_explorer as ce
     from cudnn_explorer.core.options import ExploreOptions
     from cudnn_explorer.measure import native
-    from cudnn_explorer.measure.pytorch_picks import default_modes, run_child
 
     kw = dict(kernel=a.kernel, stride=a.stride, dtype=a.dtype, layout=a.layout)
     if a.out_channels is not None:
@@ -164,7 +163,7 @@ def main(argv=None) -> int:
         print(f"round {k + 1} of {a.repeats}: {len(CONDITIONS)} conditions x "
               f"{len(default_modes(options.benchmark_limit))} modes", file=sys.stderr,
               flush=True)
-        rounds.append(one_round(problem, options, run_child, drop=a.drop_page_cache))
+        rounds.append(one_round(problem, options, drop=a.drop_page_cache))
     modes = [m.label for m in default_modes(options.benchmark_limit)]
     med = medians(rounds)
     print(f"{problem.describe()}: PyTorch's first call per mode and direction, median of "

@@ -41,17 +41,15 @@ def script(tmp_path, monkeypatch):
 
 
 def test_each_condition_gets_the_caches_it_names(script):
-    from cudnn_explorer.measure.pytorch_picks import run_child
+    from cudnn_explorer.measure.pytorch_picks import default_modes
 
     problem = ConvProblem.create("1,3,8,8")
     options = ExploreOptions.create(directions="fwd,bwd-data", child_timeout_s=60)
     before = os.environ.get("CUDA_CACHE_PATH")
-    got = script.one_round(problem, options, run_child, child_module="standin_child")
+    got = script.one_round(problem, options, child_module="standin_child")
     assert os.environ.get("CUDA_CACHE_PATH") == before  # as it was
     assert list(got) == list(script.CONDITIONS)
-    bench, limit0, heur, det, legacy = (m.label for m in
-                                        __import__("cudnn_explorer.measure.pytorch_picks",
-                                                   fromlist=["x"]).default_modes())
+    bench, limit0, heur, det, legacy = (m.label for m in default_modes())
     first = {c: {m: v["fwd"] for m, v in modes.items()} for c, modes in got.items()}
     # in order: benchmark compiles, the later searching modes reuse it; heuristics its own
     assert first["in order"] == {bench: 100.0, limit0: 10.0, heur: 100.0, det: 10.0,

@@ -37,9 +37,10 @@ class LegacyLab:
         # reference_on_cpu: Note [reference on the CPU] in measure/tensors.py
         self.tensors, self.native, self.ref, self.reference_on_cpu = direction_data(
             problem, direction, options.device, options.seed, options.check)
-        # where its time goes (s): the tensors and the reference; the checks, so far
-        self.setup_s: Optional[float] = time.perf_counter() - t0
-        self.checks_s = 0.0
+        # where its time goes (s): the tensors and the reference; the checks so far (None:
+        # it checks nothing)
+        self.setup_s = time.perf_counter() - t0
+        self.checks_s: Optional[float] = 0.0 if options.check else None
         self.math_types = find_math_types(problem, options)
         self._kernels = {}  # (algo, math type) -> kernels its timing's graph named
 
@@ -217,7 +218,7 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
                       int(rep.workspace_given), int(rep.requested), int(rep.returned),
                       float(rep.find_wall_ms), list(rep.searched), float(rep.find_wall_ms_all),
                       free, list(rep.find_errors), bool(lab.reference_on_cpu), rounds,
-                      lab.setup_s, lab.checks_s if options.check else None)
+                      lab.setup_s, lab.checks_s)
 
 
 def _bar(timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]],

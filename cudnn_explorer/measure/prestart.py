@@ -120,6 +120,16 @@ def last_line(stderr: str) -> str:
     return tail[-1] if tail else "no output"
 
 
+def import_ahead(names) -> None:
+    """Import ``names`` now, for a head start only: one that fails (any error) is left to
+    whatever imports it later, which reports it there."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001  (see the docstring)
+            pass
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     preload: list = []
@@ -129,11 +139,7 @@ def main(argv=None) -> int:
         print("usage: python -m cudnn_explorer.measure.prestart [--preload NAME,...] "
               "MODULE ARG...", file=sys.stderr)
         return 2
-    for name in preload:  # the seconds this process is started ahead for
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001  (a head start only: what imports it reports it)
-            pass
+    import_ahead(preload)  # the seconds this process is started ahead for
     print(READY, flush=True)  # the parent's time limit starts now
     if not sys.stdin.readline():
         return 0

@@ -47,13 +47,9 @@ def import_probe_modules() -> None:
     """Import PROBE_IMPORTS now, outside any timed region (Note [imports outside the
     first iteration]). One that does not import is left as it is: the probe then meets
     the same error where it always did."""
-    import importlib
+    from ..measure.prestart import import_ahead
 
-    for name in PROBE_IMPORTS:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001  (not ours to report here; see the docstring)
-            pass
+    import_ahead(PROBE_IMPORTS)
 
 
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16",
