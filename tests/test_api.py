@@ -205,9 +205,11 @@ def test_advise_assembles_the_advice_from_the_runs(tmp_path, monkeypatch):
 
 
 def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
-    """Note [model children started ahead]: PyTorch's mode processes (and the pinned
-    mode's, with a plan file) start before the model is captured, go to the sweep, and
-    are closed when it returns or fails; a fake bench (no PyTorch run) starts none."""
+    """Note [model children started ahead] and Note [engine worker started ahead]:
+    PyTorch's mode processes (and the pinned mode's, with a plan file) and the engine
+    worker start before the model is captured, go to the sweep, and are closed when it
+    returns or fails; a fake bench (no PyTorch run) starts none, and options without
+    engine configs start no worker."""
     from cudnn_explorer.jobs import sweep as job
 
     order = []
@@ -219,38 +221,79 @@ def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
         def close(self):
             order.append("closed")
 
+    class Worker:
+        def close(self):
+            order.append("worker closed")
+
+    def worker_ahead(options):
+        order.append("worker started")
+        return Worker() if options.engines else None
+
     def capture(spec, device, notify):
         order.append("capture")
         return "the capture"
 
     def swept(cap, *args):
-        order.append(("swept", cap, isinstance(args[-1], Starts)))
+        order.append(("swept", cap, isinstance(args[-2], Starts), isinstance(args[-1], Worker)))
         if cap == "fail":
             raise KeyboardInterrupt
         return "the sweep"
 
     monkeypatch.setattr(job, "mode_starts", Starts)
+    monkeypatch.setattr(job, "worker_ahead", worker_ahead)
     monkeypatch.setattr(job, "capture", capture)
     monkeypatch.setattr(job, "_swept", swept)
     assert job.sweep_model("resnet18", batch=2) == "the sweep"
-    assert order == [("started", "resnet18", False), "capture",
-                     ("swept", "the capture", True), "closed"]
+    assert order == [("started", "resnet18", False), "worker started", "capture",
+                     ("swept", "the capture", True, True), "closed", "worker closed"]
     order.clear()
     monkeypatch.setattr(job, "capture", lambda spec, device, notify: "fail")
     with pytest.raises(KeyboardInterrupt):
         job.sweep_model("resnet18", batch=2)
-    assert order == [("started", "resnet18", False), ("swept", "fail", True), "closed"]
+    assert order == [("started", "resnet18", False), "worker started",
+                     ("swept", "fail", True, True), "closed", "worker closed"]
     order.clear()
     monkeypatch.setattr(job, "capture", capture)
     job.sweep_model("resnet18", batch=2, bench=object())
-    assert order == ["capture", ("swept", "the capture", False)]
+    assert order == ["capture", ("swept", "the capture", False, False)]
+    order.clear()
+    job.sweep_model("resnet18", ce.ExploreOptions.create(engines=False), batch=2)
+    assert order == [("started", "resnet18", False), "worker started", "capture",
+                     ("swept", "the capture", True, False), "closed"]
     order.clear()  # with a plan file: the pinned mode's process too
     from cudnn_explorer.jobs import plans as plans_job
 
     monkeypatch.setattr(plans_job, "check_pinned_args", lambda path, uncovered: None)
     job.sweep_model("resnet18", batch=2, plans="resnet18.plans.json")
-    assert order == [("started", "resnet18", True), "capture",
-                     ("swept", "the capture", True), "closed"]
+    assert order == [("started", "resnet18", True), "worker started", "capture",
+                     ("swept", "the capture", True, True), "closed", "worker closed"]
+
+
+def test_a_sweep_hands_the_worker_started_ahead_to_its_bench(monkeypatch):
+    """Note [engine worker started ahead]: the worker started before the capture is the
+    one the problems' bench uses, with PyTorch's run (ModelBench) or without it."""
+    from cudnn_explorer.jobs import sweep as job
+    from cudnn_explorer.measure import pipeline
+    from cudnn_explorer.model import sweep as model_sweep
+    from types import SimpleNamespace
+
+    from cudnn_explorer.model.pytorch_run import ModelBench
+
+    worker = object()
+    seen = []
+    monkeypatch.setattr(pipeline, "environment", lambda device=0: "env")
+    monkeypatch.setattr(job, "pytorch_run",
+                        lambda cap, options, iterations, say, cache, extra, starts, w:
+                        (None, ModelBench(0, {}, w)))
+    monkeypatch.setattr(model_sweep, "sweep",
+                        lambda cap, options, bench, **kw: seen.append(bench) or "swept")
+    cap = SimpleNamespace(problems=[1])
+    for pytorch in (True, False):
+        opts = ce.ExploreOptions.create(pytorch=pytorch)
+        assert job._swept(cap, opts, "quick", 3, None, False, None, None, lambda *a: None,
+                          None, None, "off", False, None, worker) == "swept"
+        assert isinstance(seen[-1], pipeline.GpuBench) and seen[-1].worker is worker
+        assert isinstance(seen[-1], ModelBench) == pytorch
 
 
 def test_explore_starts_its_processes_before_the_extension_check(monkeypatch):

@@ -242,8 +242,9 @@ def test_cli_sweep_keeps_the_budget_the_user_gave(tmp_path, monkeypatch):
 def test_the_model_command_starts_pytorchs_processes_before_it_captures(tmp_path,
                                                                        monkeypatch):
     """Note [model children started ahead]: the model command starts the mode processes
-    before its capture and hands them to the sweep; they are closed when it returns and
-    when the capture fails; --capture-only and --no-pytorch start none."""
+    and the engine worker (Note [engine worker started ahead]) before its capture and
+    hands them to the sweep; they are closed when it returns and when the capture fails;
+    --capture-only starts none, --no-pytorch only the worker."""
     import cudnn_explorer.jobs.sweep as job
     from cudnn_explorer.cli import model as cli
 
@@ -256,28 +257,34 @@ def test_the_model_command_starts_pytorchs_processes_before_it_captures(tmp_path
         def close(self):
             order.append("closed")
 
+    class Worker:
+        def close(self):
+            order.append("worker closed")
+
     def capture(spec, device, notify):
         order.append("capture")
         if spec.batch == 3:
             raise UserError("no such model")
         return small_capture()
 
-    def sweep_model(cap, options, starts=None, **kw):
-        order.append(("sweep", isinstance(starts, Starts)))
+    def sweep_model(cap, options, starts=None, worker=None, **kw):
+        order.append(("sweep", isinstance(starts, Starts), isinstance(worker, Worker)))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(job, "mode_starts", Starts)
+    monkeypatch.setattr(job, "worker_ahead", lambda options: order.append("worker") or Worker())
     monkeypatch.setattr(job, "capture", capture)
     monkeypatch.setattr(job, "sweep_model", sweep_model)
     assert cli.run(["resnet18", "--batch", "2", "--no-store", "--quiet"]) == 130
-    assert order == ["started", "capture", ("sweep", True), "closed"]
+    assert order == ["started", "worker", "capture", ("sweep", True, True), "closed",
+                     "worker closed"]
     order.clear()
     with pytest.raises(UserError):
         cli.run(["resnet18", "--batch", "3", "--no-store", "--quiet"])
-    assert order == ["started", "capture", "closed"]
+    assert order == ["started", "worker", "capture", "closed", "worker closed"]
     order.clear()
     assert cli.run(["resnet18", "--batch", "2", "--capture-only", "--quiet"]) == 0
     assert order == ["capture"]
     order.clear()
     assert cli.run(["resnet18", "--batch", "2", "--no-pytorch", "--no-store", "--quiet"]) == 130
-    assert order == ["capture", ("sweep", False)]
+    assert order == ["worker", "capture", ("sweep", False, True), "worker closed"]

@@ -150,13 +150,16 @@ def run(argv: List[str]) -> int:
 
 def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> int:
     from ..jobs import gpu
-    from ..jobs.sweep import capture, mode_starts
+    from ..jobs.sweep import capture, mode_starts, worker_ahead
     from .output import notify
 
     # Note [model children started ahead]: PyTorch's mode processes import while this one
-    # imports torch and captures
+    # imports torch and captures, and so does the engine worker (Note [engine worker
+    # started ahead] in jobs/sweep.py)
+    sweeping = not (a.capture_only or a.target)
     starts = mode_starts(spec, options, bool(a.plans)) \
-        if options.pytorch and not (a.capture_only or a.target) else None
+        if options.pytorch and sweeping else None
+    worker = worker_ahead(options) if sweeping else None
     try:
         gpu.measuring()
         import torch
@@ -164,14 +167,16 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
         device = "cpu" if (a.capture_only or a.target) and not torch.cuda.is_available() \
             else f"cuda:{options.device}"
         return _captured(a, spec, options, profile, iterations, target_profiles, keep,
-                         capture(spec, device, notify), starts)
+                         capture(spec, device, notify), starts, worker)
     finally:
         if starts is not None:
             starts.close()
+        if worker is not None:
+            worker.close()
 
 
 def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
-              starts) -> int:
+              starts, worker) -> int:
     from ..jobs.sweep import sweep_model
     from ..report.model import render_capture, render_sweep
     from .output import notify
@@ -211,7 +216,8 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
         sw = sweep_model(cap, options, profile=profile, keep=keep, iterations=iterations,
                          store=store, save=save, progress=progress, notify=told, plans=a.plans,
                          uncovered=a.uncovered or "off",
-                         allow_environment=a.allow_environment, starts=starts)
+                         allow_environment=a.allow_environment, starts=starts,
+                         worker=worker)
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()

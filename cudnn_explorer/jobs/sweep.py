@@ -15,7 +15,8 @@ from .events import Notify, notifier
 from . import gpu
 from .stores import StoreChoice, opened, saver, without_store
 
-__all__ = ["model_spec", "capture", "sweep_model", "mode_starts", "SweepProgress"]
+__all__ = ["model_spec", "capture", "sweep_model", "mode_starts", "worker_ahead",
+           "SweepProgress"]
 
 # progress(done, total, message): problems done of total; a message of the step in hand
 SweepProgress = Callable[[int, int, str], None]
@@ -70,7 +71,8 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
                 save: Optional[Callable[[ModelSweep], None]] = None,
                 progress: Optional[SweepProgress] = None, notify: Optional[Notify] = None,
                 bench=None, plans: Optional[str] = None, uncovered: str = "off",
-                allow_environment: bool = False, starts=None, **kw) -> ModelSweep:
+                allow_environment: bool = False, starts=None, worker=None,
+                **kw) -> ModelSweep:
     """Sweep ``model``: a torchvision name or "pkg.module:factory" with model_spec's
     keywords, a ModelSpec, or a Capture made before. Returns the ModelSweep: per unique
     problem its Exploration (PyTorch's pick in each mode, the best legacy algorithm, the
@@ -92,7 +94,9 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     ``uncovered`` and ``allow_environment`` do); it gives no problem a pick. ``starts``:
     PyTorch's mode processes, started before a Capture given as ``model`` was made
     (mode_starts, with the same options and plans; closed here); otherwise they are
-    started before this job's own capture."""
+    started before this job's own capture. ``worker``: the engine worker, started ahead
+    the same way (worker_ahead; closed here); otherwise started before this job's own
+    capture (Note [engine worker started ahead])."""
     notify = notifier(notify)
     from .plans import check_pinned_args
 
@@ -106,14 +110,18 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     # Note [model children started ahead]: PyTorch's mode processes import meanwhile
     if starts is None and options.pytorch and bench is None:
         starts = mode_starts(spec, options, bool(plans))
+    if worker is None and bench is None:
+        worker = worker_ahead(options)
     try:
         cap = model if isinstance(model, Capture) else capture(
             spec, f"cuda:{options.device}", notify)
         return _swept(cap, options, profile, iterations, store, refresh, save, progress,
-                      notify, bench, plans, uncovered, allow_environment, starts)
+                      notify, bench, plans, uncovered, allow_environment, starts, worker)
     finally:
         if starts is not None:
             starts.close()
+        if worker is not None:
+            worker.close()  # where no bench took it (an error before the problems)
 
 
 def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bool = False,
@@ -129,11 +137,31 @@ def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bo
     return ModeStarts(spec, pinned + ([True] if plans else []), graph=graph)
 
 
+# Note [engine worker started ahead]: the engine worker spends seconds importing torch
+# before its first job (Note [one engine worker] in measure/pipeline.py). A model sweep
+# started it with its first problem, after PyTorch's run of the model, and waited for it:
+# on an H100 the sweep's first direction took 4.9 s in its engine configs, whose rounds
+# took 0.35 s, against 0.2-0.4 s for every later direction. So the worker is started with
+# PyTorch's mode processes, before the capture: it imports while this process imports and
+# captures, and touches no GPU until the problems (its first job), so PyTorch's run of the
+# model, which comes between, runs as before.
+def worker_ahead(options: ExploreOptions):
+    """The engine worker of a model sweep with ``options``, started now (it imports; Note
+    [engine worker started ahead]), or None where the options time no engine configs."""
+    if not options.engines:
+        return None
+    from ..measure.engine_worker import EngineWorker
+
+    worker = EngineWorker()
+    worker.start()
+    return worker
+
+
 def _swept(cap: Capture, options: ExploreOptions, profile: str, iterations: int, store,
            refresh: bool, save, progress, notify: Notify, bench, plans, uncovered: str,
-           allow_environment: bool, starts) -> ModelSweep:
+           allow_environment: bool, starts, worker) -> ModelSweep:
     """sweep_model's sweep of the captured model ``cap`` (``starts``: PyTorch's mode
-    processes, started before the capture)."""
+    processes, and ``worker``: the engine worker, started before the capture)."""
     pipeline = gpu.measuring()
     from ..model.sweep import sweep
 
@@ -158,9 +186,11 @@ def _swept(cap: Capture, options: ExploreOptions, profile: str, iterations: int,
                 extra.append(pinned_mode(plans, here, uncovered, allow_environment)[0])
             run, bench = pytorch_run(cap, options, iterations, say,
                                      store_cache(db, env, cap, notify, not choice.refresh),
-                                     extra, starts)
+                                     extra, starts, worker)
             if starts is not None:
                 starts.close()  # those a stored mode did not need
+        elif bench is None and worker is not None:
+            bench = pipeline.GpuBench(options.device, keep_worker=True, worker=worker)
 
         def cached(problem, one):
             if db is None or choice.refresh:
@@ -184,13 +214,13 @@ def store_cache(db, env, cap: Capture, notify: Notify, read: bool = True):
 
 
 def pytorch_run(cap: Capture, options: ExploreOptions, iterations: int, say, cache,
-                extra=(), starts=None):
+                extra=(), starts=None, worker=None):
     """PyTorch's own run of the model (its modes, then ``extra`` ones such as the pinned
     mode; ``starts``: their processes started before, mode_starts), and the pipeline's
-    bench that takes its picks."""
+    bench that takes its picks (with ``worker``, the engine worker started ahead)."""
     from ..model.pytorch_run import ModelBench, modes_of, run_model
 
     run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
                                  cache=cache, started=starts,
                                  modes=modes_of(options) + list(extra))
-    return run, ModelBench(options.device, per_problem)
+    return run, ModelBench(options.device, per_problem, worker)

@@ -48,12 +48,14 @@ class GpuBench:
     """The GPU side of the pipeline: environment, one LegacyLab per direction, PyTorch's
     children and the engine-config workers."""
 
-    def __init__(self, device: int = 0, keep_worker: Optional[bool] = None):
+    def __init__(self, device: int = 0, keep_worker: Optional[bool] = None,
+                 worker: Optional[EngineWorker] = None):
         """``keep_worker``: True: one engine worker serves every direction until close();
         False: each direction's worker ends with it; None (the default): kept while the
-        GPU has KEEP_WORKER_FREE_BYTES free (Note [one engine worker])."""
+        GPU has KEEP_WORKER_FREE_BYTES free (Note [one engine worker]). ``worker``: the
+        EngineWorker to use, perhaps started ahead (default: a new one); close() ends it."""
         self.device = device
-        self.worker = EngineWorker()
+        self.worker = worker if worker is not None else EngineWorker()
         self.keep_worker = keep_worker
         self._children: list = []
 
