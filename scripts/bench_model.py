@@ -5,6 +5,9 @@ side by side in the same run:
 
 * the sweep's wall time, and its ratio to PyTorch's own first iteration with benchmark on
   (from the sweep's own run of the model): the figure to drive down;
+* where the rest of the wall time went: before PyTorch's run of the model (the
+  interpreter, the imports and the capture: until the command first says it runs the
+  model) and after the problems (the report, the sweep file, the process's end);
 * the GPU memory the tool used at its peak (the device's used memory, sampled every 20 ms
   from this process, less what was used before it started), against the model's own
   training-step peak (reserved, benchmark mode) plus 2 GiB.
@@ -27,6 +30,43 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 GIB = 2**30
+# what the model command's progress says when PyTorch's run of the model begins
+# (model/pytorch_run.py: "PyTorch's run of the model: <mode>")
+RUN_MARK = b"PyTorch's run of the model"
+
+
+def marked_run(cmd, mark: bytes, t0: float):
+    """Run ``cmd``, its standard error passed through as it comes; (exit status, seconds
+    from ``t0`` (perf_counter) to the first time ``mark`` appeared there, or None)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE)
+    seen = None
+    tail = b""
+    out = getattr(sys.stderr, "buffer", None)
+    for chunk in iter(lambda: proc.stderr.read1(4096), b""):
+        if seen is None and mark in tail[-len(mark):] + chunk:
+            seen = time.perf_counter() - t0
+        tail = chunk
+        if out is not None:
+            out.write(chunk)
+            out.flush()
+    return proc.wait(), seen
+
+
+def rest_text(figures: dict) -> str:
+    """rest_of's figures, said."""
+    if figures["before_pytorch_run_s"] is None:
+        return "the start of PyTorch's run not seen in its progress"
+    return (f"before PyTorch's run {figures['before_pytorch_run_s']} s, after the problems "
+            f"{figures['after_problems_s']} s")
+
+
+def rest_of(wall: float, before_run, pytorch_run: float, problems: float) -> dict:
+    """The wall time outside PyTorch's run and the problems (s): before the run (None
+    where it was not seen) and after the problems (the rest after those)."""
+    if before_run is None:
+        return {"before_pytorch_run_s": None, "after_problems_s": None}
+    return {"before_pytorch_run_s": round(before_run, 1),
+            "after_problems_s": round(max(wall - before_run - pytorch_run - problems, 0.0), 1)}
 
 
 def main() -> int:
@@ -66,12 +106,12 @@ def main() -> int:
     # Its output and progress pass straight through: a run cut short still shows how far
     # it got (and the sweep file holds every problem finished).
     sys.stdout.flush()
-    proc = subprocess.run(cmd, cwd=ROOT)
+    rc, before_run = marked_run(cmd, RUN_MARK, t0)
     wall = time.perf_counter() - t0
     stop.set()
     t.join()
-    if proc.returncode != 0:
-        print(f"the model command exited {proc.returncode}")
+    if rc != 0:
+        print(f"the model command exited {rc}")
         return 1
     from cudnn_explorer.core.sweep import ModelSweep
 
@@ -93,6 +133,9 @@ def main() -> int:
         # each), then the sweep of the unique problems
         "pytorch_run_s": round(sum(m.wall_s or 0.0 for m in run.modes), 1),
         "problems_s": round(sw.wall_s or 0.0, 1),
+        # the rest: before PyTorch's run (the interpreter, imports, the capture; None where
+        # the command never said it began) and after the problems (the report and its end)
+        **rest_of(wall, before_run, sum(m.wall_s or 0.0 for m in run.modes), sw.wall_s or 0.0),
         # where the problems' time went, summed over their directions (core/walltime.py)
         "problems_breakdown_s": breakdown(sw),
         "pytorch_first_iteration_ms": round(s.first_ms, 1),
@@ -102,7 +145,8 @@ def main() -> int:
         "stretch_goal_met": wall * 1e3 <= 3 * s.first_ms}
     print(f"\nsweep of {len(sw.capture.problems)} unique problems ({a.profile} profile): "
           f"{wall:.1f} s wall (PyTorch's run of the model {figures['pytorch_run_s']} s, "
-          f"the problems {figures['problems_s']} s); PyTorch's own first iteration with "
+          f"the problems {figures['problems_s']} s, {rest_text(figures)}); PyTorch's own "
+          f"first iteration with "
           f"benchmark on: "
           f"{s.first_ms:.0f} ms; ratio {figures['ratio_sweep_to_first_iteration']}x "
           f"(goal: sweep <= 60 s: {'met' if figures['time_goal_met'] else 'NOT met'}; "

@@ -104,6 +104,37 @@ def test_bench_model_reports_the_problems_breakdown():
                    "configs": 4, "left": {"round 1": 1, "round 2": 1, "finalists": 2}}
 
 
+def test_bench_model_splits_the_rest_of_the_wall_time(capfdbinary):
+    """bench_model times the command until its progress first says PyTorch's run of the
+    model began (the mark split between two writes is still seen), passes its standard
+    error through, and gives the time after the problems as what is left."""
+    import sys
+    import time
+
+    from conftest import load_script
+
+    bench = load_script("bench_model")
+    mark = bench.RUN_MARK.decode()
+    code = ("import sys, time\n"
+            "sys.stderr.write('importing\\n'); sys.stderr.flush(); time.sleep(0.3)\n"
+            f"sys.stderr.write({mark[:9]!r}); sys.stderr.flush(); time.sleep(0.05)\n"
+            f"sys.stderr.write({mark[9:] + ': benchmark'!r}); sys.stderr.flush()\n"
+            "sys.exit(4)")
+    t0 = time.perf_counter()
+    rc, seen = bench.marked_run([sys.executable, "-c", code], bench.RUN_MARK, t0)
+    assert rc == 4 and 0.3 <= seen <= time.perf_counter() - t0
+    assert capfdbinary.readouterr().err == (b"importing\n" + bench.RUN_MARK + b": benchmark")
+    rc, seen = bench.marked_run([sys.executable, "-c", "pass"], bench.RUN_MARK, t0)
+    assert (rc, seen) == (0, None)
+    assert bench.rest_of(70.0, 13.5, 24.0, 31.0) == {"before_pytorch_run_s": 13.5,
+                                                     "after_problems_s": 1.5}
+    assert bench.rest_of(70.0, None, 24.0, 31.0) == {"before_pytorch_run_s": None,
+                                                     "after_problems_s": None}
+    assert bench.rest_text(bench.rest_of(70.0, 13.5, 24.0, 31.0)) == \
+        "before PyTorch's run 13.5 s, after the problems 1.5 s"
+    assert "not seen" in bench.rest_text(bench.rest_of(70.0, None, 24.0, 31.0))
+
+
 def test_the_legacy_rows_rounds_are_summed_and_said_inside_their_time():
     """A staged search's legacy rounds (DirectionResult.legacy_rounds) are summed like the
     engine configs' and said beside Find; a direction recorded before them says Find
