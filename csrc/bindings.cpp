@@ -110,6 +110,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("note", &ce::TimingResult::note)
       .def_readonly("workspace_bytes", &ce::TimingResult::workspace_bytes)
       .def_readonly("estimate_ms", &ce::TimingResult::estimate_ms)
+      .def_readonly("first_ms", &ce::TimingResult::first_ms)
       .def_readonly("eager_per_call_ms", &ce::TimingResult::eager_per_call_ms)
       .def_readonly("eager_calls_per_sample", &ce::TimingResult::eager_calls_per_sample)
       .def_readonly("kernels", &ce::TimingResult::kernels)

@@ -264,6 +264,7 @@ struct Timer {
     // and says how long it took: first_ms); then estimate one launch and warm up more.
     // No synchronisation here: every later event is stream-ordered after that launch.
     const double first = opt.warmed ? opt.first_ms : time_eager(1);
+    r.first_ms = first;
     // Note [cut launches]: a staged search's first round only ranks, and a config whose
     // launch takes several times the round's best so far cannot rank near it: when the
     // first launch and the next, warm one are both slower than the cutoff, the timing ends

@@ -45,6 +45,9 @@ struct TimingResult {
   std::string note;    // e.g. why graph capture was not used
   int64_t workspace_bytes = 0;
   double estimate_ms = 0.0;  // first estimate of one launch, from the warm-up
+  // The first launch's time (ms): its module loading included where the kernel had not run
+  // in this process yet; TimingOptions::first_ms where the caller launched it; < 0: none.
+  double first_ms = -1;
   std::vector<double> eager_per_call_ms;  // host wall time per call, one value per sample
   int eager_calls_per_sample = 0;
   // With TimingOptions::kernels: the kernels of one launch as the captured graph names

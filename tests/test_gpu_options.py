@@ -43,6 +43,9 @@ def test_every_row_is_timed_by_the_requested_method(kw, method):
                if t.method != "cut"), [(w, t.method) for w, t in _methods(exp, left=True)]
     assert all(t.method == method for _, t in rows)  # every finalist as asked
     assert all(t.samples == 1 and t.eager is None for t in cut)
+    # the first launch is kept apart: every legacy row times one, and a cut needed one
+    assert all(t.first_ms is not None and t.first_ms > 0 for t in cut)
+    assert all(t.first_ms is not None and t.first_ms > 0 for w, t in rows if w == "legacy")
     assert all((t.eager is None) == (method == "eager+flush") for _, t in rows)
     assert f"one timing method for all ({method})" in render_exploration(exp)
 

@@ -57,6 +57,28 @@ def test_json_round_trip():
     assert json.loads(e.to_json())["schema_version"] == SCHEMA_VERSION
 
 
+def test_a_timing_keeps_its_first_launch_apart():
+    """Timing.first_ms: the native result's first launch (module loading included), in
+    no statistic; none where it was not timed (a native -1, or a result that does not
+    say); a file written before the field reads as None."""
+    from types import SimpleNamespace
+
+    from cudnn_explorer.core.records import Timing
+    from cudnn_explorer.measure.timing import timing_from_native
+
+    native = dict(per_launch_ms=[0.5, 0.4, 0.6, 0.5, 0.5], launches_per_sample=2,
+                  method="graph", warmup_launches=6, note="", eager_per_call_ms=[],
+                  eager_calls_per_sample=0)
+    t = timing_from_native(SimpleNamespace(first_ms=3.25, **native))
+    assert t.first_ms == 3.25 and t.median_ms == 0.5 and t.min_ms == 0.4
+    assert timing_from_native(SimpleNamespace(first_ms=-1.0, **native)).first_ms is None
+    assert timing_from_native(SimpleNamespace(**native)).first_ms is None
+    assert Timing.from_dict(t.to_dict()) == t
+    old = t.to_dict()
+    del old["first_ms"]
+    assert Timing.from_dict(old).first_ms is None
+
+
 def test_json_ignores_unknown_keys_for_forward_compatibility():
     d = json.loads(exploration().to_json())
     d["future_top"] = 1

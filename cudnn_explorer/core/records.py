@@ -110,7 +110,10 @@ class Timing(Record):
     ``spread`` = (p75 - p25) / median. ``eager``: the wall time per call of an eager loop
     of ``eager.launches_per_sample`` back-to-back calls measured on the host clock and
     synchronised at the end (method "wall"): what a caller pays when it does not use CUDA
-    graphs, host cost included (None: not measured)."""
+    graphs, host cost included (None: not measured). ``first_ms``: the timing's first
+    launch (events around one eager launch, before any sample), whose time includes
+    loading the kernel's module where it had not run in the process yet, and so is in no
+    statistic; it decides Note [cut launches] (None: not timed here)."""
 
     median_ms: float
     p25_ms: float
@@ -123,6 +126,7 @@ class Timing(Record):
     warmup_launches: int = 0
     note: str = ""
     eager: Optional["Timing"] = None
+    first_ms: Optional[float] = None
 
     @property
     def noisy(self) -> bool:
@@ -131,17 +135,17 @@ class Timing(Record):
     @classmethod
     def from_samples(cls, per_launch_ms, launches_per_sample: int, method: str,
                      warmup_launches: int = 0, note: str = "", eager_ms=(),
-                     eager_calls: int = 0) -> "Timing":
+                     eager_calls: int = 0, first_ms: Optional[float] = None) -> "Timing":
         """Statistics (stats.timing_stats) of per-launch samples in ms, with those of
         the eager wall-clock loop's samples (``eager_ms``, per call, ``eager_calls``
-        calls each) as ``eager`` when there are any."""
+        calls each) as ``eager`` when there are any; ``first_ms``: the first launch's."""
         st = timing_stats(per_launch_ms)
         eager = cls.from_samples(eager_ms, eager_calls, "wall") if len(eager_ms) else None
         return cls(median_ms=st["median_ms"], p25_ms=st["p25_ms"], p75_ms=st["p75_ms"],
                    min_ms=st["min_ms"], samples=st["samples"],
                    launches_per_sample=launches_per_sample, method=method,
                    spread=st["spread"], warmup_launches=warmup_launches, note=note,
-                   eager=eager)
+                   eager=eager, first_ms=first_ms)
 
 
 

@@ -119,6 +119,8 @@ def time_callable(fn: Callable[[], object], spec: TimingSpec) -> Timing:
 
 def timing_from_native(t) -> Timing:
     """Timing record of a native TimingResult (csrc/timing.h)."""
+    first = getattr(t, "first_ms", -1.0)  # (a fake result may not say)
     return Timing.from_samples(t.per_launch_ms, t.launches_per_sample, t.method,
                                t.warmup_launches, t.note, t.eager_per_call_ms,
-                               t.eager_calls_per_sample)
+                               t.eager_calls_per_sample,
+                               first if first is not None and first >= 0 else None)
