@@ -471,6 +471,55 @@ def test_legacy_rows_are_staged_like_engine_configs():
     assert got["IMPLICIT_GEMM"].kernels == ["kernel_0"]
 
 
+def test_a_round_that_can_send_none_away_is_not_timed():
+    """Note [decided rounds]: with one candidate left, or only named ones, round 2 times
+    none and says why; the finalists are still timed in full and checked."""
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.core.staging import decided, skipped_round
+    from cudnn_explorer.measure.legacy import measure_legacy
+
+    assert decided([], []) == "no candidate left"
+    assert decided(["a"], []) == "1 candidate left"
+    assert decided(["a", "b"], ["a"]) is None
+    assert decided(["a", "b"], ["a", "b", "c"]) == \
+        "every candidate left is named, so each stays"
+    assert skipped_round(2, "why", budget_ms=4.0) == {
+        "round": 2, "budget_ms": 4.0, "timed": 0, "left": 0, "wall_s": 0.0, "skipped": "why"}
+    # legacy rows: one row within 1.3x after round 1
+    rows = [("IMPLICIT_GEMM", 1.0, False, False), ("FFT", 2.0, False, False),
+            ("WINOGRAD", 1.6, False, False)]
+    lab = Lab(rows, "IMPLICIT_GEMM")
+    leg = measure_legacy(exploration().problem, "fwd", lab,
+                         ExploreOptions.create(budget_ms=25, staged=True), "NVIDIA H200", True)
+    assert not [m for m in lab.measured if m[1] == ROUNDS[1].budget_ms]
+    assert [m[0] for m in lab.measured if m[1] == 25] == ["IMPLICIT_GEMM"]
+    assert all(m[3] for m in lab.measured if m[1] == 25)  # the finalist is checked
+    assert [(r["round"], r["timed"], r.get("left"), r.get("skipped")) for r in leg.rounds] == [
+        (1, 3, 2, None), (2, 0, 0, "1 candidate left"), ("final", 1, None, None)]
+    # named rows only: PyTorch's legacy pick stays whatever its time, so round 2 decides
+    # nothing either
+    lab = Lab(rows, "IMPLICIT_GEMM")
+    leg = measure_legacy(exploration().problem, "fwd", lab,
+                         ExploreOptions.create(budget_ms=25, staged=True), "NVIDIA H200", True,
+                         finalists=["FFT (DEFAULT_MATH)"])
+    assert leg.rounds[1]["skipped"] == "every candidate left is named, so each stays"
+    assert sorted(m[0] for m in lab.measured if m[1] == 25) == ["FFT", "IMPLICIT_GEMM"]
+
+
+def test_engine_configs_skip_a_round_that_decides_nothing(monkeypatch):
+    """Note [decided rounds] for engine configs: heuristic A's first alone within 1.3x."""
+    search = Search([1.00, 2.00, 3.00])
+    sp, checked = explore(search, monkeypatch)
+    assert not [n for n, b in search.timed if b == ROUNDS[1].budget_ms]
+    assert [(r["round"], r["timed"], r.get("left"), r.get("skipped")) for r in sp.rounds] == [
+        (1, 3, 2, None), (2, 0, 0, "1 candidate left"), ("final", 1, None, None)]
+    assert [n for n, b in checked if b == FULL.budget_ms] == ["eng0_k2=0"]
+    from cudnn_explorer.report.engines import staged_line
+
+    assert "round 2 not timed (1 candidate left)" in staged_line(sp)
+    assert sp.best().tag == "ConvFwd_eng0_k2=0" and sp.best().correct is True
+
+
 def test_a_legacy_row_wrong_once_it_leads_round_two_leaves_there():
     from cudnn_explorer.core.options import ExploreOptions
     from cudnn_explorer.measure.legacy import measure_legacy

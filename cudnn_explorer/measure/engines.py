@@ -13,8 +13,8 @@ from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_p
                           same_kernels, space_size)
 from ..core.options import TimingSpec
 from ..core.records import EngineConfig, EngineSpace
-from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, final_timing, is_record,
-                             round_timing, survivors)
+from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, decided, final_timing,
+                             is_record, round_timing, skipped_round, survivors)
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, check_output
@@ -430,6 +430,13 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
     live = [i for i in range(len(configs)) if timed(i)]
     for number, rnd in enumerate(ROUNDS, 1):
         spec = round_timing(full, rnd)
+        why = decided(live, {i for i in live if _key(configs[i].engine, configs[i].knobs)
+                             in keep}) if number > 1 else None
+        if why:  # Note [decided rounds] in core/staging.py
+            out.append(skipped_round(number, why, budget_ms=spec.budget_ms,
+                                     keep_within=rnd.keep_within))
+            t = time.perf_counter()
+            continue
         if number > 1:
             say(f"{direction}: round {number}: timing {len(live)} configs again "
                 f"({spec.budget_ms:g} ms each)")

@@ -17,8 +17,8 @@ from ..core.errors import ResourceError
 from ..core.options import ExploreOptions, TimingSpec
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, Timing, WorkspaceEntry, find_row_note, verdict
-from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, final_timing, is_record,
-                             round_timing, survivors)
+from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, decided, final_timing,
+                             is_record, round_timing, skipped_round, survivors)
 from . import native
 from .kernels import distinct, kernel_names
 from .tensors import OUTPUT_OF, Check, check_output, direction_data
@@ -265,6 +265,11 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
     for number, rnd in enumerate(ROUNDS, 1):
         spec = round_timing(options.timing, rnd)
         timed = len(live)
+        why = decided(live, {n for n in live if name(n) in keep}) if number > 1 else None
+        if why:  # Note [decided rounds] in core/staging.py
+            rounds.append(skipped_round(number, why))
+            t = time.perf_counter()
+            continue
         if number > 1:
             say(f"{direction}: legacy round {number}: timing {len(live)} rows again "
                 f"({spec.budget_ms:g} ms each)")

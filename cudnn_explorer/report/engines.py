@@ -90,7 +90,9 @@ def staged_line(sp) -> str:
     parts = []
     for r in sp.rounds:
         took = f" in {r['wall_s']:.1f} s" if r.get("wall_s") is not None else ""
-        if r.get("round") == "final":
+        if r.get("skipped"):  # Note [decided rounds] in core/staging.py
+            parts.append(f"round {r['round']} not timed ({r['skipped']})")
+        elif r.get("round") == "final":
             parts.append(f"{r['timed']} finalists timed with the full {r['budget_ms']:g} ms "
                          f"and checked{took}")
         else:
