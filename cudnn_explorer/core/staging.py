@@ -109,11 +109,12 @@ def skipped_round(number: int, why: str, **fields) -> dict:
 
 # Note [finalists' warm-up]: a finalist was timed in every round before its final one
 # (but a round it skipped: Note [decided rounds]), the last time moments before, in the
-# same search: its kernels are loaded and the GPU is busy. Its full timing (the full budget, samples and eager loop) warms up for round 2's
-# warm-up, not the full timing's 10 ms, which in a ResNet-50 sweep on the H200 cost as much
-# as the 10 ms budget itself over its 490 finalists (eager launches then; Note [warm-up
-# replays] in csrc/timing.cpp). The first launch of every timing, which loads a module
-# where one is not loaded yet, stays outside its samples.
+# same search: its kernels are loaded and the GPU is busy. Its full timing (the full
+# budget, samples and eager loop) warms up for round 2's warm-up, not the full timing's
+# 10 ms, which in a ResNet-50 sweep on the H200 cost as much as the 10 ms budget itself
+# over its 490 finalists (eager launches then; Note [warm-up replays] in
+# csrc/timing.cpp). The first launch of every timing, which loads a module where one is
+# not loaded yet, stays outside its samples.
 def final_timing(full: TimingSpec) -> TimingSpec:
     """The finalists' timing: the full one with round 2's warm-up (Note [finalists'
     warm-up])."""
