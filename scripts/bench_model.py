@@ -123,6 +123,7 @@ def main() -> int:
         print("no benchmark-mode run of the model in the sweep: cannot compare")
         return 1
     s = bench.sizes[0]
+    pytorch_s = sum(m.wall_s or 0.0 for m in run.modes)
     model_peak = max(s.first_peak_reserved_bytes, s.steady_peak_reserved_bytes or 0)
     tool_peak = peak[0] - used0
     figures = {
@@ -131,11 +132,11 @@ def main() -> int:
         "unique_problems": len(sw.capture.problems), "sweep_wall_s": round(wall, 1),
         # the command's parts: PyTorch's own run of the model (every mode, a fresh process
         # each), then the sweep of the unique problems
-        "pytorch_run_s": round(sum(m.wall_s or 0.0 for m in run.modes), 1),
+        "pytorch_run_s": round(pytorch_s, 1),
         "problems_s": round(sw.wall_s or 0.0, 1),
         # the rest: before PyTorch's run (the interpreter, imports, the capture; None where
         # the command never said it began) and after the problems (the report and its end)
-        **rest_of(wall, before_run, sum(m.wall_s or 0.0 for m in run.modes), sw.wall_s or 0.0),
+        **rest_of(wall, before_run, pytorch_s, sw.wall_s or 0.0),
         # where the problems' time went, summed over their directions (core/walltime.py)
         "problems_breakdown_s": breakdown(sw),
         "pytorch_first_iteration_ms": round(s.first_ms, 1),
@@ -146,9 +147,7 @@ def main() -> int:
     print(f"\nsweep of {len(sw.capture.problems)} unique problems ({a.profile} profile): "
           f"{wall:.1f} s wall (PyTorch's run of the model {figures['pytorch_run_s']} s, "
           f"the problems {figures['problems_s']} s, {rest_text(figures)}); PyTorch's own "
-          f"first iteration with "
-          f"benchmark on: "
-          f"{s.first_ms:.0f} ms; ratio {figures['ratio_sweep_to_first_iteration']}x "
+          f"first iteration with benchmark on: {s.first_ms:.0f} ms; ratio {figures['ratio_sweep_to_first_iteration']}x "
           f"(goal: sweep <= 60 s: {'met' if figures['time_goal_met'] else 'NOT met'}; "
           f"stretch <= 3x: {'met' if figures['stretch_goal_met'] else 'NOT met'})")
     print(f"GPU memory: the tool's peak {tool_peak / GIB:.2f} GiB (device used, less "

@@ -189,7 +189,7 @@ def _swept(cap: Capture, options: ExploreOptions, profile: str, iterations: int,
                                      extra, starts, worker)
             if starts is not None:
                 starts.close()  # those a stored mode did not need
-        elif bench is None and worker is not None:
+        elif bench is None:  # the problems' bench, with the worker started ahead
             bench = pipeline.GpuBench(options.device, keep_worker=True, worker=worker)
 
         def cached(problem, one):
