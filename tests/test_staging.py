@@ -6,7 +6,8 @@ from types import SimpleNamespace as NS
 import pytest
 
 from cudnn_explorer.core.options import TimingSpec
-from cudnn_explorer.core.staging import CUT_FLOOR_MS, ROUNDS, Timed, cutoff_ms, survivors
+from cudnn_explorer.core.staging import (CUT_FLOOR_MS, FINAL_WARMUP_MS, ROUNDS, Timed, cutoff_ms,
+                                         survivors)
 from fakes import FakeOut, exploration
 
 FULL = TimingSpec(budget_ms=25.0)
@@ -163,15 +164,15 @@ def test_each_config_records_the_time_its_checks_took(monkeypatch):
 
 def test_finalists_warm_up_briefly_but_sample_in_full(monkeypatch):
     """Note [finalists' warm-up]: a finalist, timed in every round before, warms up for
-    round 2's warm-up; its budget and eager loop are the full timing's. Unstaged, every
+    FINAL_WARMUP_MS; its budget and eager loop are the full timing's. Unstaged, every
     config warms up for the full timing's warm-up."""
     search = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
     explore(search, monkeypatch)
     r1, r2 = ROUNDS[0], ROUNDS[1]
     assert set(search.warmups) == {(r1.budget_ms, r1.warmup_ms, 0.0),
                                    (r2.budget_ms, r2.warmup_ms, 0.0),
-                                   (FULL.budget_ms, r2.warmup_ms, FULL.eager_budget_ms)}
-    assert r2.warmup_ms < FULL.warmup_ms and FULL.eager_budget_ms > 0
+                                   (FULL.budget_ms, FINAL_WARMUP_MS, FULL.eager_budget_ms)}
+    assert FINAL_WARMUP_MS < FULL.warmup_ms and FULL.eager_budget_ms > 0
     unstaged = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
     explore(unstaged, monkeypatch, staged=False)
     assert set(unstaged.warmups) == {(FULL.budget_ms, FULL.warmup_ms, FULL.eager_budget_ms)}
@@ -461,9 +462,9 @@ def test_legacy_rows_are_staged_like_engine_configs():
     # where the lab's time went (DirectionResult.legacy_setup_s, legacy_checks_s)
     assert leg.setup_s == 0.5
     assert leg.checks_s == pytest.approx(0.01 * sum(1 for m in lab.measured if m[3]))
-    # Note [finalists' warm-up]: the finalists warm up for round 2's warm-up
+    # Note [finalists' warm-up]: the finalists warm up for FINAL_WARMUP_MS
     assert {(s.budget_ms, s.warmup_ms, s.eager) for s in lab.specs if s.budget_ms == 25} == {
-        (25, ROUNDS[1].warmup_ms, True)}
+        (25, FINAL_WARMUP_MS, True)}
     # only finalists rank: the best is the fastest correct one
     from cudnn_explorer.core.records import rankable
     assert min((r for r in leg.find if rankable(r)), key=lambda r: r.time).algo_name == \

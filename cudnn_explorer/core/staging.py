@@ -51,7 +51,7 @@ from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Tuple
 from .options import TimingSpec
 
 __all__ = ["Round", "ROUNDS", "Timed", "survivors", "round_timing", "final_timing",
-           "cutoff_ms", "CUT_RATIO", "CUT_FLOOR_MS", "run_limit_s", "RUN_LIMIT_FLOOR_S",
+           "FINAL_WARMUP_MS", "cutoff_ms", "CUT_RATIO", "CUT_FLOOR_MS", "run_limit_s", "RUN_LIMIT_FLOOR_S",
            "ROUND1_LIMIT_LAUNCHES", "bar_ms", "is_record", "decided", "skipped_round"]
 
 
@@ -79,11 +79,17 @@ class Round:
 # Note [round budgets]: the rounds are timed batched (Note [batched rounds] in
 # csrc/timing.cpp: the sample count fixed from a graph-replay estimate, one
 # synchronisation), so a round's GPU time is about its warm-up and budget: round 1
-# five samples of 0.2 ms after 0.5 ms of warm-up, round 2 eight of 0.5 ms after 1 ms.
+# five samples of 0.2 ms after 0.5 ms of warm-up, round 2 five of 0.5 ms after 0.5 ms.
 # Their margins stay as chosen from data (1.30x and 1.08x, less twice the spread); a
-# candidate whose few samples scatter has a wide spread, and so stays.
+# candidate whose few samples scatter has a wide spread, and so stays. Round 2 took eight
+# samples after 1 ms: in an H100 ResNet-50 sweep (docs/benchmarks.md) its 903 configs
+# took 5.2 s, about 5 ms of GPU time each, and the 557 that left had spreads of 0.37%
+# (median) and 1.07% (95th percentile), the nearest leaving at 1.082x the best. A spread
+# of about 1% moves none of them across 1.08x, and five samples (the native timer's
+# least) after 0.5 ms spare about 2 ms of GPU time a config. The finalists keep their 1 ms
+# warm-up (Note [finalists' warm-up]).
 ROUNDS = (Round(budget_ms=1.0, warmup_ms=0.5, keep_within=1.30, sample_ms=0.2),
-          Round(budget_ms=4.0, warmup_ms=1.0, keep_within=1.08, sample_ms=0.5))
+          Round(budget_ms=2.5, warmup_ms=0.5, keep_within=1.08, sample_ms=0.5))
 
 
 # Note [decided rounds]: a round after the first only chooses which candidates go on, so
@@ -113,15 +119,19 @@ def skipped_round(number: int, why: str, **fields) -> dict:
 # Note [finalists' warm-up]: a finalist was timed in every round before its final one
 # (but a round it skipped: Note [decided rounds]), the last time moments before, in the
 # same search: its kernels are loaded and the GPU is busy. Its full timing (the full
-# budget, samples and eager loop) warms up for round 2's warm-up, not the full timing's
-# 10 ms, which in a ResNet-50 sweep on the H200 cost as much as the 10 ms budget itself
-# over its 490 finalists (eager launches then; Note [warm-up replays] in
-# csrc/timing.cpp). The first launch of every timing, which loads a module where one is
-# not loaded yet, stays outside its samples.
+# budget, samples and eager loop) warms up for FINAL_WARMUP_MS (round 2's warm-up until
+# round 2 took less: Note [round budgets]), not the full timing's 10 ms, which in a
+# ResNet-50 sweep on the H200 cost as much as the 10 ms budget itself over its 490
+# finalists (eager launches then; Note [warm-up replays] in csrc/timing.cpp). The first
+# launch of every timing, which loads a module where one is not loaded yet, stays
+# outside its samples.
+FINAL_WARMUP_MS = 1.0
+
+
 def final_timing(full: TimingSpec) -> TimingSpec:
-    """The finalists' timing: the full one with round 2's warm-up (Note [finalists'
-    warm-up])."""
-    return replace(full, warmup_ms=min(ROUNDS[-1].warmup_ms, full.warmup_ms))
+    """The finalists' timing: the full one with FINAL_WARMUP_MS of warm-up (Note
+    [finalists' warm-up])."""
+    return replace(full, warmup_ms=min(FINAL_WARMUP_MS, full.warmup_ms))
 
 
 def round_timing(full: TimingSpec, r: Round) -> TimingSpec:
