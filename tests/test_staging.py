@@ -592,11 +592,14 @@ def test_a_legacy_row_out_of_memory_in_a_later_round_keeps_its_time_and_says_why
 def test_a_round_samples_no_longer_than_the_full_timing():
     from cudnn_explorer.core.staging import round_timing
 
-    fine = TimingSpec(budget_ms=25.0, sample_ms=0.1)
-    assert [round_timing(fine, r).sample_ms for r in ROUNDS] == [0.1, 0.1]
-    assert [round_timing(FULL, r).sample_ms for r in ROUNDS] == [0.2, 0.5]
+    fine = TimingSpec(budget_ms=25.0, sample_ms=0.05)
+    assert [round_timing(fine, r).sample_ms for r in ROUNDS] == [0.05, 0.05]
+    assert [round_timing(FULL, r).sample_ms for r in ROUNDS] == [0.1, 0.5]
     first = round_timing(FULL, ROUNDS[0])
-    assert not first.eager and first.budget_ms == 1.0
+    assert not first.eager and first.budget_ms == 0.5 and first.warmup_ms == 0.2
+    # a brief full timing's budget and warm-up bound a round's
+    brief = round_timing(TimingSpec(budget_ms=0.3, warmup_ms=0.1), ROUNDS[1])
+    assert (brief.budget_ms, brief.warmup_ms) == (0.3, 0.1)
     # Note [batched rounds]: a round's spec is timed batched, the full timing is not
     from cudnn_explorer.measure import native
 

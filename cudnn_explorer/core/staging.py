@@ -70,25 +70,33 @@ class Round:
 # Note [round 1's samples]: the native timer takes at least five samples (csrc/timing.h),
 # so samples of the full timing's 1 ms made round 1 cost at least 5 ms of GPU time per
 # candidate whatever its budget: on the H200, the 2,243 engine configs of a ResNet-50
-# sweep that left after round 1 spent 13.8 s there, 6.2 ms each. Its samples are 0.2 ms
+# sweep that left after round 1 spent 13.8 s there, 6.2 ms each. Its samples are 0.1 ms
 # (K launches replayed as one CUDA graph, K >= 1). Round 1 only ranks, keeping what is
-# within 1.30x of the best (less twice its spread); 0.2 ms of replays is hundreds of
-# times the events' resolution. Kernels of 0.2 ms or more are one launch per sample
-# either way.
+# within 1.30x of the best (less twice its spread); 0.1 ms of replays is about 200 times
+# the events' resolution (about 0.5 us). Kernels of 0.1 ms or more are one launch per
+# sample either way.
 #
 # Note [round budgets]: the rounds are timed batched (Note [batched rounds] in
 # csrc/timing.cpp: the sample count fixed from a graph-replay estimate, one
 # synchronisation), so a round's GPU time is about its warm-up and budget: round 1
-# five samples of 0.2 ms after 0.5 ms of warm-up, round 2 five of 0.5 ms after 0.5 ms.
+# five samples of 0.1 ms after 0.2 ms of warm-up, round 2 five of 0.5 ms after 0.5 ms.
 # Their margins stay as chosen from data (1.30x and 1.08x, less twice the spread); a
-# candidate whose few samples scatter has a wide spread, and so stays. Round 2 took eight
-# samples after 1 ms: in an H100 ResNet-50 sweep (docs/benchmarks.md) its 903 configs
-# took 5.2 s, about 5 ms of GPU time each, and the 557 that left had spreads of 0.37%
-# (median) and 1.07% (95th percentile), the nearest leaving at 1.082x the best. A spread
-# of about 1% moves none of them across 1.08x, and five samples (the native timer's
-# least) after 0.5 ms spare about 2 ms of GPU time a config. The finalists keep their 1 ms
-# warm-up (Note [finalists' warm-up]).
-ROUNDS = (Round(budget_ms=1.0, warmup_ms=0.5, keep_within=1.30, sample_ms=0.2),
+# candidate whose few samples scatter has a wide spread, and so stays. Both rounds took
+# more before, and an H100 ResNet-50 sweep's file (docs/benchmarks.md) says what that
+# bought:
+# - round 1 took five samples of 0.2 ms after 0.5 ms. Its 2,957 configs took 10.5 s, of
+#   which about 5.5 s of GPU time in estimates, warm-ups and samples (the cut configs'
+#   launches 2.4 s, the first launches 0.5 s): their launches took 0.026 ms (median; 0.13
+#   ms at the 90th percentile), and the 1,964 that left uncut had spreads of 0.21%
+#   (median), 1.1% (95th percentile) and 2.5% (99th), the nearest leaving at 1.304x the
+#   best. The present round 1 takes about 3.0 s of GPU time for them, by the same records;
+# - round 2 took eight samples after 1 ms. Its 903 configs took 5.2 s, about 5 ms of GPU
+#   time each, and the 557 that left had spreads of 0.37% (median) and 1.07% (95th
+#   percentile), the nearest leaving at 1.082x the best. Five samples (the native
+#   timer's least) after 0.5 ms spare about 2 ms of GPU time a config.
+# A spread of a percent or two moves no candidate across a margin of 30% or 8%. The
+# finalists keep their 1 ms warm-up (Note [finalists' warm-up]).
+ROUNDS = (Round(budget_ms=0.5, warmup_ms=0.2, keep_within=1.30, sample_ms=0.1),
           Round(budget_ms=2.5, warmup_ms=0.5, keep_within=1.08, sample_ms=0.5))
 
 
