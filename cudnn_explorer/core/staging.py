@@ -33,12 +33,13 @@ times it, and at least ``CUT_FLOOR_MS``) is timed no further: the second launch'
 replay of a CUDA graph of one launch where the plan can be captured, so that the host's
 time to issue it is left out, as in every graph-timed row) is its one round-1 sample (the
 first's includes module loading, so it only decides), and it leaves unless the caller
-names it. The first launch alone cannot cut: in an H100 ResNet-50 sweep, 47 of the 1,964
-configs that left round 1 uncut launched first above their cutoff with a median below it
-(63.9 ms for a config of 0.013 ms), while the second launches of the 90 cut configs cost
-1.18 s in all. Such a candidate is at least 3x the round's best, where round 1 keeps up to
-1.30x: a margin of 2.3x for the error of one launch's time, which above 1 ms is far
-smaller (a launch's overhead is microseconds). On the H200's
+names it. The first launch alone cannot cut: in an H100 ResNet-50 sweep
+(scripts/round_stats.py on data/reference/h100-resnet50-b32-amp-fp16-nhwc.json.gz), 47
+of the 1,964 configs that left round 1 uncut launched first above their cutoff with a
+median below it (63.9 ms for a config of 0.013 ms), while the second launches of the 90
+cut configs cost 1.18 s in all. Such a candidate is at least 3x the round's best, where
+round 1 keeps up to 1.30x: a margin of 2.3x for the error of one launch's time, which
+above 1 ms is far smaller (a launch's overhead is microseconds). On the H200's
 default problem (32x3x224x224, 3x3), configs slower than that spent 14.8 s of round 1's
 22.5 s of GPU time in their full sampling (ten or more launches each: the estimate, the
 warm-up, the graph's warm launch and five samples).
@@ -51,8 +52,9 @@ from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Tuple
 from .options import TimingSpec
 
 __all__ = ["Round", "ROUNDS", "Timed", "survivors", "round_timing", "final_timing",
-           "FINAL_WARMUP_MS", "cutoff_ms", "CUT_RATIO", "CUT_FLOOR_MS", "run_limit_s", "RUN_LIMIT_FLOOR_S",
-           "ROUND1_LIMIT_LAUNCHES", "bar_ms", "is_record", "decided", "skipped_round"]
+           "FINAL_WARMUP_MS", "cutoff_ms", "CUT_RATIO", "CUT_FLOOR_MS", "run_limit_s",
+           "RUN_LIMIT_FLOOR_S", "ROUND1_LIMIT_LAUNCHES", "bar_ms", "is_record", "decided",
+           "skipped_round"]
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,9 @@ class Round:
 # five samples of 0.1 ms after 0.2 ms of warm-up, round 2 five of 0.5 ms after 0.5 ms.
 # Their margins stay as chosen from data (1.30x and 1.08x, less twice the spread); a
 # candidate whose few samples scatter has a wide spread, and so stays. Both rounds took
-# more before, and an H100 ResNet-50 sweep's file (docs/benchmarks.md) says what that
-# bought:
+# more before, and an H100 ResNet-50 sweep's file says what that bought
+# (data/reference/h100-resnet50-b32-amp-fp16-nhwc.json.gz; scripts/round_stats.py prints
+# these figures):
 # - round 1 took five samples of 0.2 ms after 0.5 ms. Its 2,957 configs took 10.5 s, of
 #   which about 5.5 s of GPU time in estimates, warm-ups and samples (the cut configs'
 #   launches 2.4 s, the first launches 0.5 s): their launches took 0.026 ms (median; 0.13
@@ -91,7 +94,7 @@ class Round:
 #   (median), 1.1% (95th percentile) and 2.5% (99th), the nearest leaving at 1.304x the
 #   best. The present round 1 takes about 3.0 s of GPU time for them, by the same records;
 # - round 2 took eight samples after 1 ms. Its 903 configs took 5.2 s, about 5 ms of GPU
-#   time each, and the 557 that left had spreads of 0.37% (median) and 1.07% (95th
+#   time each, and the 557 that left had spreads of 0.37% (median) and 1.05% (95th
 #   percentile), the nearest leaving at 1.082x the best. Five samples (the native
 #   timer's least) after 0.5 ms spare about 2 ms of GPU time a config.
 # A spread of a percent or two moves no candidate across a margin of 30% or 8%. The

@@ -1,0 +1,176 @@
+"""What a staged search's rounds decided and what they cost, from a saved exploration or
+model sweep (--json; gzip-compressed too): the figures behind Note [round budgets] and
+Note [cut launches] in cudnn_explorer/core/staging.py.
+
+For the engine configs of every direction (--legacy: the legacy rows instead):
+- per round, the candidates that left there, cut ones apart: how many, their spreads
+  (IQR / median) at the 50th, 95th and 99th percentiles, and the nearest to staying (the
+  least ratio to the round's best);
+- each round's GPU time, estimated from each candidate's median launch as
+  csrc/timing.cpp's batched rounds launch it (three launches for the estimate, then
+  replays of K launches: the warm-up's and at least five samples'), under each --round1
+  and --round2 SAMPLE_MS,WARMUP_MS,BUDGET_MS (default: the present ROUNDS). A finalist's
+  round-1 and round-2 times are not kept, so its final median stands in. Round 1's cut
+  candidates (two launches each, recorded) and first launches are given apart;
+- whether the first launch alone could cut: of the candidates that left round 1 uncut,
+  how many launched first (first_ms) above their direction's cutoff (staging.cutoff_ms
+  of its best finalist) with a median below it.
+
+Usage: python scripts/round_stats.py FILE [--legacy] [--round1 0.2,0.5,1.0]
+           [--round1 0.1,0.2,0.5] [--round2 0.5,1.0,4.0] [--round2 0.5,0.5,2.5]
+"""
+import argparse
+import math
+import os
+import sys
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from cudnn_explorer.core.documents import saved_explorations  # noqa: E402
+from cudnn_explorer.core.errors import ExplorerError  # noqa: E402
+from cudnn_explorer.core.staging import ROUNDS, cutoff_ms  # noqa: E402
+
+MIN_SAMPLES, ESTIMATE_LAUNCHES = 5, 3  # csrc/timing.h, Note [batched rounds]
+
+
+def round_gpu_ms(median_ms: float, sample_ms: float, warmup_ms: float,
+                 budget_ms: float) -> float:
+    """A batched round's GPU time (ms) for a launch of ``median_ms``: the estimate's three
+    launches, then replays of K = ceil(sample / median) launches, enough to warm up for
+    ``warmup_ms`` (at least one) and to fill ``budget_ms`` (at least five samples)."""
+    k = max(1, math.ceil(sample_ms / median_ms))
+    per = median_ms * k
+    warm = max(1, math.ceil(warmup_ms / per))
+    n = max(MIN_SAMPLES, math.ceil(budget_ms / per))
+    return median_ms * ESTIMATE_LAUNCHES + (warm + n) * per
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank below)."""
+    s = sorted(values)
+    return s[int(q * (len(s) - 1))]
+
+
+def candidates(exploration, legacy: bool) -> Iterable[Tuple[object, List]]:
+    """(direction, its timed candidates: engine configs, or legacy rows) of an
+    exploration."""
+    for d in exploration.directions:
+        if legacy:
+            yield d, [r for r in d.find if r.timing is not None]
+        elif d.engines is not None:
+            yield d, [c for c in d.engines.configs if c.timing is not None]
+
+
+def round_timed(d, legacy: bool, number: int) -> bool:
+    """Whether the direction's round ``number`` was timed (Note [decided rounds]: not
+    when it could send no candidate away)."""
+    rounds = d.legacy_rounds if legacy else (d.engines.rounds if d.engines else [])
+    for r in rounds or []:
+        if r.get("round") == number:
+            return not r.get("skipped")
+    return False
+
+
+def parse_round(text: str) -> Tuple[float, float, float]:
+    try:
+        sample, warm, budget = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: valid: SAMPLE_MS,WARMUP_MS,BUDGET_MS, e.g. 0.1,0.2,0.5") from None
+    if min(sample, warm, budget) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: each of the three must be above 0")
+    return sample, warm, budget
+
+
+def stats(explorations, legacy: bool, round1: Sequence[Tuple[float, float, float]],
+          round2: Sequence[Tuple[float, float, float]]) -> List[str]:
+    """The report's lines (the module's docstring says what they hold)."""
+    left = {1: [], 2: []}  # (ratio, spread) of those that left uncut
+    cut: List = []
+    in_round = {1: [], 2: []}  # medians of the candidates each round timed
+    first_over, first_known, first_ms = [], 0, 0.0
+    directions, staged = 0, False
+    for x in explorations:
+        for d, cands in candidates(x, legacy):
+            if not cands:
+                continue
+            directions += 1
+            staged = staged or bool(d.legacy_rounds if legacy else d.engines.rounds)
+            finals = [c.timing.median_ms for c in cands
+                      if c.left_round is None and c.timing.median_ms]
+            bar = cutoff_ms(min(finals)) if finals else None
+            r2 = round_timed(d, legacy, 2)
+            for c in cands:
+                t = c.timing
+                if t.method == "cut":
+                    cut.append(t)
+                    continue
+                in_round[1].append(t.median_ms)
+                if c.left_round in (1, 2) and c.left_ratio is not None:
+                    left[c.left_round].append((c.left_ratio, t.spread or 0.0))
+                if c.left_round == 2 or (c.left_round is None and r2):
+                    in_round[2].append(t.median_ms)
+                if c.left_round == 1 and t.first_ms is not None:
+                    first_known += 1
+                    first_ms += t.first_ms
+                    if bar and t.first_ms > bar > t.median_ms:
+                        first_over.append((t.first_ms, t.median_ms, c.tag if not legacy
+                                           else f"{c.algo_name} ({c.math_type})"))
+    what = "legacy rows" if legacy else "engine configs"
+    if not staged:
+        return [f"{what} of {directions} directions: no rounds recorded (not a staged search)"]
+    out = [f"{what} of {directions} directions: {len(in_round[1]) + len(cut)} timed in "
+           f"round 1 ({len(cut)} cut after two launches), {len(in_round[2])} in round 2"]
+    for n in (1, 2):
+        got = left[n]
+        if not got:
+            out.append(f"round {n}: none left uncut with a ratio")
+            continue
+        spreads = [s for _, s in got]
+        out.append(f"round {n}: {len(got)} left uncut; spread p50 {quantile(spreads, .5):.2%}, "
+                   f"p95 {quantile(spreads, .95):.2%}, p99 {quantile(spreads, .99):.2%}; "
+                   f"nearest to staying at {min(r for r, _ in got):.3f}x the best")
+    for n, params in ((1, round1), (2, round2)):
+        for sample, warm, budget in params:
+            gpu = sum(round_gpu_ms(m, sample, warm, budget) for m in in_round[n] if m)
+            out.append(f"round {n} GPU time, samples of {sample:g} ms after {warm:g} ms "
+                       f"of warm-up, a {budget:g} ms budget: about {gpu / 1e3:.2f} s "
+                       f"({len(in_round[n])} candidates, cut ones apart)")
+    cut_s = sum((t.first_ms or 0.0) + t.median_ms for t in cut) / 1e3
+    out.append(f"round 1's cut candidates: {len(cut)}, their two launches {cut_s:.2f} s "
+               f"(the second ones {sum(t.median_ms for t in cut) / 1e3:.2f} s)")
+    if first_known:
+        out.append(f"first launches of the {first_known} that left round 1 uncut: "
+                   f"{first_ms / 1e3:.2f} s; {len(first_over)} launched first above their "
+                   f"direction's cutoff with a median below it")
+        for f, m, tag in sorted(first_over, reverse=True)[:5]:
+            out.append(f"  {tag}: first launch {f:.2f} ms, median {m:.4f} ms")
+    else:
+        out.append("no first launches recorded (a file from before first_ms)")
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file")
+    ap.add_argument("--legacy", action="store_true", help="the legacy rows' rounds")
+    ap.add_argument("--round1", type=parse_round, action="append",
+                    help="SAMPLE_MS,WARMUP_MS,BUDGET_MS (repeatable)")
+    ap.add_argument("--round2", type=parse_round, action="append",
+                    help="SAMPLE_MS,WARMUP_MS,BUDGET_MS (repeatable)")
+    a = ap.parse_args(argv)
+    present = [(r.sample_ms, r.warmup_ms, r.budget_ms) for r in ROUNDS]
+    try:
+        explorations = saved_explorations(a.file, "FILE")
+    except ExplorerError as e:
+        print(f"round_stats: {e}", file=sys.stderr)
+        return 2
+    for line in stats(explorations, a.legacy, a.round1 or [present[0]],
+                      a.round2 or [present[1]]):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""scripts/round_stats.py: the batched round's GPU time, and the figures Note [round
+budgets] and Note [cut launches] (core/staging.py) quote, from the reference H100 sweep
+they came from (no GPU)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import round_stats  # noqa: E402
+
+H100 = os.path.join(ROOT, "data", "reference", "h100-resnet50-b32-amp-fp16-nhwc.json.gz")
+H200_UNSTAGED = os.path.join(ROOT, "data", "reference", "h200-resnet50-b32-amp-fp16-nhwc.json.gz")
+
+
+def test_a_batched_round_launches_the_estimate_the_warm_up_and_five_samples_at_least():
+    # 0.026 ms launches, samples of 0.2 ms: K = 8 (0.208 ms a sample), three warm-up
+    # replays for 0.5 ms, five samples for a 1 ms budget, after the estimate's three launches
+    assert round_stats.round_gpu_ms(0.026, 0.2, 0.5, 1.0) == pytest.approx(0.026 * (3 + 8 * 8))
+    # a launch longer than the sample: one launch a sample, one warm-up, five samples
+    assert round_stats.round_gpu_ms(2.0, 0.1, 0.2, 0.5) == pytest.approx(2.0 * (3 + 1 + 5))
+    # a budget that holds more than five samples
+    assert round_stats.round_gpu_ms(0.5, 0.5, 1.0, 4.0) == pytest.approx(0.5 * (3 + 2 + 8))
+
+
+def test_the_notes_figures_come_from_the_reference_sweep():
+    from cudnn_explorer.core.documents import saved_explorations
+
+    xs = saved_explorations(H100, "FILE")
+    lines = round_stats.stats(xs, False, [(0.2, 0.5, 1.0), (0.1, 0.2, 0.5)],
+                              [(0.5, 1.0, 4.0), (0.5, 0.5, 2.5)])
+    text = "\n".join(lines)
+    assert lines[0] == ("engine configs of 68 directions: 2957 timed in round 1 (90 cut "
+                        "after two launches), 903 in round 2")
+    assert ("round 1: 1964 left uncut; spread p50 0.21%, p95 1.08%, p99 2.47%; nearest to "
+            "staying at 1.304x the best") in text
+    assert ("round 2: 557 left uncut; spread p50 0.37%, p95 1.05%, p99 1.58%; nearest to "
+            "staying at 1.082x the best") in text
+    assert "a 1 ms budget: about 5.55 s" in text and "a 0.5 ms budget: about 3.04 s" in text
+    assert "a 4 ms budget: about 4.71 s" in text and "a 2.5 ms budget: about 2.87 s" in text
+    assert "round 1's cut candidates: 90, their two launches 2.39 s (the second ones 1.18 s)" \
+        in text
+    assert "47 launched first above their direction's cutoff with a median below it" in text
+    assert "ConvFwd_eng62_k2=4_k13=1_k18=0_k25=1_k27=5_k28=1: first launch 63.94 ms" in text
+
+
+def test_the_command_line_reads_any_saved_file_and_refuses_bad_input():
+    run = [sys.executable, os.path.join(ROOT, "scripts", "round_stats.py")]
+    p = subprocess.run(run + [H200_UNSTAGED], capture_output=True, text=True)
+    assert p.returncode == 0
+    assert p.stdout.strip() == ("engine configs of 68 directions: no rounds recorded (not a "
+                                "staged search)")
+    p = subprocess.run(run + [H100, "--legacy"], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("legacy rows of 68 directions")
+    p = subprocess.run(run + ["/no/such/file.json"], capture_output=True, text=True)
+    assert p.returncode == 2 and "No such file" in p.stderr and "Traceback" not in p.stderr
+    p = subprocess.run(run + [H100, "--round1", "0.1,x"], capture_output=True, text=True)
+    assert p.returncode == 2 and "SAMPLE_MS,WARMUP_MS,BUDGET_MS" in p.stderr
