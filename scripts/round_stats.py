@@ -13,8 +13,9 @@ For the engine configs of every direction (--legacy: the legacy rows instead):
   round-1 and round-2 times are not kept, so its final median stands in. Round 1's cut
   candidates (two launches each, recorded) and first launches are given apart;
 - whether the first launch alone could cut: of the candidates that left round 1 uncut,
-  how many launched first (first_ms) above their direction's cutoff (staging.cutoff_ms
-  of its best finalist) with a median below it.
+  how much longer their first launch (first_ms) took than their median, and how many
+  launched first above their direction's cutoff (staging.cutoff_ms of its best
+  finalist) with a median below it.
 
 Usage: python scripts/round_stats.py FILE [--legacy] [--round1 0.2,0.5,1.0]
            [--round1 0.1,0.2,0.5] [--round2 0.5,1.0,4.0] [--round2 0.5,0.5,2.5]
@@ -89,7 +90,7 @@ def stats(explorations, legacy: bool, round1: Sequence[Tuple[float, float, float
     left = {1: [], 2: []}  # (ratio, spread) of those that left uncut
     cut: List = []
     in_round = {1: [], 2: []}  # medians of the candidates each round timed
-    first_over, first_known, first_ms = [], 0, 0.0
+    first_over, first_extra, first_ms = [], [], 0.0
     directions, staged = 0, False
     for x in explorations:
         for d, cands in candidates(x, legacy):
@@ -112,7 +113,7 @@ def stats(explorations, legacy: bool, round1: Sequence[Tuple[float, float, float
                 if c.left_round == 2 or (c.left_round is None and r2):
                     in_round[2].append(t.median_ms)
                 if c.left_round == 1 and t.first_ms is not None:
-                    first_known += 1
+                    first_extra.append(t.first_ms - t.median_ms)
                     first_ms += t.first_ms
                     if bar and t.first_ms > bar > t.median_ms:
                         first_over.append((t.first_ms, t.median_ms, c.tag if not legacy
@@ -140,10 +141,12 @@ def stats(explorations, legacy: bool, round1: Sequence[Tuple[float, float, float
     cut_s = sum((t.first_ms or 0.0) + t.median_ms for t in cut) / 1e3
     out.append(f"round 1's cut candidates: {len(cut)}, their two launches {cut_s:.2f} s "
                f"(the second ones {sum(t.median_ms for t in cut) / 1e3:.2f} s)")
-    if first_known:
-        out.append(f"first launches of the {first_known} that left round 1 uncut: "
-                   f"{first_ms / 1e3:.2f} s; {len(first_over)} launched first above their "
-                   f"direction's cutoff with a median below it")
+    if first_extra:
+        out.append(f"first launches of the {len(first_extra)} that left round 1 uncut: "
+                   f"{first_ms / 1e3:.2f} s, each its median plus {quantile(first_extra, .5):.3f} "
+                   f"ms (p50), {quantile(first_extra, .99):.3f} ms (p99), "
+                   f"{max(first_extra):.3f} ms (max); {len(first_over)} launched first above "
+                   f"their direction's cutoff with a median below it")
         for f, m, tag in sorted(first_over, reverse=True)[:5]:
             out.append(f"  {tag}: first launch {f:.2f} ms, median {m:.4f} ms")
     else:
