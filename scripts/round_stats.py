@@ -79,8 +79,9 @@ def parse_round(text: str) -> Tuple[float, float, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r}: valid: SAMPLE_MS,WARMUP_MS,BUDGET_MS, e.g. 0.1,0.2,0.5") from None
-    if min(sample, warm, budget) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: each of the three must be above 0")
+    if not all(math.isfinite(v) and v > 0 for v in (sample, warm, budget)):
+        raise argparse.ArgumentTypeError(f"{text!r}: each of the three must be a number "
+                                         f"above 0")
     return sample, warm, budget
 
 

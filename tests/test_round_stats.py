@@ -60,3 +60,6 @@ def test_the_command_line_reads_any_saved_file_and_refuses_bad_input():
     assert p.returncode == 2 and "No such file" in p.stderr and "Traceback" not in p.stderr
     p = subprocess.run(run + [H100, "--round1", "0.1,x"], capture_output=True, text=True)
     assert p.returncode == 2 and "SAMPLE_MS,WARMUP_MS,BUDGET_MS" in p.stderr
+    for bad in ("nan,0.2,0.5", "0.1,inf,0.5", "0.1,0.2,0", "0.1,0.2"):
+        p = subprocess.run(run + [H100, "--round2", bad], capture_output=True, text=True)
+        assert p.returncode == 2 and repr(bad) in p.stderr and "Traceback" not in p.stderr
