@@ -147,7 +147,8 @@ def main() -> int:
     print(f"\nsweep of {len(sw.capture.problems)} unique problems ({a.profile} profile): "
           f"{wall:.1f} s wall (PyTorch's run of the model {figures['pytorch_run_s']} s, "
           f"the problems {figures['problems_s']} s, {rest_text(figures)}); PyTorch's own "
-          f"first iteration with benchmark on: {s.first_ms:.0f} ms; ratio {figures['ratio_sweep_to_first_iteration']}x "
+          f"first iteration with benchmark on: {s.first_ms:.0f} ms; "
+          f"ratio {figures['ratio_sweep_to_first_iteration']}x "
           f"(goal: sweep <= 60 s: {'met' if figures['time_goal_met'] else 'NOT met'}; "
           f"stretch <= 3x: {'met' if figures['stretch_goal_met'] else 'NOT met'})")
     print(f"GPU memory: the tool's peak {tool_peak / GIB:.2f} GiB (device used, less "

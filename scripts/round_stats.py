@@ -48,7 +48,8 @@ def round_gpu_ms(median_ms: float, sample_ms: float, warmup_ms: float,
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of ``values`` (nearest rank below)."""
+    """The ``q`` quantile of ``values``, the nearest rank below: a value that occurred
+    (core.stats.quantile interpolates between two)."""
     s = sorted(values)
     return s[int(q * (len(s) - 1))]
 
@@ -63,11 +64,15 @@ def candidates(exploration, legacy: bool) -> Iterable[Tuple[object, List]]:
             yield d, [c for c in d.engines.configs if c.timing is not None]
 
 
+def rounds_of(d, legacy: bool) -> List[dict]:
+    """The direction's recorded rounds: its legacy rows' or its engine configs'."""
+    return (d.legacy_rounds if legacy else (d.engines.rounds if d.engines else [])) or []
+
+
 def round_timed(d, legacy: bool, number: int) -> bool:
     """Whether the direction's round ``number`` was timed (Note [decided rounds]: not
     when it could send no candidate away)."""
-    rounds = d.legacy_rounds if legacy else (d.engines.rounds if d.engines else [])
-    for r in rounds or []:
+    for r in rounds_of(d, legacy):
         if r.get("round") == number:
             return not r.get("skipped")
     return False
@@ -98,7 +103,7 @@ def stats(explorations, legacy: bool, round1: Sequence[Tuple[float, float, float
             if not cands:
                 continue
             directions += 1
-            staged = staged or bool(d.legacy_rounds if legacy else d.engines.rounds)
+            staged = staged or bool(rounds_of(d, legacy))
             finals = [c.timing.median_ms for c in cands
                       if c.left_round is None and c.timing.median_ms]
             bar = cutoff_ms(min(finals)) if finals else None
