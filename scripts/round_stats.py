@@ -15,7 +15,10 @@ For the engine configs of every direction (--legacy: the legacy rows instead):
 - whether the first launch alone could cut: of the candidates that left round 1 uncut,
   how much longer their first launch (first_ms) took than their median, and how many
   launched first above their direction's cutoff (staging.cutoff_ms of its best
-  finalist) with a median below it.
+  finalist) with a median below it;
+- what the engine configs' plan builds cost (build_ms): all of them, and the run-time
+  compiled ones (behaviour note RUNTIME_COMPILATION) apart, where those left, in how
+  many directions one was the best, and the slowest builds.
 
 Usage: python scripts/round_stats.py FILE [--legacy] [--round1 0.2,0.5,1.0]
            [--round1 0.1,0.2,0.5] [--round2 0.5,1.0,4.0] [--round2 0.5,0.5,2.5]
@@ -160,6 +163,64 @@ def stats(explorations, legacy: bool, round1: Sequence[Tuple[float, float, float
     return out
 
 
+RTC = "RUNTIME_COMPILATION"  # cuDNN's behaviour note: the plan's kernel is compiled at build
+
+
+def where_left(c, staged: bool) -> str:
+    """Where a config left: "round N" or "finalist" in a staged search, "unstaged" in
+    one that was not."""
+    if not staged:
+        return "unstaged"
+    return "finalist" if c.left_round is None else f"round {c.left_round}"
+
+
+def builds(explorations, slowest: int = 5) -> List[str]:
+    """The plan builds' lines (the module's docstring says what they hold)."""
+    built: List[Tuple[object, str]] = []  # (config, where it left)
+    best_rtc, directions = 0, 0
+    for x in explorations:
+        for d in x.directions:
+            if d.engines is None:
+                continue
+            directions += 1
+            staged = bool(d.engines.rounds)
+            built += [(c, where_left(c, staged)) for c in d.engines.configs
+                      if c.build_ms is not None]
+            best = d.engines.best()
+            best_rtc += best is not None and RTC in best.behavior_notes
+    if not built:
+        return ["plan builds: none recorded"]
+
+    def seconds(got) -> str:
+        return f"{sum(c.build_ms for c, _ in got) / 1e3:.1f} s"
+
+    rtc = [(c, p) for c, p in built if RTC in c.behavior_notes]
+    out = [f"plan builds: {len(built)} engine configs built in {seconds(built)}"]
+    if not rtc:
+        out.append("run-time compiled configs: none built")
+    else:
+        ms = [c.build_ms for c, _ in rtc]
+        out.append(f"run-time compiled configs: {len(rtc)} built in {seconds(rtc)} "
+                   f"({min(ms):.0f} to {max(ms):.0f} ms each); {best_rtc} of {directions} "
+                   f"directions' best configs are run-time compiled")
+        order = ("round 1", "round 2", "finalist", "unstaged")
+        for place in sorted({p for _, p in rtc}, key=lambda p: order.index(p)
+                            if p in order else len(order)):
+            got = [(c, p) for c, p in rtc if p == place]
+            ratios = [c.left_ratio for c, _ in got if c.left_ratio is not None]
+            span = f" at {min(ratios):.2f}x to {max(ratios):.2f}x the best" if ratios else ""
+            what = {"finalist": "finalists", "unstaged": "in an unstaged search"}.get(
+                place, f"left in {place}")
+            out.append(f"  {what}: {len(got)}, built in {seconds(got)}{span}")
+    if slowest > 0:
+        out.append(f"the {min(slowest, len(built))} slowest builds:")
+    for c, place in sorted(built, key=lambda cp: -cp[0].build_ms)[:slowest]:
+        ratio = f" at {c.left_ratio:.2f}x the best" if c.left_ratio is not None else ""
+        compiled = " (run-time compiled)" if RTC in c.behavior_notes else ""
+        out.append(f"  {c.tag}: {c.build_ms:.0f} ms{compiled}, {place}{ratio}")
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file")
@@ -175,8 +236,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ExplorerError as e:
         print(f"round_stats: {e}", file=sys.stderr)
         return 2
-    for line in stats(explorations, a.legacy, a.round1 or [present[0]],
-                      a.round2 or [present[1]]):
+    lines = stats(explorations, a.legacy, a.round1 or [present[0]], a.round2 or [present[1]])
+    for line in lines + ([] if a.legacy else builds(explorations)):
         print(line)
     return 0
 

@@ -4,6 +4,7 @@ they came from (no GPU)."""
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import round_stats  # noqa: E402
 
 H100 = os.path.join(ROOT, "data", "reference", "h100-resnet50-b32-amp-fp16-nhwc.json.gz")
+BF16_QUICK = os.path.join(ROOT, "data", "reference", "h100-readme-bf16-nhwc-quick.json")
 H200_UNSTAGED = os.path.join(ROOT, "data", "reference", "h200-resnet50-b32-amp-fp16-nhwc.json.gz")
 
 
@@ -48,12 +50,56 @@ def test_the_notes_figures_come_from_the_reference_sweep():
     assert "ConvFwd_eng62_k2=4_k13=1_k18=0_k25=1_k27=5_k28=1: first launch 63.94 ms" in text
 
 
+def test_the_plan_builds_figures_come_from_the_reference_files():
+    from cudnn_explorer.core.documents import saved_explorations
+
+    # the README's bfloat16 problem, quick profile: its engine time is run-time compiled
+    # builds of configs that every round sent away (docs/benchmarks.md, "The same answers")
+    lines = round_stats.builds(saved_explorations(BF16_QUICK, "FILE"))
+    assert lines[:3] == [
+        "plan builds: 293 engine configs built in 39.1 s",
+        "run-time compiled configs: 34 built in 39.1 s (44 to 2312 ms each); 0 of 3 "
+        "directions' best configs are run-time compiled",
+        "  left in round 1: 34, built in 39.1 s at 1.56x to 273.78x the best"]
+    assert lines[4] == ("  ConvBwdFilter_eng69: 2312 ms (run-time compiled), round 1 at 58.49x "
+                        "the best")
+    assert len(lines) == 4 + 5
+    # the H100 sweep: run-time compiled configs left in every round, and won two directions
+    lines = round_stats.builds(saved_explorations(H100, "FILE"), slowest=1)
+    assert lines == [
+        "plan builds: 2957 engine configs built in 3.0 s",
+        "run-time compiled configs: 61 built in 2.9 s (27 to 175 ms each); 2 of 68 "
+        "directions' best configs are run-time compiled",
+        "  left in round 1: 36, built in 1.8 s at 1.38x to 16.37x the best",
+        "  left in round 2: 12, built in 0.5 s at 1.09x to 1.27x the best",
+        "  finalists: 13, built in 0.6 s",
+        "the 1 slowest builds:",
+        "  ConvBwdFilter_eng19_k2=0: 175 ms (run-time compiled), round 1 at 16.37x the best"]
+
+
+def test_plan_builds_of_a_file_without_builds_or_run_time_compiled_configs():
+    from cudnn_explorer.core.exploration import Exploration
+
+    with open(BF16_QUICK, "rb") as f:
+        x = Exploration.from_json(f.read())
+    e = x.directions[0].engines
+    plain = [replace(c, behavior_notes=[n for n in c.behavior_notes if n != round_stats.RTC])
+             for c in e.configs]
+    d = replace(x.directions[0], engines=replace(e, configs=plain))
+    lines = round_stats.builds([replace(x, directions=[d])], slowest=0)
+    assert lines[1:] == ["run-time compiled configs: none built"]
+    unbuilt = replace(e, configs=[replace(c, build_ms=None) for c in e.configs])
+    d = replace(x.directions[0], engines=unbuilt)
+    assert round_stats.builds([replace(x, directions=[d])]) == ["plan builds: none recorded"]
+
+
 def test_the_command_line_reads_any_saved_file_and_refuses_bad_input():
     run = [sys.executable, os.path.join(ROOT, "scripts", "round_stats.py")]
     p = subprocess.run(run + [H200_UNSTAGED], capture_output=True, text=True)
     assert p.returncode == 0
-    assert p.stdout.strip() == ("engine configs of 68 directions: no rounds recorded (not a "
-                                "staged search)")
+    assert p.stdout.startswith("engine configs of 68 directions: no rounds recorded (not a "
+                               "staged search)\nplan builds: 2957 engine configs built in 2.5 s")
+    assert "  in an unstaged search: 61, built in 2.4 s\n" in p.stdout
     p = subprocess.run(run + [H100, "--legacy"], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.startswith("legacy rows of 68 directions")
     p = subprocess.run(run + ["/no/such/file.json"], capture_output=True, text=True)
