@@ -203,9 +203,8 @@ def builds(explorations, slowest: int = 5) -> List[str]:
         out.append(f"run-time compiled configs: {len(rtc)} built in {seconds(rtc)} "
                    f"({min(ms):.0f} to {max(ms):.0f} ms each); {best_rtc} of {directions} "
                    f"directions' best configs are run-time compiled")
-        order = ("round 1", "round 2", "finalist", "unstaged")
-        for place in sorted({p for _, p in rtc}, key=lambda p: order.index(p)
-                            if p in order else len(order)):
+        # the rounds in order, then the finalists, then an unstaged search's
+        for place in sorted({p for _, p in rtc}, key=lambda p: (not p.startswith("round"), p)):
             got = [(c, p) for c, p in rtc if p == place]
             ratios = [c.left_ratio for c, _ in got if c.left_ratio is not None]
             span = f" at {min(ratios):.2f}x to {max(ratios):.2f}x the best" if ratios else ""
