@@ -288,3 +288,28 @@ def test_the_model_command_starts_pytorchs_processes_before_it_captures(tmp_path
     order.clear()
     assert cli.run(["resnet18", "--batch", "2", "--no-pytorch", "--no-store", "--quiet"]) == 130
     assert order == ["worker", "capture", ("sweep", False, True), "worker closed"]
+
+
+def test_verbose_says_where_the_time_before_the_sweep_went(tmp_path, monkeypatch, capsys):
+    """--verbose ends with the seconds before the sweep's first step, since the process
+    started: the interpreter and imports, torch, the model built and captured (the
+    capture itself apart), and the rest until the first step; none without /proc."""
+    import cudnn_explorer.jobs.sweep as job
+    from cudnn_explorer.cli import model as cli
+
+    ages = iter([0.9, 4.1, 9.4, 10.6])
+    monkeypatch.setattr(cli, "process_age_s", lambda: next(ages))
+    real = job.sweep_model
+    monkeypatch.setattr(job, "capture", lambda spec, device, notify: dataclasses.replace(
+        small_capture(), seconds=1.0))
+    monkeypatch.setattr(job, "sweep_model", lambda cap, options, **kw: real(
+        cap, options.updated(child_timeout_s=30), bench=FakeBench(tmp_path, monkeypatch), **kw))
+    assert cli.run(["resnet18", "--batch", "2", "--no-store", "--verbose"]) == 0
+    err = capsys.readouterr().err
+    assert ("before the sweep's first step: 10.6 s since the process started: the "
+            "interpreter, the tool's imports and the arguments 0.9, torch and the extension "
+            "imported 3.2, the model built and captured 5.3 (the capture itself 1.0), until "
+            "the sweep's first step 1.2 s") in " ".join(err.split())
+    monkeypatch.setattr(cli, "process_age_s", lambda: None)
+    assert cli.run(["resnet18", "--batch", "2", "--no-store", "--verbose"]) == 0
+    assert "before the sweep" not in capsys.readouterr().err

@@ -11,7 +11,7 @@ from .args import Needs, Parser, Refuse, check_rules
 from .groups import (HARMLESS, PLANS_RULES, RUN_FLAGS, add_model_args, add_plans_args,
                      add_run_args, checked_plans, model_spec_from_args, options_from_args,
                      positional, run_rules, store_choice)
-from .output import check_output_path, error, say, write_output
+from .output import check_output_path, error, process_age_s, say, write_output
 
 __all__ = ["build_parser", "run", "conflicts", "render_saved"]
 
@@ -156,6 +156,7 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
     # Note [model children started ahead]: PyTorch's mode processes import while this one
     # imports torch and captures, and so does the engine worker (Note [engine worker
     # started ahead] in jobs/sweep.py)
+    clock = Startup()
     sweeping = not (a.capture_only or a.target)
     starts = mode_starts(spec, options, bool(a.plans)) \
         if options.pytorch and sweeping else None
@@ -164,10 +165,13 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
         gpu.measuring()
         import torch
 
+        clock.mark("torch and the extension imported")
         device = "cpu" if (a.capture_only or a.target) and not torch.cuda.is_available() \
             else f"cuda:{options.device}"
+        cap = capture(spec, device, notify)
+        clock.mark("the model built and captured", cap.seconds)
         return _captured(a, spec, options, profile, iterations, target_profiles, keep,
-                         capture(spec, device, notify), starts, worker)
+                         cap, starts, worker, clock)
     finally:
         if starts is not None:
             starts.close()
@@ -175,8 +179,43 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
             worker.close()
 
 
+class Startup:
+    """Where a model command's time went before its sweep began (s since the process
+    started, from /proc): marks in order, each the seconds since the one before; a
+    mark's ``inner`` (the capture proper) is said apart from the rest of its span.
+    Nothing where /proc does not say the process's age."""
+
+    def __init__(self):
+        age = process_age_s()
+        self.marks = [] if age is None else [
+            ("the interpreter, the tool's imports and the arguments", age, None)]
+
+    def mark(self, name: str, inner=None) -> None:
+        """``name`` ended now; ``inner``: the seconds of its part said apart."""
+        if not self.marks or any(m[0] == name for m in self.marks):
+            return
+        age = process_age_s()
+        if age is not None:
+            self.marks.append((name, age, inner))
+
+    def text(self) -> str:
+        """"before the sweep: 10.6 s since the process started: ..." ("" without marks)."""
+        if len(self.marks) < 2:
+            return ""
+        parts, last = [], 0.0
+        for name, age, inner in self.marks:
+            span = max(age - last, 0.0)
+            if inner is not None and 0.0 <= inner <= span:
+                parts.append(f"{name} {span:.1f} (the capture itself {inner:.1f})")
+            else:
+                parts.append(f"{name} {span:.1f}")
+            last = age
+        return (f"before the sweep's first step: {last:.1f} s since the process started: "
+                + ", ".join(parts) + " s")
+
+
 def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
-              starts, worker) -> int:
+              starts, worker, clock=None) -> int:
     from ..jobs.sweep import sweep_model
     from ..report.model import render_capture, render_sweep
     from .output import notify
@@ -198,6 +237,8 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
                    dynamic_ncols=True, disable=None if not a.verbose else False)
 
     def progress(done, total, msg):
+        if clock is not None:  # the sweep's first step: PyTorch's run, or the problems
+            clock.mark("until the sweep's first step")
         if bar is not None:
             bar.n = done
             bar.set_postfix_str(msg[:60], refresh=True)
@@ -234,6 +275,8 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
         if bar is not None:
             bar.close()
     sys.stdout.write(render_sweep(sw))
+    if a.verbose and clock is not None and clock.text():
+        print(clock.text(), file=sys.stderr)
     if a.json:
         print(f"wrote {a.json}", file=sys.stderr)
     failed = [e for e in sw.entries if e.error]
