@@ -99,6 +99,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("min_samples", &ce::TimingOptions::min_samples)
       .def_readwrite("max_samples", &ce::TimingOptions::max_samples)
       .def_readwrite("cutoff_ms", &ce::TimingOptions::cutoff_ms)
+      .def_readwrite("confirm_cut", &ce::TimingOptions::confirm_cut)
       .def_readwrite("kernels", &ce::TimingOptions::kernels)
       .def_readwrite("batched", &ce::TimingOptions::batched);
 
@@ -111,6 +112,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("workspace_bytes", &ce::TimingResult::workspace_bytes)
       .def_readonly("estimate_ms", &ce::TimingResult::estimate_ms)
       .def_readonly("first_ms", &ce::TimingResult::first_ms)
+      .def_readonly("first_host_ms", &ce::TimingResult::first_host_ms)
+      .def_readonly("first_would_cut", &ce::TimingResult::first_would_cut)
       .def_readonly("eager_per_call_ms", &ce::TimingResult::eager_per_call_ms)
       .def_readonly("eager_calls_per_sample", &ce::TimingResult::eager_calls_per_sample)
       .def_readonly("kernels", &ce::TimingResult::kernels)

@@ -248,9 +248,9 @@ ConfigResult EngineSearch::measure(ConfigResult r, bool time, const TimingOption
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   // The execute check; timed (and synchronised) only where its time can cut the timing.
   cudnnStatus_t launched = CUDNN_STATUS_SUCCESS;
-  double first_ms = -1.0;
+  double first_ms = -1.0, first_host_ms = -1.0;
   if (time && opt.cutoff_ms > 0) {
-    first_ms = time_launch(stream, launch, &launched);
+    first_ms = time_launch(stream, launch, &launched, &first_host_ms);
   } else {
     launched = launch();
   }
@@ -265,6 +265,7 @@ ConfigResult EngineSearch::measure(ConfigResult r, bool time, const TimingOption
       TimingOptions warm = opt;
       warm.warmed = true;  // the launch above was the first
       warm.first_ms = first_ms;
+      warm.first_host_ms = first_host_ms;
       r.timing = time_launches(h, stream, I.p.x().device(), launch, warm, ctx);
       r.timed = true;
     } catch (const std::exception& e) {

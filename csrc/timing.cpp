@@ -74,6 +74,15 @@ struct Timer {
     if (st != CUDNN_STATUS_SUCCESS) throw_cudnn_error(st, "launch", ctx);
   }
 
+  // The first launch between events (time_launch), the host's time to issue it into
+  // ``host_ms``.
+  double time_first(double* host_ms) const {
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    const double ms = time_launch(stream, run, &st, host_ms);
+    if (st != CUDNN_STATUS_SUCCESS) throw_cudnn_error(st, "launch", ctx);
+    return ms;
+  }
+
   double time_eager(int n) const {  // events around n back-to-back launches
     Event a, b;
     a.record(stream);
@@ -263,8 +272,10 @@ struct Timer {
     // Warm-up: the first launch loads modules (unless the caller launched once already,
     // and says how long it took: first_ms); then estimate one launch and warm up more.
     // No synchronisation here: every later event is stream-ordered after that launch.
-    const double first = opt.warmed ? opt.first_ms : time_eager(1);
+    double first_host = opt.warmed ? opt.first_host_ms : -1.0;
+    const double first = opt.warmed ? opt.first_ms : time_first(&first_host);
     r.first_ms = first;
+    r.first_host_ms = first_host;
     // Note [cut launches]: a staged search's first round only ranks, and a config whose
     // launch takes several times the round's best so far cannot rank near it: when the
     // first launch and the next, warm one are both slower than the cutoff, the timing ends
@@ -274,6 +285,32 @@ struct Timer {
     // The caller chooses the cutoff (measure/engines.py, Note [cut launches] in
     // core/staging.py).
     if (opt.cutoff_ms > 0 && first > opt.cutoff_ms) {
+      // Note [one-launch cut]: the GPU cannot start a launch's kernels before the host
+      // has issued them, and it is idle between the first event and the end only while
+      // the host issues them, so the first launch's events less the host's time to issue
+      // it (from before the first event's record; module loading, and any wait inside the
+      // call, included) are a lower bound of its GPU time. Where that bound is over the
+      // cutoff, the launch cannot rank: the timing ends with the bound as its one sample
+      // (warmup_launches 0), without the warm launch, which on the H100 cost 1.7 s of the
+      // main job's 30 s (63 float32 backward-filter configs of 14-93 ms each) and 1.2 s of
+      // a ResNet-50 sweep. Otherwise (module loading, or a host-heavy call such as an FFT
+      // config with knob 11 = 1, took the time) the warm launch decides, as before.
+      // confirm_cut takes the warm launch all the same and says whether the bound would
+      // have cut (tests/test_gpu_cuts.py: where it would, the warm launch is over the
+      // cutoff too).
+      const double at_least = first_host >= 0 ? first - first_host : -1.0;
+      if (at_least > opt.cutoff_ms) {
+        if (!opt.confirm_cut) {
+          r.method = "cut";
+          r.per_launch_ms = {at_least};
+          r.launches_per_sample = 1;
+          r.warmup_launches = 0;
+          r.estimate_ms = at_least;
+          name_kernels(r);
+          return r;
+        }
+        r.first_would_cut = true;
+      }
       const double second = one_sample(r);
       if (second > opt.cutoff_ms) {
         r.method = "cut";
@@ -398,10 +435,16 @@ struct TimeFn {
 
 }  // namespace
 
-double time_launch(cudaStream_t stream, const Launch& run, cudnnStatus_t* status) {
+double time_launch(cudaStream_t stream, const Launch& run, cudnnStatus_t* status,
+                   double* host_ms) {
   Event a, b;
+  const auto t0 = std::chrono::steady_clock::now();  // before the first event: a bound
   a.record(stream);
   *status = run();
+  if (host_ms != nullptr) {
+    *host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count();
+  }
   b.record(stream);
   if (*status != CUDNN_STATUS_SUCCESS) return -1.0;
   CE_CUDA_CHECK(cudaEventSynchronize(b.get()));

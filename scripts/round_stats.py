@@ -130,8 +130,12 @@ def stats(explorations, legacy: bool, round1: Sequence[Tuple[float, float, float
     what = "legacy rows" if legacy else "engine configs"
     if not staged:
         return [f"{what} of {directions} directions: no rounds recorded (not a staged search)"]
+    # Note [one-launch cut] in csrc/timing.cpp: no warm launch (its sample the first's bound)
+    two = [t for t in cut if t.warmup_launches]
+    one = len(cut) - len(two)
+    cuts = f"{len(two)} cut after two launches" + (f", {one} after one" if one else "")
     out = [f"{what} of {directions} directions: {len(in_round[1]) + len(cut)} timed in "
-           f"round 1 ({len(cut)} cut after two launches), {len(in_round[2])} in round 2"]
+           f"round 1 ({cuts}), {len(in_round[2])} in round 2"]
     for n in (1, 2):
         got = left[n]
         if not got:
@@ -147,9 +151,11 @@ def stats(explorations, legacy: bool, round1: Sequence[Tuple[float, float, float
             out.append(f"round {n} GPU time, samples of {sample:g} ms after {warm:g} ms "
                        f"of warm-up, a {budget:g} ms budget: about {gpu / 1e3:.2f} s "
                        f"({len(in_round[n])} candidates, cut ones apart)")
-    cut_s = sum((t.first_ms or 0.0) + t.median_ms for t in cut) / 1e3
-    out.append(f"round 1's cut candidates: {len(cut)}, their two launches {cut_s:.2f} s "
-               f"(the second ones {sum(t.median_ms for t in cut) / 1e3:.2f} s)")
+    firsts = sum(t.first_ms or 0.0 for t in cut) / 1e3
+    seconds = sum(t.median_ms for t in two) / 1e3
+    out.append(f"round 1's cut candidates: {len(cut)}, their launches {firsts + seconds:.2f} s "
+               f"(the second ones {seconds:.2f} s" + (f"; {one} cut after the first alone"
+                                                      if one else "") + ")")
     if first_extra:
         out.append(f"first launches of the {len(first_extra)} that left round 1 uncut: "
                    f"{first_ms / 1e3:.2f} s, each its median plus {quantile(first_extra, .5):.3f} "

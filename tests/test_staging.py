@@ -1,6 +1,7 @@
 """The staged search (Note [staged search] in cudnn_explorer/core/staging.py) on fake
 timings, without a GPU: which candidates stay, and explore_engines' rounds over a fake
 EngineSearch (ties, noise, a WRONG candidate, PyTorch's pick, an exhausted budget)."""
+import dataclasses
 from types import SimpleNamespace as NS
 
 import pytest
@@ -445,6 +446,12 @@ def test_legacy_rows_are_staged_like_engine_configs():
     assert got["FFT"].timing.method == "cut"
     assert "left after round 1 at 5.00x the best (cut after two launches) (timed briefly, " \
         "not checked)" in flags(got["FFT"])
+    # Note [one-launch cut]: a sample from the first launch alone is a lower bound
+    one = dataclasses.replace(got["FFT"], timing=dataclasses.replace(got["FFT"].timing,
+                                                                     warmup_launches=0))
+    assert one.left_note == "left after round 1 at 5.00x the best or more (cut after one launch)"
+    assert dataclasses.replace(one, left_ratio=None).left_note == \
+        "left after round 1 (cut after one launch)"
     assert "WRONG>1e-02, left after round 1 (timed briefly)" in flags(got["GEMM"])
     assert sorted(m[0] for m in lab.measured if m[1] == r2) == [
         "DIRECT", "FFT_TILING", "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "WINOGRAD"]

@@ -58,10 +58,15 @@ class _Staged:
         """"left after round 1 at 2.31x the best", or "" for a finalist."""
         if self.left_round is None:
             return ""
-        ratio = "" if self.left_ratio is None else f" at {self.left_ratio:.2f}x the best"
-        cut = " (cut after two launches)" if self.timing is not None and \
-            self.timing.method == "cut" else ""
-        return f"left after round {self.left_round}{ratio}{cut}"
+        t = self.timing
+        cut = t is not None and t.method == "cut"
+        # Note [one-launch cut] in csrc/timing.cpp: its sample is a lower bound
+        one = cut and not t.warmup_launches
+        ratio = "" if self.left_ratio is None else \
+            f" at {self.left_ratio:.2f}x the best" + (" or more" if one else "")
+        how = "" if not cut else " (cut after one launch)" if one else \
+            " (cut after two launches)"
+        return f"left after round {self.left_round}{ratio}{how}"
 
     @property
     def brief_note(self) -> str:
@@ -104,9 +109,12 @@ class Timing(Record):
     ``method``: "graph" (events around replays of a CUDA graph of
     ``launches_per_sample`` launches), "eager" (events around that many back-to-back
     launches), "eager+flush" (one launch per sample, L2 cleared before it) or "cut" (a
-    staged search's first round stopped after its first launch and one warm one, both
-    slower than its cutoff; that warm one is its sample: Note [cut launches] in
-    core/staging.py).
+    staged search's first round stopped early, slower than its cutoff: Note [cut
+    launches] in core/staging.py; either after its first launch and one warm one, that
+    warm one its sample, ``warmup_launches`` 1, or after its first launch alone, whose
+    GPU time was surely over the cutoff: its sample is that lower bound, the launch's
+    events less the host's time to issue it, ``warmup_launches`` 0; Note [one-launch cut]
+    in csrc/timing.cpp).
     ``spread`` = (p75 - p25) / median. ``eager``: the wall time per call of an eager loop
     of ``eager.launches_per_sample`` back-to-back calls measured on the host clock and
     synchronised at the end (method "wall"): what a caller pays when it does not use CUDA

@@ -33,7 +33,10 @@ times it, and at least ``CUT_FLOOR_MS``) is timed no further: the second launch'
 replay of a CUDA graph of one launch where the plan can be captured, so that the host's
 time to issue it is left out, as in every graph-timed row) is its one round-1 sample (the
 first's includes module loading, so it only decides), and it leaves unless the caller
-names it. The first launch alone cannot cut: in an H100 ResNet-50 sweep
+names it. Where the first launch's GPU time alone is surely over the cutoff (its events
+less the host's time to issue it: Note [one-launch cut] in csrc/timing.cpp), that lower
+bound is its sample and no second launch is taken. The first launch's events alone
+cannot cut: in an H100 ResNet-50 sweep
 (scripts/round_stats.py on data/reference/h100-resnet50-b32-amp-fp16-nhwc.json.gz), 47
 of the 1,964 configs that left round 1 uncut launched first above their cutoff with a
 median below it (63.9 ms for a config of 0.013 ms), while the second launches of the 90
