@@ -33,8 +33,9 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="cudnn_explorer_tests_")
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU and the built extension")
     config.addinivalue_line("markers", "ext: needs the built extension (no GPU needed)")
-    config.addinivalue_line("markers", "gpu_alone: holds most of the GPU's memory, so it runs "
-                                       "only where no other test shares the GPU")
+    config.addinivalue_line("markers", "gpu_alone: holds most of the GPU's memory, or times "
+                                       "against a fixed bar, so it runs only where no other "
+                                       "test shares the GPU")
 
 
 def pytest_runtest_logreport(report):
@@ -89,8 +90,8 @@ def pytest_runtest_setup(item):
             # Note [tests that hold the GPU]: a test that holds all but 2 GiB of the GPU
             # starves the tests beside it (out-of-memory failures in theirs) and they
             # starve it; scripts/gpu_check.sh runs these alone after the others.
-            pytest.skip(f"holds most of the GPU's memory: run alone, not among "
-                        f"{workers} parallel workers (pytest -n)")
+            pytest.skip(f"holds most of the GPU's memory or times against a fixed bar: "
+                        f"run alone, not among {workers} parallel workers (pytest -n)")
     elif item.get_closest_marker("ext"):
         r = ext_missing_reason()
         if r:

@@ -11,7 +11,8 @@ from cudnn_explorer.core.options import ExploreOptions, TimingSpec
 from cudnn_explorer.core.problem import ConvProblem
 from cudnn_explorer.core.staging import cutoff_ms
 
-pytestmark = pytest.mark.gpu
+# timed against its cutoff: alone on the GPU (other processes' kernels would be in its events)
+pytestmark = [pytest.mark.gpu, pytest.mark.gpu_alone]
 
 PROBLEM = dict(shape="16,3,112,112", out_channels=64, kernel=3, padding=1)
 BRIEF = TimingSpec(budget_ms=0.5, warmup_ms=0.2, sample_ms=0.1)
