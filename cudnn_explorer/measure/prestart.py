@@ -38,22 +38,36 @@ READY_TIMEOUT_S = 120.0  # importing torch on a busy host
 PRESTART = "cudnn_explorer.measure.prestart"
 
 
-def wait_ready(proc, timeout_s=None, mark: str = READY) -> bool:
-    """In the parent: wait until a child started ahead (a subprocess.Popen with text
-    pipes) says it is ready (``mark``), or exits, or ``timeout_s`` (default
-    READY_TIMEOUT_S) passes: then its own time limit covers the rest. Whether it said
-    ``mark``."""
+def wait_ready(proc, timeout_s=None, mark: str = READY, seen: bytearray = None) -> bool:
+    """In the parent: wait until a child started ahead (a subprocess.Popen with pipes)
+    says ``mark`` (READY) on a line of its stdout, or exits, or ``timeout_s`` (default
+    READY_TIMEOUT_S) passes: then its own time limit covers the rest. Whether it said it.
+
+    Its stdout is read from the pipe itself (os.read), never through the file object's
+    buffer: a buffered readline takes every line already in the pipe, and select() then
+    waits for more while the next mark sits read in the buffer (a child set up ahead says
+    READY and HELD back to back). ``seen``: the bytes read after a mark, kept for the
+    next wait on the same child (where one is passed)."""
     deadline = time.monotonic() + (READY_TIMEOUT_S if timeout_s is None else timeout_s)
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+    buf = seen if seen is not None else bytearray()
+    want = mark.encode()
+    fd = proc.stdout.fileno()
+    while True:
+        while b"\n" in buf:
+            line, _, rest = bytes(buf).partition(b"\n")
+            buf[:] = rest
+            if line.strip() == want:
+                return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        ready, _, _ = select.select([fd], [], [], left)
         if not ready:
             return False
-        line = proc.stdout.readline()
-        if not line:
+        chunk = os.read(fd, 4096)
+        if not chunk:  # it exited
             return False
-        if line.strip() == mark:
-            return True
-    return False
+        buf += chunk
 
 
 class StartedChild:
@@ -80,6 +94,7 @@ class StartedChild:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.prepared: Optional[dict] = None  # the spec it was set up with (prepare)
         self._held = False
+        self._seen = bytearray()  # its stdout read past the last mark (wait_ready)
 
     def prepare(self, spec: dict) -> None:
         """Let the child begin now on ``spec`` with "hold" set: a module that knows it
@@ -98,7 +113,7 @@ class StartedChild:
         """After prepare: wait until the child says HELD (its setup done); False when it
         exited first or ``timeout_s`` passed (then it cannot be used: close it)."""
         if not self._held:
-            self._held = wait_ready(self.proc, timeout_s, HELD)
+            self._held = wait_ready(self.proc, timeout_s, HELD, self._seen)
         return self._held
 
     def go(self, spec: dict, timeout_s: float) -> Tuple[int, str, float, float]:
@@ -110,7 +125,7 @@ class StartedChild:
             json.dump(spec, f)
         t0 = time.perf_counter()
         if self.prepared is None:
-            wait_ready(self.proc)
+            wait_ready(self.proc, seen=self._seen)
         elif not self._held:  # (run_mode waits for it first, to set up anew if it failed)
             self.wait_held(READY_TIMEOUT_S)
         t1 = time.perf_counter()
