@@ -133,6 +133,7 @@ def test_bench_model_splits_the_rest_of_the_wall_time(capfdbinary):
     assert bench.rest_text(bench.rest_of(70.0, 13.5, 24.0, 31.0)) == \
         "before PyTorch's run 13.5 s, after the problems 1.5 s"
     assert "not seen" in bench.rest_text(bench.rest_of(70.0, None, 24.0, 31.0))
+    assert bench.own_part_s(63.84, 25.5) == 38.3 and bench.own_part_s(10.0, 12.0) == 0.0
 
 
 def test_the_legacy_rows_rounds_are_summed_and_said_inside_their_time():
