@@ -1,5 +1,5 @@
 """On the GPU: the kernels a captured CUDA graph names are the profiler's, for legacy
-rows, engine configs (timed in full and cut after two launches) and PyTorch's own calls
+rows, engine configs (timed in full and cut in round 1) and PyTorch's own calls
 (Note [kernels from a graph] in csrc/graph_kernels.cpp)."""
 import pytest
 
@@ -50,7 +50,7 @@ def test_graph_names_are_the_profilers(name):
                if any(k.type == 3 for k in search.engine_info(e).knobs)]
         configs += [(e, [[3, 1]]) for e in tex[:3]]
         for engine, knobs in configs:
-            for cutoff in (0.0, 1e-6):  # timed in full; cut after two launches
+            for cutoff in (0.0, 1e-6):  # timed in full; cut (after one launch or two)
                 b = search.build(engine, knobs)
                 if b.status != "built":
                     continue
