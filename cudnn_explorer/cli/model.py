@@ -199,7 +199,8 @@ class Startup:
             self.marks.append((name, age, inner))
 
     def text(self) -> str:
-        """"before the sweep: 10.6 s since the process started: ..." ("" without marks)."""
+        """"before the sweep's first step: 10.6 s since the process started: ..." (""
+        without marks)."""
         if len(self.marks) < 2:
             return ""
         parts, last = [], 0.0
