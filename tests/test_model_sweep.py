@@ -226,7 +226,7 @@ def test_cli_sweep_keeps_the_budget_the_user_gave(tmp_path, monkeypatch):
     from cudnn_explorer.cli import model as cli
 
     real = job.sweep_model
-    monkeypatch.setattr(job, "capture", lambda spec, device, notify: small_capture())
+    monkeypatch.setattr(job, "capture", lambda spec, device, notify, **kw: small_capture())
     monkeypatch.setattr(job, "sweep_model", lambda cap, options, **kw: real(
         cap, options.updated(child_timeout_s=30), bench=FakeBench(tmp_path, monkeypatch), **kw))
     out = tmp_path / "sweep.json"
@@ -261,7 +261,7 @@ def test_the_model_command_starts_pytorchs_processes_before_it_captures(tmp_path
         def close(self):
             order.append("worker closed")
 
-    def capture(spec, device, notify):
+    def capture(spec, device, notify, progress=None):
         order.append("capture")
         if spec.batch == 3:
             raise UserError("no such model")
@@ -300,12 +300,18 @@ def test_verbose_says_where_the_time_before_the_sweep_went(tmp_path, monkeypatch
     ages = iter([0.9, 4.1, 9.4, 10.6])
     monkeypatch.setattr(cli, "process_age_s", lambda: next(ages))
     real = job.sweep_model
-    monkeypatch.setattr(job, "capture", lambda spec, device, notify: dataclasses.replace(
-        small_capture(), seconds=1.0))
+    def capture(spec, device, notify, progress=None):
+        progress(f"capturing on {device}")
+        return dataclasses.replace(small_capture(), seconds=1.0)
+
+    monkeypatch.setattr(job, "capture", capture)
     monkeypatch.setattr(job, "sweep_model", lambda cap, options, **kw: real(
         cap, options.updated(child_timeout_s=30), bench=FakeBench(tmp_path, monkeypatch), **kw))
     assert cli.run(["resnet18", "--batch", "2", "--no-store", "--verbose"]) == 0
     err = capsys.readouterr().err
+    # the capture's step as a timed line before the bar (long work shows progress)
+    lines = [x for x in err.splitlines() if x.startswith("cudnn_explorer: [")]
+    assert lines[0].endswith("s] capturing on cuda:0"), lines
     assert ("before the sweep's first step: 10.6 s since the process started: the "
             "interpreter, the tool's imports and the arguments 0.9, torch and the extension "
             "imported 3.2, the model built and captured 5.3 (the capture itself 1.0), until "
@@ -313,3 +319,19 @@ def test_verbose_says_where_the_time_before_the_sweep_went(tmp_path, monkeypatch
     monkeypatch.setattr(cli, "process_age_s", lambda: None)
     assert cli.run(["resnet18", "--batch", "2", "--no-store", "--verbose"]) == 0
     assert "before the sweep" not in capsys.readouterr().err
+
+
+def test_the_capture_job_says_its_step_once_the_model_is_checked():
+    """jobs.sweep.capture tells ``progress`` what it builds and where, after the checks (a
+    misspelt name or a missing GPU is the one line, with nothing before it)."""
+    from cudnn_explorer.jobs.sweep import capture as capture_job
+
+    said = []
+    cap = capture_job("resnet18", "cpu", lambda kind, text: None, progress=said.append,
+                      batch=2, input_shape=[3, 32, 32])
+    assert cap.problems and said == [
+        "building the model and capturing one iteration on cpu: resnet18, input 2x3x32x32, "
+        "training step (forward + backward), no AMP, contiguous"]
+    with pytest.raises(UserError):
+        capture_job("resnet_nope", "cuda:0", progress=said.append)
+    assert len(said) == 1

@@ -151,12 +151,13 @@ def run(argv: List[str]) -> int:
 def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> int:
     from ..jobs import gpu
     from ..jobs.sweep import capture, mode_starts, worker_ahead
-    from .output import notify
+    from .output import notify, progress_lines
 
     # Note [model children started ahead]: PyTorch's mode processes import while this one
     # imports torch and captures, and so does the engine worker (Note [engine worker
     # started ahead] in jobs/sweep.py)
     clock = Startup()
+    step, stepped = progress_lines(a.verbose, a.quiet)  # the capture, before the bar
     sweeping = not (a.capture_only or a.target)
     starts = mode_starts(spec, options, bool(a.plans)) \
         if options.pytorch and sweeping else None
@@ -168,8 +169,9 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
         clock.mark("torch and the extension imported")
         device = "cpu" if (a.capture_only or a.target) and not torch.cuda.is_available() \
             else f"cuda:{options.device}"
-        cap = capture(spec, device, notify)
+        cap = capture(spec, device, notify, progress=step)
         clock.mark("the model built and captured", cap.seconds)
+        stepped()
         return _captured(a, spec, options, profile, iterations, target_profiles, keep,
                          cap, starts, worker, clock)
     finally:

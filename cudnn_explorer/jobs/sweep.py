@@ -35,12 +35,14 @@ def model_spec(model: Union[str, ModelSpec], **kw) -> ModelSpec:
 
 
 def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
-            notify: Optional[Notify] = None, **kw) -> Capture:
+            notify: Optional[Notify] = None, progress: Optional[Callable[[str], None]] = None,
+            **kw) -> Capture:
     """Every convolution one iteration of ``model`` runs (model_spec says what ``model``
     and the keywords may be), as cuDNN gets it after autocast: its unique problems, each
     with its layers and its calls per iteration. ``device``: "cuda:N" (the default,
     cuda:0), or "cpu" where there is no GPU (a note says that autocast and layouts may
-    differ from the GPU's)."""
+    differ from the GPU's). ``progress`` hears the step once the name and the GPU are
+    checked."""
     spec = model_spec(model, **kw)
     if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         device = f"cuda:{device}"
@@ -62,6 +64,9 @@ def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
     else:
         zoo.check(spec)  # a misspelt name before what the machine lacks
         native.require_gpu(int(device.partition(":")[2] or 0))  # says what is missing
+    if progress is not None:
+        progress(f"building the model and capturing one iteration on {device}: "
+                 f"{spec.describe()}")
     return capture_model(spec, device)
 
 
