@@ -169,9 +169,11 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
         clock.mark("torch and the extension imported")
         device = "cpu" if (a.capture_only or a.target) and not torch.cuda.is_available() \
             else f"cuda:{options.device}"
-        cap = capture(spec, device, notify, progress=step)
+        try:
+            cap = capture(spec, device, notify, progress=step)
+        finally:
+            stepped()  # the line in place is cleared, also before an error's line
         clock.mark("the model built and captured", cap.seconds)
-        stepped()
         return _captured(a, spec, options, profile, iterations, target_profiles, keep,
                          cap, starts, worker, clock)
     finally:
