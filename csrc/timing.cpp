@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <utility>
 
 namespace cudnn_explorer {
 
@@ -172,6 +173,18 @@ struct Timer {
     return time_eager(1);
   }
 
+  // Note [cut launches]: ``r`` ended after ``warm`` launches past the first (0: Note
+  // [one-launch cut]), ``sample`` its one sample (method "cut").
+  TimingResult cut(TimingResult r, double sample, int warm) const {
+    r.method = "cut";
+    r.per_launch_ms = {sample};
+    r.launches_per_sample = 1;
+    r.warmup_launches = warm;
+    r.estimate_ms = sample;
+    name_kernels(r);
+    return r;
+  }
+
   // Launches per sample at ``est`` ms a launch: enough for a sample's target GPU time.
   int launches_per_sample(double est) const {
     return ceil_within(opt.sample_target_ms / est, 1, 1000);
@@ -300,27 +313,11 @@ struct Timer {
       // cutoff too).
       const double at_least = first_host >= 0 ? first - first_host : -1.0;
       if (at_least > opt.cutoff_ms) {
-        if (!opt.confirm_cut) {
-          r.method = "cut";
-          r.per_launch_ms = {at_least};
-          r.launches_per_sample = 1;
-          r.warmup_launches = 0;
-          r.estimate_ms = at_least;
-          name_kernels(r);
-          return r;
-        }
+        if (!opt.confirm_cut) return cut(std::move(r), at_least, 0);
         r.first_would_cut = true;
       }
       const double second = one_sample(r);
-      if (second > opt.cutoff_ms) {
-        r.method = "cut";
-        r.per_launch_ms = {second};
-        r.launches_per_sample = 1;
-        r.warmup_launches = 1;
-        r.estimate_ms = second;
-        name_kernels(r);
-        return r;
-      }
+      if (second > opt.cutoff_ms) return cut(std::move(r), second, 1);
     }
     if (opt.batched && opt.use_graph && !opt.flush_l2) {
       if (batched(r)) return r;  // else (no capture) the path below, which says why
