@@ -18,6 +18,7 @@ from .analysis import FIND_DISAGREE, NOISY_SPREAD
 from .errors import UserError
 from .problem import DIRECTIONS
 from .schema import Record, Signed, shown
+from .staging import StagedNotes
 from .stats import timing_stats
 
 __all__ = ["AlgoResult", "WorkspaceEntry", "DirectionResult", "Timing", "PyTorchPick",
@@ -47,36 +48,6 @@ class _Checked:
     def correct(self) -> Optional[bool]:
         """True/False once checked against the reference; None if not checked."""
         return verdict(self)
-
-
-class _Staged:
-    """``left_note`` of a record a staged search may have let go (its fields
-    ``left_round``, ``left_ratio`` and ``timing``; Note [staged search])."""
-
-    @property
-    def left_note(self) -> str:
-        """"left after round 1 at 2.31x the best", or "" for a finalist."""
-        if self.left_round is None:
-            return ""
-        t = self.timing
-        cut = t is not None and t.method == "cut"
-        # Note [one-launch cut] in csrc/timing.cpp: its sample is a lower bound
-        one = cut and not t.warmup_launches
-        ratio = "" if self.left_ratio is None else \
-            f" at {self.left_ratio:.2f}x the best" + (" or more" if one else "")
-        how = "" if not cut else " (cut after one launch)" if one else \
-            " (cut after two launches)"
-        return f"left after round {self.left_round}{ratio}{how}"
-
-    @property
-    def brief_note(self) -> str:
-        """``left_note`` and what was measured of it: "... (timed briefly)", or "(timed
-        briefly, not checked)" where it never led a round (Note [records checked]); ""
-        for a finalist. Needs the field ``output_finite`` too."""
-        if not self.left_note:
-            return ""
-        checked = "" if self.output_finite is not None else ", not checked"
-        return f"{self.left_note} (timed briefly{checked})"
 
 
 def find_row_note(need_bytes: Optional[int], given_bytes: int, capped: bool,
@@ -159,7 +130,7 @@ class Timing(Record):
 
 
 @dataclass
-class EngineConfig(_Checked, _Staged, Record):
+class EngineConfig(_Checked, StagedNotes, Record):
     """One cuDNN 9 engine config (an engine and its knob choices), built and timed by us.
 
     ``tag`` uses cudnn-frontend's/PyTorch's format, e.g. ``ConvFwd_eng46_k2=4_k5=2_k14=3``.
@@ -302,7 +273,7 @@ class PyTorchPick(_Checked, Record):
 
 
 @dataclass
-class AlgoResult(_Checked, _Staged, Record):
+class AlgoResult(_Checked, StagedNotes, Record):
     """One (algorithm, math type) row from cudnnFind*Ex or cudnnGet*_v7.
 
     ``time_ms``: cudnnFind's own single measurement in milliseconds (None for heuristic

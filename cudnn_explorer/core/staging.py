@@ -1,5 +1,6 @@
 """The staged search's rounds and its one decision: which candidates stay for the next
-round. Pure Python; measure/engines.py runs the rounds.
+round; and what a candidate that left says of it (StagedNotes). Pure Python;
+measure/engines.py runs the rounds.
 
 Note [staged search]: every candidate is first timed briefly (round 1); those far behind
 the round's best leave, the rest are timed again with more samples (round 2), and those
@@ -57,7 +58,7 @@ from .options import TimingSpec
 __all__ = ["Round", "ROUNDS", "Timed", "survivors", "round_timing", "final_timing",
            "FINAL_WARMUP_MS", "cutoff_ms", "CUT_RATIO", "CUT_FLOOR_MS", "run_limit_s",
            "RUN_LIMIT_FLOOR_S", "ROUND1_LIMIT_LAUNCHES", "bar_ms", "is_record", "decided",
-           "skipped_round"]
+           "skipped_round", "StagedNotes"]
 
 
 @dataclass(frozen=True)
@@ -242,3 +243,34 @@ def run_limit_s(cutoff: float) -> float:
     """How long (s) the watchdog waits for the launches of a round-1 candidate timed with
     ``cutoff`` (ms, > 0), its plan built. Note [hung launches]."""
     return max(RUN_LIMIT_FLOOR_S, ROUND1_LIMIT_LAUNCHES * cutoff / 1000.0)
+
+
+class StagedNotes:
+    """What a record the staged search may have let go says of it (a mixin of
+    core/records.py's legacy rows and engine configs; their fields ``left_round``,
+    ``left_ratio``, ``timing`` and ``output_finite``; Note [staged search])."""
+
+    @property
+    def left_note(self) -> str:
+        """"left after round 1 at 2.31x the best", or "" for a finalist."""
+        if self.left_round is None:
+            return ""
+        t = self.timing
+        cut = t is not None and t.method == "cut"
+        # Note [one-launch cut] in csrc/timing.cpp: its sample is a lower bound
+        one = cut and not t.warmup_launches
+        ratio = "" if self.left_ratio is None else \
+            f" at {self.left_ratio:.2f}x the best" + (" or more" if one else "")
+        how = "" if not cut else " (cut after one launch)" if one else \
+            " (cut after two launches)"
+        return f"left after round {self.left_round}{ratio}{how}"
+
+    @property
+    def brief_note(self) -> str:
+        """``left_note`` and what was measured of it: "... (timed briefly)", or "(timed
+        briefly, not checked)" where it never led a round (Note [records checked]); ""
+        for a finalist. Needs the field ``output_finite`` too."""
+        if not self.left_note:
+            return ""
+        checked = "" if self.output_finite is not None else ", not checked"
+        return f"{self.left_note} (timed briefly{checked})"
