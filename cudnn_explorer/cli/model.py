@@ -220,7 +220,7 @@ class Startup:
 
 
 def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
-              starts, worker, clock=None) -> int:
+              starts, worker, clock: "Startup") -> int:
     from ..jobs.sweep import sweep_model
     from ..report.model import render_capture, render_sweep
     from .output import notify
@@ -242,8 +242,7 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
                    dynamic_ncols=True, disable=None if not a.verbose else False)
 
     def progress(done, total, msg):
-        if clock is not None:  # the sweep's first step: PyTorch's run, or the problems
-            clock.mark("until the sweep's first step")
+        clock.mark("until the sweep's first step")  # PyTorch's run, or the problems
         if bar is not None:
             bar.n = done
             bar.set_postfix_str(msg[:60], refresh=True)
@@ -280,7 +279,7 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
         if bar is not None:
             bar.close()
     sys.stdout.write(render_sweep(sw))
-    if a.verbose and clock is not None and clock.text():
+    if a.verbose and clock.text():
         print(clock.text(), file=sys.stderr)
     if a.json:
         print(f"wrote {a.json}", file=sys.stderr)
