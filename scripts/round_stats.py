@@ -11,8 +11,9 @@ For the engine configs of every direction (--legacy: the legacy rows instead):
   replays of K launches: the warm-up's and at least five samples'), under each --round1
   and --round2 SAMPLE_MS,WARMUP_MS,BUDGET_MS (default: the present ROUNDS). A finalist's
   round-1 and round-2 times are not kept, so its final median stands in. Round 1's cut
-  candidates (two launches each, recorded) and first launches are given apart;
-- whether the first launch alone could cut: of the candidates that left round 1 uncut,
+  candidates (after two launches, or after one: Note [one-launch cut] in
+  csrc/timing.cpp) and first launches are given apart;
+- whether the first launch's time alone could cut: of the candidates that left round 1 uncut,
   how much longer their first launch (first_ms) took than their median, and how many
   launched first above their direction's cutoff (staging.cutoff_ms of its best
   finalist) with a median below it;
