@@ -209,3 +209,46 @@ def test_a_preload_that_fails_to_import_is_a_head_start_lost_not_a_dead_process(
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.stdout.startswith("cudnn_explorer: ready"), (out.stdout, out.stderr)
     assert "usage:" in out.stdout + out.stderr
+
+
+def test_a_child_set_up_ahead_is_held_when_its_marks_came_back_to_back(tmp_path):
+    """A process set up ahead says READY and, its setup done, HELD; when both are in the
+    pipe before the parent looks (its capture took longer than the child's setup), the
+    wait for HELD sees it at once (a buffered readline took both lines and then waited on
+    the pipe for one more, the whole time limit: the GPU sweep hung there)."""
+    import time
+
+    from cudnn_explorer.measure.prestart import StartedChild
+
+    (tmp_path / "result.json").write_text(json.dumps(ModelChildResult().to_dict()))
+    (tmp_path / "child.py").write_text(
+        "import shutil, sys\n"
+        "print('cudnn_explorer: ready', flush=True)\n"
+        "if sys.stdin.readline():\n"
+        "    print('cudnn_explorer: held', flush=True)\n"
+        "    if sys.stdin.readline():\n"
+        f"        shutil.copy({str(tmp_path / 'result.json')!r}, sys.argv[-1])\n")
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nexec {os.sys.executable} {tmp_path / 'child.py'} \"$@\"\n")
+    fake.chmod(0o755)
+    child = StartedChild("cudnn_explorer.model.model_child", python=str(fake))
+    try:
+        child.prepare({"mode": "benchmark"})
+        assert json.loads(open(child.spec_path).read()) == {"mode": "benchmark", "hold": True}
+        time.sleep(1.0)  # both marks in the pipe before the parent looks
+        t0 = time.perf_counter()
+        assert child.wait_held(30)
+        assert time.perf_counter() - t0 < 5
+        rc, _, waited, _ = child.go({"mode": "benchmark", "shapes": [[3, 8, 8]]}, 30)
+        assert rc == 0 and waited < 5 and os.path.exists(child.result_path)
+        assert json.loads(open(child.spec_path).read())["shapes"] == [[3, 8, 8]]
+    finally:
+        child.close()
+    # one that exits before it is held: not held, at once
+    (tmp_path / "child.py").write_text("print('cudnn_explorer: ready', flush=True)\n")
+    child = StartedChild("cudnn_explorer.model.model_child", python=str(fake))
+    try:
+        child.prepare({})
+        assert not child.wait_held(30)
+    finally:
+        child.close()

@@ -419,6 +419,93 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
                                                                 None)
 
 
+def _tinynets(tmp_path, monkeypatch):
+    """A capture of a tiny factory model on the CPU, importable by the children."""
+    (tmp_path / "tinynets.py").write_text(
+        "import torch\n"
+        "def tiny():\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),\n"
+        "                               torch.nn.Conv2d(8, 8, 3, padding=1))\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get(
+        "PYTHONPATH", ""))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tinynets
+
+    spec = ModelSpec(factory="tinynets:tiny", input_shape=[3, 8, 8], batch=2)
+    return capture(tinynets.tiny(), [torch.randn(2, 3, 8, 8)], spec, "cpu")
+
+
+def test_the_first_mode_set_up_ahead_of_its_turn_runs_it(tmp_path, monkeypatch):
+    """Note [first mode set up ahead] in jobs/sweep.py, with the real children on the CPU:
+    the first mode's process, given its setup before the capture, sets up and waits held;
+    at its turn it runs the mode from the go's spec, its phases saying that its setup came
+    ahead (outside its wall time); the second mode runs as before. One set up for another
+    TF32 setting, or one that died in its setup, is replaced by a process started then."""
+    from cudnn_explorer.core.pytorch_run import AHEAD
+
+    cap = _tinynets(tmp_path, monkeypatch)
+    opts = ExploreOptions.create(child_timeout_s=120)
+    modes = pytorch_run.model_modes()[:2]
+
+    def setup(tf32=cap.tf32):
+        return mode_process.setup_spec(cap.model, modes[0], -1, opts.seed, tf32)
+
+    with mode_process.ModeStarts(cap.model, [False, False]) as starts:
+        assert starts.prepare(0, setup()) and not starts.prepare(5, setup())
+        first = starts._ahead[0][0]
+        assert first.wait_held(120)  # set up, before its turn
+        run, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1,
+                                       modes=modes, started=starts)
+    ahead, plain = run.modes
+    assert list(ahead.phases_s)[:3] == [AHEAD, mode_process.WAITED_SETUP, "first iterations"]
+    assert "setup" not in ahead.phases_s and ahead.phases_s[AHEAD] > 0
+    assert ahead.phases_s[mode_process.WAITED_SETUP] < 1.0  # it was held already
+    assert 0 <= ahead.rest_s <= ahead.wall_s
+    assert list(plain.phases_s)[:2] == [mode_process.WAITED, "setup"]
+    for m in run.modes:  # the same run either way
+        assert [s.input_shape for s in m.sizes] == [[3, 8, 8]]
+        assert len(m.sizes[0].calls) == 5 and len(m.sizes[0].steady.samples_ms) == 3
+        assert "wrote no cudnn-frontend log" in m.error
+    text = render_model_run(run, cap)
+    assert f"{ahead.label} {ahead.wall_s:.1f} (set up ahead of its turn " in " ".join(
+        text.split())
+    assert ModelRun.from_dict(run.to_dict()).modes[0].phases_s == ahead.phases_s
+    said = []
+    for spoil in ("tf32", "died"):
+        with mode_process.ModeStarts(cap.model, [False]) as starts:
+            starts.prepare(0, setup(tf32=not cap.tf32) if spoil == "tf32" else setup())
+            if spoil == "died":
+                starts._ahead[0][0].proc.kill()
+            run, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1,
+                                           modes=modes[:1], started=starts,
+                                           progress=said.append)
+        (m,) = run.modes
+        assert list(m.phases_s)[:2] == [mode_process.WAITED, "setup"], spoil
+        assert [s.input_shape for s in m.sizes] == [[3, 8, 8]], spoil
+    assert sum("the process set up ahead could not serve; set up anew" in x
+               for x in said) == 2
+
+
+def test_a_model_process_held_after_its_setup_runs_the_gos_spec(tmp_path):
+    """model_child.run with "hold": the setup from the first spec, then the go's spec,
+    whose setup keys must be the same; a parent gone (no go) ends it with nothing run."""
+    from cudnn_explorer.model import model_child
+
+    spec = {"device": -1, "mode": "heuristic", "seed": 0, "tf32": True,
+            "model": ModelSpec(name="resnet18", input_shape=[3, 8, 8], batch=2).to_dict()}
+    pytest.importorskip("torchvision")
+    final = dict(spec, shapes=[[3, 32, 32]], iterations=2, warmup=0)
+    out = model_child.run(dict(spec, hold=True), lambda res: None, hold=lambda: final)
+    assert [s["input_shape"] for s in out["sizes"]] == [[3, 32, 32]]
+    assert len(out["sizes"][0]["steady_ms"]) == 2 and "setup" in out["phases_s"]
+    assert model_child.run(dict(spec, hold=True), lambda res: None,
+                           hold=lambda: None)["sizes"] == []
+    with pytest.raises(ValueError, match="the spec changed after the setup ahead of its "
+                                         "turn: mode, seed"):
+        model_child.run(dict(spec, hold=True), lambda res: None,
+                        hold=lambda: dict(final, mode="benchmark", seed=1))
+
+
 def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size():
     """Note [failed capture]: a steady process stops at a size whose capture failed; the
     next begins there with that size marked as retried, and the sizes after it go on

@@ -273,21 +273,62 @@ def test_the_model_command_starts_pytorchs_processes_before_it_captures(tmp_path
 
     monkeypatch.setattr(job, "mode_starts", Starts)
     monkeypatch.setattr(job, "worker_ahead", lambda options: order.append("worker") or Worker())
+    monkeypatch.setattr(job, "set_up_ahead", lambda starts, spec, options: order.append(
+        ("set up ahead", isinstance(starts, Starts))))
     monkeypatch.setattr(job, "capture", capture)
     monkeypatch.setattr(job, "sweep_model", sweep_model)
     assert cli.run(["resnet18", "--batch", "2", "--no-store", "--quiet"]) == 130
-    assert order == ["started", "worker", "capture", ("sweep", True, True), "closed",
-                     "worker closed"]
+    assert order == ["started", "worker", ("set up ahead", True), "capture",
+                     ("sweep", True, True), "closed", "worker closed"]
     order.clear()
     with pytest.raises(UserError):
         cli.run(["resnet18", "--batch", "3", "--no-store", "--quiet"])
-    assert order == ["started", "worker", "capture", "closed", "worker closed"]
+    assert order == ["started", "worker", ("set up ahead", True), "capture", "closed",
+                     "worker closed"]
     order.clear()
     assert cli.run(["resnet18", "--batch", "2", "--capture-only", "--quiet"]) == 0
-    assert order == ["capture"]
+    assert order == [("set up ahead", False), "capture"]
     order.clear()
     assert cli.run(["resnet18", "--batch", "2", "--no-pytorch", "--no-store", "--quiet"]) == 130
-    assert order == ["worker", "capture", ("sweep", False, True), "worker closed"]
+    assert order == ["worker", ("set up ahead", False), "capture", ("sweep", False, True),
+                     "worker closed"]
+
+
+def test_the_first_mode_is_set_up_ahead_only_with_room_on_the_gpu(monkeypatch):
+    """Note [first mode set up ahead]: set_up_ahead hands the first mode's process its
+    setup (mode_process.setup_spec, TF32 on) where PyTorch's run is on, a GPU is there,
+    and AHEAD_MIN_FREE_BYTES are free on it; nothing otherwise."""
+    import cudnn_explorer.jobs.sweep as job
+    from cudnn_explorer.model.mode_process import setup_spec
+    from cudnn_explorer.model.pytorch_run import modes_of
+
+    class Starts:
+        def __init__(self):
+            self.given = []
+
+        def prepare(self, k, spec):
+            self.given.append((k, spec))
+            return True
+
+    free = [job.AHEAD_MIN_FREE_BYTES]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free[0], 80 * 2**30))
+    spec = ModelSpec(name="resnet18", input_shape=[3, 64, 64], batch=2)
+    options = ExploreOptions.create(device=0)
+    starts = Starts()
+    assert job.set_up_ahead(starts, spec, options)
+    assert starts.given == [(0, setup_spec(spec, modes_of(options)[0], 0, options.seed,
+                                           True))]
+    assert starts.given[0][1]["mode"] == "benchmark"
+    free[0] -= 1
+    assert not job.set_up_ahead(Starts(), spec, options)  # too little free
+    free[0] += 1
+    assert not job.set_up_ahead(None, spec, options)
+    no_run = Starts()
+    assert not job.set_up_ahead(no_run, spec, options.updated(pytorch=False))
+    assert no_run.given == []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not job.set_up_ahead(Starts(), spec, options)
 
 
 def test_verbose_says_where_the_time_before_the_sweep_went(tmp_path, monkeypatch, capsys):

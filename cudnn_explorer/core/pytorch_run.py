@@ -19,7 +19,11 @@ from .analysis import NOISY_SPREAD
 from .pinning import PinCounts
 from .schema import Record, Signed
 
-__all__ = ["IterationTiming", "ConvCall", "SizeRun", "ModelModeRun", "ModelRun"]
+__all__ = ["IterationTiming", "ConvCall", "SizeRun", "ModelModeRun", "ModelRun", "AHEAD"]
+
+# A mode's phase spent before its turn (a process set up ahead: Note [first mode set up
+# ahead] in jobs/sweep.py): said with the others, but not a part of its wall time.
+AHEAD = "set up ahead of its turn"
 
 
 @dataclass
@@ -132,8 +136,17 @@ class ModelModeRun(Record):
     wall_s: Optional[float] = None   # the child process, start to end
     stored: str = ""                 # when answered from the results store: measured then
     # where wall_s went (s): the first process's phases (model/mode_process.py), then
-    # "the log read" (the parent's reading of cudnn-frontend's log into PyTorch's picks)
+    # "the log read" (the parent's reading of cudnn-frontend's log into PyTorch's picks);
+    # AHEAD's, where it is, before wall_s began
     phases_s: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rest_s(self) -> Optional[float]:
+        """What of wall_s no phase holds (the process's start and end, the files between
+        it and the parent); None without wall_s."""
+        if self.wall_s is None:
+            return None
+        return self.wall_s - sum(v for k, v in self.phases_s.items() if k != AHEAD)
 
     @property
     def ok(self) -> bool:

@@ -15,8 +15,8 @@ from .events import Notify, notifier
 from . import gpu
 from .stores import StoreChoice, opened, saver, without_store
 
-__all__ = ["model_spec", "capture", "sweep_model", "mode_starts", "worker_ahead",
-           "SweepProgress"]
+__all__ = ["model_spec", "capture", "sweep_model", "mode_starts", "set_up_ahead",
+           "worker_ahead", "SweepProgress"]
 
 # progress(done, total, message): problems done of total; a message of the step in hand
 SweepProgress = Callable[[int, int, str], None]
@@ -118,6 +118,8 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     if worker is None and bench is None:
         worker = worker_ahead(options)
     try:
+        if not isinstance(model, Capture):
+            set_up_ahead(starts, spec, options)
         cap = model if isinstance(model, Capture) else capture(
             spec, f"cuda:{options.device}", notify)
         return _swept(cap, options, profile, iterations, store, refresh, save, progress,
@@ -140,6 +142,47 @@ def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bo
 
     pinned = [m.mode == "pinned" for m in modes or modes_of(options)]
     return ModeStarts(spec, pinned + ([True] if plans else []), graph=graph)
+
+
+# Note [first mode set up ahead]: the first mode's process of PyTorch's run of the model
+# spent 1.5-1.9 s of its turn setting up (the model built and moved to the GPU, cuDNN
+# loaded by a warm-up convolution: model/model_child.py's "setup"), in an H100 ResNet-50
+# sweep whose capture took 6.1 s after torch's import (4.5 s of it importing torchvision),
+# with no measurement running. So the job hands that process its mode's setup
+# (mode_process.setup_spec) before it captures: it sets up once its imports are done,
+# beside the capture (neither is timed), and waits for its turn, where only what the
+# setup did not hide is waited for. Its spec at its turn must agree on what the setup
+# used, the capture's TF32 setting included (expected on, PyTorch's default); where it
+# does not, or the setup failed, a process started then runs the mode as before. Only the
+# first mode: a process set up holds a CUDA context and the model's weights while it
+# waits, and two more would take the tool's peak past the model's own reserved memory +
+# 2 GiB (3.59 GiB against 3.81). And only with AHEAD_MIN_FREE_BYTES free on the GPU
+# before the capture: on a GPU shared with a training job the capture gets the memory.
+AHEAD_MIN_FREE_BYTES = 8 * 2**30
+
+
+def set_up_ahead(starts, spec: ModelSpec, options: ExploreOptions) -> bool:
+    """Set the first mode's process of ``starts`` (mode_starts's, or None) up now, before
+    the capture (Note [first mode set up ahead]); whether it was. Imports torch."""
+    if starts is None or not options.pytorch:
+        return False
+    gpu.measuring()
+    import torch
+
+    from ..model.mode_process import setup_spec
+    from ..model.pytorch_run import modes_of
+
+    modes = modes_of(options)
+    if not modes or modes[0].mode == "pinned" or not torch.cuda.is_available():
+        return False
+    try:
+        free, _ = torch.cuda.mem_get_info(options.device)
+    except (RuntimeError, AssertionError):  # no such device: the capture says so
+        return False
+    if free < AHEAD_MIN_FREE_BYTES:
+        return False
+    return starts.prepare(0, setup_spec(spec, modes[0], options.device, options.seed,
+                                        tf32=True))
 
 
 # Note [engine worker started ahead]: the engine worker spends seconds importing torch

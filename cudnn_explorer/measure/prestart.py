@@ -29,25 +29,45 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from .procs import child_env
 
-__all__ = ["main", "READY", "READY_TIMEOUT_S", "PRESTART", "wait_ready", "StartedChild",
-           "last_line"]
+__all__ = ["main", "READY", "HELD", "READY_TIMEOUT_S", "PRESTART", "wait_ready",
+           "StartedChild", "last_line"]
 READY = "cudnn_explorer: ready"
+# what a child set up ahead of its turn says once it waits for its go (StartedChild.prepare)
+HELD = "cudnn_explorer: held"
 READY_TIMEOUT_S = 120.0  # importing torch on a busy host
 PRESTART = "cudnn_explorer.measure.prestart"
 
 
-def wait_ready(proc, timeout_s=None) -> None:
-    """In the parent: wait until a child started ahead (a subprocess.Popen with text
-    pipes) says it is ready, or exits, or ``timeout_s`` (default READY_TIMEOUT_S) passes:
-    then its own time limit covers the rest."""
+def wait_ready(proc, timeout_s=None, mark: str = READY, seen: bytearray = None) -> bool:
+    """In the parent: wait until a child started ahead (a subprocess.Popen with pipes)
+    says ``mark`` (READY) on a line of its stdout, or exits, or ``timeout_s`` (default
+    READY_TIMEOUT_S) passes: then its own time limit covers the rest. Whether it said it.
+
+    Its stdout is read from the pipe itself (os.read), never through the file object's
+    buffer: a buffered readline takes every line already in the pipe, and select() then
+    waits for more while the next mark sits read in the buffer (a child set up ahead says
+    READY and HELD back to back). ``seen``: the bytes read after a mark, kept for the
+    next wait on the same child (where one is passed)."""
     deadline = time.monotonic() + (READY_TIMEOUT_S if timeout_s is None else timeout_s)
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+    buf = seen if seen is not None else bytearray()
+    want = mark.encode()
+    fd = proc.stdout.fileno()
+    while True:
+        while b"\n" in buf:
+            line, _, rest = bytes(buf).partition(b"\n")
+            buf[:] = rest
+            if line.strip() == want:
+                return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        ready, _, _ = select.select([fd], [], [], left)
         if not ready:
-            return
-        line = proc.stdout.readline()
-        if not line or line.strip() == READY:
-            return
+            return False
+        chunk = os.read(fd, 4096)
+        if not chunk:  # it exited
+            return False
+        buf += chunk
 
 
 class StartedChild:
@@ -72,6 +92,29 @@ class StartedChild:
             [python or sys.executable, "-m", PRESTART, "--preload", preload, module,
              self.spec_path, self.result_path], env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.prepared: Optional[dict] = None  # the spec it was set up with (prepare)
+        self._held = False
+        self._seen = bytearray()  # its stdout read past the last mark (wait_ready)
+
+    def prepare(self, spec: dict) -> None:
+        """Let the child begin now on ``spec`` with "hold" set: a module that knows it
+        (model/model_child.py) sets up as the spec says, says HELD and waits for its go,
+        then reads the spec file again (go's). The go line is queued now: the child takes
+        it once its imports are done."""
+        if self.prepared is not None:
+            return  # one setup per process
+        with open(self.spec_path, "w") as f:
+            json.dump(dict(spec, hold=True), f)
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        self.prepared = dict(spec)
+
+    def wait_held(self, timeout_s: float) -> bool:
+        """After prepare: wait until the child says HELD (its setup done); False when it
+        exited first or ``timeout_s`` passed (then it cannot be used: close it)."""
+        if not self._held:
+            self._held = wait_ready(self.proc, timeout_s, HELD, self._seen)
+        return self._held
 
     def go(self, spec: dict, timeout_s: float) -> Tuple[int, str, float, float]:
         """Write ``spec``, wait until the child is ready, let it run: (its exit status,
@@ -81,7 +124,10 @@ class StartedChild:
         with open(self.spec_path, "w") as f:
             json.dump(spec, f)
         t0 = time.perf_counter()
-        wait_ready(self.proc)
+        if self.prepared is None:
+            wait_ready(self.proc, seen=self._seen)
+        elif not self._held:  # (run_mode waits for it first, to set up anew if it failed)
+            self.wait_held(READY_TIMEOUT_S)
         t1 = time.perf_counter()
         try:
             _, stderr = self.proc.communicate("go\n", timeout=timeout_s)

@@ -14,21 +14,29 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.capture import Capture, ModelSpec
 from ..core.child_records import ModelChildResult, SizeResult
+from ..core.pytorch_run import AHEAD
 from ..core.errors import UserError
 from ..core.options import ExploreOptions
-from ..measure.prestart import StartedChild, last_line
+from ..measure.prestart import READY_TIMEOUT_S, StartedChild, last_line
 from ..measure.procs import describe_rc
 from ..measure.pytorch_picks import LOG_VARS, ModeSpec
 from . import zoo
+from .model_child import SETUP_KEYS
 from .tracer import PROBE_IMPORTS
 
-__all__ = ["MODEL_CHILD", "WAITED", "STEADY_PROCESS", "shapes", "preload", "start_mode",
-           "ModeStarts", "run_mode", "steady", "steady_of", "after_failure", "run_child"]
+__all__ = ["MODEL_CHILD", "WAITED", "WAITED_SETUP", "STEADY_PROCESS", "shapes",
+           "preload", "setup_spec", "start_mode", "ModeStarts", "run_mode", "steady",
+           "steady_of", "after_failure", "run_child"]
 
 MODEL_CHILD = "cudnn_explorer.model.model_child"
 # A mode's phases_s beside its first process's own (model/model_child.py's PHASES): the
 # seconds it was still importing when its turn came, and the steady process's whole run.
+# A process set up ahead of its turn (Note [first mode set up ahead] in jobs/sweep.py)
+# has, instead of those and its "setup", the seconds its turn still waited for its
+# imports and setup, and its setup's own seconds (core.pytorch_run.AHEAD), spent before
+# its turn: not a part of the mode's wall time.
 WAITED, STEADY_PROCESS = "waited for its imports", "the steady process"
+WAITED_SETUP = "waited for its imports and setup"
 
 
 def shapes(capture: Capture) -> List[List[int]]:
@@ -65,6 +73,18 @@ def preload(model) -> str:
     return ",".join(names)
 
 
+def setup_spec(model: ModelSpec, mode: ModeSpec, device: int, seed: int, tf32: bool) -> dict:
+    """The part of a mode's spec (model/model_child.py's SPEC) that its process's setup
+    uses (its SETUP_KEYS): the whole spec of a process set up ahead of its turn
+    (ModeStarts.prepare), and the head of every mode's (run_mode)."""
+    spec = {"model": model.to_dict(), "mode": mode.mode,
+            "benchmark_limit": mode.benchmark_limit, "tf32": tf32, "device": device,
+            "seed": seed}
+    if mode.mode == "pinned":  # (the job checked the file's environment against this one)
+        spec.update(plans=mode.plans, pinned_benchmark=mode.benchmark, allow_environment=True)
+    return spec
+
+
 def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
              warmup: int, timeout_s: float, python: Optional[str],
              target_ci: Optional[float], device: int, graph: bool,
@@ -80,18 +100,31 @@ def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iteratio
     ResNet-18, ResNet-50), and the same steps captured in processes without it. Its
     results replace the first child's one round of eager steps; where it fails, that round
     stays, with the reason."""
-    spec = {"model": capture.model.to_dict(), "shapes": shapes(capture), "mode": mode.mode,
-            "benchmark_limit": mode.benchmark_limit, "tf32": capture.tf32, "device": device,
-            "seed": options.seed, "iterations": iterations, "warmup": warmup,
+    spec = {**setup_spec(capture.model, mode, device, options.seed, capture.tf32),
+            "shapes": shapes(capture), "iterations": iterations, "warmup": warmup,
             "target_ci": None if graph else target_ci, "max_timed_s": 60.0}
     pinned = mode.mode == "pinned"
-    if pinned:  # (the job checked the file's environment against this one)
-        spec.update(plans=mode.plans, pinned_benchmark=mode.benchmark, allow_environment=True)
     what = f"PyTorch's run of the model ({mode.label})"
     first, second = ahead or start_mode(capture.model, mode.mode == "pinned", python, graph)
     try:
+        t0 = time.perf_counter()
+        if first.prepared is not None and not (
+                all(first.prepared.get(k) == spec.get(k) for k in SETUP_KEYS)
+                and first.wait_held(timeout_s + READY_TIMEOUT_S)):
+            # set up for another spec (the capture's TF32 setting), or it failed in its
+            # setup (e.g. out of memory beside the capture): one started now, as before
+            say(f"PyTorch's run of the model: {mode.label}: the process set up ahead "
+                f"could not serve; set up anew")
+            first.close()
+            first = _started(capture.model, python, log=not pinned)
+        ahead_used = first.prepared is not None
+        waited = time.perf_counter() - t0
         result, error = _result(first, spec, timeout_s, what)
         phases = dict(result.phases_s)
+        if ahead_used:  # Note [first mode set up ahead]: its setup was not in its turn
+            own = {k: v for k, v in phases.items() if k not in (WAITED, "setup")}
+            phases = {AHEAD: phases.get("setup", 0.0),
+                      WAITED_SETUP: round(waited + phases.get(WAITED, 0.0), 3), **own}
         text = first.log_bytes()
         first.close()  # its files go before the steady process runs
         if result.sizes and not text.strip() and not pinned:
@@ -150,6 +183,14 @@ class ModeStarts:
         except BaseException:
             self.close()
             raise
+
+    def prepare(self, k: int, spec: dict) -> bool:
+        """Set position ``k``'s first process up now on ``spec`` (setup_spec's; Note
+        [first mode set up ahead] in jobs/sweep.py); False where none is started for it."""
+        if k not in self._ahead:
+            return False
+        self._ahead[k][0].prepare(spec)
+        return True
 
     def take(self, k: int, graph: bool) -> Optional[Tuple[StartedChild, Optional[StartedChild]]]:
         """Position ``k``'s processes (None: none started for it, or not for ``graph``)."""

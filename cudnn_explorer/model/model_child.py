@@ -56,6 +56,7 @@ from ..core import stats
 from ..core.capture import ModelSpec
 from ..core.child_records import ModelChildResult
 from ..core.errors import described
+from ..measure.prestart import HELD
 from ..measure.procs import log_size, quick_exit, read_spec, write_result
 from . import zoo
 from .tracer import (ForwardTracker, backward_directions, conv_args, explored,
@@ -293,7 +294,16 @@ def _warm_up_cudnn(torch, device: str, cuda) -> None:
     cuda.synchronize()
 
 
-def run(spec: dict, write) -> dict:
+# What a spec set up ahead (its "hold", Note [first mode set up ahead] in jobs/sweep.py)
+# and its go's spec must agree on: all that the setup used.
+SETUP_KEYS = ("model", "mode", "benchmark_limit", "tf32", "device", "seed", "plans",
+              "pinned_benchmark", "allow_environment", "steady_only")
+
+
+def run(spec: dict, write, hold=None) -> dict:
+    """The run of ``spec``, every result through ``write``. With the spec's "hold", the
+    setup first, then ``hold()`` says so and returns the go's spec (None: the parent went
+    away), whose SETUP_KEYS must be the same; the rest comes from it."""
     import torch
 
     device_index = int(spec.get("device", 0))
@@ -338,6 +348,16 @@ def run(spec: dict, write) -> dict:
                                 allow_environment=bool(spec.get("allow_environment"))).to_dict()
         pin_counts(reset=True)
     phases.end("setup")
+    if spec.get("hold"):  # set up ahead of its turn: wait for the go's spec
+        final = hold() if hold is not None else None
+        if final is None:
+            return out
+        changed = [k for k in SETUP_KEYS if final.get(k) != spec.get(k)]
+        if changed:
+            raise ValueError(f"the spec changed after the setup ahead of its turn: "
+                             f"{', '.join(changed)}")
+        spec = final
+        phases.t = time.perf_counter()  # the wait is the parent's to count
     seen: set = set()
     log = spec.get("log_file")
     iterations, warmup = int(spec.get("iterations", 20)), int(spec.get("warmup", 5))
@@ -421,8 +441,18 @@ def main(argv=None) -> int:
     # every write goes through the record the parent reads (core/child_records.py): a
     # malformed result fails here, naming its field, and carries its schema and version
     run(spec, lambda res: write_result(
-        argv[1], ModelChildResult.from_dict(res, "model child result").to_dict()))
+        argv[1], ModelChildResult.from_dict(res, "model child result").to_dict()),
+        hold=lambda: _held(argv))
     return 0
+
+
+def _held(argv):
+    """Say HELD on stdout and wait for the go line: the go's spec, re-read (None: stdin
+    ended, the parent went away)."""
+    print(HELD, flush=True)
+    if not sys.stdin.readline():
+        return None
+    return read_spec(argv, "")
 
 
 if __name__ == "__main__":

@@ -383,7 +383,7 @@ def _phase_lines(run: ModelRun) -> List[str]:
     for m in run.modes:
         if m.wall_s is None or not m.phases_s or m.stored:
             continue
-        rest = m.wall_s - sum(m.phases_s.values())
+        rest = m.rest_s
         parts.append(f"{m.label} {m.wall_s:.1f} ("
                      + ", ".join(f"{k} {v:.1f}" for k, v in m.phases_s.items())
                      + f", the rest {rest:.1f})")
