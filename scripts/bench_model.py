@@ -15,14 +15,24 @@ side by side in the same run:
   from this process, less what was used before it started), against the model's own
   training-step peak (reserved, benchmark mode) plus 2 GiB.
 
+With ``--ahead-ab N``, after that first sweep (which warms the CUDA JIT cache), N pairs
+of sweeps on the same GPU, one with the first mode's process set up ahead of its turn (the
+tool as it is; Note [first mode set up ahead] in cudnn_explorer/jobs/sweep.py) and one
+without (its setup in its turn, as before that note), the order alternating from pair to
+pair: each pair's difference in the time before PyTorch's run, PyTorch's run and the
+whole sweep, and their medians. It answers whether the setup beside the capture slows the
+capture more than it saves.
+
 Usage: python scripts/bench_model.py [--model resnet50] [--batch 32] [--amp fp16]
            [--no-channels-last] [--profile quick] [--json PATH] [--sweep-json PATH]
+           [--ahead-ab N]
 Goals (docs/benchmarks.md): sweep wall time <= 60 s (stretch: <= 3x PyTorch's own first
 iteration with benchmark on); tool peak <= model peak + 2 GiB.
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +46,12 @@ GIB = 2**30
 # what the model command's progress says when PyTorch's run of the model begins
 # (model/pytorch_run.py: "PyTorch's run of the model: <mode>")
 RUN_MARK = b"PyTorch's run of the model"
+# The model command with the first mode's process set up in its turn, not ahead of it: the
+# job's set_up_ahead replaced by one that sets nothing up (it then reads False, as where
+# too little GPU memory is free), the rest of the command as it is.
+AHEAD_OFF = ("import sys; from cudnn_explorer.jobs import sweep; "
+             "sweep.set_up_ahead = lambda *args, **kw: False; "
+             "from cudnn_explorer.cli.main import main; sys.exit(main(sys.argv[1:]))")
 
 
 def marked_run(cmd, mark: bytes, t0: float):
@@ -91,36 +107,16 @@ def main() -> int:
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--sweep-json", default=None, help="keep the sweep file here")
+    ap.add_argument("--ahead-ab", type=int, default=0, metavar="N",
+                    help="then N pairs of sweeps with the first mode set up ahead of its "
+                         "turn and without, side by side (default 0: none)")
     a = ap.parse_args()
-    import torch
-
-    torch.cuda.set_device(a.device)
-    free0, total = torch.cuda.mem_get_info()
-    used0 = total - free0
-    peak = [used0]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            free, _ = torch.cuda.mem_get_info()
-            peak[0] = max(peak[0], total - free)
-            time.sleep(0.02)
-
+    if a.ahead_ab < 0:
+        ap.error(f"--ahead-ab {a.ahead_ab}: valid: 0 or more pairs")
     out = a.sweep_json or os.path.join(tempfile.mkdtemp(prefix="bench_model_"), "sweep.json")
-    cmd = [sys.executable, "-m", "cudnn_explorer", "model", a.model, "--batch", a.batch,
-           "--amp", a.amp, "--profile", a.profile, "--device", str(a.device), "--no-store",
-           "--verbose", "--json", out] + (["--channels-last"] if a.channels_last else [])
+    cmd = command(a, out, ahead=True)
     print("$ " + " ".join(cmd[1:]), flush=True)
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
-    t0 = time.perf_counter()
-    # Its output and progress pass straight through: a run cut short still shows how far
-    # it got (and the sweep file holds every problem finished).
-    sys.stdout.flush()
-    rc, before_run = marked_run(cmd, RUN_MARK, t0)
-    wall = time.perf_counter() - t0
-    stop.set()
-    t.join()
+    rc, wall, before_run, used0, tool_peak = timed_sweep(cmd, a.device)
     if rc != 0:
         print(f"the model command exited {rc}")
         return 1
@@ -136,7 +132,6 @@ def main() -> int:
     s = bench.sizes[0]
     pytorch_s = sum(m.wall_s or 0.0 for m in run.modes)
     model_peak = max(s.first_peak_reserved_bytes, s.steady_peak_reserved_bytes or 0)
-    tool_peak = peak[0] - used0
     figures = {
         "command": " ".join(cmd[1:]), "gpu": sw.environment.gpu_name,
         "cudnn": sw.environment.cudnn_runtime, "torch": sw.environment.torch_version,
@@ -171,10 +166,134 @@ def main() -> int:
           f"{used0 / GIB:.2f} GiB before) vs the model's own peak reserved "
           f"{model_peak / GIB:.2f} GiB + 2 GiB (goal "
           f"{'met' if figures['memory_goal_met'] else 'NOT met'})")
+    if a.ahead_ab:
+        figures["ahead_ab"] = ahead_ab(a, a.ahead_ab)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(figures, f, indent=1)
     return 0
+
+
+def command(a, out: str, ahead: bool) -> list:
+    """The model command of ``a``'s arguments, its sweep file ``out``; ``ahead`` False:
+    the first mode's process set up in its turn (AHEAD_OFF)."""
+    head = [sys.executable] + (["-m", "cudnn_explorer"] if ahead else ["-c", AHEAD_OFF])
+    return head + ["model", a.model, "--batch", a.batch, "--amp", a.amp, "--profile",
+                   a.profile, "--device", str(a.device), "--no-store", "--verbose",
+                   "--json", out] + (["--channels-last"] if a.channels_last else [])
+
+
+def timed_sweep(cmd, device: int):
+    """Run the model command ``cmd`` with the device's used memory sampled every 20 ms:
+    (exit status, wall s, s until PyTorch's run began or None, the device's used bytes
+    before, the tool's peak above that)."""
+    import torch
+
+    torch.cuda.set_device(device)
+    free0, total = torch.cuda.mem_get_info()
+    used0 = total - free0
+    peak = [used0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            free, _ = torch.cuda.mem_get_info()
+            peak[0] = max(peak[0], total - free)
+            time.sleep(0.02)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    t0 = time.perf_counter()
+    # Its output and progress pass straight through: a run cut short still shows how far
+    # it got (and the sweep file holds every problem finished).
+    sys.stdout.flush()
+    rc, before_run = marked_run(cmd, RUN_MARK, t0)
+    wall = time.perf_counter() - t0
+    stop.set()
+    t.join()
+    return rc, wall, before_run, used0, peak[0] - used0
+
+
+def ab_figures(wall: float, before_run, sw) -> dict:
+    """One sweep of the A/B: its wall time, the time before PyTorch's run, PyTorch's run
+    (every mode), the problems, and the first mode's setup ahead of its turn and wait at
+    it (s)."""
+    from cudnn_explorer.core.pytorch_run import AHEAD
+
+    run = sw.pytorch_run
+    first = run.modes[0] if run and run.modes else None
+    phases = first.phases_s if first else {}
+    r = (lambda v: None if v is None else round(v, 2))
+    return {"sweep_s": r(wall), "before_pytorch_run_s": r(before_run),
+            "pytorch_run_s": r(sum(m.wall_s or 0.0 for m in run.modes) if run else None),
+            "problems_s": r(sw.wall_s), "first_mode_set_up_ahead_s": r(phases.get(AHEAD)),
+            "first_mode_wall_s": r(first.wall_s if first else None)}
+
+
+def ahead_ab(a, pairs: int) -> dict:
+    """``pairs`` pairs of sweeps, the first mode set up ahead of its turn ("on") and not
+    ("off"), the order alternating; each run's figures, each pair's differences (on less
+    off) and their medians. A sweep that fails is said and left out of its pair."""
+    from cudnn_explorer.core.sweep import ModelSweep
+
+    runs = {"on": [], "off": []}
+    diffs = []
+    for i in range(pairs):
+        pair = {}
+        for ahead in ((True, False) if i % 2 == 0 else (False, True)):
+            name = "on" if ahead else "off"
+            out = os.path.join(tempfile.mkdtemp(prefix="bench_model_ab_"), "sweep.json")
+            cmd = command(a, out, ahead)
+            print(f"\n== pair {i + 1} of {pairs}, set up ahead {name}", flush=True)
+            rc, wall, before_run, _, _ = timed_sweep(cmd, a.device)
+            if rc != 0:
+                print(f"the model command exited {rc}: left out")
+                continue
+            with open(out) as f:
+                got = ab_figures(wall, before_run, ModelSweep.from_json(f.read()))
+            runs[name].append(got)
+            pair[name] = got
+        if len(pair) == 2:
+            diffs.append(pair_difference(pair["on"], pair["off"]))
+    summary = {"runs": runs, "differences_on_less_off": diffs,
+               "median_differences": median_differences(diffs)}
+    print("\n" + ab_text(summary))
+    return summary
+
+
+AB_KEYS = ("sweep_s", "before_pytorch_run_s", "pytorch_run_s", "problems_s")
+
+
+def pair_difference(on: dict, off: dict) -> dict:
+    """One pair's figures, on less off (s; None where either lacks one)."""
+    return {k: None if on.get(k) is None or off.get(k) is None else round(on[k] - off[k], 2)
+            for k in AB_KEYS}
+
+
+def median_differences(diffs) -> dict:
+    """The median of each figure's pair differences (None where no pair has it)."""
+    out = {}
+    for k in AB_KEYS:
+        vals = [d[k] for d in diffs if d.get(k) is not None]
+        out[k] = round(statistics.median(vals), 2) if vals else None
+    return out
+
+
+def ab_text(summary: dict) -> str:
+    """The A/B's result, said: each pair's differences and their medians."""
+    diffs = summary["differences_on_less_off"]
+    if not diffs:
+        return "set up ahead on against off: no complete pair"
+    lines = [f"set up ahead on less off, {len(diffs)} pair(s) on one GPU (s; negative: "
+             f"faster with the setup ahead):"]
+    names = {"sweep_s": "the whole sweep", "before_pytorch_run_s": "before PyTorch's run",
+             "pytorch_run_s": "PyTorch's run of the model", "problems_s": "the problems"}
+    med = summary["median_differences"]
+    for k in AB_KEYS:
+        each = ", ".join("n/a" if d[k] is None else f"{d[k]:+.2f}" for d in diffs)
+        m = "n/a" if med[k] is None else f"{med[k]:+.2f}"
+        lines.append(f"  {names[k]}: median {m} (each pair: {each})")
+    return "\n".join(lines)
 
 
 def breakdown(sw) -> dict:

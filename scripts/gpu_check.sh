@@ -211,6 +211,12 @@ BENCH_MODEL=(scripts/bench_model.py --json "$LOG/bench_model.json"
 part_model() {
   "$PY" "${BENCH_MODEL[@]}" > "$LOG/model.txt" 2>&1
 }
+# The same, then AHEAD_AB_PAIRS (default 2) pairs of sweeps with the first mode's process
+# set up ahead of its turn and without, side by side (bench_model.py --ahead-ab): about
+# 50 s a sweep on an H100 once the first has warmed the CUDA JIT cache.
+part_model-ab() {
+  "$PY" "${BENCH_MODEL[@]}" --ahead-ab "${AHEAD_AB_PAIRS:-2}" > "$LOG/model.txt" 2>&1
+}
 
 # The same sweep sampled by py-spy (carried as a wheel in .whl): every process's Python
 # stacks, idle ones too, 100 times a second, in py-spy's raw format (one line per stack and
@@ -374,7 +380,7 @@ show_part() {  # what each part's log says, for the call's output
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
     targets) tail -4 "$LOG/targets.txt" ;;
-    model|model-spy) tail -40 "$LOG/model.txt" ;;
+    model|model-spy|model-ab) tail -40 "$LOG/model.txt" ;;
     search-spy) grep -E 'configs \(|host time|outside them|^  round' "$LOG/search-spy.txt" ;;
     memory|first-calls) cat "$LOG/$1.txt" ;;
     torchrun) tail -30 "$LOG/torchrun.txt" ;;

@@ -136,6 +136,75 @@ def test_bench_model_splits_the_rest_of_the_wall_time(capfdbinary):
     assert bench.own_part_s(63.84, 25.5) == 38.3 and bench.own_part_s(10.0, 12.0) == 0.0
 
 
+def test_bench_model_ahead_ab_commands_and_differences(monkeypatch):
+    """bench_model's A/B of the first mode's setup ahead of its turn: the "off" command
+    runs the same model command with the job's set_up_ahead replaced by one that sets
+    nothing up; each pair's differences are on less off, their medians said."""
+    import importlib
+    import sys
+    import types
+
+    from conftest import load_script
+    from cudnn_explorer.jobs import sweep
+
+    cli_main = importlib.import_module("cudnn_explorer.cli.main")  # (the module)
+
+    bench = load_script("bench_model")
+    a = types.SimpleNamespace(model="resnet18", batch="4", amp="fp16", profile="quick",
+                              device=1, channels_last=True)
+    on, off = bench.command(a, "/o.json", True), bench.command(a, "/o.json", False)
+    assert on[1:3] == ["-m", "cudnn_explorer"] and off[1:3] == ["-c", bench.AHEAD_OFF]
+    assert on[3:] == off[3:] == ["model", "resnet18", "--batch", "4", "--amp", "fp16",
+                                 "--profile", "quick", "--device", "1", "--no-store",
+                                 "--verbose", "--json", "/o.json", "--channels-last"]
+
+    # the "off" code, run here: the model command (main) then finds set_up_ahead setting
+    # nothing up, where the job's own would read the options it is given
+    monkeypatch.setattr(sweep, "set_up_ahead", sweep.set_up_ahead)  # restored after
+    seen = {}
+
+    def fake_main(argv):
+        from cudnn_explorer.jobs.sweep import set_up_ahead
+
+        seen["argv"], seen["set up"] = argv, set_up_ahead(object(), None, None)
+        return 0
+
+    monkeypatch.setattr(cli_main, "main", fake_main)
+    monkeypatch.setattr(sys, "argv", ["-c", "model", "resnet18"])
+    try:
+        exec(bench.AHEAD_OFF, {"__name__": "__main__"})
+    except SystemExit as e:
+        assert e.code == 0
+    assert seen == {"argv": ["model", "resnet18"], "set up": False}
+
+    runs = [({"sweep_s": 50.0, "before_pytorch_run_s": 11.0, "pytorch_run_s": 10.0,
+              "problems_s": 26.0},
+             {"sweep_s": 51.5, "before_pytorch_run_s": 10.5, "pytorch_run_s": 12.0,
+              "problems_s": 26.0}),
+            ({"sweep_s": 49.0, "before_pytorch_run_s": None, "pytorch_run_s": 10.0,
+              "problems_s": 25.0},
+             {"sweep_s": 48.0, "before_pytorch_run_s": 10.0, "pytorch_run_s": 10.5,
+              "problems_s": 25.5}),
+            ({"sweep_s": 47.0, "before_pytorch_run_s": 12.0, "pytorch_run_s": 9.0,
+              "problems_s": 25.0},
+             {"sweep_s": 49.0, "before_pytorch_run_s": 11.0, "pytorch_run_s": 11.0,
+              "problems_s": 25.0})]
+    diffs = [bench.pair_difference(x, y) for x, y in runs]
+    assert diffs[0] == {"sweep_s": -1.5, "before_pytorch_run_s": 0.5, "pytorch_run_s": -2.0,
+                        "problems_s": 0.0}
+    assert diffs[1]["before_pytorch_run_s"] is None
+    med = bench.median_differences(diffs)
+    assert med == {"sweep_s": -1.5, "before_pytorch_run_s": 0.75, "pytorch_run_s": -2.0,
+                   "problems_s": 0.0}
+    text = bench.ab_text({"differences_on_less_off": diffs, "median_differences": med})
+    assert "3 pair(s)" in text
+    assert "the whole sweep: median -1.50 (each pair: -1.50, +1.00, -2.00)" in text
+    assert "before PyTorch's run: median +0.75 (each pair: +0.50, n/a, +1.00)" in text
+    assert bench.ab_text({"differences_on_less_off": [], "median_differences": {}}) == \
+        "set up ahead on against off: no complete pair"
+    assert bench.median_differences([]) == dict.fromkeys(bench.AB_KEYS)
+
+
 def test_the_legacy_rows_rounds_are_summed_and_said_inside_their_time():
     """A staged search's legacy rounds (DirectionResult.legacy_rounds) are summed like the
     engine configs' and said beside Find; a direction recorded before them says Find
