@@ -252,3 +252,26 @@ def test_a_child_set_up_ahead_is_held_when_its_marks_came_back_to_back(tmp_path)
         assert not child.wait_held(30)
     finally:
         child.close()
+
+
+def test_a_process_set_up_ahead_is_let_go_and_replaced(tmp_path, monkeypatch):
+    """Note [capture before the setup]: ModeStarts.let_go ends the first mode's process
+    that was set up ahead (its GPU memory given back) and starts a fresh one in its place,
+    not set up, with the same log setting; a position not set up, or not started, is left
+    as it is."""
+    python, cap, _ = _tiny_run(tmp_path)
+    started = _recorded(monkeypatch)
+    with mode_process.ModeStarts(cap.model, [False, True], python=python) as starts:
+        assert not starts.let_go(0) and not starts.let_go(7)  # none set up
+        assert len(started) == 2
+        assert starts.prepare(1, {"mode": "pinned"})
+        old = started[1]
+        assert starts.let_go(1)
+        assert old.proc.poll() is not None  # ended
+        assert len(started) == 3
+        fresh, second = starts.take(1, graph=False)
+        assert fresh is started[2] and fresh.proc.poll() is None and second is None
+        assert fresh.prepared is None and fresh.log_path is None  # the pinned mode: no log
+        assert not starts.let_go(1)  # taken
+        fresh.close()
+    assert all(s.proc.poll() is not None for s in started)

@@ -331,6 +331,62 @@ def test_the_first_mode_is_set_up_ahead_only_with_room_on_the_gpu(monkeypatch):
     assert not job.set_up_ahead(Starts(), spec, options)
 
 
+def test_a_capture_out_of_memory_beside_the_setup_runs_again_without_it(monkeypatch):
+    """Note [capture before the setup]: a capture that runs out of GPU memory while the
+    first mode's process is set up ahead lets that process go and runs once more, with a
+    note; it is not retried for another error, nor where no process was set up (the
+    error is then the capture's own), and a second failure is the capture's own."""
+    import cudnn_explorer.jobs.sweep as job
+    from cudnn_explorer.core.errors import GpuMemoryError, ResourceError
+
+    class Starts:
+        def __init__(self, set_up=True):
+            self.set_up, self.let = set_up, 0
+
+        def let_go(self, k):
+            assert k == 0
+            self.let += 1
+            ok, self.set_up = self.set_up, False
+            return ok
+
+    failures, calls, notes = [], [], []
+
+    def capture(spec, device, notify, progress=None):
+        calls.append(device)
+        if failures:
+            raise failures.pop(0)
+        return "captured"
+
+    monkeypatch.setattr(job, "capture", capture)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    spec = ModelSpec(name="resnet18", input_shape=[3, 64, 64], batch=2)
+    say = (lambda kind, msg: notes.append((kind, msg)))
+    for error in (GpuMemoryError("out of GPU memory capturing x"),
+                  torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")):
+        starts = Starts()
+        failures[:], calls[:], notes[:] = [error], [], []
+        assert job.capture_beside(starts, spec, "cuda:0", say) == "captured"
+        assert calls == ["cuda:0", "cuda:0"] and starts.let == 1
+        assert notes and notes[0][0] == "note" and "ran out of GPU memory" in notes[0][1]
+    # a second failure: the capture's own
+    starts = Starts()
+    failures[:] = [GpuMemoryError("out of GPU memory a"), GpuMemoryError("out of GPU memory b")]
+    with pytest.raises(GpuMemoryError, match="memory b"):
+        job.capture_beside(starts, spec, "cuda:0", say)
+    # not set up, no starts, or another error: no second capture, and a process set up
+    # is kept for another error
+    for starts, error in ((Starts(set_up=False), GpuMemoryError("out of GPU memory")),
+                          (None, GpuMemoryError("out of GPU memory")),
+                          (Starts(), ResourceError("the GPU failed while capturing x")),
+                          (Starts(), UserError("x: the model failed on its input"))):
+        failures[:], calls[:] = [error], []
+        with pytest.raises(type(error)):
+            job.capture_beside(starts, spec, "cuda:0", say)
+        assert calls == ["cuda:0"]
+        if starts is not None and not isinstance(error, GpuMemoryError):
+            assert starts.let == 0 and starts.set_up
+
+
 def test_verbose_says_where_the_time_before_the_sweep_went(tmp_path, monkeypatch, capsys):
     """--verbose ends with the seconds before the sweep's first step, since the process
     started: the interpreter and imports, torch, the model built and captured (the

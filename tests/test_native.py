@@ -50,9 +50,9 @@ def test_every_native_failure_maps_to_one_project_error():
 
     cases = [(("argument", "INVALID_ARGUMENT"), errors.UserError),
              (("cudnn", "CUDNN_STATUS_NOT_SUPPORTED"), errors.CudnnError),
-             (("cudnn", "CUDNN_STATUS_ALLOC_FAILED"), errors.ResourceError),
+             (("cudnn", "CUDNN_STATUS_ALLOC_FAILED"), errors.GpuMemoryError),
              (("frontend", "GRAPH_NOT_SUPPORTED"), errors.CudnnError),
-             (("cuda", "cudaErrorMemoryAllocation"), errors.ResourceError),
+             (("cuda", "cudaErrorMemoryAllocation"), errors.GpuMemoryError),
              (("cuda", "cudaErrorInsufficientDriver"), errors.MissingDependencyError),
              (("cuda", "cudaErrorIllegalAddress"), errors.GpuError),
              (("internal", "CHECK_FAILED"), errors.ExplorerError)]

@@ -1,7 +1,7 @@
 """Exceptions with the exit codes the CLI maps them to. Pure Python."""
 
 __all__ = ["ExplorerError", "UserError", "MissingDependencyError", "CudnnError", "ResourceError",
-           "GpuError", "ChildError", "Interrupted", "first_line", "described"]
+           "GpuMemoryError", "GpuError", "ChildError", "Interrupted", "first_line", "described"]
 
 
 class ExplorerError(Exception):
@@ -37,6 +37,10 @@ class ResourceError(ExplorerError, RuntimeError):
     """The GPU ran out of memory or another resource. Exit code 3."""
 
     exit_code = 3
+
+
+class GpuMemoryError(ResourceError):
+    """The GPU ran out of memory ("out of GPU memory ..."). Exit code 3."""
 
 
 class GpuError(ExplorerError, RuntimeError):

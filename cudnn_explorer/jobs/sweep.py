@@ -8,7 +8,7 @@ import re
 from typing import Callable, Optional, Sequence, Union
 
 from ..core.capture import Capture, ModelSpec
-from ..core.errors import UserError
+from ..core.errors import GpuMemoryError, UserError
 from ..core.options import ExploreOptions, given_options, profile_name
 from ..core.sweep import ModelSweep
 from .events import Notify, notifier
@@ -16,7 +16,7 @@ from . import gpu
 from .stores import StoreChoice, opened, saver, without_store
 
 __all__ = ["model_spec", "capture", "sweep_model", "mode_starts", "set_up_ahead",
-           "worker_ahead", "SweepProgress"]
+           "capture_beside", "worker_ahead", "SweepProgress"]
 
 # progress(done, total, message): problems done of total; a message of the step in hand
 SweepProgress = Callable[[int, int, str], None]
@@ -120,8 +120,8 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     try:
         if not isinstance(model, Capture):
             set_up_ahead(starts, spec, options)
-        cap = model if isinstance(model, Capture) else capture(
-            spec, f"cuda:{options.device}", notify)
+        cap = model if isinstance(model, Capture) else capture_beside(
+            starts, spec, f"cuda:{options.device}", notify)
         return _swept(cap, options, profile, iterations, store, refresh, save, progress,
                       notify, bench, plans, uncovered, allow_environment, starts, worker)
     finally:
@@ -157,7 +157,9 @@ def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bo
 # first mode: a process set up holds a CUDA context and the model's weights while it
 # waits, and two more would take the tool's peak past the model's own reserved memory +
 # 2 GiB (3.59 GiB against 3.81). And only with AHEAD_MIN_FREE_BYTES free on the GPU
-# before the capture: on a GPU shared with a training job the capture gets the memory.
+# before the capture: on a GPU shared with a training job the capture gets the memory; a
+# capture that runs out of memory beside the setup runs again without it (Note [capture
+# before the setup]).
 AHEAD_MIN_FREE_BYTES = 8 * 2**30
 
 
@@ -183,6 +185,35 @@ def set_up_ahead(starts, spec: ModelSpec, options: ExploreOptions) -> bool:
         return False
     return starts.prepare(0, setup_spec(spec, modes[0], options.device, options.seed,
                                         tf32=True))
+
+
+# Note [capture before the setup]: the first mode's process, set up ahead, holds a CUDA
+# context, the model's weights and a warm-up convolution's memory while this process
+# captures (Note [first mode set up ahead]). A capture that fits the GPU alone may not fit
+# beside it: a batch sized to the GPU, or a model of many GiB. Before that note such a
+# capture ran; so where it runs out of GPU memory with the process set up, the process is
+# ended (its memory given back), a fresh one started in its place (it imports, and sets up
+# in its turn, as before), and the capture runs once more. Only then is running out of
+# memory the capture's own error.
+def capture_beside(starts, spec: ModelSpec, device: str, notify: Optional[Notify] = None,
+                   progress: Optional[Callable[[str], None]] = None) -> Capture:
+    """capture(spec, device, notify, progress) beside ``starts`` (mode_starts's, or None),
+    whose first mode's process may be set up ahead of its turn: where the capture runs out
+    of GPU memory while it is, the process is let go and the capture runs again (Note
+    [capture before the setup])."""
+    from ..measure import native
+
+    try:
+        return capture(spec, device, notify, progress=progress)
+    except Exception as e:  # noqa: BLE001  (only running out of memory is retried)
+        if not (isinstance(e, GpuMemoryError) or native.is_out_of_memory(e)) \
+                or starts is None or not starts.let_go(0):
+            raise
+    notifier(notify)("note", "the capture ran out of GPU memory beside PyTorch's first "
+                             "mode's process, set up ahead of its turn: that process ended "
+                             "(it sets up in its turn), the capture run again")
+    native.release_cached_memory()
+    return capture(spec, device, notify, progress=progress)
 
 
 # Note [engine worker started ahead]: the engine worker spends seconds importing torch

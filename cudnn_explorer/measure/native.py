@@ -12,8 +12,8 @@ import functools
 import os
 from typing import Optional
 
-from ..core.errors import (CudnnError, ExplorerError, GpuError, MissingDependencyError,
-                           ResourceError, UserError)
+from ..core.errors import (CudnnError, ExplorerError, GpuError, GpuMemoryError,
+                           MissingDependencyError, UserError)
 from ..core.options import TimingSpec
 
 __all__ = ["load", "require_gpu", "build_info", "runtime_info", "Problem", "find_algorithms",
@@ -91,7 +91,7 @@ def translate(e: BaseException, what: str) -> ExplorerError:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     kind, status = getattr(e, "kind", None), getattr(e, "status", "")
     if isinstance(e, torch.OutOfMemoryError) or status in _OOM:
-        return ResourceError(f"out of GPU memory {what}: {first}")
+        return GpuMemoryError(f"out of GPU memory {what}: {first}")
     if kind == "argument" or (kind is None and isinstance(e, ValueError)):
         return UserError(f"{what}: {first}")
     if kind in ("cudnn", "frontend"):
@@ -134,12 +134,12 @@ def release_cached_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def out_of_memory(what: str, need_bytes: int, device: int) -> ResourceError:
-    """ResourceError for ``what`` needing ``need_bytes``, with what the GPU has free."""
+def out_of_memory(what: str, need_bytes: int, device: int) -> GpuMemoryError:
+    """GpuMemoryError for ``what`` needing ``need_bytes``, with what the GPU has free."""
     free = free_bytes(device)
     have = "" if free is None else f", {free / 2**20:.0f} MiB free"
-    return ResourceError(f"out of GPU memory {what}: needs about {need_bytes / 2**20:.0f} MiB"
-                         f"{have} on GPU {device}")
+    return GpuMemoryError(f"out of GPU memory {what}: needs about {need_bytes / 2**20:.0f} MiB"
+                          f"{have} on GPU {device}")
 
 
 def call(what: str, fn, *args):

@@ -176,6 +176,7 @@ class ModeStarts:
     def __init__(self, model: ModelSpec, pinned: Sequence[bool], python: Optional[str] = None,
                  graph: bool = False):
         self.graph = graph
+        self._model, self._pinned, self._python = model, list(pinned), python
         self._ahead: Dict[int, Tuple[StartedChild, Optional[StartedChild]]] = {}
         try:
             for k, p in enumerate(pinned):
@@ -190,6 +191,24 @@ class ModeStarts:
         if k not in self._ahead:
             return False
         self._ahead[k][0].prepare(spec)
+        return True
+
+    def let_go(self, k: int) -> bool:
+        """End position ``k``'s first process where it was set up (prepare), giving back
+        the GPU memory its setup holds, and start a fresh one in its place, which imports
+        and waits for its turn (Note [capture before the setup] in jobs/sweep.py); False
+        where none was set up."""
+        if k not in self._ahead or self._ahead[k][0].prepared is None:
+            return False
+        first, second = self._ahead.pop(k)
+        first.close()  # (ends the process: its CUDA context and memory go with it)
+        try:
+            fresh = _started(self._model, self._python, log=not self._pinned[k])
+        except BaseException:
+            if second is not None:
+                second.close()
+            raise
+        self._ahead[k] = (fresh, second)
         return True
 
     def take(self, k: int, graph: bool) -> Optional[Tuple[StartedChild, Optional[StartedChild]]]:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..core.capture import (Capture, ModelSpec, Uncovered, UniqueConv, add_counts,
                             merge_sizes)
-from ..core.errors import ResourceError, UserError, described
+from ..core.errors import GpuMemoryError, ResourceError, UserError, described
 from ..core.problem import DTYPES, ConvProblem
 
 __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "ForwardTracker",
@@ -293,7 +293,7 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
         with tracker, Mode():
             iteration(model, inputs, spec, device, loss)
     except torch.OutOfMemoryError:
-        raise ResourceError(
+        raise GpuMemoryError(
             f"out of GPU memory capturing {spec.describe()}: try a smaller --batch") from None
     except (UserError, ResourceError):
         raise
