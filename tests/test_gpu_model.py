@@ -158,3 +158,50 @@ def test_a_sweeps_plans_pin_model_and_advise_and_an_uncovered_size_is_counted(tm
                           r"iteration not pinned", flat)
     assert uncovered and uncovered[1] == uncovered[2], r.stdout[-3000:]
     assert "pinned, size 16" not in flat and "pinned, size 24" not in flat
+
+
+OOM_ONCE = '''
+import os, sys
+import torch
+
+class OutOfMemoryOnce(torch.nn.Module):
+    """Runs out of memory in its first forward in the model command's own process (the
+    capture), nowhere else: not in PyTorch's mode processes, nor the second capture."""
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+
+    def forward(self, x):
+        marker = os.environ["CE_TEST_OOM_MARKER"]
+        if sys.argv[0].endswith("__main__.py") and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise torch.OutOfMemoryError("CUDA out of memory (the test's)")
+        return self.conv(x)
+
+def once():
+    return OutOfMemoryOnce()
+'''
+
+
+def test_a_capture_out_of_memory_beside_the_setup_ahead_runs_again(tmp_path):
+    """Note [capture before the setup] on the GPU: the capture runs out of memory once
+    while benchmark mode's process is set up ahead; that process is ended, a fresh one
+    runs the mode (its setup in its turn), and the sweep completes."""
+    import json
+
+    (tmp_path / "oomnets.py").write_text(OOM_ONCE)
+    out = tmp_path / "sweep.json"
+    marker = tmp_path / "marker"
+    env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "CE_TEST_OOM_MARKER": str(marker)}
+    r = run_cli("model", "--model", "oomnets:once", "--batch", "4", "--input", "3x16x16",
+                "--eval", "--budget-ms", "5", "--engine-configs", "1", "--engine-budget-s",
+                "10", "--no-store", "--json", str(out), env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert marker.exists()
+    assert "the capture ran out of GPU memory beside PyTorch's first mode's process" \
+        in r.stderr, r.stderr
+    sweep = json.loads(out.read_text())
+    first = sweep["pytorch_run"]["modes"][0]
+    assert first["mode"] == "benchmark" and first["sizes"][0]["first_ms"] > 0
+    assert "set up ahead of its turn" not in first["phases_s"], first["phases_s"]
