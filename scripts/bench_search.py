@@ -47,6 +47,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -338,12 +339,13 @@ def main() -> int:
            "problems": [n for n, _ in problems], "wall_s": wall, "problem_wall_s": walls,
            "rows": rows,
            "hits": hits, "scored": len(scored), "pick_within_3pct": pick_ok,
-           "picks": len(picks),
+           "picks": len(picks), "pick_ratios": pick_ratios(rows),
            "checks": {"staged_within_2pct_in_95pct": bool(scored) and hits >= 0.95 * len(scored),
                       "pick_within_3pct": bool(picks) and pick_ok == len(picks)}}
     print(f"wall: full {wall['full']:.0f} s, staged {wall['staged']:.0f} s")
     print(f"staged best within 2% of the full search's: {hits} of {len(scored)}; "
           f"PyTorch's pick within 3%: {pick_ok} of {len(picks)}")
+    print(pick_ratios_text(out["pick_ratios"]))
     for r in rows:
         if not r.get("hit", True) or "error" in r or abs(r.get("pick_ratio", 1) - 1) > 0.03:
             print(f"miss: {json.dumps(r)}")
@@ -353,6 +355,24 @@ def main() -> int:
     if a.json:
         write_atomic(a.json, json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def pick_ratios(rows) -> dict:
+    """PyTorch's pick's quick / thorough median over the rows that compared it: their
+    count, and the ratios' median, least and greatest (None without any)."""
+    ratios = sorted(r["pick_ratio"] for r in rows if "pick_ratio" in r)
+    if not ratios:
+        return {"count": 0, "median": None, "min": None, "max": None}
+    return {"count": len(ratios), "median": round(statistics.median(ratios), 4),
+            "min": round(ratios[0], 4), "max": round(ratios[-1], 4)}
+
+
+def pick_ratios_text(p: dict) -> str:
+    """pick_ratios said: one line."""
+    if not p["count"]:
+        return "PyTorch's pick, quick / thorough median: none compared"
+    return (f"PyTorch's pick, quick / thorough median, over the {p['count']} compared: "
+            f"median {p['median']:.3f} (least {p['min']:.3f}, greatest {p['max']:.3f})")
 
 
 if __name__ == "__main__":

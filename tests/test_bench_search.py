@@ -246,3 +246,19 @@ def test_the_quick_searchs_own_pick_is_compared():
     assert mod.pick_ratio(full, quick, "eng1") is None
     assert mod.benchmark_pick(full, direction(None, {})).engine_tag == "eng1"
     assert mod.benchmark_pick(full, None).engine_tag == "eng1"
+
+
+def test_the_pick_ratios_are_summed_up_by_their_median():
+    """Beside the count within 3%, the benchmark gives the median, least and greatest of
+    PyTorch's pick's quick / thorough medians over the rows that compared it."""
+    mod = load_script("bench_search")
+    rows = [{"pick_ratio": 1.044}, {"pick_ratio": 0.978}, {"hit": True},
+            {"pick_ratio": 1.0}, {"error": "no best config"}, {"pick_ratio": 0.995}]
+    got = mod.pick_ratios(rows)
+    assert got == {"count": 4, "median": 0.9975, "min": 0.978, "max": 1.044}
+    assert mod.pick_ratios_text(got) == (
+        "PyTorch's pick, quick / thorough median, over the 4 compared: median 0.998 "
+        "(least 0.978, greatest 1.044)")
+    none = mod.pick_ratios([{"hit": True}])
+    assert none == {"count": 0, "median": None, "min": None, "max": None}
+    assert mod.pick_ratios_text(none) == "PyTorch's pick, quick / thorough median: none compared"
