@@ -229,7 +229,7 @@ def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
         order.append("worker started")
         return Worker() if options.engines else None
 
-    def capture(spec, device, notify):
+    def capture(spec, device, notify, progress=None):
         order.append("capture")
         return "the capture"
 
@@ -247,7 +247,7 @@ def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
     assert order == [("started", "resnet18", False), "worker started", "capture",
                      ("swept", "the capture", True, True), "closed", "worker closed"]
     order.clear()
-    monkeypatch.setattr(job, "capture", lambda spec, device, notify: "fail")
+    monkeypatch.setattr(job, "capture", lambda spec, device, notify, progress=None: "fail")
     with pytest.raises(KeyboardInterrupt):
         job.sweep_model("resnet18", batch=2)
     assert order == [("started", "resnet18", False), "worker started",
