@@ -242,15 +242,15 @@ def ahead_ab(a, pairs: int) -> dict:
         pair = {}
         for ahead in ((True, False) if i % 2 == 0 else (False, True)):
             name = "on" if ahead else "off"
-            out = os.path.join(tempfile.mkdtemp(prefix="bench_model_ab_"), "sweep.json")
-            cmd = command(a, out, ahead)
             print(f"\n== pair {i + 1} of {pairs}, set up ahead {name}", flush=True)
-            rc, wall, before_run, _, _ = timed_sweep(cmd, a.device)
-            if rc != 0:
-                print(f"the model command exited {rc}: left out")
-                continue
-            with open(out) as f:
-                got = ab_figures(wall, before_run, ModelSweep.from_json(f.read()))
+            with tempfile.TemporaryDirectory(prefix="bench_model_ab_") as tmp:
+                out = os.path.join(tmp, "sweep.json")
+                rc, wall, before_run, _, _ = timed_sweep(command(a, out, ahead), a.device)
+                if rc != 0:
+                    print(f"the model command exited {rc}: left out")
+                    continue
+                with open(out) as f:
+                    got = ab_figures(wall, before_run, ModelSweep.from_json(f.read()))
             runs[name].append(got)
             pair[name] = got
         if len(pair) == 2:

@@ -205,6 +205,44 @@ def test_bench_model_ahead_ab_commands_and_differences(monkeypatch):
     assert bench.median_differences([]) == dict.fromkeys(bench.AB_KEYS)
 
 
+def test_bench_model_ahead_ab_alternates_and_leaves_out_a_failed_sweep(monkeypatch, capsys):
+    """The A/B's pairs alternate their order (on first, then off first); a sweep that
+    fails is left out of its pair, which then has no difference; the rest are summed."""
+    import types
+
+    from conftest import load_script
+    from cudnn_explorer.core import sweep as core_sweep
+
+    bench = load_script("bench_model")
+    a = types.SimpleNamespace(model="resnet18", batch="4", amp="fp16", profile="quick",
+                              device=0, channels_last=False)
+    ran = []
+
+    def timed_sweep(cmd, device):
+        on = cmd[1] == "-m"
+        ran.append("on" if on else "off")
+        out = cmd[cmd.index("--json") + 1]
+        with open(out, "w") as f:
+            f.write("{}")
+        if len(ran) == 4:  # the second pair's second sweep fails
+            return 3, 1.0, None, 0, 0
+        return 0, 40.0 if on else 42.0, 10.0 if on else 11.5, 0, 0
+
+    monkeypatch.setattr(bench, "timed_sweep", timed_sweep)
+    monkeypatch.setattr(core_sweep.ModelSweep, "from_json", staticmethod(lambda text: None))
+    monkeypatch.setattr(bench, "ab_figures", lambda wall, before, sw: {
+        "sweep_s": wall, "before_pytorch_run_s": before, "pytorch_run_s": 9.0,
+        "problems_s": 25.0})
+    got = bench.ahead_ab(a, 3)
+    assert ran == ["on", "off", "off", "on", "on", "off"]
+    assert len(got["runs"]["on"]) == 2 and len(got["runs"]["off"]) == 3
+    assert got["differences_on_less_off"] == [
+        {"sweep_s": -2.0, "before_pytorch_run_s": -1.5, "pytorch_run_s": 0.0,
+         "problems_s": 0.0}] * 2
+    out = capsys.readouterr().out
+    assert "exited 3: left out" in out and "2 pair(s)" in out
+
+
 def test_the_legacy_rows_rounds_are_summed_and_said_inside_their_time():
     """A staged search's legacy rounds (DirectionResult.legacy_rounds) are summed like the
     engine configs' and said beside Find; a direction recorded before them says Find
