@@ -25,6 +25,25 @@ def load_script(name: str):
     return mod
 
 
+def tiny_factory(tmp_path, monkeypatch, name: str, convs: int = 2):
+    """A module ``name`` in ``tmp_path`` whose ``tiny()`` builds a Conv2d 3->8, a ReLU and
+    ``convs`` - 1 Conv2d 8->8 (3x3, padding 1): importable here and by the child processes
+    (PYTHONPATH), and imported anew (not a module of that name another test imported)."""
+    import importlib
+
+    more = "".join(",\n        torch.nn.Conv2d(8, 8, 3, padding=1)" for _ in range(convs - 1))
+    (tmp_path / f"{name}.py").write_text(
+        "import torch\n"
+        "def tiny():\n"
+        "    return torch.nn.Sequential(\n"
+        f"        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(){more})\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get(
+        "PYTHONPATH", ""))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return importlib.import_module(name)
+
+
 def pytest_configure(config):
     # The default results store of every CLI run in the tests: a fresh one per session, so
     # that no test answers from a store another session (or the user) filled.

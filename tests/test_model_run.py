@@ -319,19 +319,12 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
     """Every mode's real child process, on the CPU (no cuDNN, so no log and no picks):
     the first iteration's calls, the steady iterations, and the error that says why
     PyTorch's choice is unknown."""
-    (tmp_path / "tinynets.py").write_text(
-        "import torch\n"
-        "def tiny():\n"
-        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),\n"
-        "                               torch.nn.Conv2d(8, 8, 3, padding=1),\n"
-        "                               torch.nn.Conv2d(8, 8, 3, padding=1))\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get(
-        "PYTHONPATH", ""))
-    monkeypatch.syspath_prepend(str(tmp_path))
+    from conftest import tiny_factory
+
+    tinynets = tiny_factory(tmp_path, monkeypatch, "tinynets", convs=3)
     spec = ModelSpec(factory="tinynets:tiny", input_shape=[3, 8, 8], batch=2, sizes=[8, 12])
     from cudnn_explorer.core.capture import merge_sizes
     from dataclasses import replace
-    import tinynets
 
     caps = [capture(tinynets.tiny(), [torch.randn(2, 3, s, s)],
                     replace(spec, input_shape=[3, s, s], sizes=[]), "cpu") for s in (8, 12)]
@@ -421,16 +414,9 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
 
 def _tinynets(tmp_path, monkeypatch):
     """A capture of a tiny factory model on the CPU, importable by the children."""
-    (tmp_path / "tinynets.py").write_text(
-        "import torch\n"
-        "def tiny():\n"
-        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),\n"
-        "                               torch.nn.Conv2d(8, 8, 3, padding=1))\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get(
-        "PYTHONPATH", ""))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import tinynets
+    from conftest import tiny_factory
 
+    tinynets = tiny_factory(tmp_path, monkeypatch, "tinynets")
     spec = ModelSpec(factory="tinynets:tiny", input_shape=[3, 8, 8], batch=2)
     return capture(tinynets.tiny(), [torch.randn(2, 3, 8, 8)], spec, "cpu")
 

@@ -318,13 +318,9 @@ def test_the_model_process_runs_a_pinned_mode_and_records_what_ran(tmp_path, mon
     from cudnn_explorer.core.child_records import ModelChildResult
     from cudnn_explorer.model import model_child
 
-    (tmp_path / "tinypin.py").write_text(
-        "import torch\n"
-        "def tiny():\n"
-        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),\n"
-        "                               torch.nn.Conv2d(8, 8, 3, padding=1),\n"
-        "                               torch.nn.Conv2d(8, 8, 3, padding=1))\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    from conftest import tiny_factory
+
+    tiny_factory(tmp_path, monkeypatch, "tinypin", convs=3)
     plans = tmp_path / "tiny.plans.json"
     plans.write_text(_empty_plans().to_json())
     spec = {"model": {"factory": "tinypin:tiny", "input_shape": [3, 8, 8], "batch": 2},
@@ -428,17 +424,9 @@ def test_the_pinned_mode_of_a_models_run_on_the_cpu(tmp_path, monkeypatch):
     from cudnn_explorer.model import pytorch_run
     from cudnn_explorer.model.tracer import capture
 
-    (tmp_path / "tinypin2.py").write_text(
-        "import torch\n"
-        "def tiny():\n"
-        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),\n"
-        "                               torch.nn.Conv2d(8, 8, 3, padding=1))\n")
-    import os
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get(
-        "PYTHONPATH", ""))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import tinypin2
+    from conftest import tiny_factory
 
+    tinypin2 = tiny_factory(tmp_path, monkeypatch, "tinypin2")
     spec = ModelSpec(factory="tinypin2:tiny", input_shape=[3, 8, 8], batch=2, sizes=[8, 12])
     caps = [capture(tinypin2.tiny(), [torch.randn(2, 3, s, s)],
                     replace(spec, input_shape=[3, s, s], sizes=[]), "cpu") for s in (8, 12)]
