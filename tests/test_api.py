@@ -241,6 +241,8 @@ def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
 
     monkeypatch.setattr(job, "mode_starts", Starts)
     monkeypatch.setattr(job, "worker_ahead", worker_ahead)
+    # (a GPU host would set the stand-in Starts up: tested on its own in test_model_sweep)
+    monkeypatch.setattr(job, "set_up_ahead", lambda starts, spec, options: False)
     monkeypatch.setattr(job, "capture", capture)
     monkeypatch.setattr(job, "_swept", swept)
     assert job.sweep_model("resnet18", batch=2) == "the sweep"

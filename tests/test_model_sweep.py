@@ -358,21 +358,23 @@ def test_a_capture_out_of_memory_beside_the_setup_runs_again_without_it(monkeypa
         return "captured"
 
     monkeypatch.setattr(job, "capture", capture)
+    monkeypatch.setattr(job, "set_up_ahead", lambda starts, spec, options: False)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     spec = ModelSpec(name="resnet18", input_shape=[3, 64, 64], batch=2)
+    options = ExploreOptions.create()
     say = (lambda kind, msg: notes.append((kind, msg)))
     for error in (GpuMemoryError("out of GPU memory capturing x"),
                   torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")):
         starts = Starts()
         failures[:], calls[:], notes[:] = [error], [], []
-        assert job.capture_beside(starts, spec, "cuda:0", say) == "captured"
+        assert job.capture_beside(starts, spec, options, "cuda:0", say) == "captured"
         assert calls == ["cuda:0", "cuda:0"] and starts.let == 1
         assert notes and notes[0][0] == "note" and "ran out of GPU memory" in notes[0][1]
     # a second failure: the capture's own
     starts = Starts()
     failures[:] = [GpuMemoryError("out of GPU memory a"), GpuMemoryError("out of GPU memory b")]
     with pytest.raises(GpuMemoryError, match="memory b"):
-        job.capture_beside(starts, spec, "cuda:0", say)
+        job.capture_beside(starts, spec, options, "cuda:0", say)
     # not set up, no starts, or another error: no second capture, and a process set up
     # is kept for another error
     for starts, error in ((Starts(set_up=False), GpuMemoryError("out of GPU memory")),
@@ -381,7 +383,7 @@ def test_a_capture_out_of_memory_beside_the_setup_runs_again_without_it(monkeypa
                           (Starts(), UserError("x: the model failed on its input"))):
         failures[:], calls[:] = [error], []
         with pytest.raises(type(error)):
-            job.capture_beside(starts, spec, "cuda:0", say)
+            job.capture_beside(starts, spec, options, "cuda:0", say)
         assert calls == ["cuda:0"]
         if starts is not None and not isinstance(error, GpuMemoryError):
             assert starts.let == 0 and starts.set_up

@@ -150,7 +150,7 @@ def run(argv: List[str]) -> int:
 
 def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> int:
     from ..jobs import gpu
-    from ..jobs.sweep import capture_beside, mode_starts, set_up_ahead, worker_ahead
+    from ..jobs.sweep import capture_beside, mode_starts, worker_ahead
     from .output import notify, progress_lines
 
     # Note [model children started ahead]: PyTorch's mode processes import while this one
@@ -167,11 +167,10 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
         import torch
 
         clock.mark("torch and the extension imported")
-        set_up_ahead(starts, spec, options)  # Note [first mode set up ahead]
         device = "cpu" if (a.capture_only or a.target) and not torch.cuda.is_available() \
             else f"cuda:{options.device}"
         try:
-            cap = capture_beside(starts, spec, device, notify, progress=step)
+            cap = capture_beside(starts, spec, options, device, notify, progress=step)
         finally:
             stepped()  # the line in place is cleared, also before an error's line
         clock.mark("the model built and captured", cap.seconds)

@@ -118,10 +118,8 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     if worker is None and bench is None:
         worker = worker_ahead(options)
     try:
-        if not isinstance(model, Capture):
-            set_up_ahead(starts, spec, options)
         cap = model if isinstance(model, Capture) else capture_beside(
-            starts, spec, f"cuda:{options.device}", notify)
+            starts, spec, options, f"cuda:{options.device}", notify)
         return _swept(cap, options, profile, iterations, store, refresh, save, progress,
                       notify, bench, plans, uncovered, allow_environment, starts, worker)
     finally:
@@ -195,14 +193,16 @@ def set_up_ahead(starts, spec: ModelSpec, options: ExploreOptions) -> bool:
 # ended (its memory given back), a fresh one started in its place (it imports, and sets up
 # in its turn, as before), and the capture runs once more. Only then is running out of
 # memory the capture's own error.
-def capture_beside(starts, spec: ModelSpec, device: str, notify: Optional[Notify] = None,
+def capture_beside(starts, spec: ModelSpec, options: ExploreOptions, device: str,
+                   notify: Optional[Notify] = None,
                    progress: Optional[Callable[[str], None]] = None) -> Capture:
-    """capture(spec, device, notify, progress) beside ``starts`` (mode_starts's, or None),
-    whose first mode's process may be set up ahead of its turn: where the capture runs out
-    of GPU memory while it is, the process is let go and the capture runs again (Note
-    [capture before the setup])."""
+    """The first mode's process of ``starts`` (mode_starts's, or None) set up ahead of its
+    turn where it can be (set_up_ahead), then capture(spec, device, notify, progress)
+    beside it: where the capture runs out of GPU memory while it is set up, the process
+    is let go and the capture runs again (Note [capture before the setup])."""
     from ..measure import native
 
+    set_up_ahead(starts, spec, options)  # Note [first mode set up ahead]
     try:
         return capture(spec, device, notify, progress=progress)
     except Exception as e:  # noqa: BLE001  (only running out of memory is retried)
