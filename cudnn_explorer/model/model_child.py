@@ -84,6 +84,10 @@ class _Phases:
         d[phase] = round(d.get(phase, 0.0) + now - self.t, 3)
         self.t = now
 
+    def skip(self) -> None:
+        """The time since the last end is no phase's (a wait its parent counts)."""
+        self.t = time.perf_counter()
+
 
 class _HostEvent:
     """A CUDA event's timing calls on the host clock (a run on the CPU)."""
@@ -357,7 +361,7 @@ def run(spec: dict, write, hold=None) -> dict:
             raise ValueError(f"the spec changed after the setup ahead of its turn: "
                              f"{', '.join(changed)}")
         spec = final
-        phases.t = time.perf_counter()  # the wait is the parent's to count
+        phases.skip()  # the wait is the parent's to count
     seen: set = set()
     log = spec.get("log_file")
     iterations, warmup = int(spec.get("iterations", 20)), int(spec.get("warmup", 5))
