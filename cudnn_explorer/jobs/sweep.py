@@ -158,6 +158,9 @@ def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bo
 # before the capture: on a GPU shared with a training job the capture gets the memory; a
 # capture that runs out of memory beside the setup runs again without it (Note [capture
 # before the setup]).
+# Side by side (scripts/bench_model.py --ahead-ab 2, an H200, two pairs of ResNet-50
+# sweeps): PyTorch's run 2.1 s shorter with the setup ahead in both pairs, the time before it
+# at most 0.5 s longer, the sweep a median 3.1 s shorter (docs/benchmarks.md).
 AHEAD_MIN_FREE_BYTES = 8 * 2**30
 
 
