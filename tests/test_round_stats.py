@@ -15,6 +15,7 @@ import round_stats  # noqa: E402
 H100 = os.path.join(ROOT, "data", "reference", "h100-resnet50-b32-amp-fp16-nhwc.json.gz")
 BF16_QUICK = os.path.join(ROOT, "data", "reference", "h100-readme-bf16-nhwc-quick.json")
 H200_UNSTAGED = os.path.join(ROOT, "data", "reference", "h200-resnet50-b32-amp-fp16-nhwc.json.gz")
+H200 = os.path.join(ROOT, "data", "reference", "h200-resnet50-b32-amp-fp16-nhwc-staged.json.gz")
 
 
 def test_a_batched_round_launches_the_estimate_the_warm_up_and_five_samples_at_least():
@@ -48,6 +49,20 @@ def test_the_notes_figures_come_from_the_reference_sweep():
             "0.038 ms (p50), 1.194 ms (p99), 63.928 ms (max); 47 launched first above their "
             "direction's cutoff with a median below it") in text
     assert "ConvFwd_eng62_k2=4_k13=1_k18=0_k25=1_k27=5_k28=1: first launch 63.94 ms" in text
+
+
+def test_the_h200_sweep_cut_on_first_launches_alone_and_cut_none_whose_median_stayed():
+    # docs/benchmarks.md quotes these from the H200's sweep with the one-launch cut
+    from cudnn_explorer.core.documents import saved_explorations
+
+    lines = round_stats.stats(saved_explorations(H200, "FILE"), False, [(0.1, 0.2, 0.5)],
+                              [(0.5, 0.5, 2.5)])
+    text = "\n".join(lines)
+    assert lines[0] == ("engine configs of 68 directions: 2957 timed in round 1 (0 cut after "
+                        "two launches, 90 after one), 742 in round 2")
+    assert "round 1's cut candidates: 90, their launches 1.13 s (the second ones 0.00 s; " \
+           "90 cut after the first alone)" in text
+    assert "26 launched first above their direction's cutoff with a median below it" in text
 
 
 def test_the_plan_builds_figures_come_from_the_reference_files():
