@@ -82,8 +82,8 @@ def rest_text(figures: dict) -> str:
 def own_part_s(wall: float, pytorch_run: float) -> float:
     """The sweep's wall time less PyTorch's own run of the model (s): what the tool
     itself spends (the imports, the capture, the problems, the report). PyTorch's run
-    (its benchmark mode's search above all) took 19.8-25.5 s on fresh machines of one kind
-    (docs/benchmarks.md), which this figure leaves out."""
+    (its benchmark mode's search above all) varies between fresh machines of one kind
+    (docs/benchmarks.md), and this figure leaves it out."""
     return round(max(wall - pytorch_run, 0.0), 1)
 
 
@@ -130,7 +130,7 @@ def main() -> int:
         print("no benchmark-mode run of the model in the sweep: cannot compare")
         return 1
     s = bench.sizes[0]
-    pytorch_s = sum(m.wall_s or 0.0 for m in run.modes)
+    pytorch_s = pytorch_run_s(run)
     model_peak = max(s.first_peak_reserved_bytes, s.steady_peak_reserved_bytes or 0)
     figures = {
         "command": " ".join(cmd[1:]), "gpu": sw.environment.gpu_name,
@@ -214,6 +214,11 @@ def timed_sweep(cmd, device: int):
     return rc, wall, before_run, used0, peak[0] - used0
 
 
+def pytorch_run_s(run) -> float:
+    """PyTorch's run of the model (a ModelRun): its modes' wall times summed (s)."""
+    return sum(m.wall_s or 0.0 for m in run.modes)
+
+
 def ab_figures(wall: float, before_run, sw) -> dict:
     """One sweep of the A/B: its wall time, the time before PyTorch's run, PyTorch's run
     (every mode), the problems, and the first mode's setup ahead of its turn and wait at
@@ -225,7 +230,7 @@ def ab_figures(wall: float, before_run, sw) -> dict:
     phases = first.phases_s if first else {}
     r = (lambda v: None if v is None else round(v, 2))
     return {"sweep_s": r(wall), "before_pytorch_run_s": r(before_run),
-            "pytorch_run_s": r(sum(m.wall_s or 0.0 for m in run.modes) if run else None),
+            "pytorch_run_s": r(pytorch_run_s(run) if run else None),
             "problems_s": r(sw.wall_s), "first_mode_set_up_ahead_s": r(phases.get(AHEAD)),
             "first_mode_wall_s": r(first.wall_s if first else None)}
 

@@ -176,7 +176,7 @@ def set_up_ahead(starts, spec: ModelSpec, options: ExploreOptions) -> bool:
     from ..model.pytorch_run import modes_of
 
     modes = modes_of(options)
-    if not modes or modes[0].mode == "pinned" or not torch.cuda.is_available():
+    if not modes or not torch.cuda.is_available():
         return False
     try:
         free, _ = torch.cuda.mem_get_info(options.device)

@@ -21,7 +21,7 @@ from ..measure.prestart import READY_TIMEOUT_S, StartedChild, last_line
 from ..measure.procs import describe_rc
 from ..measure.pytorch_picks import LOG_VARS, ModeSpec
 from . import zoo
-from .model_child import SETUP_KEYS
+from .model_child import setup_changed
 from .tracer import PROBE_IMPORTS
 
 __all__ = ["MODEL_CHILD", "WAITED", "WAITED_SETUP", "STEADY_PROCESS", "shapes",
@@ -75,7 +75,7 @@ def preload(model) -> str:
 
 def setup_spec(model: ModelSpec, mode: ModeSpec, device: int, seed: int, tf32: bool) -> dict:
     """The part of a mode's spec (model/model_child.py's SPEC) that its process's setup
-    uses (its SETUP_KEYS): the whole spec of a process set up ahead of its turn
+    uses (model_child.SETUP_KEYS): the whole spec of a process set up ahead of its turn
     (ModeStarts.prepare), and the head of every mode's (run_mode)."""
     spec = {"model": model.to_dict(), "mode": mode.mode,
             "benchmark_limit": mode.benchmark_limit, "tf32": tf32, "device": device,
@@ -109,8 +109,7 @@ def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iteratio
     try:
         t0 = time.perf_counter()
         if first.prepared is not None and not (
-                all(first.prepared.get(k) == spec.get(k) for k in SETUP_KEYS)
-                and first.wait_held(timeout_s + READY_TIMEOUT_S)):
+                not setup_changed(first.prepared, spec) and first.wait_held(timeout_s + READY_TIMEOUT_S)):
             # set up for another spec (the capture's TF32 setting), or it failed in its
             # setup (e.g. out of memory beside the capture): one started now, as before
             say(f"PyTorch's run of the model: {mode.label}: the process set up ahead "

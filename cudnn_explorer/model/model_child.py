@@ -51,6 +51,7 @@ import gc
 import sys
 import time
 from dataclasses import replace
+from typing import List
 
 from ..core import stats
 from ..core.capture import ModelSpec
@@ -304,6 +305,12 @@ SETUP_KEYS = ("model", "mode", "benchmark_limit", "tf32", "device", "seed", "pla
               "pinned_benchmark", "allow_environment", "steady_only")
 
 
+def setup_changed(setup: dict, spec: dict) -> List[str]:
+    """The SETUP_KEYS on which ``spec`` differs from the ``setup`` a process was set up
+    with (empty where the process can run it)."""
+    return [k for k in SETUP_KEYS if spec.get(k) != setup.get(k)]
+
+
 def run(spec: dict, write, hold=None) -> dict:
     """The run of ``spec``, every result through ``write``. With the spec's "hold", the
     setup first, then ``hold()`` says so and returns the go's spec (None: the parent went
@@ -356,7 +363,7 @@ def run(spec: dict, write, hold=None) -> dict:
         final = hold() if hold is not None else None
         if final is None:
             return out
-        changed = [k for k in SETUP_KEYS if final.get(k) != spec.get(k)]
+        changed = setup_changed(spec, final)
         if changed:
             raise ValueError(f"the spec changed after the setup ahead of its turn: "
                              f"{', '.join(changed)}")
