@@ -13,7 +13,9 @@ only_preferred), in one engine worker kept for the whole run, and:
 - hit: the staged best is within 2% of the full search's best (goal: 95% of the
   problem-directions);
 - PyTorch's pick: the staged search's median of it is within 3% of the full search's.
-The misses are printed.
+The misses are printed. Beside them, how far one plan's median moves between the two
+searches anyway: the quick / thorough median of every config both timed in full (the quick
+search's finalists), over all problems (finalist_ratios).
 
 Usage: python scripts/bench_search.py [--problems NAME,...] [--model resnet50 [--batch 32
            --amp fp16 --channels-last] [--limit N]] [--budget-ms 100] [--model-profile]
@@ -219,6 +221,7 @@ def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=N
             ratio = pick_ratio(d, ds, pick.engine_tag)
             if ratio is not None:
                 row["pick_ratio"] = ratio
+        row["finalist_ratios"] = finalist_ratios(d, ds)
         rows.append(row)
     return {"wall_s": walls, "rows": rows}
 
@@ -239,6 +242,44 @@ def pick_ratio(full_dir, staged_dir, tag):
     either did not time it in full)."""
     pf, ps = full_dir.config_timing(tag), staged_dir.config_timing(tag)
     return ps.median_ms / pf.median_ms if pf is not None and ps is not None else None
+
+
+def finalist_ratios(full_dir, staged_dir) -> list:
+    """The quick search's median over the thorough one's of every engine config both timed
+    in full (the quick search's finalists, not WRONG), in the quick search's order: how far
+    one plan's median moves between two searches of one process, the scale against which
+    PyTorch's pick's 3% is read (docs/benchmarks.md, "The same answers")."""
+    if staged_dir is None or staged_dir.engines is None:
+        return []
+    out = []
+    for c in staged_dir.engines.configs:
+        if c.left_round is not None:
+            continue
+        ps, pf = staged_dir.config_timing(c.tag), full_dir.config_timing(c.tag)
+        if ps is not None and pf is not None and pf.median_ms > 0:
+            out.append(round(ps.median_ms / pf.median_ms, 4))
+    return out
+
+
+def kept_finalist_ratios(rows, base) -> None:
+    """Fill in the finalist_ratios of kept ``rows`` that lack them (kept by an earlier
+    version of this script) from the two explorations kept beside them (BASE.staged.json,
+    BASE.full.json), where both are there."""
+    if not base or all("finalist_ratios" in r for r in rows):
+        return
+    paths = {label: f"{base}.{label}.json" for label in ("staged", "full")}
+    if not all(os.path.exists(q) for q in paths.values()):
+        return
+    from cudnn_explorer.core.exploration import Exploration
+
+    exps = {}
+    for label, q in paths.items():
+        with open(q) as f:
+            exps[label] = Exploration.from_dict(json.load(f)["exploration"])
+    for r in rows:
+        d = exps["full"].direction(r.get("direction"))
+        if "finalist_ratios" not in r and d is not None:
+            r["finalist_ratios"] = finalist_ratios(d, exps["staged"].direction(d.direction))
 
 
 def main() -> int:
@@ -316,6 +357,7 @@ def main() -> int:
                                     indent=1)
             if was_kept:
                 print(f"{name}: kept in {kept}", flush=True)
+                kept_finalist_ratios(one["rows"], base)
             rows += one["rows"]
             walls[name] = one["wall_s"]
             for label in wall:
@@ -331,7 +373,7 @@ def main() -> int:
     scored = [r for r in rows if "hit" in r]
     hits = sum(r["hit"] for r in scored)
     picks = [r for r in rows if "pick_ratio" in r]
-    pick_ok = sum(abs(r["pick_ratio"] - 1) <= 0.03 for r in picks)
+    pick_ok = sum(within_3pct(r["pick_ratio"]) for r in picks)
     out = {"compared": ("the model sweep's quick profile, unstaged (full) and staged"
                         if a.model_profile else "the thorough profile (full) and the quick one "
                                                 "(staged)")
@@ -340,15 +382,18 @@ def main() -> int:
            "rows": rows,
            "hits": hits, "scored": len(scored), "pick_within_3pct": pick_ok,
            "picks": len(picks), "pick_ratios": pick_ratios(rows),
+           "finalist_ratios": ratio_summary([x for r in rows
+                                             for x in r.get("finalist_ratios", ())]),
            "checks": {"staged_within_2pct_in_95pct": bool(scored) and hits >= 0.95 * len(scored),
                       "pick_within_3pct": bool(picks) and pick_ok == len(picks)}}
     print(f"wall: full {wall['full']:.0f} s, staged {wall['staged']:.0f} s")
     print(f"staged best within 2% of the full search's: {hits} of {len(scored)}; "
           f"PyTorch's pick within 3%: {pick_ok} of {len(picks)}")
     print(pick_ratios_text(out["pick_ratios"]))
+    print(finalist_ratios_text(out["finalist_ratios"]))
     for r in rows:
-        if not r.get("hit", True) or "error" in r or abs(r.get("pick_ratio", 1) - 1) > 0.03:
-            print(f"miss: {json.dumps(r)}")
+        if not r.get("hit", True) or "error" in r or not within_3pct(r.get("pick_ratio", 1)):
+            print(f"miss: {json.dumps({k: v for k, v in r.items() if k != 'finalist_ratios'})}")
         elif "pick" in r and "pick_ratio" not in r:
             print(f"PyTorch's pick not compared (not timed in full by both searches): "
                   f"{r['problem']} {r['direction']} {r['pick']}")
@@ -357,14 +402,26 @@ def main() -> int:
     return 0
 
 
-def pick_ratios(rows) -> dict:
-    """PyTorch's pick's quick / thorough median over the rows that compared it: their
-    count, and the ratios' median, least and greatest (None without any)."""
-    ratios = sorted(r["pick_ratio"] for r in rows if "pick_ratio" in r)
+def within_3pct(ratio: float) -> bool:
+    """Whether a quick / thorough ratio is within 3% of 1 (1.03 itself is)."""
+    return abs(ratio - 1) <= 0.03 + 1e-12
+
+
+def ratio_summary(ratios) -> dict:
+    """Quick / thorough ratios summed up: their count, median, least and greatest (None
+    without any), and how many are more than 3% from 1."""
+    ratios = sorted(ratios)
     if not ratios:
-        return {"count": 0, "median": None, "min": None, "max": None}
+        return {"count": 0, "median": None, "min": None, "max": None, "beyond_3pct": 0}
     return {"count": len(ratios), "median": round(statistics.median(ratios), 4),
-            "min": round(ratios[0], 4), "max": round(ratios[-1], 4)}
+            "min": round(ratios[0], 4), "max": round(ratios[-1], 4),
+            "beyond_3pct": sum(not within_3pct(x) for x in ratios)}
+
+
+def pick_ratios(rows) -> dict:
+    """PyTorch's pick's quick / thorough median over the rows that compared it:
+    ratio_summary of them."""
+    return ratio_summary(r["pick_ratio"] for r in rows if "pick_ratio" in r)
 
 
 def pick_ratios_text(p: dict) -> str:
@@ -373,6 +430,15 @@ def pick_ratios_text(p: dict) -> str:
         return "PyTorch's pick, quick / thorough median: none compared"
     return (f"PyTorch's pick, quick / thorough median, over the {p['count']} compared: "
             f"median {p['median']:.3f} (least {p['min']:.3f}, greatest {p['max']:.3f})")
+
+
+def finalist_ratios_text(p: dict) -> str:
+    """ratio_summary of the finalist ratios said: one line."""
+    what = "the same config timed in full by both searches, quick / thorough median"
+    if not p["count"]:
+        return f"{what}: none compared"
+    return (f"{what}, over {p['count']} configs: median {p['median']:.3f} (least "
+            f"{p['min']:.3f}, greatest {p['max']:.3f}); {p['beyond_3pct']} more than 3% from 1")
 
 
 if __name__ == "__main__":

@@ -255,10 +255,86 @@ def test_the_pick_ratios_are_summed_up_by_their_median():
     rows = [{"pick_ratio": 1.044}, {"pick_ratio": 0.978}, {"hit": True},
             {"pick_ratio": 1.0}, {"error": "no best config"}, {"pick_ratio": 0.995}]
     got = mod.pick_ratios(rows)
-    assert got == {"count": 4, "median": 0.9975, "min": 0.978, "max": 1.044}
+    assert got == {"count": 4, "median": 0.9975, "min": 0.978, "max": 1.044, "beyond_3pct": 1}
     assert mod.pick_ratios_text(got) == (
         "PyTorch's pick, quick / thorough median, over the 4 compared: median 0.998 "
         "(least 0.978, greatest 1.044)")
     none = mod.pick_ratios([{"hit": True}])
-    assert none == {"count": 0, "median": None, "min": None, "max": None}
+    assert none == {"count": 0, "median": None, "min": None, "max": None, "beyond_3pct": 0}
     assert mod.pick_ratios_text(none) == "PyTorch's pick, quick / thorough median: none compared"
+
+
+def test_the_same_configs_medians_in_both_searches_are_compared():
+    """Beside PyTorch's pick, every config the quick search timed in full (a finalist, not
+    WRONG) that the thorough one timed too gives its quick / thorough median: how far one
+    plan's median moves between the two searches anyway."""
+    from types import SimpleNamespace as NS
+
+    mod = load_script("bench_search")
+
+    def direction(configs):
+        by_tag = {c.tag: c for c in configs}
+        return NS(engines=NS(configs=configs),
+                  config_timing=lambda tag: by_tag[tag].timing
+                  if tag in by_tag and not by_tag[tag].wrong else None)
+
+    def config(tag, ms, left=None, wrong=False):
+        return NS(tag=tag, timing=NS(median_ms=ms), left_round=left, wrong=wrong)
+
+    full = direction([config("a", 1.0), config("b", 2.0), config("c", 3.0),
+                      config("d", 4.0), config("e", 5.0)])
+    quick = direction([config("b", 2.06), config("a", 0.99), config("c", 3.3, left=1),
+                       config("d", 4.0, wrong=True), config("f", 1.0)])
+    assert mod.finalist_ratios(full, quick) == [1.03, 0.99]  # c left, d WRONG, f not in full
+    assert mod.finalist_ratios(full, None) == []
+    assert mod.finalist_ratios(full, NS(engines=None)) == []
+    got = mod.ratio_summary([1.03, 0.99, 1.031])
+    assert got == {"count": 3, "median": 1.03, "min": 0.99, "max": 1.031, "beyond_3pct": 1}
+    assert mod.finalist_ratios_text(got) == (
+        "the same config timed in full by both searches, quick / thorough median, over 3 "
+        "configs: median 1.030 (least 0.990, greatest 1.031); 1 more than 3% from 1")
+    assert mod.finalist_ratios_text(mod.ratio_summary([])).endswith(": none compared")
+
+
+def test_kept_rows_get_their_finalist_ratios_from_the_kept_explorations(
+        monkeypatch, tmp_path, capsys):
+    """A problem kept by an earlier version of the script (rows without finalist_ratios)
+    gets them from its two kept explorations, with no GPU and nothing measured; the totals
+    then sum them."""
+    mod = load_script("bench_search")
+
+    import dataclasses
+
+    from cudnn_explorer.core.records import EngineConfig, EngineSpace
+
+    def explored_dir(times, left=()):
+        configs = [EngineConfig(tag=f"eng{i}", engine=i, status="OK",
+                                timing=fakes.timing(ms), max_error=0.0, tolerance=1e-2,
+                                output_finite=True,
+                                left_round=1 if f"eng{i}" in left else None)
+                   for i, ms in enumerate(times)]
+        e = fakes.exploration()
+        d = dataclasses.replace(e.directions[0], engines=EngineSpace(configs=configs))
+        return dataclasses.replace(e, directions=[d])
+
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    staged = explored_dir([1.02, 2.0, 3.0], left=("eng2",))
+    full = explored_dir([1.0, 2.1, 2.0])
+    for label, e in (("staged", staged), ("full", full)):
+        (keep / f"default.{label}.json").write_text(
+            json.dumps({"wall_s": 1.0, "exploration": e.to_dict()}))
+    (keep / "default.json").write_text(json.dumps(
+        {"wall_s": {"full": 10.0, "staged": 2.0},
+         "rows": [{"problem": "default", "direction": "fwd", "full_best": "eng0",
+                   "staged_best": "eng0", "full_ms": 1.0, "staged_ms": 1.0, "hit": True}]}))
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("a kept problem is not measured again")
+
+    monkeypatch.setattr(mod, "measure_problem", no_measuring)
+    got = run(mod, monkeypatch, tmp_path, "--problems", "default", "--keep", str(keep))
+    assert got["rows"][0]["finalist_ratios"] == [1.02, 0.9524]
+    assert got["finalist_ratios"]["count"] == 2
+    out = capsys.readouterr().out
+    assert "over 2 configs: median 0.986 (least 0.952, greatest 1.020); 1 more than 3%" in out
