@@ -108,8 +108,9 @@ def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iteratio
     first, second = ahead or start_mode(capture.model, mode.mode == "pinned", python, graph)
     try:
         t0 = time.perf_counter()
-        if first.prepared is not None and not (
-                not setup_changed(first.prepared, spec) and first.wait_held(timeout_s + READY_TIMEOUT_S)):
+        if first.prepared is not None and (
+                setup_changed(first.prepared, spec)
+                or not first.wait_held(timeout_s + READY_TIMEOUT_S)):
             # set up for another spec (the capture's TF32 setting), or it failed in its
             # setup (e.g. out of memory beside the capture): one started now, as before
             say(f"PyTorch's run of the model: {mode.label}: the process set up ahead "
