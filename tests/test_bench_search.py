@@ -338,3 +338,35 @@ def test_kept_rows_get_their_finalist_ratios_from_the_kept_explorations(
     assert got["finalist_ratios"]["count"] == 2
     out = capsys.readouterr().out
     assert "over 2 configs: median 0.986 (least 0.952, greatest 1.020); 1 more than 3%" in out
+
+
+def test_the_h100_totals_quoted_in_the_docs_come_from_the_kept_results(monkeypatch, tmp_path,
+                                                                       capsys):
+    """data/reference/h100-same-answers/ holds every problem's kept result of one H100 run:
+    the totals docs/benchmarks.md quotes are what the script prints from it, measuring
+    nothing (a copy, so that nothing is written into the repository)."""
+    import shutil
+
+    mod = load_script("bench_search")
+    src = os.path.join(os.path.dirname(__file__), "..", "data", "reference",
+                       "h100-same-answers")
+    keep = tmp_path / "keep"
+    shutil.copytree(src, keep)
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("every problem is kept")
+
+    monkeypatch.setattr(mod, "measure_problem", no_measuring)
+    got = run(mod, monkeypatch, tmp_path, "--keep", str(keep))
+    assert sorted(got["problems"]) == sorted(mod.PROBLEMS)
+    assert (got["hits"], got["scored"], got["pick_within_3pct"], got["picks"]) == (27, 27, 25, 27)
+    assert sum(r["staged_best"] == r["full_best"] for r in got["rows"]) == 23
+    out = capsys.readouterr().out
+    assert ("PyTorch's pick, quick / thorough median, over the 27 compared: median 1.005 "
+            "(least 0.975, greatest 1.042)") in out
+    assert ("over 140 configs: median 1.001 (least 0.913, greatest 1.051); 9 more than 3% "
+            "from 1") in out
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")).read()
+    for quoted in ("27 of 27; PyTorch's pick within 3%: 25 of", "median 1.005 (least",
+                   "over 140 configs: median 1.001 (least 0.913, greatest 1.051); 9 more"):
+        assert quoted in " ".join(docs.split()), quoted
