@@ -338,6 +338,93 @@ def test_a_config_known_to_hang_is_recorded_skipped_not_built(staged):
         ["ConvFwd_eng1_k17=3", "ConvFwd_eng1_k17=5"] and again.engines[1]["skipped"] == 2
 
 
+def _rejecting_knob17_search(measured, builds, rejects):
+    """Knob17Search (knob 17 in 1..7, nothing listed for engine 1) whose builds of engine
+    1's configs are recorded in ``builds`` and rejected where ``rejects(knob 17's value or
+    None)`` says so, as cuDNN rejects a config its engine cannot run on the problem."""
+    from types import SimpleNamespace as NS
+
+    class Search(type(Knob17Search(measured, 7))):
+        def build(self, e, knobs):
+            made = super().build(e, knobs)
+            if e != 1:
+                return made
+            builds.append(made.name)
+            if rejects(dict(map(tuple, knobs)).get(17)):
+                return NS(**{**vars(made), "status": "config rejected"})
+            return made
+
+    return Search(measured)
+
+
+def _explored_with_hangs(search, hang):
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure import engines as eng
+    from fakes import FakeOut, exploration
+
+    return eng.explore_engines(exploration().problem, "fwd", None,
+                               {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
+                               time_budget_s=None, max_per_engine=8,
+                               timing=TimingSpec(budget_ms=1.0), kernels=False,
+                               search=search, staged=True, known_hang=hang)
+
+
+def _hang_3_or_5(e, ch):
+    return "known to hang (test)" if e == 1 and dict(ch).get(17) in (3, 5) else None
+
+
+def test_known_hangs_of_an_engine_that_accepts_none_are_rejected_not_skipped():
+    """Note [hangs of engines that accept]: where cuDNN rejects every config of the engine
+    (on an H100, engine 77 for the default float32 problem), a config the rule names is
+    built, which launches nothing, and counted as rejected, as the thorough profile
+    counts it: not listed as skipped, "known to hang", nor counted as valid."""
+    from cudnn_explorer.measure import engines as eng
+    from cudnn_explorer.report.engines import summary_lines
+
+    measured, builds = [], []
+    sp = _explored_with_hangs(_rejecting_knob17_search(measured, builds, lambda v: True),
+                              _hang_3_or_5)
+    assert not [c for c in sp.configs if c.status == eng.SKIPPED]
+    assert {"eng1_k17=3", "eng1_k17=5"} <= set(builds)
+    assert not [m for m in measured if m[0].startswith("eng1")]
+    e1 = sp.engines[1]
+    assert (e1["tried"], e1["rejected"], e1["configs"], e1.get("skipped", 0)) == (8, 8, 0, 0)
+    line = summary_lines(fakes_direction(sp))[0]
+    assert "known to hang" not in line and f"{len(sp.configs)} valid" in line
+
+
+def test_the_first_known_hang_an_engine_builds_is_skipped_unlaunched_the_rest_unbuilt():
+    """Once cuDNN builds a config of the engine (here the first it accepts is one the rule
+    names), that config and the engine's later ones the rule names are skipped: the first
+    built but never launched, the later ones not even built; the others run as before,
+    and the summary counts the skipped ones apart from the valid ones."""
+    from cudnn_explorer.measure import engines as eng
+    from cudnn_explorer.report.engines import summary_lines
+
+    measured, builds = [], []
+    search = _rejecting_knob17_search(measured, builds, lambda v: v in (None, 1, 2))
+    sp = _explored_with_hangs(search, _hang_3_or_5)
+    assert sorted(c.tag for c in sp.configs if c.status == eng.SKIPPED) == \
+        ["ConvFwd_eng1_k17=3", "ConvFwd_eng1_k17=5"]
+    assert "eng1_k17=3" in builds and "eng1_k17=5" not in builds
+    ran = {m[0] for m in measured if m[0].startswith("eng1")}
+    assert ran == {"eng1_k17=4", "eng1_k17=6", "eng1_k17=7"}
+    e1 = sp.engines[1]
+    assert (e1["rejected"], e1["configs"], e1["skipped"]) == (3, 3, 2)
+    assert e1["untried"] == 0
+    line = summary_lines(fakes_direction(sp))[0]
+    assert f"{len(sp.configs) - 2} valid" in line and "2 known to hang not tried" in line
+
+
+def fakes_direction(space):
+    """A direction of fakes' exploration with engine space ``space``."""
+    import dataclasses
+
+    from fakes import fwd_result
+
+    return dataclasses.replace(fwd_result(), engines=space)
+
+
 @pytest.mark.parametrize("hold,staged", [(False, True), (True, True), (True, False)])
 def test_the_worker_passes_the_hang_rule_to_a_held_job_too(hold, staged):
     """engine_serve.run gives a staged search the rule of configs known to hang, also a

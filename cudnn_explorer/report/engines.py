@@ -30,7 +30,8 @@ def summary_lines(d: DirectionResult) -> List[str]:
     skipped = sum(e.get("skipped", 0) for e in sp.engines)
     out.append(f"engines: {usable} of {sp.engine_count} engines accept this problem; "
                f"{tried} knob configs tried (at most {sp.attempts_per_engine} per engine), "
-               f"{rejected} rejected by cuDNN as invalid, {len(sp.configs)} valid (at most "
+               f"{rejected} rejected by cuDNN as invalid, {len(sp.configs) - skipped} valid "
+               f"(at most "
                f"{sp.max_per_engine} per engine), {ok} built and ran"
                + (f", {failed} hung or crashed the worker process (recorded, skipped on "
                   f"restart)" if failed else "")
