@@ -290,7 +290,9 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         say(f"{direction}: engine {e}/{count - 1} {tag} ({time.perf_counter() - t0:.1f} s)")
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
         if skipping:  # Note [hangs of engines that accept]: built, never launched
-            made = prebuilt.pop((e, ch), None) or search.build(e, [list(k) for k in ch])
+            made = prebuilt.pop((e, ch), None)
+            if made is None:
+                made = search.build(e, [list(k) for k in ch])
             if made.status == "built":
                 accepts[e] = True
                 return skipped(e, ch, tag, why)
