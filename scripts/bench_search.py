@@ -193,7 +193,7 @@ def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=N
     ``shared``: SweepBenches (explored says what they change)."""
     exps, walls, rows = {}, {}, []
     for label, opts in (("staged", staged), ("full", full)):
-        kept = f"{keep_stem}.{label}.json" if keep_stem else None
+        kept = kept_path(keep_stem, label) if keep_stem else None
         exps[label], walls[label] = explored(p, opts, kept, shared, label)
         e = exps[label]
         parts = "; ".join(f"{d.direction} legacy {d.legacy_wall_s or 0:.1f} s, engines "
@@ -261,13 +261,18 @@ def finalist_ratios(full_dir, staged_dir) -> list:
     return out
 
 
+def kept_path(stem: str, label: str) -> str:
+    """Where profile ``label``'s exploration of a problem is kept: STEM.LABEL.json."""
+    return f"{stem}.{label}.json"
+
+
 def kept_finalist_ratios(rows, base) -> None:
     """Fill in the finalist_ratios of kept ``rows`` that lack them (kept by an earlier
     version of this script) from the two explorations kept beside them (BASE.staged.json,
     BASE.full.json), where both are there."""
     if not base or all("finalist_ratios" in r for r in rows):
         return
-    paths = {label: f"{base}.{label}.json" for label in ("staged", "full")}
+    paths = {label: kept_path(base, label) for label in ("staged", "full")}
     if not all(os.path.exists(q) for q in paths.values()):
         return
     from cudnn_explorer.core.exploration import Exploration

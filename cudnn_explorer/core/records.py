@@ -219,6 +219,12 @@ class EngineSpace(Record):
     def config(self, tag: str) -> Optional[EngineConfig]:
         return next((c for c in self.configs if c.tag == tag), None)
 
+    @property
+    def skipped(self) -> int:
+        """Configs known to hang and not tried (Note [known hangs] in core/hangs.py): rows
+        of ``configs`` that no search built or ran."""
+        return sum(e.get("skipped", 0) for e in self.engines)
+
 
 @dataclass
 class PyTorchPick(_Checked, Record):

@@ -80,9 +80,7 @@ def search_time(directions: Iterable[DirectionResult]) -> SearchTime:
         if checked:  # none: not checked, or a saved result from before they were recorded
             engine_checks = _add(engine_checks, sum(checked) / 1e3)
         ahead = _add(ahead, sp.ahead_s)
-        # those known to hang and not tried (Note [known hangs] in core/hangs.py) are rows
-        # of the table, not configs the search built
-        configs += len(sp.configs) - sum(e.get("skipped", 0) for e in sp.engines)
+        configs += len(sp.configs) - sp.skipped  # configs the search built
         _sum_rounds(sp.rounds, round_s, left)
     return SearchTime(directions=n, legacy_s=legacy, find_s=find, engines_s=engines,
                       builds_s=builds, configs=configs, rounds=tuple(round_s.items()),

@@ -207,8 +207,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     measure/engine_serve.py). ``known_hang(engine, knobs)``: why a config is known to hang
     (core/hangs.py), or None; with ``skip_known_hangs`` such a config is not sampled (nor
     searched for a legacy algorithm) but recorded as "skipped" with the reason, once its
-    engine is known to accept the problem (Note [hangs of engines that accept]); one that
-    is tried (listed, or not skipped) has its launches' limit said in its stage events
+    engine is known to accept the problem (Note [hangs of engines that accept] in
+    core/hangs.py); one that is tried (listed, or not skipped) has its launches' limit said in its stage events
     (Note [known hangs])."""
     say = progress or (lambda m: None)
     emit = on_event or (lambda ev: None)
@@ -226,10 +226,14 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     configs: List[EngineConfig] = []
     exhausted = False
     done: Dict[int, set] = {e: set() for e in range(count)}
-    accepts: Dict[int, bool] = {e: False for e in range(count)}  # a config of it built
 
     def ranks(e: int, ch: Knobs) -> Dict[str, int]:
         return {m: lst.index((e, ch)) + 1 for m, lst in heur.items() if (e, ch) in lst}
+
+    def accepts(e: int) -> bool:
+        """Whether cuDNN built a config of engine ``e`` for the problem (one recorded,
+        failed, or skipped after its build: Note [hangs of engines that accept])."""
+        return engines[e]["configs"] > 0 or engines[e].get("skipped", 0) > 0
 
     def skip(e: int, cfg: EngineConfig) -> None:
         """A config known to hang, recorded as skipped (not tried)."""
@@ -245,19 +249,16 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             continue
         done[e].add(ch)
         if a.get("config") is not None and a["config"].get("status") == SKIPPED:
-            accepts[e] = True
             skip(e, EngineConfig.from_dict(a["config"]))
             continue
         engines[e]["tried"] += 1
         if a.get("config") is None:
             engines[e]["rejected"] += 1
         else:
-            accepts[e] = True
             engines[e]["configs"] += 1
             configs.append(EngineConfig.from_dict(a["config"]))
     for f in (prior or {}).get("failed", []):
         e, ch = _key(f["engine"], f["knobs"])
-        accepts[e] = True
         done[e].add(ch)
         configs.append(EngineConfig(tag=config_tag(direction, e, ch), engine=e,
                                     knobs=[list(k) for k in ch], status=f["status"],
@@ -279,13 +280,14 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     def attempt(e: int, ch: Knobs, sampled: bool = False) -> Optional[EngineConfig]:
         """Build, time and check one config (None: cuDNN rejects it). A ``sampled`` one
         known to hang is recorded as skipped instead, with skip_known_hangs, once its
-        engine accepts the problem (None too; Note [hangs of engines that accept])."""
+        engine accepts the problem (None too; Note [hangs of engines that accept] in
+        core/hangs.py)."""
         entry = engines[e]
         done[e].add(ch)
         tag = config_tag(direction, e, ch)
         why = known_hang(e, ch) if known_hang is not None else None
         skipping = bool(why and sampled and skip_known_hangs)
-        if skipping and accepts[e]:
+        if skipping and accepts(e):
             return skipped(e, ch, tag, why)
         say(f"{direction}: engine {e}/{count - 1} {tag} ({time.perf_counter() - t0:.1f} s)")
         emit({"start": {"engine": e, "knobs": [list(k) for k in ch], "tag": tag}})
@@ -293,8 +295,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             made = prebuilt.pop((e, ch), None)
             if made is None:
                 made = search.build(e, [list(k) for k in ch])
-            if made.status == "built":
-                accepts[e] = True
+            if made.status == "built":  # the engine accepts the problem
                 return skipped(e, ch, tag, why)
             prebuilt[(e, ch)] = made  # rejected, or its build failed: recorded as such
         # round 1's cutoff, and the watchdog's limit from it (Note [hung launches]); a
@@ -312,7 +313,6 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             entry["rejected"] += 1
             emit({"attempt": {"engine": e, "knobs": [list(k) for k in ch], "config": None}})
             return None
-        accepts[e] = True
         entry["configs"] += 1
         if staging:  # its plan, to time it again in a later round
             built[len(configs)] = made
@@ -391,20 +391,6 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             for r in legacy_rows if r.kernels and kernels})  # none when kernels were not read
 
 
-# Note [hangs of engines that accept]: the rule of configs known to hang (core/hangs.py)
-# names an engine and knob values, not problems, and most problems' engines accept none of
-# those configs: for the default float32 problem (32x3x224x224, 3x3) on an H100, engine 77
-# rejected all 128 configs the thorough profile tried, while the quick profile listed 120
-# of them per backward direction as skipped, "known to hang", and counted them among the
-# valid configs. A config can hang only once it is accepted and launched, and cuDNN says
-# whether it accepts one when its plan is built, which launches nothing. So until a config
-# of its engine has been built, a config known to hang is built, and not launched: one
-# cuDNN rejects is counted as rejected, like any other; the first one it builds is recorded
-# as skipped, and so are the engine's later ones, without a build (the engine accepts the
-# problem, and building a run-time compiled config costs up to seconds). A rejection
-# launches nothing and costs what every other rejected config costs (the main job's
-# backward directions rejected 2,744 and 2,952 configs on that H100, in round 1's 1.8 and
-# 2.4 s with every build and brief timing).
 def _bar(configs: Iterable[EngineConfig]) -> Optional[float]:
     """The time a config must beat to lead its round, after ``configs``: Note [records
     checked] in core/staging.py."""

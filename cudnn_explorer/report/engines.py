@@ -27,7 +27,7 @@ def summary_lines(d: DirectionResult) -> List[str]:
     ok = sum(1 for c in sp.configs if c.ok)
     usable = sum(1 for e in sp.engines if e.get("configs", 0))
     failed = sum(e.get("failed", 0) for e in sp.engines)
-    skipped = sum(e.get("skipped", 0) for e in sp.engines)
+    skipped = sp.skipped
     out.append(f"engines: {usable} of {sp.engine_count} engines accept this problem; "
                f"{tried} knob configs tried (at most {sp.attempts_per_engine} per engine), "
                f"{rejected} rejected by cuDNN as invalid, {len(sp.configs) - skipped} valid "
