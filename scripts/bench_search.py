@@ -19,7 +19,7 @@ search's finalists), over all problems (finalist_ratios).
 
 Usage: python scripts/bench_search.py [--problems NAME,...] [--model resnet50 [--batch 32
            --amp fp16 --channels-last] [--limit N]] [--budget-ms 100] [--model-profile]
-           [--no-pytorch] [--config-timeout S] [--keep DIR] [--json PATH]
+           [--no-pytorch] [--config-timeout S] [--keep DIR [--as-kept]] [--json PATH]
 
 --model-profile: the two searches compared are a model sweep's quick profile (only the
 engine configs PyTorch's heuristics and fallbacks list, staged) and the same configs each
@@ -44,9 +44,17 @@ a limited length (each profile's exploration is kept too, in DIR/NAME.staged.jso
 DIR/NAME.full.json, so a call that ends during a problem's thorough search loses only
 that search; a wall time read from there is the one measured when it was kept); Ctrl-C
 (or SIGINT from `timeout -s INT`) ends it with the totals of the problems that finished.
+Each kept document records the digest of the sources that measured it (code_digest); one
+kept by other sources is measured again, and the script says so, so that one run's totals
+never mix two versions of the tool (a machine may keep a folder from an earlier session).
+
+--as-kept: the totals of the kept documents whatever sources measured them (an archived
+run, such as data/reference/h100-same-answers/), measuring nothing: a problem not kept
+there is an error.
 """
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import statistics
@@ -154,19 +162,45 @@ class SweepBenches:
         self._dir.cleanup()
 
 
-def kept_or(path, make, indent=None):
+# The sources whose results a kept document holds (code_digest).
+CODE_SOURCES = ("setup.py", "csrc", "cudnn_explorer", "scripts/bench_search.py")
+
+
+def code_digest(root: str = ROOT) -> str:
+    """The first 16 hex digits of the sha256 of CODE_SOURCES' files (their paths under
+    ``root`` and their bytes; the package's and the extension's sources, no caches)."""
+    h = hashlib.sha256()
+    for top in CODE_SOURCES:
+        base = os.path.join(root, top)
+        files = [base] if os.path.isfile(base) else sorted(
+            os.path.join(d, f) for d, dirs, fs in os.walk(base)
+            for f in fs if f.endswith((".py", ".cpp", ".h", ".hpp", ".cu", ".cuh")))
+        for path in files:
+            h.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def kept_or(path, make, indent=None, code=None):
     """(the JSON document kept in ``path`` by a call before, True), else (make()'s, False),
-    kept there as it finishes (``path`` None: not kept)."""
+    kept there as it finishes with ``code`` (code_digest) recorded in it (``path`` None:
+    not kept). A kept document whose recorded code is not ``code`` is measured again
+    (``code`` None: any is read, as --as-kept reads)."""
     if path and os.path.exists(path):
         with open(path) as f:
-            return json.load(f), True
+            doc = json.load(f)
+        if code is None or doc.get("code") == code:
+            return doc, True
+        print(f"{path}: kept by other sources ({doc.get('code') or 'not recorded'}, these "
+              f"are {code}): measured again", flush=True)
     doc = make()
     if path:
-        write_atomic(path, json.dumps(doc, indent=indent) + "\n")
+        write_atomic(path, json.dumps({**doc, "code": code}, indent=indent) + "\n")
     return doc, False
 
 
-def explored(p, opts, kept=None, shared=None, label=""):
+def explored(p, opts, kept=None, shared=None, label="", code=None):
     """(Exploration, wall s) of ``p`` under ``opts``: read from ``kept`` (a file path)
     where a call before wrote it, else measured, then written there. ``shared``: the
     SweepBenches whose bench of ``label`` measures it; without, its own processes, with an
@@ -180,21 +214,22 @@ def explored(p, opts, kept=None, shared=None, label=""):
             e = ce.explore(p, opts, bench=bench if shared else None)
             return {"wall_s": time.perf_counter() - t0, "exploration": e.to_dict()}
 
-    d, _ = kept_or(kept, measure)
+    d, _ = kept_or(kept, measure, code=code)
     return Exploration.from_dict(d["exploration"]), d["wall_s"]
 
 
-def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=None) -> dict:
+def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=None,
+                    code=None) -> dict:
     """One problem explored by both profiles, then their best configs and PyTorch's pick
     timed again side by side (in ``worker``, see retimed): {"wall_s": {profile: s},
     "rows": [per direction]}. ``keep_stem``: each profile's exploration is kept in
     KEEP_STEM.PROFILE.json as it finishes (the quick one first), and read from there in a
     later call, so a call that ends during the thorough search loses only that search.
-    ``shared``: SweepBenches (explored says what they change)."""
+    ``shared``: SweepBenches (explored says what they change). ``code``: as kept_or's."""
     exps, walls, rows = {}, {}, []
     for label, opts in (("staged", staged), ("full", full)):
         kept = kept_path(keep_stem, label) if keep_stem else None
-        exps[label], walls[label] = explored(p, opts, kept, shared, label)
+        exps[label], walls[label] = explored(p, opts, kept, shared, label, code)
         e = exps[label]
         parts = "; ".join(f"{d.direction} legacy {d.legacy_wall_s or 0:.1f} s, engines "
                           f"{d.engines_wall_s or 0:.1f} s" for d in e.directions)
@@ -261,6 +296,11 @@ def finalist_ratios(full_dir, staged_dir) -> list:
     return out
 
 
+def not_kept(name, path):
+    raise SystemExit(f"--as-kept: {name} is not kept ({path} is missing); kept problems are "
+                     f"read, none measured")
+
+
 def kept_path(stem: str, label: str) -> str:
     """Where profile ``label``'s exploration of a problem is kept: STEM.LABEL.json."""
     return f"{stem}.{label}.json"
@@ -309,8 +349,13 @@ def main() -> int:
                     help="both profiles' --engine-config-timeout (default the tool's)")
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep each problem's result there; skip the problems kept")
+    ap.add_argument("--as-kept", action="store_true",
+                    help="with --keep: the totals of the kept results whatever sources "
+                         "measured them; measure nothing")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
+    if a.as_kept and not a.keep:
+        raise SystemExit("--as-kept: reads the results kept in --keep DIR; give --keep")
 
     import cudnn_explorer as ce
     from cudnn_explorer.core.options import ExploreOptions
@@ -341,10 +386,11 @@ def main() -> int:
         full, staged = (o.updated(engine_config_timeout_s=a.config_timeout)
                         for o in (full, staged))
     rows, wall, walls = [], {"full": 0.0, "staged": 0.0}, {}
+    code = None if a.as_kept else code_digest()
     if a.keep:
         os.makedirs(a.keep, exist_ok=True)
     worker = shared = None
-    if problems:  # one engine worker re-times every direction's choices (a start: seconds)
+    if problems and not a.as_kept:  # one engine worker re-times every direction's choices
         from cudnn_explorer.measure.engine_worker import EngineWorker
 
         worker = EngineWorker()
@@ -357,9 +403,10 @@ def main() -> int:
                 + (".no-pytorch" if a.no_pytorch else "")
             base = os.path.join(a.keep, stem) if a.keep else None
             kept = base + ".json" if base else None
-            one, was_kept = kept_or(kept, lambda: measure_problem(name, p, full, staged,
-                                                                  worker, base, shared),
-                                    indent=1)
+            one, was_kept = kept_or(kept, lambda: not_kept(name, kept) if a.as_kept else
+                                    measure_problem(name, p, full, staged, worker, base,
+                                                    shared, code),
+                                    indent=1, code=code)
             if was_kept:
                 print(f"{name}: kept in {kept}", flush=True)
                 kept_finalist_ratios(one["rows"], base)
@@ -383,7 +430,7 @@ def main() -> int:
                         if a.model_profile else "the thorough profile (full) and the quick one "
                                                 "(staged)")
                        + (", without PyTorch's children (no picks)" if a.no_pytorch else ""),
-           "problems": [n for n, _ in problems], "wall_s": wall, "problem_wall_s": walls,
+           "problems": [n for n, _ in problems], "code": code, "wall_s": wall, "problem_wall_s": walls,
            "rows": rows,
            "hits": hits, "scored": len(scored), "pick_within_3pct": pick_ok,
            "picks": len(picks), "pick_ratios": pick_ratios(rows),

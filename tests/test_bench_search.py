@@ -16,7 +16,8 @@ def bench(monkeypatch):
     mod = load_script("bench_search")
     measured = []
 
-    def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=None):
+    def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=None,
+                        code=None):
         if name == "fp32-no-tf32" and os.environ.get("BENCH_INTERRUPT"):
             raise KeyboardInterrupt
         measured.append(name)
@@ -36,9 +37,10 @@ def options_seen(mod, monkeypatch):
     seen = []
     real = mod.measure_problem
 
-    def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=None):
+    def measure_problem(name, p, full, staged, worker=None, keep_stem=None, shared=None,
+                        code=None):
         seen.append((full, staged))
-        return real(name, p, full, staged, worker, keep_stem, shared)
+        return real(name, p, full, staged, worker, keep_stem, shared, code)
 
     monkeypatch.setattr(mod, "measure_problem", measure_problem)
     return seen
@@ -65,6 +67,60 @@ def test_kept_problems_are_not_measured_again(bench, monkeypatch, tmp_path, caps
     assert measured == ["default", "fp32-tf32", "fp32-no-tf32"]  # only the new one
     assert (again["hits"], again["scored"]) == (2, 3)
     assert again["checks"]["pick_within_3pct"] is True
+
+
+def test_a_problem_kept_by_other_sources_is_measured_again(bench, monkeypatch, tmp_path,
+                                                            capsys):
+    """A folder kept from an earlier version of the tool (say, on a machine that kept /tmp
+    from another session) never mixes into this run's totals: each kept document records
+    the sources' digest, and one of other sources is measured again, saying so."""
+    mod, measured = bench
+    keep = tmp_path / "keep"
+    run(mod, monkeypatch, tmp_path, "--problems", "default", "--keep", str(keep))
+    kept = json.loads((keep / "default.json").read_text())
+    assert kept["code"] == mod.code_digest()
+    kept["code"] = "0123456789abcdef"
+    (keep / "default.json").write_text(json.dumps(kept))
+    got = run(mod, monkeypatch, tmp_path, "--problems", "default", "--keep", str(keep))
+    assert measured == ["default", "default"]
+    assert got["code"] == mod.code_digest()
+    assert ("kept by other sources (0123456789abcdef, these are " + mod.code_digest()
+            + "): measured again") in capsys.readouterr().out
+    assert json.loads((keep / "default.json").read_text())["code"] == mod.code_digest()
+    # --as-kept reads it whatever measured it, and measures nothing
+    (keep / "default.json").write_text(json.dumps(kept))
+    assert run(mod, monkeypatch, tmp_path, "--problems", "default", "--keep", str(keep),
+               "--as-kept")["code"] is None
+    assert measured == ["default", "default"]
+
+
+def test_as_kept_measures_nothing_and_names_a_problem_not_kept(bench, monkeypatch, tmp_path):
+    mod, measured = bench
+    keep = tmp_path / "keep"
+    monkeypatch.setattr(sys, "argv", ["bench_search.py", "--problems", "default",
+                                      "--keep", str(keep), "--as-kept"])
+    with pytest.raises(SystemExit, match=r"--as-kept: default is not kept \(.*default.json "
+                                         r"is missing\)"):
+        mod.main()
+    monkeypatch.setattr(sys, "argv", ["bench_search.py", "--as-kept"])
+    with pytest.raises(SystemExit, match="give --keep"):
+        mod.main()
+    assert measured == []
+
+
+def test_the_code_digest_follows_the_sources_and_nothing_else(tmp_path):
+    mod = load_script("bench_search")
+    for name in ("setup.py", "scripts/bench_search.py", "csrc/a.cpp", "cudnn_explorer/x.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("one")
+    first = mod.code_digest(str(tmp_path))
+    (tmp_path / "cudnn_explorer" / "__pycache__").mkdir()
+    (tmp_path / "cudnn_explorer" / "__pycache__" / "x.pyc").write_text("cache")
+    (tmp_path / "README.md").write_text("docs")
+    assert mod.code_digest(str(tmp_path)) == first
+    (tmp_path / "csrc" / "a.cpp").write_text("two")
+    assert mod.code_digest(str(tmp_path)) != first
+    assert len(first) == 16
 
 
 def test_an_interrupt_keeps_the_totals_of_what_finished(bench, monkeypatch, tmp_path,
@@ -333,7 +389,8 @@ def test_kept_rows_get_their_finalist_ratios_from_the_kept_explorations(
         raise AssertionError("a kept problem is not measured again")
 
     monkeypatch.setattr(mod, "measure_problem", no_measuring)
-    got = run(mod, monkeypatch, tmp_path, "--problems", "default", "--keep", str(keep))
+    got = run(mod, monkeypatch, tmp_path, "--problems", "default", "--keep", str(keep),
+              "--as-kept")
     assert got["rows"][0]["finalist_ratios"] == [1.02, 0.9524]
     assert got["finalist_ratios"]["count"] == 2
     out = capsys.readouterr().out
@@ -357,7 +414,7 @@ def test_the_h100_totals_quoted_in_the_docs_come_from_the_kept_results(monkeypat
         raise AssertionError("every problem is kept")
 
     monkeypatch.setattr(mod, "measure_problem", no_measuring)
-    got = run(mod, monkeypatch, tmp_path, "--keep", str(keep))
+    got = run(mod, monkeypatch, tmp_path, "--keep", str(keep), "--as-kept")
     assert sorted(got["problems"]) == sorted(mod.PROBLEMS)
     assert (got["hits"], got["scored"], got["pick_within_3pct"], got["picks"]) == (27, 27, 25, 27)
     assert sum(r["staged_best"] == r["full_best"] for r in got["rows"]) == 23
@@ -370,3 +427,28 @@ def test_the_h100_totals_quoted_in_the_docs_come_from_the_kept_results(monkeypat
     for quoted in ("27 of 27; PyTorch's pick within 3%: 25 of", "median 1.005 (least",
                    "over 140 configs: median 1.001 (least 0.913, greatest 1.051); 9 more"):
         assert quoted in " ".join(docs.split()), quoted
+
+
+def test_the_261f69f_totals_quoted_in_the_docs_come_from_the_kept_results(monkeypatch, tmp_path,
+                                                                          capsys):
+    """The same for the five problems kept by the run of code 261f69f."""
+    import shutil
+
+    mod = load_script("bench_search")
+    src = os.path.join(os.path.dirname(__file__), "..", "data", "reference",
+                       "h100-same-answers-261f69f")
+    keep = tmp_path / "keep"
+    shutil.copytree(src, keep)
+    monkeypatch.setattr(mod, "measure_problem", lambda *a, **k: pytest.fail("kept"))
+    got = run(mod, monkeypatch, tmp_path, "--keep", str(keep), "--as-kept", "--problems",
+              "default,fp32-tf32,depthwise-fp16-nhwc,readme-bf16-nhwc,3d-fp16-nhwc")
+    assert (got["hits"], got["scored"], got["pick_within_3pct"], got["picks"]) == (15, 15, 11, 15)
+    out = " ".join(capsys.readouterr().out.split())
+    docs = " ".join(open(os.path.join(os.path.dirname(__file__), "..", "docs",
+                                      "benchmarks.md")).read().split())
+    for quoted in ("staged best within 2% of the full search's: 15 of 15; PyTorch's pick "
+                   "within 3%: 11 of 15",
+                   "over the 15 compared: median 1.004 (least 0.984, greatest 1.042)",
+                   "over 66 configs: median 1.005 (least 0.958, greatest 1.042); 8 more than "
+                   "3% from 1"):
+        assert quoted in out and quoted in docs, quoted
