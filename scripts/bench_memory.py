@@ -69,9 +69,9 @@ def phase_of(message: str, current: str) -> str:
     if not m:
         return current
     d, rest = m.groups()
-    if rest.startswith(("legacy ", "cudnnFind", "re-timing")) or "legacy finalists" in rest:
+    if rest.startswith(("legacy ", "cudnnFind", "re-timing")) or "legacy finalist" in rest:
         return f"{d}: legacy rows"
-    if rest.startswith(ENGINE_STEPS) or re.match(r"^\d+ finalists", rest):
+    if rest.startswith(ENGINE_STEPS) or re.match(r"^\d+ finalists?:", rest):
         return f"{d}: engine configs"
     return current
 

@@ -34,6 +34,11 @@ def test_progress_lines_start_their_phases():
                                        "bwd-filter: legacy rows", "bwd-filter: engine configs"]
     # a line that starts no phase leaves it as it was
     assert bench.phase_of("the environment read", "fwd: legacy rows") == "fwd: legacy rows"
+    # one finalist is said in the singular
+    assert bench.phase_of("bwd-data: 1 legacy finalist: timing it in full",
+                          "bwd-data: engine configs") == "bwd-data: legacy rows"
+    assert bench.phase_of("bwd-data: 1 finalist: timing it in full and checking it",
+                          "bwd-data: legacy rows") == "bwd-data: engine configs"
 
 
 def test_each_phase_peaks_above_the_memory_used_before():

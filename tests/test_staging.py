@@ -284,6 +284,10 @@ def test_a_staged_space_saves_reads_back_and_reports_its_rounds(monkeypatch):
         f"left, more than 1.3x behind the best; round 2 timed 4 configs "
         f"({ROUNDS[1].budget_ms:g} ms each) and 1 left, more than 1.08x behind the best; "
         f"3 finalists timed with the full 25 ms and checked")
+    again.rounds[-1]["timed"] = 1
+    again.rounds[1]["timed"] = 1
+    assert "round 2 timed 1 config (" in staged_line(again)
+    assert staged_line(again).endswith("; 1 finalist timed with the full 25 ms and checked")
 
 
 def test_a_restarted_worker_stages_the_configs_an_earlier_one_timed(monkeypatch):

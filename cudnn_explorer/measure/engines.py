@@ -481,7 +481,9 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
                     "keep_within": rnd.keep_within, "timed": len(live),
                     "left": len(left) + len(wrong - named), "wall_s": wall})
         live = [i for i in live if i in named or i in stay]
-    say(f"{direction}: {len(live)} finalists: timing them in full and checking them")
+    one = len(live) == 1
+    say(f"{direction}: {len(live)} finalist{'' if one else 's'}: timing "
+        f"{'it' if one else 'them'} in full and checking {'it' if one else 'them'}")
     for i in live:  # Note [finalists' warm-up] in core/staging.py
         again(i, final_timing(full), check=True)
     out.append({"round": "final", "budget_ms": full.budget_ms, "timed": len(live),

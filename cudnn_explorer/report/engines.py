@@ -94,12 +94,12 @@ def staged_line(sp) -> str:
         if r.get("skipped"):  # Note [decided rounds] in core/staging.py
             parts.append(f"round {r['round']} not timed ({r['skipped']})")
         elif r.get("round") == "final":
-            parts.append(f"{r['timed']} finalists timed with the full {r['budget_ms']:g} ms "
-                         f"and checked{took}")
+            parts.append(f"{r['timed']} finalist{'s' * (r['timed'] != 1)} timed with the full "
+                         f"{r['budget_ms']:g} ms and checked{took}")
         else:
-            parts.append(f"round {r['round']} timed {r['timed']} configs ({r['budget_ms']:g} ms "
-                         f"each){took} and {r['left']} left, more than {r['keep_within']:g}x "
-                         f"behind the best")
+            parts.append(f"round {r['round']} timed {r['timed']} config"
+                         f"{'s' * (r['timed'] != 1)} ({r['budget_ms']:g} ms each){took} and "
+                         f"{r['left']} left, more than {r['keep_within']:g}x behind the best")
     return "staged search: " + "; ".join(parts)
 
 
