@@ -297,6 +297,7 @@ def finalist_ratios(full_dir, staged_dir) -> list:
 
 
 def not_kept(name, path):
+    """--as-kept's answer to a problem that is not kept: an error, nothing measured."""
     raise SystemExit(f"--as-kept: {name} is not kept ({path} is missing); kept problems are "
                      f"read, none measured")
 
