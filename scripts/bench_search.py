@@ -276,7 +276,8 @@ def pick_ratio(full_dir, staged_dir, tag):
     """The quick search's median of config ``tag`` over the thorough one's (None where
     either did not time it in full)."""
     pf, ps = full_dir.config_timing(tag), staged_dir.config_timing(tag)
-    return ps.median_ms / pf.median_ms if pf is not None and ps is not None else None
+    ok = pf is not None and ps is not None and pf.median_ms > 0
+    return ps.median_ms / pf.median_ms if ok else None
 
 
 def finalist_ratios(full_dir, staged_dir) -> list:
@@ -286,14 +287,9 @@ def finalist_ratios(full_dir, staged_dir) -> list:
     PyTorch's pick's 3% is read (docs/benchmarks.md, "The same answers")."""
     if staged_dir is None or staged_dir.engines is None:
         return []
-    out = []
-    for c in staged_dir.engines.configs:
-        if c.left_round is not None:
-            continue
-        ps, pf = staged_dir.config_timing(c.tag), full_dir.config_timing(c.tag)
-        if ps is not None and pf is not None and pf.median_ms > 0:
-            out.append(round(ps.median_ms / pf.median_ms, 4))
-    return out
+    ratios = (pick_ratio(full_dir, staged_dir, c.tag) for c in staged_dir.engines.configs
+              if c.left_round is None)
+    return [round(r, 4) for r in ratios if r is not None]
 
 
 def not_kept(name, path):
@@ -431,7 +427,8 @@ def main() -> int:
                         if a.model_profile else "the thorough profile (full) and the quick one "
                                                 "(staged)")
                        + (", without PyTorch's children (no picks)" if a.no_pytorch else ""),
-           "problems": [n for n, _ in problems], "code": code, "wall_s": wall, "problem_wall_s": walls,
+           "problems": [n for n, _ in problems], "code": code, "wall_s": wall,
+           "problem_wall_s": walls,
            "rows": rows,
            "hits": hits, "scored": len(scored), "pick_within_3pct": pick_ok,
            "picks": len(picks), "pick_ratios": pick_ratios(rows),

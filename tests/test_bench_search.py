@@ -397,24 +397,31 @@ def test_kept_rows_get_their_finalist_ratios_from_the_kept_explorations(
     assert "over 2 configs: median 0.986 (least 0.952, greatest 1.020); 1 more than 3%" in out
 
 
+def kept_totals(monkeypatch, tmp_path, folder, *args):
+    """(the script, its --json) over a copy of data/reference/FOLDER (so that nothing is
+    written into the repository) with --as-kept and ``args``, nothing measured; and the
+    docs/benchmarks.md text, its whitespace made single spaces."""
+    import shutil
+
+    mod = load_script("bench_search")
+    here = os.path.dirname(__file__)
+    keep = tmp_path / "keep"
+    shutil.copytree(os.path.join(here, "..", "data", "reference", folder), keep)
+    def no_measuring(*args, **kwargs):
+        pytest.fail("every problem is kept")
+
+    monkeypatch.setattr(mod, "measure_problem", no_measuring)
+    got = run(mod, monkeypatch, tmp_path, "--keep", str(keep), "--as-kept", *args)
+    with open(os.path.join(here, "..", "docs", "benchmarks.md")) as f:
+        return mod, got, " ".join(f.read().split())
+
+
 def test_the_h100_totals_quoted_in_the_docs_come_from_the_kept_results(monkeypatch, tmp_path,
                                                                        capsys):
     """data/reference/h100-same-answers/ holds every problem's kept result of one H100 run:
     the totals docs/benchmarks.md quotes are what the script prints from it, measuring
-    nothing (a copy, so that nothing is written into the repository)."""
-    import shutil
-
-    mod = load_script("bench_search")
-    src = os.path.join(os.path.dirname(__file__), "..", "data", "reference",
-                       "h100-same-answers")
-    keep = tmp_path / "keep"
-    shutil.copytree(src, keep)
-
-    def no_measuring(*args, **kwargs):
-        raise AssertionError("every problem is kept")
-
-    monkeypatch.setattr(mod, "measure_problem", no_measuring)
-    got = run(mod, monkeypatch, tmp_path, "--keep", str(keep), "--as-kept")
+    nothing."""
+    mod, got, docs = kept_totals(monkeypatch, tmp_path, "h100-same-answers")
     assert sorted(got["problems"]) == sorted(mod.PROBLEMS)
     assert (got["hits"], got["scored"], got["pick_within_3pct"], got["picks"]) == (27, 27, 25, 27)
     assert sum(r["staged_best"] == r["full_best"] for r in got["rows"]) == 23
@@ -423,29 +430,19 @@ def test_the_h100_totals_quoted_in_the_docs_come_from_the_kept_results(monkeypat
             "(least 0.975, greatest 1.042)") in out
     assert ("over 140 configs: median 1.001 (least 0.913, greatest 1.051); 9 more than 3% "
             "from 1") in out
-    docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")).read()
     for quoted in ("27 of 27; PyTorch's pick within 3%: 25 of", "median 1.005 (least",
                    "over 140 configs: median 1.001 (least 0.913, greatest 1.051); 9 more"):
-        assert quoted in " ".join(docs.split()), quoted
+        assert quoted in docs, quoted
 
 
 def test_the_261f69f_totals_quoted_in_the_docs_come_from_the_kept_results(monkeypatch, tmp_path,
                                                                           capsys):
     """The same for the five problems kept by the run of code 261f69f."""
-    import shutil
-
-    mod = load_script("bench_search")
-    src = os.path.join(os.path.dirname(__file__), "..", "data", "reference",
-                       "h100-same-answers-261f69f")
-    keep = tmp_path / "keep"
-    shutil.copytree(src, keep)
-    monkeypatch.setattr(mod, "measure_problem", lambda *a, **k: pytest.fail("kept"))
-    got = run(mod, monkeypatch, tmp_path, "--keep", str(keep), "--as-kept", "--problems",
-              "default,fp32-tf32,depthwise-fp16-nhwc,readme-bf16-nhwc,3d-fp16-nhwc")
+    _, got, docs = kept_totals(
+        monkeypatch, tmp_path, "h100-same-answers-261f69f", "--problems",
+        "default,fp32-tf32,depthwise-fp16-nhwc,readme-bf16-nhwc,3d-fp16-nhwc")
     assert (got["hits"], got["scored"], got["pick_within_3pct"], got["picks"]) == (15, 15, 11, 15)
     out = " ".join(capsys.readouterr().out.split())
-    docs = " ".join(open(os.path.join(os.path.dirname(__file__), "..", "docs",
-                                      "benchmarks.md")).read().split())
     for quoted in ("staged best within 2% of the full search's: 15 of 15; PyTorch's pick "
                    "within 3%: 11 of 15",
                    "over the 15 compared: median 1.004 (least 0.984, greatest 1.042)",

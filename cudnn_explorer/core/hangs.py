@@ -49,8 +49,7 @@ class Hang:
 # 52-54 s of the 3-D problem's backward directions' 62-64 s. With 3, 5, 6 and 7 skipped
 # the sampling drew 9 and 10 instead, which hung too. They never rank, so the quick
 # profile leaves them out, recorded as skipped with the reason (once their engine builds a
-# config for the problem: Note [hangs of engines that accept]); the
-# thorough profile still
+# config for the problem: Note [hangs of engines that accept]); the thorough profile still
 # tries them, so a cuDNN release that fixes them shows it there, with KNOWN_HANG_LIMIT_S
 # for their launches instead of the whole --engine-config-timeout (60 s each, 8 minutes
 # for the 3-D problem's eight): those of these engines that ran took 0.05-1.6 ms a launch

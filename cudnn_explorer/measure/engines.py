@@ -208,8 +208,8 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     (core/hangs.py), or None; with ``skip_known_hangs`` such a config is not sampled (nor
     searched for a legacy algorithm) but recorded as "skipped" with the reason, once its
     engine is known to accept the problem (Note [hangs of engines that accept] in
-    core/hangs.py); one that is tried (listed, or not skipped) has its launches' limit said in its stage events
-    (Note [known hangs])."""
+    core/hangs.py); one that is tried (listed, or not skipped) has its launches' limit
+    said in its stage events (Note [known hangs])."""
     say = progress or (lambda m: None)
     emit = on_event or (lambda ev: None)
     t0 = time.perf_counter()
@@ -481,9 +481,9 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
                     "keep_within": rnd.keep_within, "timed": len(live),
                     "left": len(left) + len(wrong - named), "wall_s": wall})
         live = [i for i in live if i in named or i in stay]
-    one = len(live) == 1
-    say(f"{direction}: {len(live)} finalist{'' if one else 's'}: timing "
-        f"{'it' if one else 'them'} in full and checking {'it' if one else 'them'}")
+    them = "them" if len(live) != 1 else "it"
+    say(f"{direction}: {len(live)} finalist{'s' * (len(live) != 1)}: timing {them} in full "
+        f"and checking {them}")
     for i in live:  # Note [finalists' warm-up] in core/staging.py
         again(i, final_timing(full), check=True)
     out.append({"round": "final", "budget_ms": full.budget_ms, "timed": len(live),

@@ -295,8 +295,9 @@ def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, 
         rounds.append({"round": number, "timed": timed, "left": timed - len(live),
                        "wall_s": first_s if number == 1 else time.perf_counter() - t})
         t = time.perf_counter()
-    say(f"{direction}: {len(live)} legacy finalist{'s' * (len(live) != 1)}: timing "
-        f"{'them' if len(live) != 1 else 'it'} in full")
+    them = "them" if len(live) != 1 else "it"
+    say(f"{direction}: {len(live)} legacy finalist{'s' * (len(live) != 1)}: timing {them} "
+        f"in full")
     for n in live:  # Note [finalists' warm-up] in core/staging.py
         again(n, final_timing(options.timing), options.check, len(ROUNDS))
     rounds.append({"round": "final", "timed": len(live), "wall_s": time.perf_counter() - t})

@@ -31,8 +31,7 @@ def summary_lines(d: DirectionResult) -> List[str]:
     out.append(f"engines: {usable} of {sp.engine_count} engines accept this problem; "
                f"{tried} knob configs tried (at most {sp.attempts_per_engine} per engine), "
                f"{rejected} rejected by cuDNN as invalid, {len(sp.configs) - skipped} valid "
-               f"(at most "
-               f"{sp.max_per_engine} per engine), {ok} built and ran"
+               f"(at most {sp.max_per_engine} per engine), {ok} built and ran"
                + (f", {failed} hung or crashed the worker process (recorded, skipped on "
                   f"restart)" if failed else "")
                + (f", {skipped} known to hang not tried (docs/limits.md; the thorough "
