@@ -449,3 +449,20 @@ def test_the_261f69f_totals_quoted_in_the_docs_come_from_the_kept_results(monkey
                    "over 66 configs: median 1.005 (least 0.958, greatest 1.042); 8 more than "
                    "3% from 1"):
         assert quoted in out and quoted in docs, quoted
+
+
+def test_the_h200_d43b57a_totals_quoted_in_the_docs_come_from_the_kept_results(
+        monkeypatch, tmp_path, capsys):
+    """The same for the four problems kept by the H200's run of code d43b57a."""
+    _, got, docs = kept_totals(
+        monkeypatch, tmp_path, "h200-same-answers-d43b57a", "--problems",
+        "default,fp32-tf32,depthwise-fp16-nhwc,readme-bf16-nhwc")
+    assert (got["hits"], got["scored"], got["pick_within_3pct"], got["picks"]) == (12, 12, 10, 12)
+    assert sum(r["staged_best"] == r["full_best"] for r in got["rows"]) == 11
+    out = " ".join(capsys.readouterr().out.split())
+    for quoted in ("staged best within 2% of the full search's: 12 of 12; PyTorch's pick "
+                   "within 3%: 10 of 12",
+                   "over the 12 compared: median 1.004 (least 0.985, greatest 1.037)",
+                   "over 52 configs: median 1.005 (least 0.985, greatest 1.038); 6 more than "
+                   "3% from 1"):
+        assert quoted in out and quoted in docs, quoted
