@@ -435,34 +435,28 @@ def test_the_h100_totals_quoted_in_the_docs_come_from_the_kept_results(monkeypat
         assert quoted in docs, quoted
 
 
-def test_the_261f69f_totals_quoted_in_the_docs_come_from_the_kept_results(monkeypatch, tmp_path,
-                                                                          capsys):
-    """The same for the five problems kept by the run of code 261f69f."""
-    _, got, docs = kept_totals(
-        monkeypatch, tmp_path, "h100-same-answers-261f69f", "--problems",
-        "default,fp32-tf32,depthwise-fp16-nhwc,readme-bf16-nhwc,3d-fp16-nhwc")
-    assert (got["hits"], got["scored"], got["pick_within_3pct"], got["picks"]) == (15, 15, 11, 15)
+@pytest.mark.parametrize("folder, problems, counts, same_config, quoted", [
+    ("h100-same-answers-261f69f",
+     "default,fp32-tf32,depthwise-fp16-nhwc,readme-bf16-nhwc,3d-fp16-nhwc", (15, 15, 11, 15),
+     None,
+     ("staged best within 2% of the full search's: 15 of 15; PyTorch's pick within 3%: 11 of "
+      "15", "over the 15 compared: median 1.004 (least 0.984, greatest 1.042)",
+      "over 66 configs: median 1.005 (least 0.958, greatest 1.042); 8 more than 3% from 1")),
+    ("h200-same-answers-d43b57a", "default,fp32-tf32,depthwise-fp16-nhwc,readme-bf16-nhwc",
+     (12, 12, 10, 12), 11,
+     ("staged best within 2% of the full search's: 12 of 12; PyTorch's pick within 3%: 10 of "
+      "12", "over the 12 compared: median 1.004 (least 0.985, greatest 1.037)",
+      "over 52 configs: median 1.005 (least 0.985, greatest 1.038); 6 more than 3% from 1")),
+])
+def test_a_later_runs_totals_quoted_in_the_docs_come_from_its_kept_results(
+        monkeypatch, tmp_path, capsys, folder, problems, counts, same_config, quoted):
+    """The same for the problems kept by a later run (the code 261f69f's five on an H100,
+    the code d43b57a's four on an H200): its hits, PyTorch's picks within 3% and, where
+    given, how many best configs were the same in both searches."""
+    _, got, docs = kept_totals(monkeypatch, tmp_path, folder, "--problems", problems)
+    assert (got["hits"], got["scored"], got["pick_within_3pct"], got["picks"]) == counts
+    if same_config is not None:
+        assert sum(r["staged_best"] == r["full_best"] for r in got["rows"]) == same_config
     out = " ".join(capsys.readouterr().out.split())
-    for quoted in ("staged best within 2% of the full search's: 15 of 15; PyTorch's pick "
-                   "within 3%: 11 of 15",
-                   "over the 15 compared: median 1.004 (least 0.984, greatest 1.042)",
-                   "over 66 configs: median 1.005 (least 0.958, greatest 1.042); 8 more than "
-                   "3% from 1"):
-        assert quoted in out and quoted in docs, quoted
-
-
-def test_the_h200_d43b57a_totals_quoted_in_the_docs_come_from_the_kept_results(
-        monkeypatch, tmp_path, capsys):
-    """The same for the four problems kept by the H200's run of code d43b57a."""
-    _, got, docs = kept_totals(
-        monkeypatch, tmp_path, "h200-same-answers-d43b57a", "--problems",
-        "default,fp32-tf32,depthwise-fp16-nhwc,readme-bf16-nhwc")
-    assert (got["hits"], got["scored"], got["pick_within_3pct"], got["picks"]) == (12, 12, 10, 12)
-    assert sum(r["staged_best"] == r["full_best"] for r in got["rows"]) == 11
-    out = " ".join(capsys.readouterr().out.split())
-    for quoted in ("staged best within 2% of the full search's: 12 of 12; PyTorch's pick "
-                   "within 3%: 10 of 12",
-                   "over the 12 compared: median 1.004 (least 0.985, greatest 1.037)",
-                   "over 52 configs: median 1.005 (least 0.985, greatest 1.038); 6 more than "
-                   "3% from 1"):
-        assert quoted in out and quoted in docs, quoted
+    for q in quoted:
+        assert q in out and q in docs, q
