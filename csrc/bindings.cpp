@@ -220,17 +220,40 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("build_ms", &ce::PinStat::build_ms);
   m.def("load_plans", &ce::load_plans, py::arg("specs"));
   m.def("loaded_plan_count", &ce::loaded_plan_count);
+  m.def("set_strict", &ce::set_strict, py::arg("on"));
+  m.def("strict", &ce::strict);
   m.def("pin_stats", &ce::pin_stats);
   m.def("reset_pin_counts", &ce::reset_pin_counts);
   m.def("describe_plan_key", &ce::describe_plan_key, py::arg("key"));
-  m.def("conv",
-        [](const at::Tensor& input, const at::Tensor& weight,
-           const std::optional<at::Tensor>& bias, const std::vector<int64_t>& stride,
-           const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
-           bool transposed, const std::vector<int64_t>& output_padding, int64_t groups) {
-          return ce::call_conv(input, weight, bias, stride, padding, dilation, transposed,
-                               output_padding, groups);
-        });
+  // Note [eager entry's warnings and GIL]: as ATen's own bindings, the call runs without
+  // the GIL (a plan build may compile an engine for seconds) and under PyTorch's warning
+  // handler, so that a fallback's c10 warning reaches Python's warnings module (and
+  // warnings.simplefilter("error") turns it into an exception) as a backward's does. The
+  // handler raises that exception from its destructor: it is left before the result is
+  // returned (torch's wrap_pybind_function returns from inside its scope, and a result
+  // already made when the destructor throws corrupted the heap with GCC 12).
+  m.def("conv", [](const at::Tensor& input, const at::Tensor& weight,
+                   const std::optional<at::Tensor>& bias, const std::vector<int64_t>& stride,
+                   const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                   bool transposed, const std::vector<int64_t>& output_padding,
+                   int64_t groups) {
+    at::Tensor out;
+    try {
+      torch::PyWarningHandler warnings;
+      try {
+        py::gil_scoped_release no_gil;
+        out = ce::call_conv(input, weight, bias, stride, padding, dilation, transposed,
+                            output_padding, groups);
+      } catch (...) {
+        warnings.set_in_exception();
+        throw;
+      }
+    } catch (python_error& e) {  // a warning made an error by Python's filters
+      e.restore();
+      throw py::error_already_set();
+    }
+    return out;
+  });
   m.def("conv_keys",
         [](const at::Tensor& input, const at::Tensor& weight, const std::vector<int64_t>& stride,
            const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,

@@ -279,9 +279,83 @@ Grads conv_backward_kernel(const Tensor& grad_output, const Tensor& input, const
 // the arguments as plain members, the output's history set directly. A
 // torch::autograd::Function (CppNode) costs several microseconds more per training call
 // (a map of saved IValues, its argument visitors, its output wrapping), and an eager
-// training step calls it once per layer. Its backward is first-order (the conv_backward
-// op has no derivative), and compiled autograd does not take it (no compiled_args).
+// training step calls it once per layer. Its backward calls the conv_backward op, which
+// has a derivative of its own (Note [double backward]); compiled autograd takes neither
+// node (they have no compiled_args: it raises, naming the node).
 using NodePtr = decltype(torch::autograd::Edge::function);
+
+// A bias of shape (C), viewed to broadcast over `like`'s batch and spatial dims.
+Tensor bias_view(const Tensor& bias, const Tensor& like) {
+  std::vector<int64_t> shape(static_cast<size_t>(like.dim()), 1);
+  shape[1] = -1;
+  return bias.reshape(shape);
+}
+
+Tensor sum_defined(const Tensor& a, const Tensor& b) {
+  if (!b.defined()) return a;
+  return a.defined() ? a + b : b;
+}
+
+bool has_tangent(const Tensor& t) { return t.defined() && t._fw_grad(0).defined(); }
+
+// Note [double backward]: the convolution y = conv(x, w) + b is bilinear in x and w, and
+// so is its backward: gI = gI(gO, w) (the backward-data of gO), gW = gW(gO, x) (the
+// backward-filter of gO against x), gb = the sum of gO. The backward of conv_backward,
+// given the gradients ggI, ggW, ggb of its three outputs, is made of the same op's calls,
+// as ATen's _convolution_double_backward is made of convolutions:
+//   d gO = conv(ggI, w) + conv(x, ggW) + ggb      (forward convolutions)
+//   d x  = gI(gO, ggW)                            (a backward-data with weight ggW)
+//   d w  = gW(gO, ggI)                            (a backward-filter with input ggI)
+// Each is a call of the pinned op through the dispatcher, with its own autograd: it runs
+// the file's plan where the file covers that problem-direction and PyTorch's own call
+// otherwise (counted either way), and it can be differentiated again.
+struct PinnedConvBackwardBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable grad_output_, input_, weight_;
+  std::vector<int64_t> stride, padding, dilation, output_padding;
+  bool transposed = false;
+  int64_t groups = 1;
+
+  std::string name() const override { return "PinnedConvBackwardBackward"; }
+
+  void release_variables() override {
+    grad_output_.reset_data();
+    input_.reset_data();
+    weight_.reset_data();
+  }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    torch::autograd::variable_list out(3);
+    const Tensor &ggI = grads[0], &ggW = grads[1], &ggb = grads[2];
+    const Tensor go = grad_output_.unpack(), x = input_.unpack(), w = weight_.unpack();
+    if (should_compute_output(0)) {
+      Tensor ggO;
+      if (ggI.defined()) {
+        ggO = conv_op().call(ggI, w, std::nullopt, stride, padding, dilation, transposed,
+                             output_padding, groups);
+      }
+      if (ggW.defined()) {
+        ggO = sum_defined(ggO, conv_op().call(x, ggW, std::nullopt, stride, padding, dilation,
+                                              transposed, output_padding, groups));
+      }
+      if (ggb.defined()) {
+        const Tensor b = bias_view(ggb, go);
+        ggO = ggO.defined() ? ggO + b : b.expand(go.sizes()).contiguous();
+      }
+      out[0] = std::move(ggO);
+    }
+    if (should_compute_output(1) && ggW.defined()) {
+      out[1] = std::get<0>(conv_backward_op().call(go, x, ggW, stride, padding, dilation,
+                                                   transposed, output_padding, groups,
+                                                   {true, false, false}));
+    }
+    if (should_compute_output(2) && ggI.defined()) {
+      out[2] = std::get<1>(conv_backward_op().call(go, ggI, w, stride, padding, dilation,
+                                                   transposed, output_padding, groups,
+                                                   {false, true, false}));
+    }
+    return out;
+  }
+};
 
 struct PinnedConvBackward : public torch::autograd::Node {
   torch::autograd::SavedVariable input_, weight_;
@@ -348,7 +422,90 @@ Tensor conv_autograd(const Tensor& input, const Tensor& weight, const std::optio
                          output_padding, groups);
   }
   if (node) torch::autograd::set_history(out, node);
+  // Note [forward-mode AD]: as ATen's generated kernels do (convolution_jvp), the tangent
+  // is the op on primals and tangents, conv(x_t, w) + conv(x, w_t) + b_t, set at level 0
+  // (torch.func's jvp maps its own levels onto it). Each is a call of the pinned op.
+  const Tensor* b = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  if (has_tangent(input) || has_tangent(weight) || (b && has_tangent(*b))) {
+    Tensor t;
+    if (has_tangent(input)) {
+      t = conv_op().call(input._fw_grad(0), weight._fw_primal(0), std::nullopt, stride,
+                         padding, dilation, transposed, output_padding, groups);
+    }
+    if (has_tangent(weight)) {
+      t = sum_defined(t, conv_op().call(input._fw_primal(0), weight._fw_grad(0), std::nullopt,
+                                        stride, padding, dilation, transposed, output_padding,
+                                        groups));
+    }
+    if (b && has_tangent(*b)) {
+      const Tensor bt = bias_view(b->_fw_grad(0), out);
+      t = t.defined() ? t + bt : bt.expand(out.sizes()).contiguous();
+    }
+    out._set_fw_grad(t, 0, false);
+  }
   return out;
+}
+
+// The autograd of conv_backward: its backward (Note [double backward]) and its forward-mode
+// AD, the tangents of gI(gO, w), gW(gO, x) and sum(gO) by the same bilinearity.
+Grads conv_backward_autograd(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
+                             IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                             bool transposed, IntArrayRef output_padding, int64_t groups,
+                             std::array<bool, 3> mask) {
+  NodePtr node;
+  if (torch::autograd::compute_requires_grad(grad_output, input, weight)) {
+    node = new_node<PinnedConvBackwardBackward>();
+    auto& n = static_cast<PinnedConvBackwardBackward&>(*node);
+    n.set_next_edges(torch::autograd::collect_next_edges(grad_output, input, weight));
+    n.grad_output_ = torch::autograd::SavedVariable(grad_output, false);
+    n.input_ = torch::autograd::SavedVariable(input, false);
+    n.weight_ = torch::autograd::SavedVariable(weight, false);
+    n.stride = stride.vec();
+    n.padding = padding.vec();
+    n.dilation = dilation.vec();
+    n.output_padding = output_padding.vec();
+    n.transposed = transposed;
+    n.groups = groups;
+  }
+  Grads r;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    r = conv_backward_op().call(grad_output, input, weight, stride, padding, dilation,
+                                transposed, output_padding, groups, mask);
+  }
+  Tensor& gi = std::get<0>(r);
+  Tensor& gw = std::get<1>(r);
+  Tensor& gb = std::get<2>(r);
+  if (node) {
+    for (Tensor* t : {&gi, &gw, &gb}) torch::autograd::set_history(*t, node);
+  }
+  if (!has_tangent(grad_output) && !has_tangent(input) && !has_tangent(weight)) return r;
+  const Tensor go = grad_output._fw_primal(0), x = input._fw_primal(0), w = weight._fw_primal(0);
+  const Tensor go_t = has_tangent(grad_output) ? grad_output._fw_grad(0) : Tensor();
+  const Tensor x_t = has_tangent(input) ? input._fw_grad(0) : Tensor();
+  const Tensor w_t = has_tangent(weight) ? weight._fw_grad(0) : Tensor();
+  // one gradient of conv_backward on these tensors: 0 the input's, 1 the weight's
+  auto grad = [&](const Tensor& g, const Tensor& xx, const Tensor& ww, int which) {
+    auto rr = conv_backward_op().call(g, xx, ww, stride, padding, dilation, transposed,
+                                      output_padding, groups, {which == 0, which == 1, false});
+    return which == 0 ? std::get<0>(rr) : std::get<1>(rr);
+  };
+  if (gi.defined() && (go_t.defined() || w_t.defined())) {
+    Tensor t = go_t.defined() ? grad(go_t, x, w, 0) : Tensor();
+    if (w_t.defined()) t = sum_defined(t, grad(go, x, w_t, 0));
+    gi._set_fw_grad(t, 0, false);
+  }
+  if (gw.defined() && (go_t.defined() || x_t.defined())) {
+    Tensor t = go_t.defined() ? grad(go_t, x, w, 1) : Tensor();
+    if (x_t.defined()) t = sum_defined(t, grad(go, x_t, w, 1));
+    gw._set_fw_grad(t, 0, false);
+  }
+  if (gb.defined() && go_t.defined()) {
+    std::vector<int64_t> dims{0};
+    for (int64_t i = 2; i < go_t.dim(); ++i) dims.push_back(i);
+    gb._set_fw_grad(go_t.sum(dims), 0, false);
+  }
+  return r;
 }
 
 // aten::convolution is on autocast's lower-precision list: so is this op.
@@ -418,6 +575,7 @@ TORCH_LIBRARY_IMPL(cudnn_explorer, CPU, m) {
 
 TORCH_LIBRARY_IMPL(cudnn_explorer, Autograd, m) {
   m.impl("conv", &cudnn_explorer::conv_autograd);
+  m.impl("conv_backward", &cudnn_explorer::conv_backward_autograd);
 }
 
 TORCH_LIBRARY_IMPL(cudnn_explorer, AutocastCUDA, m) {

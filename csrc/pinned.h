@@ -56,6 +56,9 @@ struct PinStat {
 // dropped on its next call) and resets the counts.
 void load_plans(const std::vector<PlanSpec>& specs);
 int64_t loaded_plan_count();
+// Strict pinning (Note [strict pinning]): a call that would fall back raises instead.
+void set_strict(bool on);
+bool strict();
 std::vector<PinStat> pin_stats();
 void reset_pin_counts();
 // A plan key (Note [plan keys]) in words, as ConvProblem.describe words its problem,

@@ -47,6 +47,7 @@ struct Slot {
 
 struct Registry {
   std::mutex m;
+  std::atomic<bool> strict{false};  // Note [strict pinning]
   std::atomic<int64_t> generation{0};
   std::atomic<int64_t> count{0};
   std::unordered_map<std::vector<int64_t>, std::shared_ptr<Slot>, KeyHash> slots;
@@ -69,12 +70,23 @@ void warn_once(const std::string& what, const std::string& why) {
              why);
 }
 
+std::string key_text(const std::vector<int64_t>& k) {
+  std::string out = "[";
+  for (size_t i = 0; i < k.size(); ++i) out += (i ? ", " : "") + std::to_string(k[i]);
+  return out + "]";
+}
+
+// Note [strict pinning]: with strict on (pin(..., strict=True)), a call that would fall
+// back raises instead, naming the problem-direction, its key and why; the call is counted
+// as a fallback and does not run.
 void note_fallback(Slot& s, const std::string& why) {
   s.fallback.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(s.m);
     if (s.reason != why) s.reason = why;
   }
+  TORCH_CHECK(!registry().strict.load(), "cudnn_explorer strict pinning: ", s.spec.description,
+              " (key ", key_text(s.spec.key), ") is not pinned: ", why);
   warn_once(s.spec.description, why);
 }
 
@@ -191,25 +203,31 @@ std::vector<int64_t> call_key(const PinnedCall& c) {
 }
 
 void load_plans(const std::vector<PlanSpec>& specs) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.m);
-  r.slots.clear();
-  r.unkeyed.clear();
-  r.warned.clear();
+  // Note [atomic load]: the new table is built and checked first, then swapped in; a bad
+  // entry leaves the loaded plans, their counts and the warnings as they were.
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Slot>, KeyHash> slots;
   for (const auto& spec : specs) {
     CE_CHECK_ARG(spec.key.size() > 7 && spec.key[0] == kKeyVersion,
                  "plan key of ", spec.description, ": not a version-", kKeyVersion, " key");
-    CE_CHECK_ARG(!r.slots.count(spec.key), "two plans for ", spec.description);
+    CE_CHECK_ARG(!slots.count(spec.key), "two plans for ", spec.description);
     auto s = std::make_shared<Slot>();
     s->spec = spec;
     s->covered = true;
-    r.slots.emplace(spec.key, std::move(s));
+    slots.emplace(spec.key, std::move(s));
   }
-  r.count.store(static_cast<int64_t>(specs.size()));
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.m);
+  r.slots.swap(slots);
+  r.unkeyed.clear();
+  r.warned.clear();
+  r.count.store(static_cast<int64_t>(r.slots.size()));
   r.generation.fetch_add(1);
 }
 
 int64_t loaded_plan_count() { return registry().count.load(); }
+
+void set_strict(bool on) { registry().strict.store(on); }
+bool strict() { return registry().strict.load(); }
 
 std::vector<PinStat> pin_stats() {
   Registry& r = registry();
@@ -270,11 +288,26 @@ struct Built {
   std::unique_ptr<Graph> graph;  // null: the call falls back
   int64_t workspace = 0;
   std::string why;
+  bool captured = false;  // it ran inside a CUDA-graph capture (Note [captured plans])
 };
 
+// Note [captured plans]: a CUDA graph captured while a plan ran replays that plan's
+// kernels (for a run-time compiled engine, a module the plan owns) long after the call.
+// A plan that ran inside a capture is therefore never destroyed: when another plan file
+// is loaded, or the plan fails, it moves to `retired` and stays for the process's life.
 struct ThreadPlans {
   int64_t generation = -1;
   std::unordered_map<std::vector<int64_t>, std::unique_ptr<Built>, KeyHash> plans;
+  std::vector<std::unique_ptr<Graph>> retired;
+
+  void retire(Built& b) {
+    if (b.captured && b.graph) retired.push_back(std::move(b.graph));
+    b.graph.reset();
+  }
+  void clear() {
+    for (auto& kv : plans) retire(*kv.second);
+    plans.clear();
+  }
 };
 
 ThreadPlans& thread_plans() {
@@ -395,7 +428,7 @@ std::string run_pinned(const PinnedCall& c) {
   ThreadPlans& tp = thread_plans();
   const int64_t gen = registry().generation.load(std::memory_order_acquire);
   if (tp.generation != gen) {
-    tp.plans.clear();
+    tp.clear();
     tp.generation = gen;
   }
   std::vector<int64_t> key = call_key(c);
@@ -443,10 +476,13 @@ std::string run_pinned(const PinnedCall& c) {
       {kX, c.x->data_ptr()}, {kW, c.w->data_ptr()}, {kY, c.y->data_ptr()}};
   // a scope of its own in profiles (a flag's check when no profiler runs)
   RECORD_FUNCTION("cudnn_explorer::execute_plan", c10::ArrayRef<const c10::IValue>{});
+  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
+    b.captured = true;
+  }
   auto st = b.graph->execute_plan_at_index(at::native::getCudnnHandle(), pack, ws.get(), 0);
   if (!st.is_good()) {
     b.why = "its plan failed to run: " + st.get_message().substr(0, 300);
-    b.graph.reset();  // later calls fall back at once
+    tp.retire(b);  // later calls fall back at once
     note_fallback(s, b.why);
     return b.why;
   }

@@ -4,7 +4,8 @@
 CUDA. The jobs (:func:`explore` one problem, :func:`sweep_model` a whole model,
 :func:`advise` benchmark mode on or off for a workload, :func:`capture` a model's
 convolutions) and pinning (:func:`pin` a model to a plan file's engine configs, :func:`unpin`,
-:func:`pinned` for functional code, :func:`pin_counts` for what ran pinned) and the GPU
+:func:`pinned` for functional code, :func:`pin_counts` for what ran pinned, :func:`prebuild`
+to build a pinned model's plans before its first step) and the GPU
 functions (:func:`run_algorithm`, :func:`reference`,
 :func:`environment`, :func:`info`) import them on first call and raise one clear
 error (MissingDependencyError) when something is missing. Each returns records (core/),
@@ -33,7 +34,7 @@ __all__ = [
     "environment", "info", "Exploration", "DirectionResult", "AlgoResult", "WorkspaceEntry",
     "Environment", "SCHEMA_NAME", "SCHEMA_VERSION", "ExplorerError", "UserError",
     "MissingDependencyError", "CudnnError", "ResourceError", "GpuError", "ChildError",
-    "pin", "unpin", "pinned", "pin_counts",
+    "pin", "unpin", "pinned", "pin_counts", "prebuild",
 ]
 
 # name -> the module that holds it, imported on first use (the jobs import torch only when
@@ -42,7 +43,8 @@ _LAZY = {"explore": "jobs.explore", "sweep_model": "jobs.sweep", "capture": "job
          "advise": "jobs.advise", "run_algorithm": "measure.pipeline",
          "reference": "measure.pipeline", "environment": "measure.pipeline",
          "info": "measure.pipeline", "pin": "pinning.modules", "unpin": "pinning.modules",
-         "pinned": "pinning.modules", "pin_counts": "pinning.op"}
+         "pinned": "pinning.modules", "pin_counts": "pinning.op",
+         "prebuild": "pinning.prebuild"}
 
 
 def __getattr__(name):

@@ -60,7 +60,7 @@ def worker(a) -> int:
         memory_format=torch.channels_last)
     report = None
     if a.mode == "pinned":
-        report = cudnn_explorer.pin(model, a.plans)
+        report = cudnn_explorer.pin(model, a.plans, group=dist.group.WORLD)
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, device_ids=None if cpu else [local])
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)

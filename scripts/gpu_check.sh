@@ -90,11 +90,13 @@ part_tests-gpu-parallel() {
 }
 # The model and advise GPU tests alone (a first look at a change to either).
 part_tests-pinning() {  # the pinned convolution op: numerics, autograd, compile, graphs
-  "$PY" "${PYTEST[@]}" tests/test_gpu_pinning.py > "$LOG/tests-pinning.txt" 2>&1
+  # -s: the autograd checks print their measured errors and counts
+  "$PY" "${PYTEST[@]}" -s tests/test_gpu_pinning.py tests/test_gpu_pinning_autograd.py \
+    > "$LOG/tests-pinning.txt" 2>&1
 }
 part_tests-gpu-problem() {  # the GPU test files but the model's, engines' and pinning's
   local files
-  files=$(ls tests/test_gpu*.py | grep -v -E '^tests/test_gpu_(engines|model|pinning).py$')
+  files=$(ls tests/test_gpu*.py | grep -v -E '^tests/test_gpu_(engines|model|pinning|pinning_autograd).py$')
   "$PY" "${PYTEST[@]}" $files > "$LOG/tests-gpu-problem.txt" 2>&1
 }
 part_tests-kernels() {  # kernel names from captured graphs against the profiler's

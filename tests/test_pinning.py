@@ -357,12 +357,14 @@ def _rank(rank, world, init, plans_path, gpus, out_dir):
     path = plans_path if rank == 0 else os.path.join(out_dir, "only-rank-0-reads-it.json")
     got = {}
     try:  # a file rank 0 cannot read: every rank says so
-        modules.pin(torch.nn.Conv2d(3, 4, 3), os.path.join(out_dir, "missing.json"))
+        modules.pin(torch.nn.Conv2d(3, 4, 3), os.path.join(out_dir, "missing.json"),
+                    group=dist.group.WORLD)
     except UserError as e:
         got["missing"] = str(e)
     for allow in (False, True):
         try:
-            report = modules.pin(torch.nn.Conv2d(3, 4, 3), path, allow_environment=allow)
+            report = modules.pin(torch.nn.Conv2d(3, 4, 3), path, allow_environment=allow,
+                                 group=dist.group.WORLD)
             got[str(allow)] = {"plans": report.plans,
                                "differences": report.environment_differences,
                                "native": op.native.load().loaded_plan_count()}
@@ -376,8 +378,8 @@ def _rank(rank, world, init, plans_path, gpus, out_dir):
 @pytest.mark.parametrize("gpus", [["NVIDIA H200", "NVIDIA H200"],
                                   ["NVIDIA H200", "NVIDIA A100"]], ids=["same", "rank1-differs"])
 def test_under_torch_distributed_every_rank_pins_rank_0s_file(tmp_path, gpus):
-    """Two gloo ranks: rank 0 reads the plan file and rank 1, which has no copy of it,
-    pins the same plans; a rank whose environment differs is refused on both ranks,
+    """Two gloo ranks pinning with a group: rank 0 reads the plan file and rank 1, which
+    has no copy of it, pins the same plans; a rank whose environment differs is refused on both ranks,
     naming it, unless allow_environment."""
     import json
 

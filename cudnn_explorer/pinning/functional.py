@@ -10,28 +10,65 @@ padded on the right first, as ATen's ``_convolution_mode`` does.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import List
 
-from .op import ops
+from ..core.errors import MissingDependencyError
+from . import op
 
-__all__ = ["conv", "conv_transpose", "pinned_functions"]
+__all__ = ["conv", "conv_transpose", "pinned_functions", "StrictPinError"]
 
-# Resolved once, at import (this loads the native module): torch.compile then sees a plain
-# torch.ops call in the functions below. CONV is the op's one overload.
-_OPS = ops()
-CONV = _OPS.conv.default
 ZEROS = {1: (0,), 2: (0, 0), 3: (0, 0, 0)}
 
 
+class StrictPinError(RuntimeError):
+    """Strict pinning (``pin(..., strict=True)``): a convolution call that the plans do
+    not pin, named by its layer (where known), direction and key."""
+
+
 def _entries():
+    """(torch, the op's overload, its eager entry, the plain tensor types, why the op is
+    missing). Resolved once, at import: torch.compile then sees a plain torch.ops call in
+    the functions below. Note [no native module]: where the extension cannot be loaded
+    (a pinned model unpickled on a machine without it), the op and its entry are None and
+    every call runs PyTorch's own convolution, with one warning."""
     import torch
 
-    from ..measure import native
+    plain = (torch.Tensor, torch.nn.Parameter)
+    try:
+        ops = op.ops()
+    except MissingDependencyError as e:
+        return torch, None, None, plain, str(e)
+    return torch, ops.conv.default, op.native.load().conv, plain, ""
 
-    return torch, native.load().conv, (torch.Tensor, torch.nn.Parameter)
+
+_torch, CONV, _EAGER, _PLAIN, _MISSING = _entries()
+_WARNED = []
 
 
-_torch, _EAGER, _PLAIN = _entries()
+def _unpinned(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+              groups):
+    if not _WARNED:
+        _WARNED.append(True)
+        warnings.warn(f"cudnn_explorer: pinned convolutions run PyTorch's own convolution "
+                      f"here: {_MISSING}", RuntimeWarning, stacklevel=3)
+    return _torch.convolution(input, weight, bias, stride, padding, dilation, transposed,
+                              output_padding, groups)
+
+
+def _check_strict(input, weight, stride, padding, dilation, transposed, output_padding,
+                  groups):
+    """StrictPinError when the call needs a direction the loaded plans do not cover."""
+    wanted = ["output"]
+    if _torch.is_grad_enabled():
+        if input.requires_grad:
+            wanted.append("input gradient")
+        if weight.requires_grad:
+            wanted.append("weight gradient")
+    why = op.uncovered(input, weight, stride, padding, dilation, transposed, output_padding,
+                       groups, wanted)
+    if why:
+        raise StrictPinError(f"cudnn_explorer strict pinning: a convolution call: {why}")
 
 
 def call(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
@@ -42,6 +79,12 @@ def call(input, weight, bias, stride, padding, dilation, transposed, output_padd
     the extension's direct entry to the same dispatcher op instead (its autograd,
     autocast and dispatch modes alike). torch.compile, tensor subclasses and an active
     TorchFunctionMode get the torch.ops overload."""
+    if CONV is None:
+        return _unpinned(input, weight, bias, stride, padding, dilation, transposed,
+                         output_padding, groups)
+    if op.STRICT[0] and not _torch.compiler.is_compiling():
+        _check_strict(input, weight, stride, padding, dilation, transposed, output_padding,
+                      groups)
     if not _torch.compiler.is_compiling() and type(input) in _PLAIN and \
             type(weight) in _PLAIN and (bias is None or type(bias) in _PLAIN) and \
             not _torch._C._is_torch_function_mode_enabled():

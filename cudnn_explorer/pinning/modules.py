@@ -10,6 +10,7 @@ calls of such code too.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Dict, List, Optional, Tuple, Union
 
 from ..core.errors import ExplorerError, UserError
@@ -60,16 +61,17 @@ def _differences(plans: PlanFile) -> List[str]:
 
 
 def _ranks(group) -> Optional[Tuple[int, int, int]]:
-    """(rank in ``group``, the group's size, the global rank of its rank 0) when
-    torch.distributed is initialised (and ``group`` is not False), else None."""
-    if group is False:
+    """(rank in ``group``, the group's size, the global rank of its rank 0) when the
+    caller passed a process group, else None: pinning is collective only when asked to
+    be (``if rank == 0: pin(eval_model, f)`` must not wait for the other ranks)."""
+    if group is None or group is False:
         return None
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        return None
-    first = dist.get_global_rank(group, 0) if group is not None else 0
-    return dist.get_rank(group), dist.get_world_size(group), first
+        raise UserError("group: torch.distributed is not initialised; pin with a process "
+                        "group only after init_process_group (or give no group)")
+    return dist.get_rank(group), dist.get_world_size(group), dist.get_global_rank(group, 0)
 
 
 def _shared(plans, ranks, group) -> PlanFile:
@@ -91,7 +93,7 @@ def _shared(plans, ranks, group) -> PlanFile:
     return PlanFile.read(text, "plan file (from rank 0)")
 
 
-def _load(plans, allow_environment: bool, group=None):
+def _load(plans, allow_environment: bool, group=None, strict: bool = False):
     """(source, plans loaded, environment differences). Every rank checks its own
     environment against the file's; a difference on any rank is refused on every rank,
     naming the rank and what differs, unless ``allow_environment``."""
@@ -116,9 +118,14 @@ def _load(plans, allow_environment: bool, group=None):
         raise UserError(f"plan file from another environment{where}: {' | '.join(bad)} "
                         f"(allow_environment=True uses it anyway)")
     diffs = [f"{who(r)}{d}" for r, ds in enumerate(every) for d in ds]
-    n = op.load_plans(p)
+    n = op.load_plans(p, strict=strict)
     source = plans if isinstance(plans, str) else (p.source or "a PlanFile")
     return source, n, diffs
+
+
+# a pinned layer's qualified name in the model that pin() was given (for strict pinning's
+# errors); weak, so that pinning keeps no layer alive
+_NAMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class _Pinned:
@@ -126,10 +133,32 @@ class _Pinned:
         return "Pinned" + type(self)._cudnn_explorer_base.__name__
 
 
+def _named(layer, fn):
+    """fn(), with a strict pinning error (Note [strict pinning]) naming ``layer``."""
+    try:
+        return fn()
+    except RuntimeError as e:
+        text = str(e)
+        if "cudnn_explorer strict pinning" not in text:
+            raise
+        name = _NAMES.get(layer, "")
+        where = f"layer '{name}' ({type(layer)._get_name(layer)})" if name else \
+            f"a {type(layer)._get_name(layer)} layer"
+        text = text.splitlines()[0].split("cudnn_explorer strict pinning: ", 1)[-1]
+        raise functional.StrictPinError(
+            f"cudnn_explorer strict pinning: {where}: {text.replace('a convolution call: ', '')}"
+        ) from None
+
+
 class _PinnedConv(_Pinned):
     """Mixin placed before an nn.Conv*d class: its convolution is the pinned op's."""
 
     def _conv_forward(self, input, weight, bias):
+        if op.STRICT[0]:
+            return _named(self, lambda: self._pinned_conv(input, weight, bias))
+        return self._pinned_conv(input, weight, bias)
+
+    def _pinned_conv(self, input, weight, bias):
         n = len(self.kernel_size)
         if self.padding_mode == "zeros" and not isinstance(self.padding, str) and \
                 input.dim() == n + 2:  # the common case, straight to the op
@@ -149,6 +178,11 @@ class _PinnedConvTranspose(_Pinned):
     """Mixin placed before an nn.ConvTranspose*d class."""
 
     def forward(self, input, output_size=None):
+        if op.STRICT[0]:
+            return _named(self, lambda: self._pinned_forward(input, output_size))
+        return self._pinned_forward(input, output_size)
+
+    def _pinned_forward(self, input, output_size=None):
         if self.padding_mode != "zeros":
             raise ValueError(f"Only `zeros` padding mode is supported for "
                              f"{type(self).__mro__[2].__name__}")
@@ -237,22 +271,29 @@ def _module(model, what: str):
 
 
 def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
-        group=None) -> PinReport:
+        group=None, strict: bool = False) -> PinReport:
     """Route every convolution layer of ``model`` through the pinned op with the plans of
     ``plans`` (a plan file's path or a PlanFile), which become the process's plans.
     Refuses (UserError naming what differs) a file measured on another GPU, cuDNN,
     cudnn-frontend or torch unless ``allow_environment``. Returns what it pinned;
     :func:`cudnn_explorer.pin_counts` tells, after a step, what ran pinned.
 
-    Under torch.distributed (torchrun, DDP), rank 0 of ``group`` (default: every rank)
-    reads the file and every rank pins its contents, so that every rank runs the same
-    plans; every rank checks its own environment, and a difference on any rank is refused
-    on all of them, naming the rank. ``group=False``: each rank reads the file itself."""
+    ``strict``: a convolution call that would not run a plan of the file raises
+    StrictPinError naming its layer, direction and key, instead of running PyTorch's own
+    convolution (process-wide, until plans are loaded again without it).
+
+    With ``group`` (a torch.distributed process group, such as
+    ``torch.distributed.group.WORLD``) pinning is a collective call of that group: its
+    rank 0 reads the file and every rank pins its contents, so that every rank runs the
+    same plans; every rank checks its own environment, and a difference on any rank is
+    refused on all of them, naming the rank. Without it (the default) each process reads
+    the file itself and waits for no other."""
     _module(model, "pin")  # before the plans load: a bad call changes nothing
-    source, n, diffs = _load(plans, allow_environment, group)
+    source, n, diffs = _load(plans, allow_environment, group, strict)
     layers, skipped = [], []
     for name, m in model.named_modules():
         if getattr(type(m), "_cudnn_explorer_base", None) is not None:
+            _NAMES[m] = name or "(the model)"
             layers.append(name or "(the model)")  # pinned before: stays pinned
             continue
         kind = _kind(type(m))
@@ -263,28 +304,54 @@ def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
             skipped.append(f"{name or '(the model)'}: {why}")
             continue
         m.__class__ = _pinned_class(type(m), kind[0])
+        _NAMES[m] = name or "(the model)"
         layers.append(name or "(the model)")
     return PinReport(source=source, plans=n, layers=layers, skipped=skipped,
                      environment_differences=diffs)
 
 
+# Note [classes made after pinning]: parametrizations (weight_norm, spectral_norm) and
+# FSDP2's fully_shard give a layer a class of their own made from its class at that time:
+# for a pinned layer, a subclass of the pinned class. Unpinning such a layer gives it the
+# same class made again over the unpinned one (its own namespace kept, the pinned class
+# replaced by its base in its bases), made once per class.
+_UNPINNED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _unpinned_class(cls: type) -> type:
+    base = cls.__dict__.get("_cudnn_explorer_base")
+    if base is not None:  # a pinned class itself
+        return base
+    if cls not in _UNPINNED:
+        bases = tuple(_unpinned_class(b) if getattr(b, "_cudnn_explorer_base", None)
+                      is not None else b for b in cls.__bases__)
+        namespace = {k: v for k, v in cls.__dict__.items()
+                     if k not in ("__dict__", "__weakref__")}
+        _UNPINNED[cls] = type(cls)(cls.__name__, bases, namespace)
+    return _UNPINNED[cls]
+
+
 def unpin(model) -> int:
-    """Give every pinned layer of ``model`` its class back; returns how many. The plans
-    stay loaded for other pinned code (op.clear_plans drops them)."""
+    """Give every pinned layer of ``model`` its class back (a class made from the pinned
+    one after pinning, by a parametrization or FSDP2, is made again over the unpinned
+    class: Note [classes made after pinning]); returns how many. The plans stay loaded
+    for other pinned code (op.clear_plans drops them)."""
     count = 0
     for m in _module(model, "unpin").modules():
-        base = getattr(type(m), "_cudnn_explorer_base", None)
-        if base is not None:
-            m.__class__ = base
+        if getattr(type(m), "_cudnn_explorer_base", None) is not None:
+            m.__class__ = _unpinned_class(type(m))
+            _NAMES.pop(m, None)
             count += 1
     return count
 
 
 @contextlib.contextmanager
-def pinned(plans: Union[str, PlanFile], *, allow_environment: bool = False, group=None):
+def pinned(plans: Union[str, PlanFile], *, allow_environment: bool = False, group=None,
+           strict: bool = False):
     """A context in which ``torch.nn.functional.conv*d`` and ``conv_transpose*d`` calls (so
     every ``nn.Conv*`` layer too) run through the pinned op with the plans of ``plans``;
-    yields the PinReport. The plans stay loaded after it. ``group`` as for :func:`pin`."""
-    source, n, diffs = _load(plans, allow_environment, group)
+    yields the PinReport. The plans stay loaded after it. ``group`` and ``strict`` as for
+    :func:`pin`."""
+    source, n, diffs = _load(plans, allow_environment, group, strict)
     with functional.pinned_functions():
         yield PinReport(source=source, plans=n, environment_differences=diffs)

@@ -11,13 +11,15 @@ from __future__ import annotations
 import functools
 from typing import List, Optional
 
+from ..core.errors import UserError
 from ..core.logs import parse_tag
 from ..core.pinning import PinCounts, PinnedDirection
 from ..core.plans import PlanFile, native_key
 from ..measure import native
 from ..measure.tensors import cudnn_memory_format
 
-__all__ = ["ops", "load_plans", "clear_plans", "pin_counts", "reset_counts", "conv_keys"]
+__all__ = ["ops", "load_plans", "clear_plans", "strict", "uncovered", "pin_counts",
+           "reset_counts", "conv_keys"]
 
 
 def _full(values, n: int) -> List:
@@ -68,11 +70,39 @@ def ops():
     return torch.ops.cudnn_explorer
 
 
-def load_plans(plans: PlanFile) -> int:
+# the keys of the plans loaded by load_plans, and whether strict pinning is on (for the
+# strict checks of pinning/functional.py, without a native call)
+_LOADED = [frozenset()]
+STRICT = [False]
+
+
+def _one_plan_each(plans: PlanFile) -> None:
+    """UserError naming the first two entries the op would key alike (Note [plan keys]):
+    for example two that differ only in ``deterministic``, which the key leaves out."""
+    seen = {}
+    for i, e in enumerate(plans.entries):
+        k = tuple(native_key(e))
+        if k in seen:
+            j = seen[k]
+            first = plans.entries[j]
+            what = ("they differ only in 'deterministic'"
+                    if first.key.deterministic != e.key.deterministic else "the same key")
+            raise UserError(f"plan file '{plans.source or 'a PlanFile'}': entries {j} and {i} "
+                            f"are two plans for {e.key.direction} of {e.problem.describe()} "
+                            f"({what}; the op keeps one plan per problem-direction): "
+                            f"keep one of them")
+        seen[k] = i
+
+
+def load_plans(plans: PlanFile, strict: bool = False) -> int:
     """Make ``plans`` the process's pinned plans (replacing any loaded before; every
-    thread rebuilds its plans on its next call) and reset the counts; returns how many."""
+    thread rebuilds its plans on its next call) and reset the counts; returns how many.
+    Atomic: a file the op refuses (UserError) leaves the plans loaded before as they
+    were. ``strict``: from now on a call that would fall back raises instead (Note
+    [strict pinning] in csrc/pinned_plans.cpp)."""
     C = native.load()
     ops()
+    _one_plan_each(plans)
     specs = []
     for e in plans.entries:
         spec = C.PlanSpec()
@@ -83,12 +113,45 @@ def load_plans(plans: PlanFile) -> int:
         spec.description = f"{e.key.direction} of {e.problem.describe()}"
         specs.append(spec)
     native.call("loading the plans", C.load_plans, specs)
+    C.set_strict(bool(strict))
+    STRICT[0] = bool(strict)
+    _LOADED[0] = frozenset(tuple(s.key) for s in specs)
     return len(specs)
 
 
 def clear_plans() -> None:
-    """No pinned plans: every call of the op runs PyTorch's own convolution."""
-    native.call("clearing the plans", native.load().load_plans, [])
+    """No pinned plans (and no strict pinning): every call of the op runs PyTorch's own
+    convolution."""
+    C = native.load()
+    native.call("clearing the plans", C.load_plans, [])
+    C.set_strict(False)
+    STRICT[0] = False
+    _LOADED[0] = frozenset()
+
+
+def strict() -> bool:
+    """Whether strict pinning is on (calls that would fall back raise)."""
+    return bool(native.load().strict())
+
+
+def uncovered(input, weight, stride, padding, dilation, transposed: bool, output_padding,
+              groups: int, directions) -> Optional[str]:
+    """The first of ``directions`` ("output", "input gradient", "weight gradient": what
+    the call computes) that the loaded plans do not cover, as "its KEY's words (key
+    [...])", or None."""
+    C = native.load()
+    keys = conv_keys(input, weight, stride, padding, dilation, transposed, output_padding,
+                     groups)
+    # cuDNN's view (fwd, bwd-data, bwd-filter) of each: a transposed call's output is
+    # the bwd-data of the convolution it is the adjoint of (Note [pinned convolution op])
+    which = {"output": 1 if transposed else 0, "input gradient": 0 if transposed else 1,
+             "weight gradient": 2}
+    loaded = _LOADED[0]
+    for d in directions:
+        k = keys[which[d]]
+        if tuple(k) not in loaded:
+            return f"its {d}, {C.describe_plan_key(k)} (key {k}), has no plan in the file"
+    return None
 
 
 def pin_counts(reset: bool = False) -> PinCounts:
