@@ -289,3 +289,43 @@ def test_prebuild_builds_every_plan_before_the_first_step():
     assert sum(d.builds for d in after.directions) == built  # nothing built in the step
     _report("prebuild then the first step (5 plans built by prebuild, 0 by the step)", 0.0,
             after)
+
+
+def test_strict_pinning_under_amp_runs_covered_layers_and_names_an_uncovered_one():
+    """strict=True under AMP: the covered layers run pinned (the check keys the call in
+    the autocast dtype, as the op runs it); a layer added after the sweep raises,
+    naming it; prebuild reports it instead of raising."""
+    import torch
+    import torch.nn as nn
+
+    import cudnn_explorer
+    from cudnn_explorer.core.capture import ModelSpec
+    from cudnn_explorer.model.tracer import capture
+    from cudnn_explorer.pinning import functional, op
+
+    net = _small_net()
+    x = torch.randn(4, 3, 16, 16, device="cuda").contiguous(memory_format=torch.channels_last)
+    spec = ModelSpec.create(model="strict-net", batch=4, input_shape=(3, 16, 16), amp="fp16",
+                            channels_last=True, train=True)
+    cap = capture(net, [x], spec, "cuda")
+    plans = heuristic_plans([u.problem for u in cap.problems])
+    try:
+        cudnn_explorer.pin(net, plans, allow_environment=True, strict=True)
+        with torch.autocast("cuda", dtype=torch.float16):
+            net(x).float().mean().backward()
+        counts = op.pin_counts(reset=True)
+        assert counts.fallback_calls == 0 and counts.pinned_calls == 4 + 3 + 4
+        bigger = nn.Sequential(*net, nn.Conv2d(4, 4, 1)).cuda().to(
+            memory_format=torch.channels_last)
+        cudnn_explorer.pin(bigger, plans, allow_environment=True, strict=True)
+        with torch.autocast("cuda", dtype=torch.float16):
+            with pytest.raises(functional.StrictPinError, match=r"layer '7' \(PinnedConv2d\)"):
+                bigger(x)
+            record = cudnn_explorer.prebuild(bigger, [x])
+        assert op.strict()
+        assert sorted(d.description.split(" of ")[0] for d in record.fallbacks) == \
+            ["bwd-data", "bwd-filter", "fwd"], record.fallbacks
+    finally:
+        op.clear_plans()
+    _report("strict pinning under AMP (11 calls pinned, then an uncovered layer named)",
+            0.0, counts)

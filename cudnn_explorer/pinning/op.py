@@ -18,8 +18,8 @@ from ..core.plans import PlanFile, native_key
 from ..measure import native
 from ..measure.tensors import cudnn_memory_format
 
-__all__ = ["ops", "load_plans", "clear_plans", "strict", "uncovered", "pin_counts",
-           "reset_counts", "conv_keys"]
+__all__ = ["ops", "load_plans", "clear_plans", "set_strict", "strict", "uncovered",
+           "pin_counts", "reset_counts", "conv_keys"]
 
 
 def _full(values, n: int) -> List:
@@ -127,6 +127,12 @@ def clear_plans() -> None:
     C.set_strict(False)
     STRICT[0] = False
     _LOADED[0] = frozenset()
+
+
+def set_strict(on: bool) -> None:
+    """Strict pinning on or off for the plans loaded (Note [strict pinning])."""
+    native.load().set_strict(bool(on))
+    STRICT[0] = bool(on)
 
 
 def strict() -> bool:

@@ -49,8 +49,9 @@ def prebuild(model, example_inputs: Sequence[Any], kwargs: Optional[Dict[str, An
     is written); the model's buffers (batch-norm statistics) and the random number
     generators are restored afterwards. Returns the op's record of those calls (and
     resets the op's counts): its ``fallbacks`` are what the plan file does not cover or
-    what cuDNN refused, each with its reason; ``builds`` and ``build_ms`` say what
-    building cost. Double-backward calls (gradient penalties) are not run here."""
+    what cuDNN refused, each with its reason (under strict pinning too: prebuild reports
+    them instead of raising); ``builds`` and ``build_ms`` say what building cost.
+    Double-backward calls (gradient penalties) are not run here."""
     import torch
 
     if not isinstance(model, torch.nn.Module):
@@ -63,6 +64,8 @@ def prebuild(model, example_inputs: Sequence[Any], kwargs: Optional[Dict[str, An
                                                *[x for x in example_inputs
                                                  if isinstance(x, torch.Tensor)])
                       if t.device.type == "cuda" and t.device.index is not None})
+    strict = op.strict()  # prebuild reports what strict pinning would raise on
+    op.set_strict(False)
     op.reset_counts()
     try:
         with torch.random.fork_rng(devices=devices):
@@ -74,6 +77,7 @@ def prebuild(model, example_inputs: Sequence[Any], kwargs: Optional[Dict[str, An
                 torch.autograd.grad(total, params, allow_unused=True)
             del out, outs
     finally:
+        op.set_strict(strict)
         with torch.no_grad():
             for name, b in model.named_buffers():
                 if name in saved:
