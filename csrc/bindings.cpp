@@ -222,6 +222,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("loaded_plan_count", &ce::loaded_plan_count);
   m.def("set_strict", &ce::set_strict, py::arg("on"));
   m.def("strict", &ce::strict);
+  m.def("retired_plan_count", &ce::retired_plan_count);
   m.def("pin_stats", &ce::pin_stats);
   m.def("reset_pin_counts", &ce::reset_pin_counts);
   m.def("describe_plan_key", &ce::describe_plan_key, py::arg("key"));

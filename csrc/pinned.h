@@ -56,6 +56,8 @@ struct PinStat {
 // dropped on its next call) and resets the counts.
 void load_plans(const std::vector<PlanSpec>& specs);
 int64_t loaded_plan_count();
+// Plans this thread keeps because a CUDA graph captured them (Note [captured plans]).
+int64_t retired_plan_count();
 // Strict pinning (Note [strict pinning]): a call that would fall back raises instead.
 void set_strict(bool on);
 bool strict();

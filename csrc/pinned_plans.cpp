@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -476,7 +477,11 @@ std::string run_pinned(const PinnedCall& c) {
       {kX, c.x->data_ptr()}, {kW, c.w->data_ptr()}, {kY, c.y->data_ptr()}};
   // a scope of its own in profiles (a flag's check when no profiler runs)
   RECORD_FUNCTION("cudnn_explorer::execute_plan", c10::ArrayRef<const c10::IValue>{});
-  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
+  // (no capture runs on the default stream: the query, a driver call, is made elsewhere)
+  const auto device = static_cast<c10::DeviceIndex>(c.x->get_device());
+  if (!b.captured &&
+      c10::cuda::getCurrentCUDAStream(device) != c10::cuda::getDefaultCUDAStream(device) &&
+      c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
     b.captured = true;
   }
   auto st = b.graph->execute_plan_at_index(at::native::getCudnnHandle(), pack, ws.get(), 0);
@@ -490,7 +495,11 @@ std::string run_pinned(const PinnedCall& c) {
   return "";
 }
 
+int64_t retired_plan_count() { return static_cast<int64_t>(thread_plans().retired.size()); }
+
 #else  // built without cudnn-frontend
+
+int64_t retired_plan_count() { return 0; }
 
 std::string run_pinned(const PinnedCall&) {
   const std::string why = "this build of cudnn_explorer has no cudnn-frontend";

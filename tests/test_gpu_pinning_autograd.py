@@ -33,8 +33,9 @@ def _rel(got, want):
             want.double().abs().max().clamp_min(1e-30)).item()
 
 
-def _case(name, seed=0):
-    """(x, w, b, the op on them, ATen on them, the plans that cover the call)."""
+def _case(name, seed=0, one_sample=False):
+    """(x, w, b, the op on them, ATen on them, the plans that cover the call; with
+    ``one_sample``, the call on x[:1] too)."""
     import torch
 
     from cudnn_explorer.model.tracer import problem_of
@@ -48,9 +49,11 @@ def _case(name, seed=0):
                     dtype=torch.float64)
     n = len(xs) - 2
     full = (lambda v: list(v) * n if len(v) == 1 else list(v))
-    problem = problem_of(x, w, full(s), full(p), full(d), g, True, t, full(op_))
-    plans = heuristic_plans([problem])
-    assert len(plans.entries) == 3, [e.tag for e in plans.entries]
+    problems = [problem_of(x, w, full(s), full(p), full(d), g, True, t, full(op_))]
+    if one_sample:
+        problems.append(problem_of(x[:1], w, full(s), full(p), full(d), g, True, t, full(op_)))
+    plans = heuristic_plans(problems)
+    assert len(plans.entries) == 3 * len(problems), [e.tag for e in plans.entries]
     pinned = lambda x, w, b: ops().conv(x, w, b, s, p, d, t, op_, g)  # noqa: E731
     aten = lambda x, w, b: torch.ops.aten.convolution(x, w, b, s, p, d, t, op_, g)  # noqa: E731
     return x, w, b, pinned, aten, plans
@@ -68,6 +71,7 @@ def test_gradgradcheck_float64_runs_pinned(name):
     op.load_plans(plans)
     inputs = tuple(t.detach().clone().requires_grad_() for t in (x, w, b))
     assert torch.autograd.gradgradcheck(pinned, inputs)
+    assert op.pin_counts(reset=True).fallback_calls == 0
     got = []
     for fn in (pinned, aten):
         leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
@@ -79,7 +83,9 @@ def test_gradgradcheck_float64_runs_pinned(name):
     err = max(_rel(a, e) for a, e in zip(*got))
     _report(f"double backward, float64 {name}", err, counts)
     assert counts.fallback_calls == 0, [(d.description, d.reason) for d in counts.fallbacks]
-    assert counts.pinned_calls >= 7  # 1 fwd + 2 first-order + 4 of the double backward
+    # 1 fwd; bwd-data and bwd-filter; the double backward's 2 fwd, bwd-data and
+    # bwd-filter; then the backward of gO = 2 out: bwd-data and bwd-filter
+    assert counts.pinned_calls == 9
     assert err < 1e-10
 
 
@@ -129,7 +135,9 @@ def test_gradient_penalty_under_amp_bf16_channels_last_runs_pinned():
     err = max(_rel(a, e) for a, e in zip(got, want))
     _report("gradient penalty, AMP bfloat16 channels_last, 4 layers", err, counts)
     assert counts.fallback_calls == 0, [(d.description, d.reason) for d in counts.fallbacks]
-    assert counts.pinned_calls >= 4 * 5
+    # 4 fwd; 4 bwd-data (the input gradient); the penalty's backward: 4 fwd and 4
+    # bwd-filter (double backward), then 4 bwd-data and 4 bwd-filter
+    assert counts.pinned_calls == 24
     assert all(g.abs().max() > 0 for g in got)
     assert err < 5e-2
 
@@ -141,7 +149,7 @@ def test_jvp_and_jacfwd_run_pinned(name):
 
     from cudnn_explorer.pinning import op
 
-    x, w, b, pinned, aten, plans = _case(name)
+    x, w, b, pinned, aten, plans = _case(name, one_sample=True)  # jacfwd on x[:1]
     tx, tw, tb = (torch.randn_like(t) for t in (x, w, b))
     op.load_plans(plans)
     got = jvp(pinned, (x, w, b), (tx, tw, tb))[1]
@@ -198,7 +206,7 @@ def test_vmap_per_sample_gradients_run_pinned():
         torch.backends.cudnn.allow_tf32 = saved
     _report("vmap per-sample gradients, float32 (TF32 off), 6 samples", err, counts)
     assert counts.fallback_calls == 0, [(d.description, d.reason) for d in counts.fallbacks]
-    assert counts.pinned_calls >= 6 * 4  # per sample: 2 fwd, 1 bwd-data, 2 bwd-filter
+    assert counts.pinned_calls == 6 * 5  # per sample: 2 fwd, 1 bwd-data, 2 bwd-filter
     assert err < 1e-4
 
 
@@ -221,7 +229,9 @@ def test_a_captured_graph_replays_after_other_plans_are_loaded():
         cap = capture(net, [x], spec, "cuda")
     problems = [u.problem for u in cap.problems]
     first, second = heuristic_plans(problems, rank=0), heuristic_plans(problems, rank=1)
+    assert [e.tag for e in first.entries] != [e.tag for e in second.entries]
     cudnn_explorer.pin(net, first, allow_environment=True)
+    retired = op.native.load().retired_plan_count()
     static_x = x.clone()
 
     def forward():
@@ -248,6 +258,8 @@ def test_a_captured_graph_replays_after_other_plans_are_loaded():
     err = _rel(static_out, before)
     _report("CUDA graph replayed after another plan file was loaded", err, counts)
     assert counts.fallback_calls == 0 and counts.pinned_calls == 4
+    # the 4 captured plans were kept, not destroyed, when the second file was loaded
+    assert op.native.load().retired_plan_count() == retired + 4
     assert torch.equal(static_out, before)
     assert _rel(eager, before) < 2e-2
 

@@ -59,17 +59,17 @@ def _unpinned(input, weight, bias, stride, padding, dilation, transposed, output
 def _check_strict(input, weight, stride, padding, dilation, transposed, output_padding,
                   groups):
     """StrictPinError when the call needs a direction the loaded plans do not cover."""
-    if input.is_cuda and _torch.is_autocast_enabled("cuda"):  # the op casts as
-        to = _torch.get_autocast_dtype("cuda")                  # aten::convolution does
-        if input.dtype not in (to, _torch.float64) and input.is_floating_point():
-            input = _torch.empty_like(input, dtype=to, device="meta")
-            weight = _torch.empty_like(weight, dtype=to, device="meta")
     wanted = ["output"]
     if _torch.is_grad_enabled():
         if input.requires_grad:
             wanted.append("input gradient")
         if weight.requires_grad:
             wanted.append("weight gradient")
+    if input.is_cuda and _torch.is_autocast_enabled("cuda"):  # the op casts as
+        to = _torch.get_autocast_dtype("cuda")                  # aten::convolution does
+        if input.dtype not in (to, _torch.float64) and input.is_floating_point():
+            input = _torch.empty_like(input, dtype=to, device="meta")
+            weight = _torch.empty_like(weight, dtype=to, device="meta")
     why = op.uncovered(input, weight, stride, padding, dilation, transposed, output_padding,
                        groups, wanted)
     if why:

@@ -154,14 +154,17 @@ class _PinnedConv(_Pinned):
     """Mixin placed before an nn.Conv*d class: its convolution is the pinned op's."""
 
     def _conv_forward(self, input, weight, bias):
-        if op.STRICT[0]:
-            return _named(self, lambda: self._pinned_conv(input, weight, bias))
-        return self._pinned_conv(input, weight, bias)
+        n = len(self.kernel_size)
+        if self.padding_mode == "zeros" and not isinstance(self.padding, str) and \
+                input.dim() == n + 2 and not op.STRICT[0]:  # the common case, to the op
+            return functional.call(input, weight, bias, self.stride, self.padding,
+                                   self.dilation, False, functional.ZEROS[n], self.groups)
+        return _named(self, lambda: self._pinned_conv(input, weight, bias))
 
     def _pinned_conv(self, input, weight, bias):
         n = len(self.kernel_size)
         if self.padding_mode == "zeros" and not isinstance(self.padding, str) and \
-                input.dim() == n + 2:  # the common case, straight to the op
+                input.dim() == n + 2:
             return functional.call(input, weight, bias, self.stride, self.padding,
                                    self.dilation, False, functional.ZEROS[n], self.groups)
         if self.padding_mode != "zeros":
