@@ -116,7 +116,9 @@ class Exploration:
     schema: str = SCHEMA_NAME
     schema_version: int = SCHEMA_VERSION
     measurement: Measurement = field(default_factory=Measurement)
-    complete: bool = True  # False: interrupted, ``directions`` are those that finished
+    # False: interrupted (``directions`` are those that finished), or a direction did not
+    # finish (its ``error`` says what is missing and why)
+    complete: bool = True
     # wall time (s): PyTorch's fresh processes (every mode), the whole exploration (its
     # setup included: the processes started ahead, torch imported and CUDA started where
     # not yet, the environment read), and that setup
