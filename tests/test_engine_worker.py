@@ -475,3 +475,22 @@ def test_a_worker_that_cannot_start_for_memory_is_a_resource_error(tmp_path, mon
                                        ExploreOptions.create(),
                                        worker=engine_worker.EngineWorker("no_context_worker"))
     assert e.value.partial is None
+
+
+def test_a_search_that_gives_up_keeps_the_configs_tried(fake_worker, monkeypatch):
+    """After MAX_RESTARTS lost workers the search gives up (ChildError, as before), and
+    its ``partial`` keeps what ran before (here no restart is allowed, and engine 1's
+    k2=1 hangs after engine 0's config and three of engine 1's ran)."""
+    monkeypatch.setattr(engine_worker, "MAX_RESTARTS", 0)
+    with pytest.raises(ChildError, match=r"^engine worker for fwd: 1 configs hung or crashed "
+                                         r"it; giving up") as e:
+        engine_worker.explore_isolated(
+            ConvProblem.create("1,8,8,8", out_channels=8), "fwd",
+            ExploreOptions.create(engine_config_timeout_s=1.0, staged=False),
+            worker=engine_worker.EngineWorker("fake_engine_worker"))
+    sp = e.value.partial
+    statuses = {c.tag: c.status for c in sp.configs}
+    assert statuses.pop("ConvFwd_eng1_k2=1") == "hung"
+    assert statuses == {t: "OK" for t in ("ConvFwd_eng0", "ConvFwd_eng1",
+                                          "ConvFwd_eng1_k2=0", "ConvFwd_eng1_k2=2")}
+    assert sp.engine_count == 3
