@@ -441,3 +441,30 @@ def test_the_command_line_shows_and_saves_what_finished_when_a_worker_runs_out_o
                   "not finished: engine configs: engine worker for fwd ran out of GPU memory",
                   "== summary"):
         assert shown in text, shown
+
+
+class NoContextBench(FakeBench):
+    """The engine worker dies before its first config, out of GPU memory without a figure
+    (its CUDA context did not fit); 1,400 MiB are free once it has ended."""
+
+    def free_bytes(self):
+        return 1400 * 2**20
+
+    def engines(self, *args, **kw):
+        from cudnn_explorer.core.errors import ResourceError
+
+        raise ResourceError("engine worker for fwd failed (exit code 1): RuntimeError: CUDA "
+                            "error: out of memory")
+
+
+def test_a_worker_out_of_memory_without_a_figure_says_what_was_free_after_it(tmp_path,
+                                                                              monkeypatch):
+    from cudnn_explorer.measure.pipeline import explore
+
+    opts = ExploreOptions.create(directions="fwd", budget_ms=5, child_timeout_s=30,
+                                 engine_budget_s=30)
+    (fwd,) = explore(P, opts, bench=NoContextBench(tmp_path, monkeypatch)).directions
+    assert fwd.engines is None and fwd.best() is not None
+    assert fwd.error == ("engine configs: engine worker for fwd failed (exit code 1): "
+                         "RuntimeError: CUDA error: out of memory (1400 MiB free on GPU 0 "
+                         "once the worker had ended)")

@@ -242,6 +242,17 @@ def _with_free_memory(e: Exception, free: Optional[int], device: int) -> Excepti
     return type(e)(f"{e} ({free / 2**20:.0f} MiB free on GPU {device} when it failed)")
 
 
+def _after_worker(e: Exception, bench, device: int) -> str:
+    """An engine worker's error ``e``; where the worker ran out of GPU memory without
+    saying what was free, with what GPU ``device`` had free once it had ended."""
+    text = str(e)
+    if not isinstance(e, ResourceError) or " free" in text:
+        return text
+    free = bench.free_bytes()
+    return text if free is None else \
+        f"{text} ({free / 2**20:.0f} MiB free on GPU {device} once the worker had ended)"
+
+
 def _child_walls(runs: List[ModeRun]) -> List[ChildWall]:
     """Where each of PyTorch's processes spent its wall time, as far as it said."""
     return [ChildWall(label=r.spec.label, ready_wait_s=r.result.ready_wait_s,
@@ -319,7 +330,8 @@ def _measured(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs
             # measure/engine_worker.py) only those it had not tried
             space = e.partial
             ran = 0 if space is None else sum(c.ok for c in space.configs)
-            error = f"engine configs: {e}" + (f"; the {ran} that ran are kept" if ran else "")
+            error = (f"engine configs: {_after_worker(e, bench, options.device)}"
+                     + (f"; the {ran} that ran are kept" if ran else ""))
             say(f"{d}: {error}")
         engines_s = time.perf_counter() - t1
     return DirectionResult(
