@@ -438,6 +438,8 @@ def test_the_command_line_shows_and_saves_what_finished_when_a_worker_runs_out_o
     assert captured.out == render_exploration(saved)
     text = " ".join(captured.out.split())
     for shown in ("IMPLICIT_PRECOMP_GEMM", "PyTorch", "best engine config: ConvFwd_eng0",
+                  "1 hung or crashed the worker process (recorded, the search stopped: see "
+                  "'not finished')",
                   "not finished: engine configs: engine worker for fwd ran out of GPU memory",
                   "== summary"):
         assert shown in text, shown
