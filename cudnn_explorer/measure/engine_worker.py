@@ -7,9 +7,10 @@ launched it. So the parent (:func:`explore_isolated`) runs engines.explore_engin
 worker process (:class:`EngineWorker`; its code is measure/engine_serve.py), which takes
 one job per line on its stdin, {"spec": SPEC, "events": EVENTS}, explores that
 direction, and appends one JSON line per event to EVENTS: {"say": msg}, {"listed": ...}
-once it has listed the engines (core/engine_prior.py), {"start": config} before a config, {"stage": "running", "cutoff_ms": C} once its plan is built (C > 0: a
-round-1 candidate, whose launches get a limit from C when that is shorter than the
-config's timeout: Note [hung launches] in core/staging.py), {"attempt": result} after it,
+once it has listed the engines (core/engine_prior.py), {"start": config} before a
+config, {"stage": "running", "cutoff_ms": C} once its plan is built (C > 0: a round-1
+candidate, whose launches get a limit from C when that is shorter than the config's
+timeout: Note [hung launches] in core/staging.py), {"attempt": result} after it,
 {"space": EngineSpace, "retire": bool} at the end, or {"failed": message, "resource":
 bool, "retire": bool} for a job that failed outside any config (its tensors did not fit
 in the GPU's memory: ResourceError here). A job handed over ahead of its turn
@@ -210,56 +211,48 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
                                     start_timeout_s, progress, own, finalist_tags,
                                     only_preferred)
     say = progress or (lambda m: None)
+    time_budget_s = options.engine_budget_s
+    config_timeout_s = options.engine_config_timeout_s
     prior: Dict[str, List[dict]] = {"attempts": [], "failed": []}
     listed: dict = {}  # the engines, as the last worker listed them
     t0 = time.perf_counter()
     try:
-        return _supervise(problem, direction, options, legacy_rows, preferred_tags,
-                          start_timeout_s, say, worker, finalist_tags, only_preferred, held,
-                          prior, listed, t0)
+        for _ in range(MAX_RESTARTS + 1):
+            left = None if time_budget_s is None else \
+                max(time_budget_s - (time.perf_counter() - t0), 0.0)
+            spec = _spec(problem, direction, options, legacy_rows, preferred_tags, left,
+                         finalist_tags, only_preferred, prior)
+            ahead, held = held, None  # the first job only
+            if ahead is not None and not ahead.serves(spec, worker):
+                ahead.cancel()
+                ahead = None
+            try:
+                space, failed = _one_worker(spec, prior, listed, config_timeout_s,
+                                            start_timeout_s, say, worker, ahead)
+            except ResourceError:
+                if ahead is None:
+                    raise
+                # its tensors did not fit beside the legacy rows': again, now that those
+                # are gone
+                space, failed = _one_worker(spec, prior, listed, config_timeout_s,
+                                            start_timeout_s, say, worker)
+            if space is not None:
+                return EngineSpace.from_dict({**space, "time_budget_s": time_budget_s,
+                                              "wall_s": time.perf_counter() - t0})
+            prior["failed"].append(failed)
+            if short_of_memory(failed["message"]):  # Note [a worker short of memory]
+                raise ResourceError(f"engine worker for {direction} ran out of GPU memory "
+                                    f"in {failed['tag']}: {failed['message']}")
+            worker.keep_spare()
+            say(f"{direction}: {failed['tag']} {failed['status']}; restarting the worker "
+                f"without it")
+        raise ChildError(f"engine worker for {direction}: {MAX_RESTARTS + 1} configs hung or "
+                         f"crashed it; giving up (see --engine-config-timeout)")
     except (ChildError, ResourceError) as e:  # Note [a worker short of memory]
         e.partial = stopped_space(direction, listed, prior, options.engine_configs,
-                                  options.engine_budget_s, options.engine_sampling,
+                                  time_budget_s, options.engine_sampling,
                                   time.perf_counter() - t0)
         raise
-
-
-def _supervise(problem, direction, options, legacy_rows, preferred_tags, start_timeout_s,
-               say, worker, finalist_tags, only_preferred, held, prior, listed,
-               t0) -> EngineSpace:
-    """explore_isolated's work: one worker after another, ``prior`` and ``listed``
-    filled as they go."""
-    time_budget_s = options.engine_budget_s
-    config_timeout_s = options.engine_config_timeout_s
-    for _ in range(MAX_RESTARTS + 1):
-        left = None if time_budget_s is None else max(time_budget_s - (time.perf_counter() - t0),
-                                                      0.0)
-        spec = _spec(problem, direction, options, legacy_rows, preferred_tags, left,
-                     finalist_tags, only_preferred, prior)
-        ahead, held = held, None  # the first job only
-        if ahead is not None and not ahead.serves(spec, worker):
-            ahead.cancel()
-            ahead = None
-        try:
-            space, failed = _one_worker(spec, prior, listed, config_timeout_s,
-                                        start_timeout_s, say, worker, ahead)
-        except ResourceError:
-            if ahead is None:
-                raise
-            # its tensors did not fit beside the legacy rows': again, now that those are gone
-            space, failed = _one_worker(spec, prior, listed, config_timeout_s,
-                                        start_timeout_s, say, worker)
-        if space is not None:
-            return EngineSpace.from_dict({**space, "time_budget_s": time_budget_s,
-                                          "wall_s": time.perf_counter() - t0})
-        prior["failed"].append(failed)
-        if short_of_memory(failed["message"]):  # Note [a worker short of memory]
-            raise ResourceError(f"engine worker for {direction} ran out of GPU memory in "
-                                f"{failed['tag']}: {failed['message']}")
-        worker.keep_spare()
-        say(f"{direction}: {failed['tag']} {failed['status']}; restarting the worker without it")
-    raise ChildError(f"engine worker for {direction}: {MAX_RESTARTS + 1} configs hung or "
-                     f"crashed it; giving up (see --engine-config-timeout)")
 
 
 def _spec(problem: ConvProblem, direction: str, options: ExploreOptions, legacy_rows,
