@@ -431,7 +431,7 @@ def test_the_shorter_of_two_launch_limits_applies():
 def test_a_worker_out_of_memory_stops_the_search_and_keeps_what_it_tried(tmp_path,
                                                                          monkeypatch):
     """Note [a worker short of memory]: a worker that dies out of GPU memory inside a
-    config is not replaced (on the H100 with 2 GiB free, 21 replacements died in turn);
+    config is not replaced (on the H100 with 2 GiB free, 21 workers were lost in turn);
     the error says so in its words, and its ``partial`` holds the configs tried before,
     and the one it died in, with the engines as the worker listed them."""
     from cudnn_explorer.core.errors import ResourceError

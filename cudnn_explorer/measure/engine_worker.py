@@ -24,9 +24,10 @@ overall time budget. Note [a worker short of memory]: a worker that dies saying 
 out of GPU memory, in a config or outside any, is not replaced: the search stops there
 (ResourceError), and so it does after MAX_RESTARTS lost workers (ChildError). Either
 error's ``partial`` is the EngineSpace of the configs tried before (None: none were), for
-the caller to show and save beside what else finished. A worker started again on a GPU
-that short would only die again; on the H100 with 2 GiB free, 21 of them did, in 67 s,
-before the search gave up.
+the caller to show and save beside what else finished. Its replacement would meet the
+same shortage. On the H100 with 2 GiB free, 21 configs hung or crashed a worker in turn
+(67 s) before the search gave up and lost every config it had timed; what ended those
+workers was not recorded.
 
 A worker serves every direction it is given when the caller passes the same EngineWorker
 (a model sweep does): starting one (Python, torch, the CUDA context, cuDNN) takes
