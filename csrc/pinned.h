@@ -4,8 +4,8 @@
 // Note [plan keys]: a convolution direction is keyed as PyTorch's own plan cache keys it
 // (aten/src/ATen/native/cudnn/Conv_v8.cpp), in cuDNN's view of the problem (a 1-D
 // convolution as the 2-D one with H = 1, a transposed one as the convolution it is the
-// adjoint of). The key is a list of integers, written by cudnn_explorer/pinning/keys.py
-// from a plan file and here from a call, in this order:
+// adjoint of). The key is a list of integers, written by native_key in
+// cudnn_explorer/core/plans.py from a plan file and here from a call, in this order:
 //   [kKeyVersion, direction (0 fwd, 1 bwd-data, 2 bwd-filter),
 //    dtype (0 float32, 1 float16, 2 bfloat16, 3 float64), TF32 allowed (1 for non-float32),
 //    groups, channels_last, nd (4 or 5), x dims (nd), w dims (nd), y dims (nd),

@@ -294,5 +294,67 @@ class FakeBench:
         self.closed = getattr(self, "closed", 0) + 1
 
 
+# ------------------------------------------------------------------ fake engine workers
+# What every fake engine worker module shares (tests/test_engine_worker.py): its imports, the output tensor's stand-in, and the
+# real engine_serve.main over the module's Search (appended last).
+WORKER_HEAD = textwrap.dedent("""\
+    import os, sys, time
+    from types import SimpleNamespace as NS
+    from cudnn_explorer.measure import engine_serve
+
+    class Out:
+        def fill_(self, v):
+            return self
+    """)
+WORKER_TAIL = textwrap.dedent("""\
+
+    def setup(problem, direction, device, seed, check):
+        return None, {"x": Out(), "w": Out(), "y": Out()}, None
+
+    sys.exit(engine_serve.main(sys.argv[1:], setup=setup, search=Search()))
+    """)
+
+# torch's last words on a worker's stderr when it runs out of GPU memory (an uncaught
+# OutOfMemoryError; the numbers as an H100 with about 2 GiB free would give them)
+OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.17 GiB. GPU 0 "
+            "has a total capacity of 79.19 GiB of which 1.02 GiB is free.")
+# A worker of three engines without knobs, each timed (engine e: 0.1 + 0.1 e ms); in fwd,
+# engine 2 runs out of GPU memory while it runs, and the process dies saying so. Each
+# start appends its pid to the file STARTS names, when set.
+SHORT_OF_MEMORY_WORKER = WORKER_HEAD + textwrap.dedent("""\
+    if os.environ.get("STARTS"):
+        with open(os.environ["STARTS"], "a") as f:
+            f.write(f"{os.getpid()} ")
+    JOB = {}
+
+    class Search:
+        def engine_count(self):
+            return 3
+        def engine_info(self, e):
+            return NS(engine=e, status="OK", knobs=[])
+        def heuristics(self, mode):
+            return []
+        def build(self, e, knobs):
+            return NS(status="built", message="", name="eng%d" % e, numeric_notes=[],
+                      behavior_notes=[], workspace_bytes=0, build_ms=0.5, timed=False,
+                      plan_index=e, timing=None)
+        def measure(self, built, timed, opt):
+            if built.plan_index == 2 and JOB["direction"] == "fwd":
+                print(OOM_LINE, file=sys.stderr, flush=True)
+                os._exit(1)
+            t = 0.1 + 0.1 * built.plan_index
+            native = NS(per_launch_ms=[t] * 5, launches_per_sample=10, method="graph",
+                        warmup_launches=12, note="", eager_per_call_ms=[],
+                        eager_calls_per_sample=0, kernels=[], kernels_read=False)
+            return NS(**{**vars(built), "status": "OK", "timed": timed, "timing": native})
+
+    def setup(problem, direction, device, seed, check):
+        JOB["direction"] = direction
+        return None, {"x": Out(), "w": Out(), "y": Out()}, None
+
+    sys.exit(engine_serve.main(sys.argv[1:], setup=setup, search=Search()))
+    """).replace("OOM_LINE", repr(OOM_LINE))
+
+
 def copy_fixture(name, dest):
     shutil.copy(os.path.join(FIX, name), dest)

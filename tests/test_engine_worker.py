@@ -8,25 +8,7 @@ from cudnn_explorer.measure import engine_worker
 from cudnn_explorer.core.problem import ConvProblem
 from cudnn_explorer.core.errors import ChildError
 from cudnn_explorer.core.options import ExploreOptions
-
-# What every fake worker module shares: its imports, the output tensor's stand-in, and the
-# real engine_serve.main over the module's Search (appended last).
-WORKER_HEAD = textwrap.dedent("""\
-    import os, sys, time
-    from types import SimpleNamespace as NS
-    from cudnn_explorer.measure import engine_serve
-
-    class Out:
-        def fill_(self, v):
-            return self
-    """)
-WORKER_TAIL = textwrap.dedent("""\
-
-    def setup(problem, direction, device, seed, check):
-        return None, {"x": Out(), "w": Out(), "y": Out()}, None
-
-    sys.exit(engine_serve.main(sys.argv[1:], setup=setup, search=Search()))
-    """)
+from fakes import WORKER_HEAD, WORKER_TAIL
 
 # A worker with a fake EngineSearch: engine 0 has no knobs; engine 1 has knob 2 (TILE_SIZE)
 # in 0..3, where 3 is invalid and 1 never finishes; engine 2 kills its process.
@@ -444,3 +426,71 @@ def test_the_shorter_of_two_launch_limits_applies():
     assert engine_worker._run_limit({"stage": "running", "cutoff_ms": 1.0,
                                      "known_hang": "k"})[0] == 3.0  # round 1's floor
     assert engine_worker._run_limit({"stage": "built", "known_hang": "k"}) is None
+
+
+def test_a_worker_out_of_memory_stops_the_search_and_keeps_what_it_tried(tmp_path,
+                                                                         monkeypatch):
+    """Note [a worker short of memory]: a worker that dies out of GPU memory inside a
+    config is not replaced (on the H100 with 2 GiB free, 21 workers were lost in turn);
+    the error says so in its words, and its ``partial`` holds the configs tried before,
+    and the one it died in, with the engines as the worker listed them."""
+    from cudnn_explorer.core.errors import ResourceError
+    from fakes import OOM_LINE, SHORT_OF_MEMORY_WORKER
+
+    (tmp_path / "short_of_memory_worker.py").write_text(SHORT_OF_MEMORY_WORKER)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("STARTS", str(tmp_path / "starts"))
+    p = ConvProblem.create("1,8,8,8", out_channels=8)
+    with engine_worker.EngineWorker("short_of_memory_worker") as w:
+        with pytest.raises(ResourceError) as e:
+            engine_worker.explore_isolated(p, "fwd", ExploreOptions.create(staged=False),
+                                           worker=w)
+        assert str(e.value) == (
+            "engine worker for fwd ran out of GPU memory in ConvFwd_eng2: the worker process "
+            "died running, timing and checking it (exit code 1); " + OOM_LINE)
+        assert len((tmp_path / "starts").read_text().split()) == 1  # none started again
+        sp = e.value.partial
+        assert [(c.tag, c.status) for c in sp.configs] == [
+            ("ConvFwd_eng0", "OK"), ("ConvFwd_eng1", "OK"), ("ConvFwd_eng2", "crashed")]
+        assert [c.time for c in sp.configs[:2]] == pytest.approx([0.1, 0.2])
+        assert sp.engine_count == 3 and sp.best().tag == "ConvFwd_eng0"
+        assert [(x["tried"], x["configs"], x["failed"]) for x in sp.engines] == [
+            (1, 1, 0), (1, 1, 0), (1, 1, 1)]
+        # the next direction gets a worker of its own, which has the memory it needs
+        sp = engine_worker.explore_isolated(p, "bwd-data", ExploreOptions.create(), worker=w)
+        assert [c.status for c in sp.configs] == ["OK"] * 3
+
+
+def test_a_worker_that_cannot_start_for_memory_is_a_resource_error(tmp_path, monkeypatch):
+    """A worker whose CUDA context does not fit dies before its first config: that is the
+    GPU's memory (ResourceError, exit code 3), and nothing was tried (no ``partial``)."""
+    from cudnn_explorer.core.errors import ResourceError
+
+    (tmp_path / "no_context_worker.py").write_text(
+        "raise RuntimeError('CUDA error: out of memory')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with pytest.raises(ResourceError, match=r"^engine worker for fwd failed \(exit code 1\): "
+                                            r"RuntimeError: CUDA error: out of memory$") as e:
+        engine_worker.explore_isolated(ConvProblem.create("1,8,8,8"), "fwd",
+                                       ExploreOptions.create(),
+                                       worker=engine_worker.EngineWorker("no_context_worker"))
+    assert e.value.partial is None
+
+
+def test_a_search_that_gives_up_keeps_the_configs_tried(fake_worker, monkeypatch):
+    """After MAX_RESTARTS lost workers the search gives up (ChildError, as before), and
+    its ``partial`` keeps what ran before (here no restart is allowed, and engine 1's
+    k2=1 hangs after engine 0's config and three of engine 1's ran)."""
+    monkeypatch.setattr(engine_worker, "MAX_RESTARTS", 0)
+    with pytest.raises(ChildError, match=r"^engine worker for fwd: 1 configs hung or crashed "
+                                         r"it; giving up") as e:
+        engine_worker.explore_isolated(
+            ConvProblem.create("1,8,8,8", out_channels=8), "fwd",
+            ExploreOptions.create(engine_config_timeout_s=1.0, staged=False),
+            worker=engine_worker.EngineWorker("fake_engine_worker"))
+    sp = e.value.partial
+    statuses = {c.tag: c.status for c in sp.configs}
+    assert statuses.pop("ConvFwd_eng1_k2=1") == "hung"
+    assert statuses == {t: "OK" for t in ("ConvFwd_eng0", "ConvFwd_eng1",
+                                          "ConvFwd_eng1_k2=0", "ConvFwd_eng1_k2=2")}
+    assert sp.engine_count == 3

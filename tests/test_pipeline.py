@@ -223,7 +223,8 @@ def test_a_gpu_fault_in_one_direction_keeps_the_others(tmp_path, monkeypatch):
     opts = ExploreOptions.create(budget_ms=5, child_timeout_s=30, engine_budget_s=30)
     exp = explore(P, opts, bench=FindFailsBench(tmp_path, monkeypatch))
     fwd, bwd, wgrad = exp.directions
-    assert exp.complete and fwd.best() is not None and wgrad.best() is not None
+    # kept, and marked incomplete: bwd-data's error says what is missing
+    assert not exp.complete and fwd.best() is not None and wgrad.best() is not None
     assert fwd.engines is not None and wgrad.engines is not None and not fwd.error
     assert bwd.find == [] and bwd.error == (
         "the native call failed finding bwd-data algorithms: cuDNN error: "
@@ -293,7 +294,7 @@ def test_a_failed_engine_worker_keeps_the_legacy_rows(tmp_path, monkeypatch):
     seen = []
     exp = explore(P, opts, bench=WorkerFailsBench(tmp_path, monkeypatch), progress=seen.append)
     (fwd,) = exp.directions
-    assert fwd.best() is not None and fwd.engines is None and exp.complete
+    assert fwd.best() is not None and fwd.engines is None and not exp.complete
     assert fwd.error == ("engine configs: engine worker for fwd failed (rc 1): CUDA error: "
                          "out of memory")
     assert any("engine configs: engine worker for fwd failed" in m for m in seen)
@@ -372,3 +373,100 @@ def test_the_command_line_shows_and_saves_an_interrupted_run(tmp_path, monkeypat
     assert '"complete": false' in captured.err and str(out) in captured.err
     assert "fwd" in captured.out
     assert not Exploration.from_json(out.read_text()).complete
+
+
+class ShortOfMemoryBench(FakeBench):
+    """Engine configs in a real engine worker process (fakes.SHORT_OF_MEMORY_WORKER), whose
+    fwd search runs out of GPU memory in its third config."""
+
+    def __init__(self, tmp_path, monkeypatch):
+        from fakes import SHORT_OF_MEMORY_WORKER
+        from cudnn_explorer.measure.engine_worker import EngineWorker
+
+        super().__init__(tmp_path, monkeypatch)
+        (tmp_path / "short_of_memory_worker.py").write_text(SHORT_OF_MEMORY_WORKER)
+        self.worker = EngineWorker("short_of_memory_worker")
+
+    def engines(self, problem, direction, options, legacy_rows, preferred_tags, say,
+                finalist_tags=None, held=None):
+        from cudnn_explorer.measure.engine_worker import explore_isolated
+
+        return explore_isolated(problem, direction, options, legacy_rows=legacy_rows,
+                                preferred_tags=preferred_tags, progress=say,
+                                worker=self.worker, finalist_tags=finalist_tags)
+
+    def close(self):
+        self.worker.close()
+
+
+def test_the_command_line_shows_and_saves_what_finished_when_a_worker_runs_out_of_memory(
+        tmp_path, monkeypatch, capsys):
+    """A GPU short of memory (the H100 with 2 GiB free): fwd's engine worker dies out of
+    GPU memory in its third config. The command prints every table of what finished (the
+    legacy rows, PyTorch's picks, the configs that ran), saves it marked incomplete, says
+    in one line what is missing and why, and exits 3."""
+    from cudnn_explorer.cli.main import main
+    from cudnn_explorer.core.exploration import Exploration
+    from cudnn_explorer.jobs import explore as job
+    from cudnn_explorer.measure import pipeline
+    from fakes import OOM_LINE
+
+    bench = ShortOfMemoryBench(tmp_path, monkeypatch)
+    monkeypatch.setattr(job, "explore", lambda problem, options, progress, **kw:
+                        pipeline.explore(problem, options, progress, bench=bench))
+    out = tmp_path / "r.json"
+    code = main(["--shape", "8,64,28,28", "--dtype", "float16", "--layout", "nhwc",
+                 "--direction", "fwd,bwd-data", "--budget-ms", "5", "--json", str(out),
+                 "--no-store", "--quiet"])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 3 and len(lines) == 1, captured.err
+    assert lines[0] == (
+        "cudnn_explorer: error: fwd: engine configs: engine worker for fwd ran out of GPU "
+        "memory in ConvFwd_eng2: the worker process died running, timing and checking it "
+        f"(exit code 1); {OOM_LINE}; the 2 that ran are kept; results kept for fwd, "
+        f"bwd-data, shown and saved in '{out}' (\"complete\": false)")
+    saved = Exploration.from_json(out.read_text())
+    assert not saved.complete
+    fwd, bwd = saved.directions
+    assert [(c.tag, c.status) for c in fwd.engines.configs] == [
+        ("ConvFwd_eng0", "OK"), ("ConvFwd_eng1", "OK"), ("ConvFwd_eng2", "crashed")]
+    assert fwd.find and fwd.pytorch and fwd.error.startswith("engine configs: ")
+    assert not bwd.error and [c.status for c in bwd.engines.configs] == ["OK"] * 3
+    # the tables are those of the saved result: the legacy rows, PyTorch's picks, the
+    # configs that ran and the summary, then what did not finish
+    assert captured.out == render_exploration(saved)
+    text = " ".join(captured.out.split())
+    for shown in ("IMPLICIT_PRECOMP_GEMM", "PyTorch", "best engine config: ConvFwd_eng0",
+                  "1 hung or crashed the worker process (recorded, the search stopped: see "
+                  "'not finished')",
+                  "not finished: engine configs: engine worker for fwd ran out of GPU memory",
+                  "== summary"):
+        assert shown in text, shown
+
+
+class NoContextBench(FakeBench):
+    """The engine worker dies before its first config, out of GPU memory without a figure
+    (its CUDA context did not fit); 1,400 MiB are free once it has ended."""
+
+    def free_bytes(self):
+        return 1400 * 2**20
+
+    def engines(self, *args, **kw):
+        from cudnn_explorer.core.errors import ResourceError
+
+        raise ResourceError("engine worker for fwd failed (exit code 1): RuntimeError: CUDA "
+                            "error: out of memory")
+
+
+def test_a_worker_out_of_memory_without_a_figure_says_what_was_free_after_it(tmp_path,
+                                                                              monkeypatch):
+    from cudnn_explorer.measure.pipeline import explore
+
+    opts = ExploreOptions.create(directions="fwd", budget_ms=5, child_timeout_s=30,
+                                 engine_budget_s=30)
+    (fwd,) = explore(P, opts, bench=NoContextBench(tmp_path, monkeypatch)).directions
+    assert fwd.engines is None and fwd.best() is not None
+    assert fwd.error == ("engine configs: engine worker for fwd failed (exit code 1): "
+                         "RuntimeError: CUDA error: out of memory (1400 MiB free on GPU 0 "
+                         "once the worker had ended)")

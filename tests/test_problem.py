@@ -130,3 +130,30 @@ def test_dict_round_trip():
     d = p.to_dict()
     assert d["output_shape"] == list(p.output_shape) and d["math_type"] == "DEFAULT_MATH"
     assert ConvProblem.from_dict(d) == p
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("x,c_out,kernel,stride,padding,dilation,groups,output_padding", [
+    ((2, 4, 9), 6, (3,), (2,), (1,), (1,), 1, (1,)),
+    ((1, 6, 7, 10), 9, (3, 2), (2, 3), (1, 0), (2, 1), 3, (1, 2)),
+    ((1, 4, 5, 6, 7), 4, (3, 3, 1), (1,), (1,), (1,), 1, (0,)),
+])
+def test_output_shape_is_pytorchs(x, c_out, kernel, stride, padding, dilation, groups,
+                                  output_padding, transposed):
+    """core.problem.output_shape (the pinned op's fake shapes, the tracer's transposed
+    problems) against PyTorch's own convolution on the CPU."""
+    import torch
+
+    from cudnn_explorer.core.problem import output_shape
+
+    if transposed:  # weight (C_in, C_out / groups, *kernel)
+        w = (x[1], c_out // groups, *kernel)
+    else:  # weight (C_out, C_in / groups, *kernel)
+        w, output_padding = (c_out, x[1] // groups, *kernel), (0,)
+    got = output_shape(x, w, stride, padding, dilation, groups, transposed, output_padding)
+    n = len(x) - 2
+    out = torch.ops.aten.convolution(
+        torch.zeros(x), torch.zeros(w), None, list(stride) * (n // len(stride)),
+        list(padding) * (n // len(padding)), list(dilation) * (n // len(dilation)),
+        transposed, list(output_padding) * (n // len(output_padding)), groups)
+    assert got == list(out.shape)

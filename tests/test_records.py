@@ -129,3 +129,31 @@ def test_version_formatting():
     assert fmt_version("8907") == "8.9.7"
     assert fmt_version("x") == "x"
     assert fmt_cuda("13000") == "13.0" and fmt_cuda("12080") == "12.8"
+
+
+def _readers():
+    """(read a document's dict, its schema name, what it is in words) of every saved
+    document kind."""
+    from cudnn_explorer.core import advice, capture, plans, sweep
+    from cudnn_explorer.core.exploration import SCHEMA_NAME
+
+    return [(Exploration.from_dict, SCHEMA_NAME, "result"),
+            (sweep.ModelSweep.from_dict, sweep.SWEEP_SCHEMA, "sweep"),
+            (lambda d: plans.PlanFile.read(json.dumps(d)), plans.PLANS_SCHEMA, "plan file"),
+            (lambda d: advice.Advice.from_json(json.dumps(d)), advice.ADVICE_SCHEMA, "advice"),
+            (capture.Capture.from_json_dict, capture.CAPTURE_SCHEMA, "capture")]
+
+
+@pytest.mark.parametrize("k", range(5))
+def test_every_document_refuses_a_foreign_or_newer_file_in_one_format(k):
+    read, name, what = _readers()[k]
+    with pytest.raises(UserError) as e:
+        read({"schema": "other", "schema_version": 1})
+    assert str(e.value) == f"not a cudnn_explorer {what}: schema is \"other\", expected {name!r}"
+    for version, newer in ((99, True), ("1", False), (True, False)):
+        with pytest.raises(UserError) as e:
+            read({"schema": name, "schema_version": version})
+        text = str(e.value)
+        assert text.startswith(f"{what} schema_version {json.dumps(version)}: this "
+                               f"cudnn_explorer reads version"), text
+        assert text.endswith("; upgrade cudnn_explorer") == newer, text

@@ -130,7 +130,7 @@ def run(argv: List[str]) -> int:
     else:
         exp = _explore(a)
     code = None
-    if not exp.complete:  # interrupted: what finished is shown and saved, then the exit
+    if _interrupted(exp):  # what finished is shown and saved, then the exit
         names = ", ".join(d.direction for d in exp.directions)
         asked = exp.measurement.options.get("directions") or ()
         error(f"interrupted: {len(exp.directions)} of {len(asked)} directions finished "
@@ -150,7 +150,8 @@ def run(argv: List[str]) -> int:
                 print(f"process: {age:.1f} s since it started (the interpreter, imports, "
                       f"the results store and the exploration)", file=sys.stderr)
         if a.json is not None:
-            write_output(exp.to_json() + "\n", a.json, "--json")
+            # an incomplete result's own line names the file: no "wrote" line beside it
+            write_output(exp.to_json() + "\n", a.json, "--json", quiet=not exp.complete)
         if a.csv is not None:
             write_output(export.rows_to_csv(exp), a.csv, "--csv")
     except (ArithmeticError, LookupError, TypeError, ValueError) as e:
@@ -162,7 +163,7 @@ def run(argv: List[str]) -> int:
                         f"({type(e).__name__}: {str(e)[:80]})") from None
     if code is not None:
         return code
-    return 0 if a.load else _exit_code(exp)
+    return 0 if a.load else _exit_code(exp, a)
 
 
 def _explore(a):
@@ -182,16 +183,31 @@ def _explore(a):
         done()
 
 
-def _exit_code(exp) -> int:
+def _interrupted(exp) -> bool:
+    """Whether ``exp`` was cut short by Ctrl-C (or SIGTERM): incomplete, and a direction
+    asked for is not there, or none says why it did not finish (its ``error``)."""
+    if exp.complete:
+        return False
+    done = {d.direction for d in exp.directions}
+    asked = exp.measurement.options.get("directions") or ()
+    return any(x not in done for x in asked) or not any(d.error for d in exp.directions)
+
+
+def _exit_code(exp, a) -> int:
     """3 when a direction did not finish, 2 when cuDNN ran nothing for one (what finished
-    was shown and saved before)."""
+    was shown and saved before: ``a``'s --json file holds it, marked incomplete)."""
     unfinished = [d for d in exp.directions if d.error]
     if unfinished:
-        kept = [d.direction for d in exp.directions if d.find]
+        kept = [d.direction for d in exp.directions if d.find or d.engines is not None]
+        where = [w for w, given in (("shown", "-" not in (a.json, a.csv)),
+                                    (f"saved in '{a.json}' (\"complete\": false)",
+                                     a.json not in (None, "-")),
+                                    ("written to stdout", "-" in (a.json, a.csv))) if given]
         error(f"{unfinished[0].direction}: {unfinished[0].error}"
               + (f" (and {len(unfinished) - 1} more direction(s))" if len(unfinished) > 1
                  else "")
-              + (f"; results kept for {', '.join(kept)}" if kept else ""))
+              + (f"; results kept for {', '.join(kept)}, {' and '.join(where)}" if kept
+                 else ""))
         return 3
     failed = [d.direction for d in exp.directions if d.best() is None]
     if failed:

@@ -39,7 +39,7 @@ from .errors import UserError
 from .pytorch_run import ModelRun
 from .exploration import Environment
 from . import stats
-from .schema import Record, parse_json, shown
+from .schema import Record, check_schema, parse_json, shown
 from .stability import Stability
 
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "ShapeCost",
@@ -424,12 +424,7 @@ class Advice(Record):
     @classmethod
     def from_json(cls, data) -> "Advice":
         d = parse_json(data)
-        if not isinstance(d, dict) or d.get("schema") != ADVICE_SCHEMA:
-            raise UserError("not a cudnn_explorer advice: schema is "
-                            f"{shown(d.get('schema') if isinstance(d, dict) else d)}")
-        if d.get("schema_version") != ADVICE_VERSION:
-            raise UserError(f"advice schema_version {shown(d.get('schema_version'))}: this "
-                            f"cudnn_explorer reads version {ADVICE_VERSION}")
+        check_schema(d, ADVICE_SCHEMA, (ADVICE_VERSION,), "advice")
         try:
             capture = Capture.from_json_dict(d.get("capture"))
         except UserError as e:

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 from .errors import UserError
 from .problem import DIRECTIONS, ConvProblem
-from .schema import Record, shown
+from .schema import Record, check_schema, shown
 
 __all__ = ["CAPTURE_SCHEMA", "CAPTURE_VERSION", "UniqueConv", "Uncovered", "ModelSpec",
            "SizeCapture", "Capture", "merge_sizes", "add_counts"]
@@ -226,12 +226,7 @@ class Capture(Record):
 
     @classmethod
     def from_json_dict(cls, d: dict) -> "Capture":
-        if not isinstance(d, dict) or d.get("schema") != CAPTURE_SCHEMA:
-            raise UserError(f"not a cudnn_explorer capture: schema is "
-                            f"{shown(d.get('schema') if isinstance(d, dict) else d)}")
-        if d.get("schema_version") != CAPTURE_VERSION:
-            raise UserError(f"capture schema_version {shown(d.get('schema_version'))}: "
-                            f"this cudnn_explorer reads version {CAPTURE_VERSION}")
+        check_schema(d, CAPTURE_SCHEMA, (CAPTURE_VERSION,), "capture")
         return cls.from_dict(d)
 
 

@@ -5,9 +5,12 @@ __all__ = ["ExplorerError", "UserError", "MissingDependencyError", "CudnnError",
 
 
 class ExplorerError(Exception):
-    """Base class: a one-line, user-facing message."""
+    """Base class: a one-line, user-facing message. ``partial``: what finished before the
+    error, where the code that raised it kept it (an engine search's EngineSpace of the
+    configs tried before its worker died: measure/engine_worker.py); None otherwise."""
 
     exit_code = 1
+    partial = None
 
 
 class UserError(ExplorerError, ValueError):

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 from .errors import UserError
 from .problem import ConvProblem
 from .records import DirectionResult
-from .schema import Record, convert, shown
+from .schema import Record, check_schema, convert, shown
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "Environment", "Measurement", "Exploration",
            "ChildWall", "cudnn_version"]
@@ -116,7 +116,9 @@ class Exploration:
     schema: str = SCHEMA_NAME
     schema_version: int = SCHEMA_VERSION
     measurement: Measurement = field(default_factory=Measurement)
-    complete: bool = True  # False: interrupted, ``directions`` are those that finished
+    # False: interrupted (``directions`` are those that finished), or a direction did not
+    # finish (its ``error`` says what is missing and why)
+    complete: bool = True
     # wall time (s): PyTorch's fresh processes (every mode), the whole exploration (its
     # setup included: the processes started ahead, torch imported and CUDA started where
     # not yet, the environment read), and that setup
@@ -156,16 +158,7 @@ class Exploration:
     def from_dict(cls, d: dict) -> "Exploration":
         """A saved exploration, every field checked: UserError names the first bad one
         (its path, e.g. ``directions[0].find[2].timing.median_ms``) and what is valid."""
-        if d.get("schema") != SCHEMA_NAME:
-            raise UserError(f"not a cudnn_explorer result: schema is {shown(d.get('schema'))}, "
-                            f"expected {SCHEMA_NAME!r}")
-        version = d.get("schema_version")
-        if not isinstance(version, int) or isinstance(version, bool) or not \
-                1 <= version <= SCHEMA_VERSION:
-            raise UserError(
-                f"schema_version {shown(version)}: this cudnn_explorer reads versions 1 to "
-                f"{SCHEMA_VERSION}" + ("; upgrade cudnn_explorer" if isinstance(version, int)
-                                       and version > SCHEMA_VERSION else ""))
+        version = check_schema(d, SCHEMA_NAME, range(1, SCHEMA_VERSION + 1), "result")
         directions = d.get("directions")
         if not isinstance(directions, list) or not directions:
             raise UserError(f"directions: {shown(directions)} is not a non-empty list")

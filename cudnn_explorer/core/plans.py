@@ -20,7 +20,7 @@ from .exploration import Environment, cudnn_version
 from .logs import parse_tag
 from .problem import DIRECTIONS, ConvProblem
 from .records import MIB, DirectionResult, EngineConfig, rankable
-from .schema import Record, Signed, parse_json, shown
+from .schema import Record, Signed, check_schema, parse_json, shown
 from .targets import cudnn_strides
 
 __all__ = ["PLANS_SCHEMA", "PLANS_VERSION", "POLICIES", "PlanKey", "PlanEntry",
@@ -195,12 +195,7 @@ class PlanFile(Record):
     def read(cls, data, what: str = "plan file") -> "PlanFile":
         """A plan file's text or bytes, every field checked; UserError names the bad one."""
         d = parse_json(data)
-        if not isinstance(d, dict) or d.get("schema") != PLANS_SCHEMA:
-            got = d.get("schema") if isinstance(d, dict) else d
-            raise UserError(f"not a cudnn_explorer plan file: schema is {shown(got)}")
-        if d.get("schema_version") != PLANS_VERSION:
-            raise UserError(f"plan file schema_version {shown(d.get('schema_version'))}: "
-                            f"this cudnn_explorer reads version {PLANS_VERSION}")
+        check_schema(d, PLANS_SCHEMA, (PLANS_VERSION,), "plan file")
         plans = cls.from_dict(d, what)
         if plans.policy not in POLICIES:
             raise UserError(f"{what}.policy: {shown(plans.policy)}: valid: "

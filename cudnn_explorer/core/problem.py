@@ -19,6 +19,9 @@ __all__ = [
     "parse_int_list",
     "parse_dtype",
     "conv_output_size",
+    "transposed_output_size",
+    "per_dim",
+    "output_shape",
     "clip",
 ]
 
@@ -74,6 +77,36 @@ def parse_dtype(text: str) -> str:
 def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
     """Output length of one spatial dim (PyTorch's and cuDNN's formula; may be <= 0)."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def transposed_output_size(size, kernel, stride, padding, dilation, output_padding):
+    """Output length of one spatial dim of a transposed convolution (PyTorch's formula):
+    the input length of the convolution it is the adjoint of. Plain arithmetic, so a
+    symbolic size (torch.compile's) stays symbolic."""
+    return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+
+
+def per_dim(values, n: int) -> list:
+    """``values`` (one, or one per dim) as one per each of ``n`` spatial dims."""
+    values = list(values)
+    return values * n if len(values) == 1 else values
+
+
+def output_shape(input_shape, weight_shape, stride, padding, dilation, groups: int,
+                 transposed: bool = False, output_padding=(0,)) -> list:
+    """[N, C, *spatial] of a convolution's output (of a transposed one with
+    ``transposed``), as PyTorch computes it from the input's and the weight's shapes and
+    the call's arguments (each one value, or one per spatial dim); sizes may be symbolic."""
+    n = len(input_shape) - 2
+    s, p, d = per_dim(stride, n), per_dim(padding, n), per_dim(dilation, n)
+    k = list(weight_shape[2:])
+    if transposed:
+        o = per_dim(output_padding, n)
+        return [input_shape[0], weight_shape[1] * groups,
+                *[transposed_output_size(input_shape[2 + i], k[i], s[i], p[i], d[i], o[i])
+                  for i in range(n)]]
+    return [input_shape[0], weight_shape[0],
+            *[conv_output_size(input_shape[2 + i], k[i], s[i], p[i], d[i]) for i in range(n)]]
 
 
 INT32_MAX = 2**31 - 1  # cuDNN's tensor descriptors hold sizes and strides as int32

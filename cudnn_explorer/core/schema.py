@@ -16,7 +16,7 @@ from .errors import UserError
 from .problem import ConvProblem
 
 __all__ = ["Record", "Signed", "INT64_MAX", "FLOAT_MAX", "shown", "parse_json", "utc_now",
-           "convert"]
+           "convert", "check_schema"]
 
 def what(hint) -> str:
     """What a value of type ``hint`` must be, in words."""
@@ -159,3 +159,30 @@ def parse_json(data):
         return json.loads(data)
     except (ValueError, RecursionError) as e:
         raise UserError(f"not valid JSON: {str(e)[:80]}") from None
+
+
+def check_schema(d, name: str, versions, what: str) -> int:
+    """The ``schema_version`` of ``d``, a saved document whose ``schema`` must be
+    ``name`` (``what`` it is, in words: "result", "plan file") and whose version one of
+    ``versions`` (those this cudnn_explorer reads). UserError otherwise, in one format for
+    every document: "not a cudnn_explorer WHAT: schema is X, expected NAME", or "WHAT
+    schema_version X: this cudnn_explorer reads version(s) ..." (and, for a newer one,
+    "; upgrade cudnn_explorer")."""
+    if not isinstance(d, dict) or d.get("schema") != name:
+        got = d.get("schema") if isinstance(d, dict) else d
+        raise UserError(f"not a cudnn_explorer {what}: schema is {shown(got)}, expected "
+                        f"{name!r}")
+    version = d.get("schema_version")
+    versions = sorted(versions)
+    if isinstance(version, int) and not isinstance(version, bool) and version in versions:
+        return version
+    if len(versions) == 1:
+        reads = f"version {versions[0]}"
+    elif len(versions) > 2 and versions == list(range(versions[0], versions[-1] + 1)):
+        reads = f"versions {versions[0]} to {versions[-1]}"
+    else:
+        reads = f"versions {', '.join(map(str, versions))}"
+    newer = isinstance(version, int) and not isinstance(version, bool) and \
+        version > versions[-1]
+    raise UserError(f"{what} schema_version {shown(version)}: this cudnn_explorer reads "
+                    f"{reads}" + ("; upgrade cudnn_explorer" if newer else ""))

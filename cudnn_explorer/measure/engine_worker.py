@@ -6,10 +6,11 @@ inside the config, and a kernel that spins cannot be interrupted from the proces
 launched it. So the parent (:func:`explore_isolated`) runs engines.explore_engines in a
 worker process (:class:`EngineWorker`; its code is measure/engine_serve.py), which takes
 one job per line on its stdin, {"spec": SPEC, "events": EVENTS}, explores that
-direction, and appends one JSON line per event to EVENTS: {"say": msg}, {"start": config}
-before a config, {"stage": "running", "cutoff_ms": C} once its plan is built (C > 0: a
-round-1 candidate, whose launches get a limit from C when that is shorter than the
-config's timeout: Note [hung launches] in core/staging.py), {"attempt": result} after it,
+direction, and appends one JSON line per event to EVENTS: {"say": msg}, {"listed": ...}
+once it has listed the engines (core/engine_prior.py), {"start": config} before a
+config, {"stage": "running", "cutoff_ms": C} once its plan is built (C > 0: a round-1
+candidate, whose launches get a limit from C when that is shorter than the config's
+timeout: Note [hung launches] in core/staging.py), {"attempt": result} after it,
 {"space": EngineSpace, "retire": bool} at the end, or {"failed": message, "resource":
 bool, "retire": bool} for a job that failed outside any config (its tensors did not fit
 in the GPU's memory: ResourceError here). A job handed over ahead of its turn
@@ -19,7 +20,14 @@ measure/engine_serve.py). When a config runs past ``config_timeout_s`` (or, its 
 built, past its launches' limit), or the worker dies inside one, the parent kills the
 worker's process group, records that config as "hung" or "crashed", and starts a new
 worker that carries on from where the last one stopped (``prior``), within the same
-overall time budget.
+overall time budget. Note [a worker short of memory]: a worker that dies saying it ran
+out of GPU memory, in a config or outside any, is not replaced: the search stops there
+(ResourceError), and so it does after MAX_RESTARTS lost workers (ChildError). Either
+error's ``partial`` is the EngineSpace of the configs tried before (None: none were), for
+the caller to show and save beside what else finished. Its replacement would meet the
+same shortage. On the H100 with 2 GiB free, 21 configs hung or crashed a worker in turn
+(67 s) before the search gave up and lost every config it had timed; what ended those
+workers was not recorded.
 
 A worker serves every direction it is given when the caller passes the same EngineWorker
 (a model sweep does): starting one (Python, torch, the CUDA context, cuDNN) takes
@@ -39,6 +47,7 @@ import time
 from dataclasses import asdict
 from typing import Callable, Dict, List, Optional, Sequence
 
+from ..core.engine_prior import stopped_space
 from ..core.errors import ChildError, ResourceError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
@@ -47,7 +56,7 @@ from ..core import hangs, staging
 from .procs import child_env, describe_rc
 
 __all__ = ["EngineWorker", "explore_isolated", "hold_isolated", "HeldJob",
-           "MAX_RESTARTS", "WORKER_MODULE"]
+           "MAX_RESTARTS", "WORKER_MODULE", "short_of_memory"]
 
 MAX_RESTARTS = 20  # failed configs one exploration may survive before it gives up
 # How often the parent reads the worker's events (s): the job's end waits for the next
@@ -188,7 +197,9 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
     ``worker``: the EngineWorker to use, kept for the caller's next direction (default: a
     new one, ended on return). Raises ChildError when a worker fails outside any config
     (e.g. it cannot start, or makes no progress within ``start_timeout_s``), and
-    ResourceError when the direction's tensors do not fit in its memory.
+    ResourceError when the direction's tensors do not fit in its memory or a worker dies
+    out of GPU memory (Note [a worker short of memory]); either error's ``partial`` holds
+    the configs tried before it.
     ``options.staged``: a staged search, ``finalist_tags`` in its final round (default:
     every preferred tag; measure/engines.py). ``only_preferred`` (without
     ``options.engine_sampling``): only the preferred tags, a re-timing of given plans.
@@ -204,33 +215,45 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
     time_budget_s = options.engine_budget_s
     config_timeout_s = options.engine_config_timeout_s
     prior: Dict[str, List[dict]] = {"attempts": [], "failed": []}
+    listed: dict = {}  # the engines, as the last worker listed them
     t0 = time.perf_counter()
-    for _ in range(MAX_RESTARTS + 1):
-        left = None if time_budget_s is None else max(time_budget_s - (time.perf_counter() - t0),
-                                                      0.0)
-        spec = _spec(problem, direction, options, legacy_rows, preferred_tags, left,
-                     finalist_tags, only_preferred, prior)
-        ahead, held = held, None  # the first job only
-        if ahead is not None and not ahead.serves(spec, worker):
-            ahead.cancel()
-            ahead = None
-        try:
-            space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
-                                        worker, ahead)
-        except ResourceError:
-            if ahead is None:
-                raise
-            # its tensors did not fit beside the legacy rows': again, now that those are gone
-            space, failed = _one_worker(spec, prior, config_timeout_s, start_timeout_s, say,
-                                        worker)
-        if space is not None:
-            return EngineSpace.from_dict({**space, "time_budget_s": time_budget_s,
-                                          "wall_s": time.perf_counter() - t0})
-        prior["failed"].append(failed)
-        worker.keep_spare()
-        say(f"{direction}: {failed['tag']} {failed['status']}; restarting the worker without it")
-    raise ChildError(f"engine worker for {direction}: {MAX_RESTARTS + 1} configs hung or "
-                     f"crashed it; giving up (see --engine-config-timeout)")
+    try:
+        for _ in range(MAX_RESTARTS + 1):
+            left = None if time_budget_s is None else \
+                max(time_budget_s - (time.perf_counter() - t0), 0.0)
+            spec = _spec(problem, direction, options, legacy_rows, preferred_tags, left,
+                         finalist_tags, only_preferred, prior)
+            ahead, held = held, None  # the first job only
+            if ahead is not None and not ahead.serves(spec, worker):
+                ahead.cancel()
+                ahead = None
+            try:
+                space, failed = _one_worker(spec, prior, listed, config_timeout_s,
+                                            start_timeout_s, say, worker, ahead)
+            except ResourceError:
+                if ahead is None:
+                    raise
+                # its tensors did not fit beside the legacy rows': again, now that those
+                # are gone
+                space, failed = _one_worker(spec, prior, listed, config_timeout_s,
+                                            start_timeout_s, say, worker)
+            if space is not None:
+                return EngineSpace.from_dict({**space, "time_budget_s": time_budget_s,
+                                              "wall_s": time.perf_counter() - t0})
+            prior["failed"].append(failed)
+            if short_of_memory(failed["message"]):  # Note [a worker short of memory]
+                raise ResourceError(f"engine worker for {direction} ran out of GPU memory "
+                                    f"in {failed['tag']}: {failed['message']}")
+            worker.keep_spare()
+            say(f"{direction}: {failed['tag']} {failed['status']}; restarting the worker "
+                f"without it")
+        raise ChildError(f"engine worker for {direction}: {MAX_RESTARTS + 1} configs hung or "
+                         f"crashed it; giving up (see --engine-config-timeout)")
+    except (ChildError, ResourceError) as e:  # Note [a worker short of memory]
+        e.partial = stopped_space(direction, listed, prior, options.engine_configs,
+                                  time_budget_s, options.engine_sampling,
+                                  time.perf_counter() - t0)
+        raise
 
 
 def _spec(problem: ConvProblem, direction: str, options: ExploreOptions, legacy_rows,
@@ -325,11 +348,19 @@ def hold_isolated(problem: ConvProblem, direction: str, options: ExploreOptions,
                                  {"attempts": [], "failed": []}))
 
 
-def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_s: float,
-                say, worker: EngineWorker, held: Optional[HeldJob] = None):
+def short_of_memory(message: str) -> bool:
+    """Whether a worker's last words (a CUDA error, torch's OutOfMemoryError) say it ran
+    out of GPU memory."""
+    return "out of memory" in message.lower()
+
+
+def _one_worker(spec: dict, prior: dict, listed: dict, config_timeout_s: float,
+                start_timeout_s: float, say, worker: EngineWorker,
+                held: Optional[HeldJob] = None):
     """Run one job on ``worker`` (``held``: handed to it ahead; it goes now). Returns
     (space as a dict, None) when it finished, or (None, failed-config) when a config hung
-    or crashed the worker; appends its attempts to ``prior``. A job that does not finish
+    or crashed the worker; appends its attempts to ``prior``, and puts its listing of the
+    engines in ``listed``. A job that does not finish
     (an error, Ctrl-C) ends the worker."""
     finished = False
     job = held if held is not None else _Job(worker, spec)
@@ -367,6 +398,9 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                             run = _run_limit(ev)
                             if run is not None and last + run[0] < deadline:
                                 deadline, within = last + run[0], run[1]
+                        elif "listed" in ev:
+                            listed.clear()
+                            listed.update(ev["listed"])
                         elif "attempt" in ev:
                             prior["attempts"].append(ev["attempt"])
                             current = None
@@ -390,8 +424,10 @@ def _one_worker(spec: dict, prior: dict, config_timeout_s: float, start_timeout_
                             return None, dict(current, status="crashed", message=(
                                 f"the worker process died {stage} ({describe_rc(rc)}); "
                                 f"{_tail(worker.err_path)}"))
-                        raise ChildError(f"engine worker for {spec['direction']} failed "
-                                         f"({describe_rc(rc)}): {_tail(worker.err_path)}")
+                        tail = _tail(worker.err_path)
+                        error = ResourceError if short_of_memory(tail) else ChildError
+                        raise error(f"engine worker for {spec['direction']} failed "
+                                    f"({describe_rc(rc)}): {tail}")
                     if current is not None and now > deadline:
                         return None, dict(current, status="hung", message=(
                             f"no result within {within}, stuck {stage}; the worker was "

@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from ..core.engine_prior import SKIPPED, heuristic_ranks, key, listed_event, replay
 from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_pytorch,
                           candidate_configs, config_tag, kernel_family, parse_tags,
                           same_kernels, space_size)
@@ -21,9 +22,6 @@ from .tensors import OUTPUT_OF, check_output
 from .timing import timing_from_native
 
 __all__ = ["explore_engines", "list_space", "prebuild", "Listing", "SKIPPED"]
-
-SKIPPED = "skipped"  # a config known to hang, not tried (core/hangs.py)
-
 
 def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
                 engine: int, knobs: Knobs, heuristic_ranks: Dict[str, int], kernels: bool,
@@ -159,12 +157,6 @@ def prebuild(search, direction: str, listing: Listing, only_preferred: bool = Fa
     return out
 
 
-def _key(engine, knobs) -> Tuple[int, Knobs]:
-    """A config's engine and knobs as the search keys them (a record's or an event's
-    lists of [type, value] made hashable)."""
-    return int(engine), tuple(tuple(k) for k in knobs)
-
-
 def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
                     legacy_rows: Sequence = (), max_per_engine: int = 8,
                     time_budget_s: Optional[float] = 120.0,
@@ -192,8 +184,9 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     False) stops after the preferred tags.
 
     A config can hang or crash the process on the GPU, so callers normally run this in a
-    worker process (measure/engine_worker.py): ``on_event``
-    receives {"start": ...} before and {"attempt": ...} after every config (a staged
+    worker process (measure/engine_worker.py): ``on_event`` receives {"listed": ...}
+    once the engines are listed (core/engine_prior.py), then {"start": ...} before and
+    {"attempt": ...} after every config (a staged
     search's later rounds: {"start": ...} and {"retimed": tag}); ``prior``
     ({"attempts": [...], "failed": [...]}, as a supervisor collected them from earlier
     workers) is taken as already done, so a restarted worker carries on where the last one
@@ -223,12 +216,10 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     attempts, queues, wanted, engines = (listing.attempts, listing.queues, listing.wanted,
                                          listing.engines)
     prebuilt = dict(prebuilt or {})
-    configs: List[EngineConfig] = []
     exhausted = False
-    done: Dict[int, set] = {e: set() for e in range(count)}
 
     def ranks(e: int, ch: Knobs) -> Dict[str, int]:
-        return {m: lst.index((e, ch)) + 1 for m, lst in heur.items() if (e, ch) in lst}
+        return heuristic_ranks(heur, e, ch)
 
     def accepts(e: int) -> bool:
         """Whether cuDNN built a config of engine ``e`` for the problem (one recorded,
@@ -240,32 +231,10 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         engines[e]["skipped"] = engines[e].get("skipped", 0) + 1
         configs.append(cfg)
 
-    # What earlier workers did (a restart after a config hung or crashed one of them; in
-    # a staged search it may have hung in a later round, after its first one was recorded).
-    failed_before = {_key(f["engine"], f["knobs"]) for f in (prior or {}).get("failed", [])}
-    for a in (prior or {}).get("attempts", []):
-        e, ch = _key(a["engine"], a["knobs"])
-        if (e, ch) in failed_before:
-            continue
-        done[e].add(ch)
-        if a.get("config") is not None and a["config"].get("status") == SKIPPED:
-            skip(e, EngineConfig.from_dict(a["config"]))
-            continue
-        engines[e]["tried"] += 1
-        if a.get("config") is None:
-            engines[e]["rejected"] += 1
-        else:
-            engines[e]["configs"] += 1
-            configs.append(EngineConfig.from_dict(a["config"]))
-    for f in (prior or {}).get("failed", []):
-        e, ch = _key(f["engine"], f["knobs"])
-        done[e].add(ch)
-        configs.append(EngineConfig(tag=config_tag(direction, e, ch), engine=e,
-                                    knobs=[list(k) for k in ch], status=f["status"],
-                                    message=f["message"], heuristic_ranks=ranks(e, ch)))
-        engines[e]["tried"] += 1
-        engines[e]["configs"] += 1
-        engines[e]["failed"] += 1
+    # What earlier workers did (a restart after a config hung or crashed one of them);
+    # the parent keeps the listing, to show what was tried if the search stops early
+    emit(listed_event(count, attempts, engines, heur))
+    configs, done = replay(direction, engines, prior, heur)
 
     staging = staged and timing.retime
     first = round_timing(timing, ROUNDS[0]) if staging else timing
@@ -402,7 +371,7 @@ def _always(configs: List[EngineConfig], live: Sequence[int], keep: set) -> set:
     knobs), and the fastest of each group a plan file may be filtered to (PyTorch's rules
     allow it, no NONDETERMINISTIC note, no workspace), so that a filtered choice is
     re-timed too."""
-    out = {i for i in live if _key(configs[i].engine, configs[i].knobs) in keep}
+    out = {i for i in live if key(configs[i].engine, configs[i].knobs) in keep}
     groups = (lambda c: c.allowed, lambda c: "NONDETERMINISTIC" not in c.numeric_notes,
               lambda c: not c.workspace_bytes)
     for member in groups:
@@ -431,7 +400,7 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
         when it leads its round, ahead of ``best``: Note [records checked]); a config not
         checked now keeps the check it had."""
         c = configs[i]
-        _, knobs = _key(c.engine, c.knobs)
+        _, knobs = key(c.engine, c.knobs)
         emit({"start": {"engine": c.engine, "knobs": [list(k) for k in knobs], "tag": c.tag}})
         b = built.get(i)
         if b is None:  # recorded by an earlier worker: build it here
@@ -451,7 +420,7 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
     live = [i for i in range(len(configs)) if timed(i)]
     for number, rnd in enumerate(ROUNDS, 1):
         spec = round_timing(full, rnd)
-        why = decided(live, {i for i in live if _key(configs[i].engine, configs[i].knobs)
+        why = decided(live, {i for i in live if key(configs[i].engine, configs[i].knobs)
                              in keep}) if number > 1 else None
         if why:  # Note [decided rounds] in core/staging.py
             out.append(skipped_round(number, why, budget_ms=spec.budget_ms,
@@ -469,7 +438,7 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
         t = time.perf_counter()
         # a WRONG config sets no bar; it leaves unless named (Note [records checked])
         wrong = {i for i in live if configs[i].correct is False}
-        named = {i for i in wrong if _key(configs[i].engine, configs[i].knobs) in keep}
+        named = {i for i in wrong if key(configs[i].engine, configs[i].knobs) in keep}
         for i in wrong - named:
             configs[i] = replace(configs[i], left_round=number, left_ratio=None)
         right = [i for i in live if i not in wrong]

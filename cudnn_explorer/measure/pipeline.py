@@ -175,9 +175,11 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
     the cuDNN 9 engine configs (in worker processes under a watchdog). Runs on PyTorch's
     cuDNN handle and current stream on GPU ``options.device``. ``progress`` hears one
     line per step; ``on_direction`` gets each direction as soon as it is finished (the CLI
-    saves it in the results store there). Ctrl-C raises core.errors.Interrupted, whose
-    ``partial`` is the Exploration of the directions that finished (``complete`` False;
-    None when none had)."""
+    saves it in the results store there). A direction that did not finish keeps what
+    did, with its ``error`` saying what is missing and why, and the Exploration is
+    ``complete`` False. Ctrl-C raises core.errors.Interrupted, whose ``partial`` is the
+    Exploration of the directions that finished (``complete`` False; None when none
+    had)."""
     if options is None:
         options = ExploreOptions.create(**kw)
     elif kw:
@@ -209,9 +211,12 @@ def _explore(problem: ConvProblem, options: ExploreOptions, progress, bench,
     runs = []
 
     def exploration(complete: bool = True) -> Exploration:
+        # a direction that did not finish (its ``error``) leaves the exploration
+        # incomplete, as an interruption does
         return Exploration(problem=problem, environment=env, directions=results,
                            tool_version=__version__, created=utc_now(),
-                           measurement=measurement, complete=complete,
+                           measurement=measurement,
+                           complete=complete and not any(d.error for d in results),
                            pytorch_wall_s=pytorch_s, wall_s=time.perf_counter() - t0,
                            setup_s=setup_s, pytorch_children=_child_walls(runs))
 
@@ -235,6 +240,17 @@ def _with_free_memory(e: Exception, free: Optional[int], device: int) -> Excepti
     if free is None or "MiB free" in str(e):
         return e
     return type(e)(f"{e} ({free / 2**20:.0f} MiB free on GPU {device} when it failed)")
+
+
+def _after_worker(e: Exception, bench, device: int) -> str:
+    """An engine worker's error ``e``; where the worker ran out of GPU memory without
+    saying what was free, with what GPU ``device`` had free once it had ended."""
+    text = str(e)
+    if not isinstance(e, ResourceError) or " free" in text:
+        return text
+    free = bench.free_bytes()
+    return text if free is None else \
+        f"{text} ({free / 2**20:.0f} MiB free on GPU {device} once the worker had ended)"
 
 
 def _child_walls(runs: List[ModeRun]) -> List[ChildWall]:
@@ -309,9 +325,14 @@ def _measured(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs
                                   held=held)
         except (ResourceError, ChildError, GpuError) as e:
             # the legacy rows stay: a worker that cannot start (a GPU short of memory for
-            # its CUDA context) or dies outside any config loses only the engine configs
-            say(f"{d}: engine configs: {e}")
-            error = f"engine configs: {e}"
+            # its CUDA context) or dies outside any config loses only the engine configs,
+            # and one that stopped the search (Note [a worker short of memory] in
+            # measure/engine_worker.py) only those it had not tried
+            space = e.partial
+            ran = 0 if space is None else sum(c.ok for c in space.configs)
+            error = (f"engine configs: {_after_worker(e, bench, options.device)}"
+                     + (f"; the {ran} that ran are kept" if ran else ""))
+            say(f"{d}: {error}")
         engines_s = time.perf_counter() - t1
     return DirectionResult(
         direction=d, math_type=leg.math_type, find=leg.find, heuristics=leg.heuristics,

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from ..core.capture import (Capture, ModelSpec, Uncovered, UniqueConv, add_counts,
                             merge_sizes)
 from ..core.errors import GpuMemoryError, ResourceError, UserError, described
-from ..core.problem import DTYPES, ConvProblem
+from ..core.problem import DTYPES, ConvProblem, output_shape
 
 __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "ForwardTracker",
            "not_covered", "explored", "forward_direction", "backward_directions", "layer_name",
@@ -147,11 +147,6 @@ def explored(c: ConvArgs, tf32: bool) -> Tuple[Optional[ConvProblem], str]:
         return None, f"not a problem the tool explores: {e}"
 
 
-def _full(values, n: int) -> List[int]:
-    values = [int(v) for v in values]
-    return values * n if len(values) == 1 else values
-
-
 def problem_of(x, w, stride, padding, dilation, groups: int, tf32: bool,
                transposed: bool = False, output_padding=()) -> ConvProblem:
     """The ConvProblem of one convolution call: input ``x`` and weight ``w`` as cuDNN
@@ -160,13 +155,10 @@ def problem_of(x, w, stride, padding, dilation, groups: int, tf32: bool,
     dtype = _DTYPE_NAMES[str(x.dtype)]
     shape = tuple(int(v) for v in x.shape)
     if transposed:  # the input of the convolution it is the adjoint of: x's output shape
-        n = x.dim() - 2
-        s, p, d = _full(stride, n), _full(padding, n), _full(dilation, n)
-        o = _full(output_padding or [0], n)
-        k = [int(v) for v in w.shape[2:]]
-        shape = (shape[0], int(w.shape[1]) * int(groups),
-                 *[(shape[2 + i] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + o[i] + 1
-                   for i in range(n)])
+        shape = tuple(output_shape(shape, [int(v) for v in w.shape],
+                                   [int(v) for v in stride], [int(v) for v in padding],
+                                   [int(v) for v in dilation], int(groups), True,
+                                   [int(v) for v in output_padding or [0]]))
     problem = ConvProblem.create(shape, out_channels=int(w.shape[0]),
                                  kernel=tuple(w.shape[2:]), stride=tuple(stride),
                                  padding=tuple(padding), dilation=tuple(dilation),

@@ -14,32 +14,13 @@ from typing import List, Optional
 from ..core.errors import UserError
 from ..core.logs import parse_tag
 from ..core.pinning import PinCounts, PinnedDirection
+from ..core.problem import output_shape
 from ..core.plans import PlanFile, native_key
 from ..measure import native
 from ..measure.tensors import cudnn_memory_format
 
 __all__ = ["ops", "load_plans", "clear_plans", "set_strict", "strict", "uncovered",
            "pin_counts", "reset_counts", "conv_keys"]
-
-
-def _full(values, n: int) -> List:
-    values = list(values)
-    return values * n if len(values) == 1 else values
-
-
-def _output_shape(input, weight, stride, padding, dilation, transposed, output_padding,
-                  groups):
-    n = input.dim() - 2
-    s, p, d = _full(stride, n), _full(padding, n), _full(dilation, n)
-    o = _full(output_padding, n) if transposed else [0] * n
-    k = list(weight.shape[2:])
-    if transposed:
-        sp = [(input.shape[2 + i] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + o[i] + 1
-              for i in range(n)]
-        return [input.shape[0], weight.shape[1] * groups, *sp]
-    sp = [(input.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1
-          for i in range(n)]
-    return [input.shape[0], weight.shape[0], *sp]
 
 
 @functools.lru_cache(maxsize=None)
@@ -54,8 +35,8 @@ def ops():
     @torch.library.register_fake("cudnn_explorer::conv")
     def _conv_fake(input, weight, bias, stride, padding, dilation, transposed,
                    output_padding, groups):
-        shape = _output_shape(input, weight, stride, padding, dilation, transposed,
-                              output_padding, groups)
+        shape = output_shape(input.shape, weight.shape, stride, padding, dilation, groups,
+                             transposed, output_padding)
         return empty(shape, input, cudnn_memory_format(input, weight))
 
     @torch.library.register_fake("cudnn_explorer::conv_backward")

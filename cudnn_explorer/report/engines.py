@@ -32,8 +32,9 @@ def summary_lines(d: DirectionResult) -> List[str]:
                f"{tried} knob configs tried (at most {sp.attempts_per_engine} per engine), "
                f"{rejected} rejected by cuDNN as invalid, {len(sp.configs) - skipped} valid "
                f"(at most {sp.max_per_engine} per engine), {ok} built and ran"
-               + (f", {failed} hung or crashed the worker process (recorded, skipped on "
-                  f"restart)" if failed else "")
+               + (f", {failed} hung or crashed the worker process (recorded, "
+                  + ("the search stopped: see 'not finished'" if d.error else
+                     "skipped on restart") + ")" if failed else "")
                + (f", {skipped} known to hang not tried (docs/limits.md; the thorough "
                   f"profile tries them)" if skipped else "")
                + ("; time budget exhausted, the rest skipped" if sp.budget_exhausted else "")
