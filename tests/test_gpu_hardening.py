@@ -90,6 +90,8 @@ def test_default_problem_at_two_gib_free_keeps_what_fits(tmp_path):
     with leave_free(2048):
         r = run_cli("--shape", "32,3,224,224", "--kernel", "3", "--no-store", "--quiet",
                     "--json", str(out), timeout=400)
+    print(f"\n2 GiB free, the main job: exit {r.returncode}; stderr: {r.stderr.strip()}\n"
+          f"{r.stdout[-2500:]}")  # pytest -s shows what a user saw
     assert r.returncode in (0, 3), (r.returncode, r.stderr[-2000:])
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr[-2000:]
     exp = Exploration.from_json(out.read_text())
