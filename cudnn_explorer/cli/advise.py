@@ -8,7 +8,7 @@ from ..core.errors import UserError
 from ..core.options import ExploreOptions, parse_int
 from .args import Parser, Refuse, check_rules
 from .groups import (PLANS_RULES, add_model_args, add_plans_args, add_store_args,
-                     checked_plans, model_spec_from_args, store_choice)
+                     checked_plans, model_spec_from_args, store_choice, store_read)
 from .model import render_saved
 from .output import check_output_path, error, notify, write_output
 
@@ -104,7 +104,9 @@ def run(argv: List[str]) -> int:
     options = ExploreOptions.create(source="cli", device=a.device, seed=a.seed,
                                     child_timeout_s=a.child_timeout,
                                     benchmark_limit=a.benchmark_limit)
-    check_output_path(a.json, "--json")
+    check_output_path(a.json, "--json", [(a.shape_dist, "the --shape-dist file"),
+                                         (a.plans, "the plan file")]
+                      + store_read(a.store, not a.no_store))
     checked_plans(a.plans)  # a bad plan file is refused before the model runs
     from ..jobs.advise import advise
 
@@ -118,12 +120,15 @@ def run(argv: List[str]) -> int:
                  allow_environment=a.allow_environment, progress=say, notify=notify)
     if a.json:
         write_output(adv.to_json() + "\n", a.json, "--json")
+    table = a.json != "-"  # "--json -": stdout carries the file alone
     if not adv.decidable:
         from ..report.model import render_model_run
 
-        sys.stdout.write(render_model_run(adv.pytorch_run, adv.capture))
+        if table:
+            sys.stdout.write(render_model_run(adv.pytorch_run, adv.capture))
         error("the runs of the model with benchmark on and off are both needed for a "
               "verdict; see above")
         return 3
-    sys.stdout.write(render_advice(adv))
+    if table:
+        sys.stdout.write(render_advice(adv))
     return 0

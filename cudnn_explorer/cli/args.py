@@ -83,9 +83,26 @@ class Group:
 
 
 def given_flags(parser: Parser, argv: Sequence[str]) -> List[str]:
-    """The long flags on the command line, as the parser names them (``--x=v`` too)."""
-    return [t.split("=", 1)[0] for t in argv
-            if t.startswith("--") and t.split("=", 1)[0] in parser.flags]
+    """The flags on the command line, each by its long name (``--x=v`` too, and a short
+    alias such as ``-o``, ``-o=v`` or ``-ov`` as its long form), so that the conflict
+    rules check an alias as they check its long form."""
+    out = []
+    for t in argv:
+        if t.startswith("--"):
+            action = parser.flags.get(t.split("=", 1)[0])
+        elif t.startswith("-") and len(t) > 1:
+            action = parser.flags.get(t[:2])
+        else:
+            continue
+        if action is not None:
+            out.append(long_name(action))
+    return out
+
+
+def long_name(action: argparse.Action) -> str:
+    """The flag's long option string (its first, where it has none)."""
+    return next((s for s in action.option_strings if s.startswith("--")),
+                action.option_strings[0])
 
 
 @dataclass(frozen=True)

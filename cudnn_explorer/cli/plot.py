@@ -38,6 +38,7 @@ def build_parser() -> Parser:
 
 
 def run(argv: List[str]) -> int:
+    from .groups import store_read
     from .output import plot_paths
 
     a, _ = build_parser().parse_given(argv, f"plot: give a kind ({', '.join(PLOTS)}) and a "
@@ -54,7 +55,8 @@ def run(argv: List[str]) -> int:
                         f"h200-default-fp32.json, or --store")
     pick = parse_int(a.pick, "--pick", 1)
     out = a.out or (os.path.splitext(a.file)[0] + f".{a.kind}" if a.file else f"plot-{a.kind}")
-    plot_paths(out, "--out")
+    plot_paths(out, "--out", [(a.file, "the saved result")]
+               + (store_read(a.store) if a.store is not None else []))
     from ..report import plots
 
     if a.kind == "gaps":

@@ -39,7 +39,7 @@ from .errors import UserError
 from .pytorch_run import ModelRun
 from .exploration import Environment
 from . import stats
-from .schema import Record, parse_json, shown
+from .schema import Record, check_version, parse_json, shown
 from .stability import Stability
 
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "ShapeCost",
@@ -427,9 +427,7 @@ class Advice(Record):
         if not isinstance(d, dict) or d.get("schema") != ADVICE_SCHEMA:
             raise UserError("not a cudnn_explorer advice: schema is "
                             f"{shown(d.get('schema') if isinstance(d, dict) else d)}")
-        if d.get("schema_version") != ADVICE_VERSION:
-            raise UserError(f"advice schema_version {shown(d.get('schema_version'))}: this "
-                            f"cudnn_explorer reads version {ADVICE_VERSION}")
+        check_version(d.get("schema_version"), (ADVICE_VERSION,), "advice")
         try:
             capture = Capture.from_json_dict(d.get("capture"))
         except UserError as e:

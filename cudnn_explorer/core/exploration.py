@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 from .errors import UserError
 from .problem import ConvProblem
 from .records import DirectionResult
-from .schema import Record, convert, shown
+from .schema import Record, check_version, convert, shown
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "Environment", "Measurement", "Exploration",
            "ChildWall", "cudnn_version"]
@@ -160,12 +160,7 @@ class Exploration:
             raise UserError(f"not a cudnn_explorer result: schema is {shown(d.get('schema'))}, "
                             f"expected {SCHEMA_NAME!r}")
         version = d.get("schema_version")
-        if not isinstance(version, int) or isinstance(version, bool) or not \
-                1 <= version <= SCHEMA_VERSION:
-            raise UserError(
-                f"schema_version {shown(version)}: this cudnn_explorer reads versions 1 to "
-                f"{SCHEMA_VERSION}" + ("; upgrade cudnn_explorer" if isinstance(version, int)
-                                       and version > SCHEMA_VERSION else ""))
+        check_version(version, tuple(range(1, SCHEMA_VERSION + 1)), "result")
         directions = d.get("directions")
         if not isinstance(directions, list) or not directions:
             raise UserError(f"directions: {shown(directions)} is not a non-empty list")

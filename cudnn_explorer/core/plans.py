@@ -17,10 +17,10 @@ from typing import List, Optional, Sequence, Tuple
 
 from .errors import UserError
 from .exploration import Environment, cudnn_version
-from .logs import parse_tag
+from .logs import OPERATIONS, parse_tag
 from .problem import DIRECTIONS, ConvProblem
 from .records import MIB, DirectionResult, EngineConfig, rankable
-from .schema import Record, Signed, parse_json, shown
+from .schema import Record, Signed, check_version, parse_json, shown
 from .targets import cudnn_strides
 
 __all__ = ["PLANS_SCHEMA", "PLANS_VERSION", "POLICIES", "PlanKey", "PlanEntry",
@@ -198,9 +198,9 @@ class PlanFile(Record):
         if not isinstance(d, dict) or d.get("schema") != PLANS_SCHEMA:
             got = d.get("schema") if isinstance(d, dict) else d
             raise UserError(f"not a cudnn_explorer plan file: schema is {shown(got)}")
-        if d.get("schema_version") != PLANS_VERSION:
-            raise UserError(f"plan file schema_version {shown(d.get('schema_version'))}: "
-                            f"this cudnn_explorer reads version {PLANS_VERSION}")
+        check_version(d.get("schema_version"), (PLANS_VERSION,), "plan file")
+        if "entries" not in d:  # no default: a file without them is not one of no plans
+            raise UserError(f"{what}.entries: missing (a list of plans, [] for none)")
         plans = cls.from_dict(d, what)
         if plans.policy not in POLICIES:
             raise UserError(f"{what}.policy: {shown(plans.policy)}: valid: "
@@ -219,6 +219,10 @@ class PlanFile(Record):
             except ValueError:
                 raise UserError(f"{at}.tag: {shown(e.tag)} is not an engine config tag") \
                     from None
+            if tag.direction != e.key.direction:
+                want = next(op for op, d in OPERATIONS.items() if d == e.key.direction)
+                raise UserError(f"{at}.tag: {e.tag} is a {tag.direction} engine config, "
+                                f"in a {e.key.direction} plan; valid: a {want}_ tag")
             if tag.engine != e.engine or sorted(tag.knobs) != sorted(map(tuple, e.knobs)):
                 raise UserError(f"{at}: engine {e.engine} and knobs {shown(e.knobs)} are "
                                 f"not those of its tag {e.tag}")

@@ -16,7 +16,7 @@ from .errors import UserError
 from .problem import ConvProblem
 
 __all__ = ["Record", "Signed", "INT64_MAX", "FLOAT_MAX", "shown", "parse_json", "utc_now",
-           "convert"]
+           "convert", "check_version"]
 
 def what(hint) -> str:
     """What a value of type ``hint`` must be, in words."""
@@ -113,6 +113,28 @@ def shown(value) -> str:
     text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) \
         else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_version(value, versions, what: str) -> None:
+    """UserError unless a saved file's ``schema_version`` ``value`` is one of ``versions``
+    (integers): it names ``what`` (e.g. "plan file"), the value as written and its JSON
+    type where that is the fault ("1", a string, is not 1), and the versions this
+    cudnn_explorer reads."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in versions:
+        return
+    reads = (f"version {versions[0]}" if len(versions) == 1 else
+             f"versions {versions[0]} to {versions[-1]}"
+             if list(versions) == list(range(versions[0], versions[-1] + 1))
+             else f"versions {', '.join(map(str, versions))}")
+    if value is None:
+        why = "missing"
+    elif isinstance(value, bool) or not isinstance(value, int):
+        kind = {str: "a string", float: "a number with a decimal point", bool: "a boolean",
+                list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+        why = f"{shown(value)} is {kind}, not an integer"
+    else:
+        why = shown(value) + ("; upgrade cudnn_explorer" if value > max(versions) else "")
+    raise UserError(f"{what} schema_version {why}: this cudnn_explorer reads {reads}")
 
 
 class Record:

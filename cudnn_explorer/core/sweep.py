@@ -21,7 +21,7 @@ from .errors import UserError
 from .options import OLD_NAMES, PROFILES
 from .pytorch_run import ModelRun
 from .exploration import Environment, Exploration
-from .schema import parse_json, shown
+from .schema import check_version, parse_json, shown
 
 __all__ = ["SWEEP_SCHEMA", "SWEEP_VERSION", "SweepEntry", "ModelSweep"]
 
@@ -106,10 +106,7 @@ class ModelSweep:
         """A saved sweep, every part checked; UserError names the bad one."""
         if d.get("schema") != SWEEP_SCHEMA:
             raise UserError(f"not a cudnn_explorer sweep: schema is {shown(d.get('schema'))}")
-        if d.get("schema_version") not in READS_VERSIONS:
-            raise UserError(f"sweep schema_version {shown(d.get('schema_version'))}: this "
-                            f"cudnn_explorer reads versions "
-                            f"{', '.join(map(str, READS_VERSIONS))}")
+        check_version(d.get("schema_version"), READS_VERSIONS, "sweep")
         try:
             capture = Capture.from_json_dict(d.get("capture"))
         except UserError as e:

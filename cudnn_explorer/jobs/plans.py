@@ -89,6 +89,7 @@ def environment_here(device: int = 0) -> Environment:
     there is no GPU or extension)."""
     from . import gpu
 
+    gpu.require_driver()
     return gpu.measuring().environment(device)
 
 
