@@ -30,8 +30,11 @@ class Parser(argparse.ArgumentParser):
         """add_argument, with the flags kept in ``flags``."""
         return self._keep(self.add_argument(*names, **kw))
 
-    def group(self, title: Optional[str] = None) -> "Group":
-        return Group(self, self.add_argument_group(title))
+    def group(self, title: Optional[str] = None,
+              description: Optional[str] = None) -> "Group":
+        """An argument group: a short ``title`` (argparse prints it as it is, unwrapped)
+        and the ``description`` below it (wrapped)."""
+        return Group(self, self.add_argument_group(title, description))
 
     def _keep(self, action: argparse.Action) -> argparse.Action:
         self.flags.update({s: action for s in action.option_strings})

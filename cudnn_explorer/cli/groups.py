@@ -77,8 +77,8 @@ def add_run_args(p: Parser, profile_help: str = PROFILE_HELP) -> Group:
                "(default: PyTorch's, 10; 0 = time every candidate)")
     t.add("--child-timeout", default="300", metavar="S",
           help="seconds before a PyTorch child process is declared hung")
-    e = p.group("cuDNN 9 engine configs (explored by default when the extension was built "
-                "with cudnn-frontend; the output ends with a per-direction summary)")
+    e = p.group("cuDNN 9 engine configs", "explored by default when the extension was built "
+                "with cudnn-frontend; the output ends with a per-direction summary")
     g = e.exclusive()
     g.add("--engines", action="store_true",
           help="also list every engine config tried, with its notes, workspace, build time "

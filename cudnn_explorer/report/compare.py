@@ -36,11 +36,25 @@ def shared_groups(items: List[Tuple[ConvProblem, Environment, DirectionResult]])
     return shared, sorted({e for v in groups.values() for e in v})
 
 
+def _env_columns(labels: List[str], width: int = 22) -> Dict[str, str]:
+    """Each environment's label for the table's column: without the words every label
+    shares (the same cuDNN and torch everywhere: the GPU names alone; the line above the
+    table says them in full), cut to ``width`` with '~'."""
+    words = [label.split(" ") for label in labels]
+    common = set.intersection(*(set(w) for w in words)) if len(words) > 1 else set()
+    out = {}
+    for label, w in zip(labels, words):
+        short = " ".join(x for x in w if x not in common) or label
+        out[label] = short if len(short) <= width else short[:width - 1] + "~"
+    return out
+
+
 def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]) -> str:
     """``items``: (problem, environment, direction) from any number of environments; the
     problems and directions seen in two or more environments are compared."""
     shared, envs = shared_groups(items)
     lines = wrap(f"{len(envs)} environment(s): " + "; ".join(envs))
+    shown = _env_columns(envs)
     if not shared:
         lines.append("no problem and direction was measured in two or more environments: "
                      "nothing to compare")
@@ -57,7 +71,7 @@ def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]
             engines.add(engine.tag if engine else None)
             rows.append([f"#{n}" if i == 0 and first else "",
                          _SHORT[key[1]] if i == 0 else "",
-                         label[:34],
+                         shown[label],
                          short_tag(pick.engine_tag, 20) if pick and pick.engine_tag else "-",
                          fmt_ms(d.pick_ms(pick)) if pick else "-",
                          short_algo(legacy.algo_name, legacy.math_type, 16) if legacy else "-",

@@ -157,16 +157,17 @@ def table(rows, headers) -> str:
         _tabulate.MIN_PADDING = saved
 
 
-def problem_text(p) -> str:
+def problem_text(p, kind: bool = True) -> str:
     """A compact problem: input, weight, then what is not the default (padding p, stride s,
-    dilation d, groups g), dtype, layout."""
+    dilation d, groups g), dtype, layout (without these two unless ``kind``: a table whose
+    problems share them says them once)."""
     x = "x".join(map(str, p.input_shape))
     w = "x".join(map(str, p.weight_shape))
     extra = "" if set(p.padding) == {0} else f" p{'x'.join(map(str, p.padding))}"
     extra += "" if set(p.stride) == {1} else f" s{'x'.join(map(str, p.stride))}"
     extra += "" if set(p.dilation) == {1} else f" d{'x'.join(map(str, p.dilation))}"
     extra += "" if p.groups == 1 else f" g{p.groups}"
-    return f"{x} * {w}{extra} {p.dtype} {p.layout}"
+    return f"{x} * {w}{extra}" + (f" {p.dtype} {p.layout}" if kind else "")
 
 
 def search_time_text(t: SearchTime, counts: bool = False) -> str:
