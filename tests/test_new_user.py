@@ -284,13 +284,15 @@ def test_every_gpu_verb_says_there_is_no_gpu_within_a_second(tmp_path, argv):
 def test_the_api_says_there_is_no_gpu_within_a_second_before_any_process(monkeypatch):
     import cudnn_explorer as ce
     from cudnn_explorer.core.errors import MissingDependencyError
+    from cudnn_explorer.jobs import advise as advise_job  # imported before the patches
     from cudnn_explorer.jobs import sweep as job
     from cudnn_explorer.measure import driver
 
     monkeypatch.setattr(driver, "no_gpu_reason", no_gpu_reason)  # the real probe
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     started = []
-    monkeypatch.setattr(job, "mode_starts", lambda *a, **k: started.append(a))
+    for module in (job, advise_job):  # a process started would be recorded, not started
+        monkeypatch.setattr(module, "mode_starts", lambda *a, **k: started.append(a))
     monkeypatch.setattr(job, "worker_ahead", lambda *a, **k: started.append(a))
     calls = [lambda: ce.explore(ce.ConvProblem.create(shape=(1, 3, 8, 8))),
              lambda: ce.sweep_model("resnet50", batch=2),
@@ -301,3 +303,35 @@ def test_the_api_says_there_is_no_gpu_within_a_second_before_any_process(monkeyp
             call()
         assert time.perf_counter() - t < 1.0
     assert started == []
+
+
+# ---------------------------------------------------------------- errors that name the thing
+@pytest.mark.parametrize("source", [RESULT, SWEEP])
+def test_plans_write_names_the_filter_that_left_nothing(source, tmp_path):
+    out = str(tmp_path / "p.json")
+    for argv in (["plans", "write", "--cudnn", "abc", source, "-o", out],  # FILE after it
+                 ["plans", "write", source, "-o", out, "--gpu", "A100", "--cudnn", "9.19.0"]):
+        line = one_line(run_cli(*argv), 2, "no result matches the filters ")
+        assert ("cuDNN 'abc'" in line or "GPU 'A100', cuDNN '9.19.0'" in line) and \
+            "there: NVIDIA H200 (cuDNN 9.19.0)" in line
+    assert not os.path.exists(out)
+    r = run_cli("plans", "write", "--gpu", "h200", source, "-o", out)
+    assert r.returncode == 0 and PlanFile.read(open(out).read()).entries, r.stderr
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--load", os.path.join(REF, "h100-same-answers", "default.json")],
+     "(a result scripts/bench_search.py kept: its totals with 'python scripts/bench_search.py "
+     "--keep DIR --as-kept')"),
+    (["--load", os.path.join(REPO, "tests", "fixtures", "default_benchmark.result.json")],
+     "a PyTorch child process's raw result"),
+    (["--load", SWEEP], "(a model sweep: render it with 'model --load FILE'"),
+    (["model", "--load", os.path.join(REPO, "tests", "fixtures",
+                                      "advice_r50_b16_sizes_h200.json.gz")],
+     "(an advice: render it with 'advise --load FILE')"),
+    (["advise", "--load", RESULT], "(one problem's result: render it with '--load FILE'"),
+    (["plans", "show", RESULT], "(one problem's result"),
+    (["plot", "gaps", RESULT], "(one problem's result"),
+])
+def test_a_file_of_another_kind_names_the_command_that_reads_it(argv, match):
+    one_line(run_cli(*argv), 2, match)

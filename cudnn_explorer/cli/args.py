@@ -51,7 +51,9 @@ class Parser(argparse.ArgumentParser):
         """(namespace, the long flags given) of ``argv``, a value that starts with '-'
         taken as the value it is (join_negative_values)."""
         argv = self.join_negative_values(list(argv))
-        return self.parse_args(argv), given_flags(self, argv)
+        # intermixed: a positional after an option (plans write --cudnn X FILE) is taken as
+        # the positional it is, not refused as "unrecognized arguments: FILE"
+        return self.parse_intermixed_args(argv), given_flags(self, argv)
 
     def join_negative_values(self, argv: List[str]) -> List[str]:
         """``--shape -1,3,8,8`` as ``--shape=-1,3,8,8``: argparse takes a value that starts

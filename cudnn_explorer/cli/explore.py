@@ -92,7 +92,8 @@ def problem_from_args(a) -> ConvProblem:
                         "--help lists every option")
     return ConvProblem.create(a.shape, out_channels=a.out_channels, kernel=a.kernel,
                               stride=a.stride, padding=a.padding, dilation=a.dilation,
-                              groups=a.groups, dtype=a.dtype, layout=a.layout, tf32=tf32(a.tf32))
+                              groups=a.groups, dtype=a.dtype, layout=a.layout, tf32=tf32(a.tf32),
+                              source="cli")
 
 
 def run(argv: List[str]) -> int:

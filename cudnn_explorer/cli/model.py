@@ -106,7 +106,10 @@ def render_saved(parser: Parser, a, flags: List[str], what: str, parse, render) 
     try:
         saved = parse(data)
     except UserError as e:
-        raise UserError(f"--load '{a.load}': {e}") from None
+        from ..core.documents import kind_hint
+
+        raise UserError(f"--load '{a.load}': {e}"
+                        f"{kind_hint(data, f'cudnn_explorer.{what}')}") from None
     sys.stdout.write(render(saved))
     return 0
 

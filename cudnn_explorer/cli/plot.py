@@ -67,7 +67,10 @@ def run(argv: List[str]) -> int:
         try:
             sw = ModelSweep.from_json(data)
         except UserError as e:
-            raise UserError(f"plot gaps '{a.file}': {e} (gaps plots a model sweep)") from None
+            from ..core.documents import kind_hint
+
+            hint = kind_hint(data, "cudnn_explorer.sweep") or " (gaps plots a model sweep)"
+            raise UserError(f"plot gaps '{a.file}': {e}{hint}") from None
         fig = plots.gaps(sw)
     else:
         fig = (plots.pareto if a.kind == "pareto" else plots.roofline)(_exploration(a, pick))
