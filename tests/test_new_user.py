@@ -335,3 +335,62 @@ def test_plans_write_names_the_filter_that_left_nothing(source, tmp_path):
 ])
 def test_a_file_of_another_kind_names_the_command_that_reads_it(argv, match):
     one_line(run_cli(*argv), 2, match)
+
+
+# ---------------------------------------------------------------- options alike in verbs
+@pytest.mark.parametrize("verb", ["model", "advise"])
+def test_verbose_is_taken_by_model_and_advise_alike(verb):
+    one_line(run_cli(verb, "resnet18", "--verbose", env=NO_GPU), 3, "no usable CUDA GPU")
+    one_line(run_cli(verb, "resnet18", "--verbose", "--quiet", env=NO_GPU), 2,
+             "--verbose would be ignored: --quiet turns progress off")
+
+
+# ---------------------------------------------------------------- tags show what differs
+def test_a_cut_tag_keeps_what_differs_from_the_others():
+    from cudnn_explorer.report.format import distinct_tags
+
+    a100, l4 = "ConvFwd_eng22_k2=4_k13=0_k14=2_k18=0_k23=0", "eng22_k2=4_k13=0_k14=2_k18=0_k23=2"
+    other = "eng62_k2=5_k13=1_k18=0_k25=1_k27=8_k28=1"
+    shown = distinct_tags([a100, l4, other, "eng1_k2=4_k3=0", None], 24)
+    assert shown[a100] == "eng22_k2=4_k13=0~k23=0" and shown[l4] == "eng22_k2=4_k13=0~k23=2"
+    assert shown[other] == "eng62_k2=5_k13=1_k18=0_~"  # no other eng62: cut at the end
+    assert shown["eng1_k2=4_k3=0"] == "eng1_k2=4_k3=0" and None not in shown
+    many = ["eng62_k2=0_k13=1_k18=0_k25=1_k27=8_k28=1", "eng62_k2=3_k13=1_k18=0_k25=0_k27=9"]
+    got = distinct_tags(many, 20)
+    assert got[many[0]] != got[many[1]] and all(len(v) <= 20 for v in got.values())
+    assert all(v.startswith("eng62_k2=") and "~k25=" in v for v in got.values())
+
+
+def test_compare_shows_different_tags_differently():
+    """In compare's table of the shipped results, the environments' picks that differ
+    never show the same text, and each shows in the table."""
+    from cudnn_explorer.core.choices import chosen
+    from cudnn_explorer.core.documents import saved_explorations
+    from cudnn_explorer.report.compare import render_compare, shared_groups
+    from cudnn_explorer.report.format import distinct_tags
+
+    files = (RESULT, SWEEP, os.path.join(REF, "h100-resnet50-b32-amp-fp16-nhwc.json.gz"))
+    items = [(e.problem, e.environment, d) for f in files
+             for e in saved_explorations(f, "--file") for d in e.directions]
+    shared, _ = shared_groups(items)
+    text = render_compare(items)
+    differing = 0
+    for by_env in shared.values():
+        tags = {chosen(d)[0].engine_tag for d in by_env.values()}
+        if len(tags) > 1:
+            differing += 1
+            shown = distinct_tags(list(tags), 20)  # as the table's pick column shows them
+            assert len(set(shown.values())) == len(tags), shown
+            assert all(f"  {shown[t]}  " in text for t in tags), shown
+    assert differing > 5 and "~ inside a config" in text
+
+
+@pytest.mark.ext
+def test_target_rows_show_where_the_a100_and_the_l4_differ():
+    r = run_cli("--shape", "32,64,56,56", "--dtype", "float16", "--layout", "nhwc",
+                "--direction", "fwd", "--target", "a100,l4", "--no-store", env=NO_GPU)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split()[3:5] for line in r.stdout.splitlines()
+            if line.startswith(("a100", "l4"))}
+    assert "2 different heuristic picks" in r.stdout
+    assert rows["a100*"][1] != rows["l4*"][1], rows  # the picks differ, and so do their texts

@@ -10,7 +10,7 @@ from .args import Parser, Refuse, check_rules
 from .groups import (PLANS_RULES, add_model_args, add_plans_args, add_store_args,
                      checked_plans, model_spec_from_args, store_choice, store_read)
 from .model import render_saved
-from .output import check_output_path, error, notify, write_output
+from .output import check_output_path, error, notify, progress_lines, write_output
 
 __all__ = ["build_parser", "run", "RULES"]
 
@@ -22,6 +22,7 @@ RULES = [
                                     "with its height and width set to S)", drop="drop one"),
     Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store",
            drop="drop one"),
+    Refuse("--quiet", ("--verbose",), "--quiet turns progress off"),
     *PLANS_RULES,
 ]
 
@@ -63,6 +64,8 @@ def build_parser() -> Parser:
           help="time the steady iterations eagerly (host time included) instead of as "
                "replays of a CUDA graph of the whole step")
     r.add("--quiet", action="store_true", help="no progress lines on stderr")
+    r.add("--verbose", action="store_true",
+          help="progress lines with the seconds since the start, as model --verbose")
     add_store_args(r, "the results store: runs of the model measured before with the same "
                       "settings answer from it (default ~/.cache/cudnn_explorer/results.db)",
                    "use no results store",
@@ -110,8 +113,12 @@ def run(argv: List[str]) -> int:
     checked_plans(a.plans)  # a bad plan file is refused before the model runs
     from ..jobs.advise import advise
 
+    timed = progress_lines(True, False)[0] if a.verbose else None
+
     def say(msg):
-        if not a.quiet:
+        if timed is not None:
+            timed(msg)
+        elif not a.quiet:
             print(f"[advise] {msg}", file=sys.stderr, flush=True)
 
     adv = advise(spec, iterations=iterations, sizes=sizes, options=options,

@@ -10,7 +10,7 @@ from ..core.problem import DIRECTIONS, ConvProblem
 from ..core.records import DirectionResult
 from ..core.exploration import Environment
 from ..core.choices import chosen
-from .format import fmt_ms, fmt_version, short_algo, short_tag, table, wrap
+from .format import ELIDED, distinct_tags, fmt_ms, fmt_version, short_algo, table, wrap
 
 __all__ = ["env_label", "render_compare", "shared_groups"]
 
@@ -59,24 +59,29 @@ def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]
         lines.append("no problem and direction was measured in two or more environments: "
                      "nothing to compare")
         return "\n".join(lines) + "\n"
-    rows, agree_pick, agree_engine = [], 0, 0
+    rows, agree_pick, agree_engine, elided = [], 0, 0, False
     ids: Dict[ConvProblem, int] = {}
     for key, by_env in shared.items():
         first = key[0] not in ids
         n = ids.setdefault(key[0], len(ids) + 1)
         picks, engines = set(), set()
+        found = {label: chosen(d) for label, d in by_env.items()}
+        pick_tags = distinct_tags([c[0].engine_tag for c in found.values() if c[0]], 20)
+        engine_tags = distinct_tags([c[2].tag for c in found.values() if c[2]], 18)
+        elided |= any("~" in v.rstrip("~") for v in (*pick_tags.values(),
+                                                       *engine_tags.values()))
         for i, (label, d) in enumerate(sorted(by_env.items())):
-            pick, legacy, engine = chosen(d)
+            pick, legacy, engine = found[label]
             picks.add((pick.engine_tag or pick.legacy_algo) if pick else None)
             engines.add(engine.tag if engine else None)
             rows.append([f"#{n}" if i == 0 and first else "",
                          _SHORT[key[1]] if i == 0 else "",
                          shown[label],
-                         short_tag(pick.engine_tag, 20) if pick and pick.engine_tag else "-",
+                         pick_tags[pick.engine_tag] if pick and pick.engine_tag else "-",
                          fmt_ms(d.pick_ms(pick)) if pick else "-",
                          short_algo(legacy.algo_name, legacy.math_type, 16) if legacy else "-",
                          fmt_ms(legacy.time) if legacy else "-",
-                         short_tag(engine.tag, 18) if engine else "-",
+                         engine_tags[engine.tag] if engine else "-",
                          fmt_ms(engine.time) if engine else "-"])
         agree_pick += len(picks) == 1 and None not in picks
         agree_engine += len(engines) == 1 and None not in engines
@@ -88,4 +93,6 @@ def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]
                   f"{agree_pick} of {len(shared)} problem-directions; the best engine config "
                   f"for {agree_engine} (times are steady-state medians per call, each "
                   f"environment's own)")
+    if elided:
+        lines += wrap(ELIDED)
     return "\n".join(lines) + "\n"
