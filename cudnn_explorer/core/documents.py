@@ -17,7 +17,8 @@ from .problem import ConvProblem
 from .sweep import SWEEP_SCHEMA, ModelSweep
 
 __all__ = ["EXPORT_SCHEMA", "TARGETS_SCHEMA", "MODEL_TARGETS_SCHEMA", "export_document",
-           "targets_document", "model_targets_document", "kind_hint", "load_exploration",
+           "targets_document", "model_targets_document", "kind_hint", "saved_schema",
+           "load_exploration",
            "read_saved", "saved_explorations"]
 
 EXPORT_SCHEMA = "cudnn_explorer.export"
@@ -73,6 +74,17 @@ _UNNAMED_KINDS = [
                                                    "(measure/problem_child.py), which the "
                                                    "tool reads itself"),
 ]
+
+
+def saved_schema(path: str) -> Optional[str]:
+    """The ``schema`` a saved file (JSON, or gzip-compressed JSON) names, or None where it
+    names none or cannot be read (its reader then says why)."""
+    try:
+        doc = json.loads(read_bytes(path, "file"))
+    except (UserError, ValueError, RecursionError):
+        return None
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    return schema if isinstance(schema, str) else None
 
 
 def kind_hint(data: bytes, expected: str = "") -> str:
