@@ -64,6 +64,23 @@ def test_no_command_writes_over_a_file_it_reads(tmp_path):
     one_line(r, 2, "is the results store this command reads")
 
 
+def test_two_outputs_of_one_command_are_never_one_file(tmp_path):
+    result = tmp_path / "r.json"
+    shutil.copy(RESULT, result)
+    out = tmp_path / "out.json"
+    r = run_cli("--load", str(result), "--json", str(out), "--csv", str(tmp_path / "out.json"))
+    one_line(r, 2, "and --csv")
+    r = run_cli("--load", str(result), "--csv", str(result))
+    one_line(r, 2, "is the saved result this command reads")
+    r = run_cli("export", "--json", str(out), "--csv", os.path.join(str(tmp_path), ".",
+                                                                      "out.json"))
+    one_line(r, 2, "one file for two outputs")
+    r = run_cli("model", "resnet18", "--target", "h200", "--plot", str(out), "--json",
+                str(out))
+    one_line(r, 2, "one file for two outputs")
+    assert not out.exists() and result.read_bytes() == open(RESULT, "rb").read()
+
+
 # ---------------------------------------------------------------- 2. "-" is stdout alone
 def test_dash_means_stdout_carries_the_file_alone(tmp_path):
     r = run_cli("plans", "write", SWEEP, "-o", "-")

@@ -13,8 +13,8 @@ from ..jobs import gpu
 from .args import Parser, Refuse, check_rules, tf32
 from .groups import (HARMLESS, RUN_FLAGS, add_run_args, options_from_args, run_rules,
                      store_choice, store_read)
-from .output import (check_output_path, error, notify, one_stdout, process_age_s,
-                     progress_lines, write_output)
+from .output import (check_output_path, distinct_outputs, error, notify, one_stdout,
+                     process_age_s, progress_lines, write_output)
 
 __all__ = ["build_parser", "run", "CONFLICTS", "PROBLEM_FLAGS"]
 
@@ -107,6 +107,8 @@ def run(argv: List[str]) -> int:
         return 0
     check_rules(CONFLICTS, flags)
     one_stdout([(a.json, "--json"), (a.csv, "--csv")])  # both "-": refused
+    distinct_outputs([(a.json, "--json"), (a.csv, "--csv"),
+                      (a.dump_device_profile, "--dump-device-profile")])
     reads = store_read(a.store, not a.no_store) + [(a.load, "the saved result")]
     check_output_path(a.json, "--json", reads)
     check_output_path(a.csv, "--csv", reads)

@@ -8,7 +8,7 @@ from typing import List
 from ..core.errors import UserError
 from .args import Parser
 from .groups import add_env_filters, store_read
-from .output import check_output_path, one_stdout, write_output
+from .output import check_output_path, distinct_outputs, one_stdout, write_output
 
 __all__ = ["build_parser", "run"]
 
@@ -32,6 +32,7 @@ def run(argv: List[str]) -> int:
     if not a.json and not a.csv:
         raise UserError("export: give --json PATH and/or --csv PATH")
     one_stdout([(a.json, "--json"), (a.csv, "--csv")])  # both "-": refused
+    distinct_outputs([(a.json, "--json"), (a.csv, "--csv")])
     reads = store_read(a.store)
     check_output_path(a.json, "--json", reads)
     check_output_path(a.csv, "--csv", reads)

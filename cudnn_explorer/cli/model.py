@@ -11,7 +11,8 @@ from .args import Needs, Parser, Refuse, check_rules
 from .groups import (HARMLESS, PLANS_RULES, RUN_FLAGS, add_model_args, add_plans_args,
                      add_run_args, checked_plans, model_spec_from_args, options_from_args,
                      positional, run_rules, store_choice, store_read)
-from .output import check_output_path, error, process_age_s, say, write_output
+from .output import (check_output_path, distinct_outputs, error, process_age_s, say,
+                     write_output)
 
 __all__ = ["build_parser", "run", "conflicts", "render_saved"]
 
@@ -136,7 +137,8 @@ def run(argv: List[str]) -> int:
                                                                       model=True)
     profile = profile_name(a.profile)
     iterations = parse_int(a.timed_iterations, "--timed-iterations", 1, 10000)
-    check_output_path(a.json, "--json", reads + [(a.plot, "--plot's file")])
+    check_output_path(a.json, "--json", reads)
+    distinct_outputs([(a.json, "--json"), (a.plot, "--plot")])
     checked_plans(a.plans)  # a bad plan file is refused before the model runs
     from ..model import distributed
 

@@ -11,7 +11,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from ..core.errors import UserError
 from ..core.files import write_atomic
 
-__all__ = ["check_output_path", "same_file", "one_stdout", "write_output", "say", "notify",
+__all__ = ["check_output_path", "same_file", "distinct_outputs", "one_stdout", "write_output", "say", "notify",
            "progress_lines", "plot_paths", "error", "process_age_s"]
 
 
@@ -50,6 +50,17 @@ def same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
     except (OSError, ValueError):
         return False
+
+
+def distinct_outputs(outputs: Sequence[Tuple[Optional[str], str]]) -> None:
+    """UserError when two of a command's ``outputs`` ((path, flag) pairs) name one file:
+    the second written would lose the first."""
+    named = [(p, f) for p, f in outputs if p not in (None, "-")]
+    for k, (p, f) in enumerate(named):
+        for q, g in named[k + 1:]:
+            if same_file(p, q):
+                raise UserError(f"{f} '{p}' and {g} '{q}': one file for two outputs, one "
+                                f"would be lost; give each its own")
 
 
 def one_stdout(outputs: Sequence[Tuple[Optional[str], str]]) -> bool:
