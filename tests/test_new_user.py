@@ -411,3 +411,13 @@ def test_target_rows_show_where_the_a100_and_the_l4_differ():
             if line.startswith(("a100", "l4"))}
     assert "2 different heuristic picks" in r.stdout
     assert rows["a100*"][1] != rows["l4*"][1], rows  # the picks differ, and so do their texts
+
+
+def test_model_json_dash_on_the_cpu_is_the_capture_alone():
+    r = run_cli("model", "resnet18", "--capture-only", "--batch", "2", "--image", "32",
+                "--json", "-", env=NO_GPU)
+    assert r.returncode == 0, r.stderr
+    from cudnn_explorer.core.capture import Capture
+
+    cap = Capture.from_json_dict(json.loads(r.stdout))  # the whole of stdout
+    assert len(cap.problems) > 5 and "wrote" not in r.stderr
