@@ -212,7 +212,7 @@ def test_every_reader_names_a_string_schema_version():
     d = json.loads(gzip.decompress(open(SWEEP, "rb").read()))
     d["schema_version"] = "2"
     with pytest.raises(UserError, match='sweep schema_version "2" is a string, not an '
-                                        'integer: this cudnn_explorer reads versions 1 to 2'):
+                                        'integer: this cudnn_explorer reads versions 1, 2'):
         ModelSweep.from_dict(d)
     with pytest.raises(UserError, match="result schema_version 9; upgrade"):
         check_version(9, (1, 2, 3, 4, 5, 6), "result")

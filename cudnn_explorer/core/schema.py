@@ -123,8 +123,8 @@ def check_version(value, versions, what: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and value in versions:
         return
     reads = (f"version {versions[0]}" if len(versions) == 1 else
-             f"versions {versions[0]} to {versions[-1]}"
-             if list(versions) == list(range(versions[0], versions[-1] + 1))
+             f"versions {versions[0]} to {versions[-1]}" if len(versions) > 2 and
+             list(versions) == list(range(versions[0], versions[-1] + 1))
              else f"versions {', '.join(map(str, versions))}")
     if value is None:
         why = "missing"
