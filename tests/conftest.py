@@ -121,6 +121,18 @@ requires_cuda = pytest.mark.gpu
 requires_ext = pytest.mark.ext
 
 
+@pytest.fixture(autouse=True)
+def driver_may_have_a_gpu(monkeypatch):
+    """In-process tests fake the GPU (FakeBench, fake mode processes, monkeypatched
+    environments) on machines without one: the driver's quick "no GPU here"
+    (measure/driver.py, asked before any process starts) is left to torch's own check,
+    as it was before that probe existed. Subprocess runs (run_cli) ask the real driver;
+    tests of the probe itself use the function (driver.no_gpu_reason) they imported."""
+    from cudnn_explorer.measure import driver
+
+    monkeypatch.setattr(driver, "no_gpu_reason", lambda *a, **k: None)
+
+
 def run_cli(*args, env=None, timeout=300):
     """Run ``python -m cudnn_explorer`` as a subprocess; returns CompletedProcess. One that
     outlives ``timeout`` fails the test with where every thread of it was waiting (its

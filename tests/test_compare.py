@@ -55,11 +55,12 @@ def test_compare_command_reads_the_store_and_files(tmp_path):
     assert r.returncode == 2 and "missing.json" in r.stderr
     r = run_cli("compare", "--no-store", "--file", REF, "--gpu", "A100")
     assert r.returncode == 2 and "no results" in r.stderr
-    notdb = tmp_path / "notes.txt"  # a store the user named that is no store: its error
+    notdb = tmp_path / "notes.txt"  # a store the user named that is no store: their
+    # mistake, exit 2, as a missing one is (issue 66)
     notdb.write_text("not a database\n" * 100)
     r = run_cli("compare", "--store", str(notdb), "--file", REF)
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 3 and len(lines) == 1 and "notes.txt" in lines[0], r.stderr
+    assert r.returncode == 2 and len(lines) == 1 and "notes.txt" in lines[0], r.stderr
 
 
 def test_export_writes_every_stored_exploration_and_compare_reads_it(tmp_path):

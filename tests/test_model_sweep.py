@@ -121,7 +121,8 @@ def test_cli_renders_a_saved_sweep_and_refuses_bad_ones(tmp_path, monkeypatch):
     d["entries"][1]["exploration"]["problem"]["groups"] = 3
     f.write_text(json.dumps(d))
     r = run_cli("model", "--load", str(f))
-    assert r.returncode == 2 and "entries[1].exploration: problem: --groups 3" in r.stderr
+    # the file's field by its name in the file (groups), not by the command's flag
+    assert r.returncode == 2 and "entries[1].exploration: problem: groups 3" in r.stderr
     r = run_cli("model", "--load", str(f), "--batch", "4")
     assert r.returncode == 2 and "--batch would be ignored" in r.stderr
 

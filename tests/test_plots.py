@@ -66,20 +66,81 @@ def test_roofline_has_the_ceiling_and_each_direction():
         assert star.get_offsets()[0][0] == pytest.approx(d.flops / d.min_bytes)
 
 
-@pytest.mark.ext
-def test_gaps_bars_sorted_with_a_cumulative_line(tmp_path, monkeypatch):
-    from fakes import FakeBench
-    from test_model_sweep import OPTS, small_capture
-    from cudnn_explorer.model.sweep import sweep
+SWEEP = os.path.join(ROOT, "data", "reference", "h200-resnet50-b32-amp-fp16-nhwc.json.gz")
 
-    sw = sweep(small_capture(), OPTS, bench=FakeBench(tmp_path, monkeypatch))
-    fig = plots.gaps(sw)
-    ax, ax2 = fig.axes
-    heights = [b.get_height() for b in ax.patches]
-    assert heights == sorted(heights, reverse=True) and len(heights) == 5
-    (cum,) = ax2.get_lines()
-    assert list(cum.get_ydata()) == pytest.approx(
-        [sum(heights[:k + 1]) for k in range(len(heights))])
+
+def _sweep():
+    from cudnn_explorer.core.files import read_bytes
+    from cudnn_explorer.core.sweep import ModelSweep
+
+    return ModelSweep.from_json(read_bytes(SWEEP, "sweep"))
+
+
+def test_gaps_shows_the_top_problem_directions_and_sums_the_rest():
+    """The shipped ResNet-50 sweep: the 12 largest gaps a bar each, largest on top, the
+    other 56 summed in one; every bar's share of the convolution time and the total in
+    the title, all adding up to what the sweep's report says is left."""
+    from cudnn_explorer.core.choices import sweep_totals
+    from cudnn_explorer.report import sweep_plots
+
+    sw = _sweep()
+    totals = sweep_totals(sw)
+    fig = sweep_plots.gaps(sw)
+    (ax,) = [a for a in fig.axes if a.patches]
+    widths = [b.get_width() for b in ax.patches]
+    ys = [b.get_y() for b in ax.patches]
+    labels = [t.get_text() for t in ax.get_yticklabels()]  # as set: the top first
+    assert len(widths) == sweep_plots.TOP + 1 and ys == sorted(ys, reverse=True)
+    assert widths[:-1] == sorted(widths[:-1], reverse=True) and min(widths[:-1]) > 0
+    assert labels[-1] == "the other 56 problem-directions" and labels[0].startswith("#14 ")
+    assert sum(widths) == pytest.approx(totals.pytorch_ms - totals.best_ms)
+    data = fig.cudnn_explorer_data
+    assert data["left_ms"] == pytest.approx(0.146, abs=5e-4) and data["summed"] == 56
+    assert data["bars"][0]["share_of_conv"] == pytest.approx(widths[0] / totals.pytorch_ms)
+    assert "leave 0.146 ms per iteration (5.6% of its 2.596 ms" in ax.get_title().replace(
+        "\n", " ")
+    texts = [t.get_text() for t in ax.texts]
+    assert len(texts) == len(widths) and all("% of conv time)" in t for t in texts)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_a_sweeps_roofline_has_one_point_per_problem_direction_under_its_roof():
+    from cudnn_explorer.report import sweep_plots
+
+    sw = _sweep()
+    fig = sweep_plots.roofline(sw)
+    ax = fig.axes[0]
+    data = fig.cudnn_explorer_data
+    pts = data["points"]
+    assert len(pts) == 68 and len({p["name"] for p in pts}) == 68
+    assert list(data["roofs"]) == ["FP16 tensor core"]
+    for p in pts:
+        assert 0 < p["of_roof"] <= 1 and p["best_tflops"] <= p["roof_tflops"]
+        assert p["pick_tflops"] <= p["best_tflops"] * (1 + 1e-9)
+    best = next(c for c in ax.collections if c.get_label().startswith("best config found"))
+    assert len(best.get_offsets()) == 68
+    assert [t.get_text() for t in ax.texts][0].startswith("#1 bwd-filter conv1")
+    labels = ax.get_legend_handles_labels()[1]
+    assert any(lb.startswith("roof: ") and "GB/s" in lb for lb in labels)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_pareto_legend_is_outside_the_axes_and_the_frontier_spans_them():
+    """Inside, the legend covered the points at 0 MiB; a frontier of one point (the
+    fastest config needs no workspace) was a single marker: it runs on to the right."""
+    exp = reference()
+    fig = plots.pareto(exp)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        legend = ax.get_legend().get_window_extent()
+        assert legend.y1 <= ax.get_window_extent().y0  # below the axes
+        (front,) = [ln for ln in ax.get_lines() if ln.get_label() == "Pareto frontier"]
+        xs = list(front.get_xdata())
+        assert xs[0] == 0 and xs[-1] >= 1000  # from no workspace to the largest
 
 
 def test_cli_writes_png_and_svg_and_refuses_bad_input(tmp_path):
@@ -97,6 +158,7 @@ def test_cli_writes_png_and_svg_and_refuses_bad_input(tmp_path):
     assert fwd["benchmark_pick"][2] == "ConvFwd_eng70_k2=4_k18=0"
     for args, match in [(["plot", "bars", REF], "plot kind 'bars': valid: pareto, roofline"),
                         (["plot", "gaps", REF], "gaps plots a model sweep"),
+                        (["plot", "roofline", str(tmp_path / "p.json")], "roofline"),
                         (["plot", "pareto"], "give a saved file"),
                         (["plot", "pareto", str(tmp_path / "none.json")], "none.json'")]:
         r = run_cli(*args)

@@ -50,7 +50,7 @@ def test_math_type_follows_pytorch(dtype, tf32, math):
 
 
 def test_tf32_only_for_float32():
-    with pytest.raises(UserError, match="--tf32.*float16"):
+    with pytest.raises(UserError, match="^tf32: applies to float32 only, not float16"):
         ConvProblem.create("1,8,8,8", dtype="float16", tf32=False)
 
 
@@ -121,7 +121,24 @@ def test_depthwise():
 def test_validation_messages(kwargs, match):
     shape = kwargs.pop("shape")
     with pytest.raises(UserError, match=match):
-        ConvProblem.create(shape, **kwargs)
+        ConvProblem.create(shape, **kwargs, source="cli")  # named as the command line does
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(dtype="float17"), "^dtype 'float17': unknown dtype; valid: float32"),
+    (dict(layout="nwhc"), "^layout 'nwhc': valid: nchw, nhwc"),
+    (dict(out_channels=0), "^out_channels 0: must be >= 1"),
+    (dict(groups=2), "^groups 2: must divide input channels C=3 and out_channels 64"),
+    (dict(kernel=9, padding=0, dilation=2), "^kernel 9 with dilation 2 in H"),
+    (dict(tf32="yes"), "^tf32 'yes'"),
+    (dict(shape=(0, 3, 8, 8)), "^shape: N must be >= 1"),
+    (dict(stride="a"), "^stride 'a'"),
+])
+def test_the_api_names_its_parameters_not_the_flags(kwargs, match):
+    kwargs = {"shape": (1, 3, 8, 8), **kwargs}
+    with pytest.raises(UserError, match=match) as e:
+        ConvProblem.create(**kwargs)
+    assert "--" not in str(e.value)
 
 
 def test_dict_round_trip():

@@ -8,9 +8,9 @@ from ..core.errors import UserError
 from ..core.options import ExploreOptions, parse_int
 from .args import Parser, Refuse, check_rules
 from .groups import (PLANS_RULES, add_model_args, add_plans_args, add_store_args,
-                     checked_plans, model_spec_from_args, store_choice)
+                     checked_plans, model_spec_from_args, store_choice, store_read)
 from .model import render_saved
-from .output import check_output_path, error, notify, write_output
+from .output import check_output_path, error, notify, progress_lines, write_output
 
 __all__ = ["build_parser", "run", "RULES"]
 
@@ -22,6 +22,7 @@ RULES = [
                                     "with its height and width set to S)", drop="drop one"),
     Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store",
            drop="drop one"),
+    Refuse("--quiet", ("--verbose",), "--quiet turns progress off"),
     *PLANS_RULES,
 ]
 
@@ -63,6 +64,8 @@ def build_parser() -> Parser:
           help="time the steady iterations eagerly (host time included) instead of as "
                "replays of a CUDA graph of the whole step")
     r.add("--quiet", action="store_true", help="no progress lines on stderr")
+    r.add("--verbose", action="store_true",
+          help="progress lines with the seconds since the start, as model --verbose")
     add_store_args(r, "the results store: runs of the model measured before with the same "
                       "settings answer from it (default ~/.cache/cudnn_explorer/results.db)",
                    "use no results store",
@@ -104,12 +107,18 @@ def run(argv: List[str]) -> int:
     options = ExploreOptions.create(source="cli", device=a.device, seed=a.seed,
                                     child_timeout_s=a.child_timeout,
                                     benchmark_limit=a.benchmark_limit)
-    check_output_path(a.json, "--json")
+    check_output_path(a.json, "--json", [(a.shape_dist, "the --shape-dist file"),
+                                         (a.plans, "the plan file")]
+                      + store_read(a.store, not a.no_store))
     checked_plans(a.plans)  # a bad plan file is refused before the model runs
     from ..jobs.advise import advise
 
+    timed = progress_lines(True, False)[0] if a.verbose else None
+
     def say(msg):
-        if not a.quiet:
+        if timed is not None:
+            timed(msg)
+        elif not a.quiet:
             print(f"[advise] {msg}", file=sys.stderr, flush=True)
 
     adv = advise(spec, iterations=iterations, sizes=sizes, options=options,
@@ -118,12 +127,15 @@ def run(argv: List[str]) -> int:
                  allow_environment=a.allow_environment, progress=say, notify=notify)
     if a.json:
         write_output(adv.to_json() + "\n", a.json, "--json")
+    table = a.json != "-"  # "--json -": stdout carries the file alone
     if not adv.decidable:
         from ..report.model import render_model_run
 
-        sys.stdout.write(render_model_run(adv.pytorch_run, adv.capture))
+        if table:
+            sys.stdout.write(render_model_run(adv.pytorch_run, adv.capture))
         error("the runs of the model with benchmark on and off are both needed for a "
               "verdict; see above")
         return 3
-    sys.stdout.write(render_advice(adv))
+    if table:
+        sys.stdout.write(render_advice(adv))
     return 0

@@ -30,8 +30,11 @@ class Parser(argparse.ArgumentParser):
         """add_argument, with the flags kept in ``flags``."""
         return self._keep(self.add_argument(*names, **kw))
 
-    def group(self, title: Optional[str] = None) -> "Group":
-        return Group(self, self.add_argument_group(title))
+    def group(self, title: Optional[str] = None,
+              description: Optional[str] = None) -> "Group":
+        """An argument group: a short ``title`` (argparse prints it as it is, unwrapped)
+        and the ``description`` below it (wrapped)."""
+        return Group(self, self.add_argument_group(title, description))
 
     def _keep(self, action: argparse.Action) -> argparse.Action:
         self.flags.update({s: action for s in action.option_strings})
@@ -48,7 +51,9 @@ class Parser(argparse.ArgumentParser):
         """(namespace, the long flags given) of ``argv``, a value that starts with '-'
         taken as the value it is (join_negative_values)."""
         argv = self.join_negative_values(list(argv))
-        return self.parse_args(argv), given_flags(self, argv)
+        # intermixed: a positional after an option (plans write --cudnn X FILE) is taken as
+        # the positional it is, not refused as "unrecognized arguments: FILE"
+        return self.parse_intermixed_args(argv), given_flags(self, argv)
 
     def join_negative_values(self, argv: List[str]) -> List[str]:
         """``--shape -1,3,8,8`` as ``--shape=-1,3,8,8``: argparse takes a value that starts
@@ -83,9 +88,26 @@ class Group:
 
 
 def given_flags(parser: Parser, argv: Sequence[str]) -> List[str]:
-    """The long flags on the command line, as the parser names them (``--x=v`` too)."""
-    return [t.split("=", 1)[0] for t in argv
-            if t.startswith("--") and t.split("=", 1)[0] in parser.flags]
+    """The flags on the command line, each by its long name (``--x=v`` too, and a short
+    alias such as ``-o``, ``-o=v`` or ``-ov`` as its long form), so that the conflict
+    rules check an alias as they check its long form."""
+    out = []
+    for t in argv:
+        if t.startswith("--"):
+            action = parser.flags.get(t.split("=", 1)[0])
+        elif t.startswith("-") and len(t) > 1:
+            action = parser.flags.get(t[:2])
+        else:
+            continue
+        if action is not None:
+            out.append(long_name(action))
+    return out
+
+
+def long_name(action: argparse.Action) -> str:
+    """The flag's long option string (its first, where it has none)."""
+    return next((s for s in action.option_strings if s.startswith("--")),
+                action.option_strings[0])
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import List
 
 from ..core.errors import UserError
 from .args import Parser, Refuse, check_rules
-from .groups import add_env_filters, store_choice
+from .groups import add_env_filters, store_choice, store_read
 from .output import notify, plot_paths
 
 __all__ = ["build_parser", "run", "RULES"]
@@ -37,7 +37,8 @@ def run(argv: List[str]) -> int:
     a, flags = build_parser().parse(argv)
     check_rules(RULES, flags)
     if a.plot:
-        plot_paths(a.plot, "--plot")
+        plot_paths(a.plot, "--plot", [(f, "a --file result") for f in a.file]
+                   + store_read(a.store, not a.no_store))
     from ..jobs.saved import compare_items
     from ..report.compare import render_compare
 

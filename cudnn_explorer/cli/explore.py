@@ -12,8 +12,9 @@ from ..core.problem import ConvProblem
 from ..jobs import gpu
 from .args import Parser, Refuse, check_rules, tf32
 from .groups import (HARMLESS, RUN_FLAGS, add_run_args, options_from_args, run_rules,
-                     store_choice)
-from .output import check_output_path, error, notify, process_age_s, progress_lines, write_output
+                     store_choice, store_read)
+from .output import (check_output_path, distinct_outputs, error, notify, one_stdout,
+                     process_age_s, progress_lines, write_output)
 
 __all__ = ["build_parser", "run", "CONFLICTS", "PROBLEM_FLAGS"]
 
@@ -91,7 +92,8 @@ def problem_from_args(a) -> ConvProblem:
                         "--help lists every option")
     return ConvProblem.create(a.shape, out_channels=a.out_channels, kernel=a.kernel,
                               stride=a.stride, padding=a.padding, dilation=a.dilation,
-                              groups=a.groups, dtype=a.dtype, layout=a.layout, tf32=tf32(a.tf32))
+                              groups=a.groups, dtype=a.dtype, layout=a.layout, tf32=tf32(a.tf32),
+                              source="cli")
 
 
 def run(argv: List[str]) -> int:
@@ -104,18 +106,19 @@ def run(argv: List[str]) -> int:
         print(f"cudnn_explorer {__version__}")
         return 0
     check_rules(CONFLICTS, flags)
-    if a.json == "-" and a.csv == "-":
-        raise UserError("--json - and --csv - both write to stdout, which would parse as "
-                        "neither; write one of them to a file")
-    check_output_path(a.json, "--json")
-    check_output_path(a.csv, "--csv")
+    one_stdout([(a.json, "--json"), (a.csv, "--csv")])  # both "-": refused
+    distinct_outputs([(a.json, "--json"), (a.csv, "--csv"),
+                      (a.dump_device_profile, "--dump-device-profile")])
+    reads = store_read(a.store, not a.no_store) + [(a.load, "the saved result")]
+    check_output_path(a.json, "--json", reads)
+    check_output_path(a.csv, "--csv", reads)
     from ..report import export, tables
 
     if a.info:
         print(tables.render_info(gpu.info(parse_int(a.device, "--device"))))
         return 0
     if a.dump_device_profile:
-        check_output_path(a.dump_device_profile, "--dump-device-profile")
+        check_output_path(a.dump_device_profile, "--dump-device-profile", reads)
         text = gpu.dump_device_profile(parse_int(a.device, "--device"))
         write_output(text, a.dump_device_profile, "--dump-device-profile")
         return 0

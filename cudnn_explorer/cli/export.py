@@ -7,8 +7,8 @@ from typing import List
 
 from ..core.errors import UserError
 from .args import Parser
-from .groups import add_env_filters
-from .output import check_output_path, write_output
+from .groups import add_env_filters, store_read
+from .output import check_output_path, distinct_outputs, one_stdout, write_output
 
 __all__ = ["build_parser", "run"]
 
@@ -31,8 +31,11 @@ def run(argv: List[str]) -> int:
     a, _ = build_parser().parse(argv)
     if not a.json and not a.csv:
         raise UserError("export: give --json PATH and/or --csv PATH")
-    check_output_path(a.json, "--json")
-    check_output_path(a.csv, "--csv")
+    one_stdout([(a.json, "--json"), (a.csv, "--csv")])  # both "-": refused
+    distinct_outputs([(a.json, "--json"), (a.csv, "--csv")])
+    reads = store_read(a.store)
+    check_output_path(a.json, "--json", reads)
+    check_output_path(a.csv, "--csv", reads)
     from ..core.documents import export_document
     from ..jobs.saved import stored_explorations
     from ..jobs.stores import existing

@@ -3,15 +3,16 @@ measurement options (one ExploreOptions), the model and its input (one ModelSpec
 results store, and the environment filters."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional, Tuple
 
 from ..core.capture import ModelSpec
+from ..core.errors import UserError
 from ..core.options import ExploreOptions, parse_int
 from ..jobs.stores import StoreChoice
 from .args import Group, Needs, Parser, Refuse
 
 __all__ = ["RUN_FLAGS", "add_run_args", "options_from_args", "add_model_args",
-           "model_spec_from_args", "add_env_filters", "store_choice"]
+           "model_spec_from_args", "add_env_filters", "store_choice", "store_read"]
 
 RUN_FLAGS = ("--direction", "--device", "--max-workspace", "--seed", "--budget-ms",
              "--flush-l2", "--no-retime", "--no-graph", "--no-check", "--quiet", "--verbose",
@@ -76,8 +77,8 @@ def add_run_args(p: Parser, profile_help: str = PROFILE_HELP) -> Group:
                "(default: PyTorch's, 10; 0 = time every candidate)")
     t.add("--child-timeout", default="300", metavar="S",
           help="seconds before a PyTorch child process is declared hung")
-    e = p.group("cuDNN 9 engine configs (explored by default when the extension was built "
-                "with cudnn-frontend; the output ends with a per-direction summary)")
+    e = p.group("cuDNN 9 engine configs", "explored by default when the extension was built "
+                "with cudnn-frontend; the output ends with a per-direction summary")
     g = e.exclusive()
     g.add("--engines", action="store_true",
           help="also list every engine config tried, with its notes, workspace, build time "
@@ -125,9 +126,11 @@ PLANS_RULES = [
 
 def checked_plans(path):
     """The plan file at ``path`` read and checked before any model runs (UserError naming
-    the file and the bad field), or None."""
-    if not path:
+    the file and the bad field), or None when it is not given."""
+    if path is None:
         return None
+    if not path.strip():
+        raise UserError(f"--plans '{path}': give a plan file's path (plans write makes one)")
     from ..jobs.plans import read_plans
 
     return read_plans(path)
@@ -149,6 +152,16 @@ def options_from_args(a, engines: bool) -> ExploreOptions:
         child_timeout_s=a.child_timeout, engines=engines, engine_configs=a.engine_configs,
         engine_budget_s=a.engine_budget_s,
         engine_config_timeout_s=a.engine_config_timeout).profiled(a.profile)
+
+
+def store_read(store: Optional[str], used: bool = True) -> List[Tuple[Optional[str], str]]:
+    """The results store a command reads, as check_output_path's ``reads``: ``store`` (""
+    or None: the default file), nothing when the store is not ``used``."""
+    if not used:
+        return []
+    from ..store.db import default_path
+
+    return [(store or default_path(), "the results store")]
 
 
 def store_choice(a) -> StoreChoice:
@@ -185,7 +198,6 @@ def add_model_args(m: Group, sizes_help: str) -> None:
 
 def model_spec_from_args(a) -> ModelSpec:
     """The ModelSpec of ``model`` and ``advise``'s flags (errors name the flag)."""
-    from ..core.errors import UserError
     from ..model import zoo
 
     if bool(a.name) == bool(a.model):
@@ -203,7 +215,7 @@ def model_spec_from_args(a) -> ModelSpec:
     return ModelSpec.create(a.name or a.model, batch=parse_int(a.batch, "--batch", 1, 1 << 20),
                             input_shape=shape, amp=a.amp, channels_last=a.channels_last,
                             train=not a.eval, source="cli",
-                            sizes=zoo.parse_sizes(a.sizes) if a.sizes else None,
+                            sizes=zoo.parse_sizes(a.sizes) if a.sizes is not None else None,
                             model_args=zoo.parse_model_args(a.model_args)
                             if a.model_args is not None else None, inputs=a.inputs or "")
 

@@ -10,8 +10,9 @@ from ..core.options import parse_int, profile_name
 from .args import Needs, Parser, Refuse, check_rules
 from .groups import (HARMLESS, PLANS_RULES, RUN_FLAGS, add_model_args, add_plans_args,
                      add_run_args, checked_plans, model_spec_from_args, options_from_args,
-                     positional, run_rules, store_choice)
-from .output import check_output_path, error, process_age_s, say, write_output
+                     positional, run_rules, store_choice, store_read)
+from .output import (check_output_path, distinct_outputs, error, process_age_s, say,
+                     write_output)
 
 __all__ = ["build_parser", "run", "conflicts", "render_saved"]
 
@@ -106,7 +107,10 @@ def render_saved(parser: Parser, a, flags: List[str], what: str, parse, render) 
     try:
         saved = parse(data)
     except UserError as e:
-        raise UserError(f"--load '{a.load}': {e}") from None
+        from ..core.documents import kind_hint
+
+        raise UserError(f"--load '{a.load}': {e}"
+                        f"{kind_hint(data, f'cudnn_explorer.{what}')}") from None
     sys.stdout.write(render(saved))
     return 0
 
@@ -121,7 +125,8 @@ def run(argv: List[str]) -> int:
 
         return render_saved(parser, a, flags, "sweep", ModelSweep.from_json, render_sweep)
     check_rules(RULES, flags)
-    check_output_path(a.plot, "--plot")
+    reads = [(a.plans, "the plan file")] + store_read(a.store, not a.no_store)
+    check_output_path(a.plot, "--plot", reads)
     from .targets import profiles
 
     target_profiles = profiles(a.target) if a.target else None
@@ -132,7 +137,8 @@ def run(argv: List[str]) -> int:
                                                                       model=True)
     profile = profile_name(a.profile)
     iterations = parse_int(a.timed_iterations, "--timed-iterations", 1, 10000)
-    check_output_path(a.json, "--json")
+    check_output_path(a.json, "--json", reads)
+    distinct_outputs([(a.json, "--json"), (a.plot, "--plot")])
     checked_plans(a.plans)  # a bad plan file is refused before the model runs
     from ..model import distributed
 
@@ -159,6 +165,8 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
     clock = Startup()
     step, stepped = progress_lines(a.verbose, a.quiet)  # the capture, before the bar
     sweeping = not (a.capture_only or a.target)
+    if sweeping:
+        gpu.require_driver()  # no GPU: said in milliseconds, before any process starts
     starts = mode_starts(spec, options, bool(a.plans)) \
         if options.pytorch and sweeping else None
     worker = worker_ahead(options) if sweeping else None
@@ -230,7 +238,8 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
 
         return run_model_targets(a, cap, target_profiles)
     if a.capture_only or not cap.problems:
-        sys.stdout.write(render_capture(cap))
+        if a.json != "-":  # "--json -": stdout carries the file alone
+            sys.stdout.write(render_capture(cap))
         if a.json:
             write_output(cap.to_json() + "\n", a.json, "--json")
         return 0
@@ -251,8 +260,8 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
         if bar is None or kind != "info":
             notify(kind, text)
 
-    def save(sw):
-        if a.json:
+    def save(sw):  # "--json -" is written once, at the end
+        if a.json and a.json != "-":
             write_output(sw.to_json() + "\n", a.json, "--json", quiet=True)
 
     store = store_choice(a)
@@ -278,10 +287,13 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
     finally:
         if bar is not None:
             bar.close()
-    sys.stdout.write(render_sweep(sw))
+    if a.json == "-":  # stdout carries the sweep alone
+        write_output(sw.to_json() + "\n", a.json, "--json")
+    else:
+        sys.stdout.write(render_sweep(sw))
     if a.verbose and clock.text():
         print(clock.text(), file=sys.stderr)
-    if a.json:
+    if a.json and a.json != "-":
         print(f"wrote {a.json}", file=sys.stderr)
     failed = [e for e in sw.entries if e.error]
     if failed:

@@ -6,19 +6,26 @@ import os
 import sys
 import tempfile
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from ..core.errors import UserError
 from ..core.files import write_atomic
 
-__all__ = ["check_output_path", "write_output", "say", "notify", "progress_lines",
-           "plot_paths", "error", "process_age_s"]
+__all__ = ["check_output_path", "same_file", "distinct_outputs", "one_stdout", "write_output", "say", "notify",
+           "progress_lines", "plot_paths", "error", "process_age_s"]
 
 
-def check_output_path(path: Optional[str], flag: str) -> None:
-    """UserError, before anything is measured, when ``path`` cannot be written."""
+def check_output_path(path: Optional[str], flag: str,
+                      reads: Sequence[Tuple[Optional[str], str]] = ()) -> None:
+    """UserError, before anything is measured, when ``path`` cannot be written, or when it
+    is a file the same command reads: ``reads``, (path, how the command names it) pairs,
+    e.g. ``(a.file, "the saved sweep")`` (a None path is skipped)."""
     if path in (None, "-"):
         return
+    for read, what in reads:
+        if read not in (None, "-") and same_file(path, read):
+            raise UserError(f"{flag} '{path}': is {what} this command reads; writing it "
+                            f"would lose it: give another {flag}")
     where = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UserError(f"{flag} '{path}': is a directory")
@@ -32,6 +39,39 @@ def check_output_path(path: Optional[str], flag: str) -> None:
         os.unlink(tmp)
     except OSError as e:
         raise UserError(f"{flag} '{path}': cannot write there: {e.strerror}") from None
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (links and relative paths resolved;
+    two paths of which one does not exist yet compare as resolved paths)."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+def distinct_outputs(outputs: Sequence[Tuple[Optional[str], str]]) -> None:
+    """UserError when two of a command's ``outputs`` ((path, flag) pairs) name one file:
+    the second written would lose the first."""
+    named = [(p, f) for p, f in outputs if p not in (None, "-")]
+    for k, (p, f) in enumerate(named):
+        for q, g in named[k + 1:]:
+            if same_file(p, q):
+                raise UserError(f"{f} '{p}' and {g} '{q}': one file for two outputs, one "
+                                f"would be lost; give each its own")
+
+
+def one_stdout(outputs: Sequence[Tuple[Optional[str], str]]) -> bool:
+    """Whether stdout is free for the table: no output of ``outputs`` ((path, flag)
+    pairs) is "-". Where "-" means stdout, stdout carries that file alone: UserError when
+    two outputs ask for it."""
+    on_stdout = [flag for path, flag in outputs if path == "-"]
+    if len(on_stdout) > 1:
+        raise UserError(f"{' and '.join(f'{f} -' for f in on_stdout)} all write to stdout, "
+                        f"which would parse as neither; give one of them a file")
+    return not on_stdout
 
 
 def write_output(text: str, path: Optional[str], flag: str, quiet: bool = False) -> None:
@@ -85,13 +125,15 @@ def progress_lines(verbose: bool, quiet: bool):
     return progress, done
 
 
-def plot_paths(out: str, flag: str) -> List[str]:
+def plot_paths(out: str, flag: str,
+               reads: Sequence[Tuple[Optional[str], str]] = ()) -> List[str]:
     """The files a plot at ``out`` writes (PATH.png, PATH.svg and the data, PATH.json),
-    each checked as writable."""
+    each checked as writable and as none of the files the command ``reads``
+    (check_output_path)."""
     base = os.path.splitext(out)[0] if out.lower().endswith((".png", ".svg")) else out
     paths = [base + ".png", base + ".svg", base + ".json"]
     for path in paths:
-        check_output_path(path, flag)
+        check_output_path(path, flag, reads)
     return paths
 
 

@@ -9,8 +9,8 @@ from ..core.errors import UserError
 from ..core.options import ExploreOptions, parse_int
 from ..core.plans import POLICIES
 from .args import Parser, Refuse, check_rules
-from .groups import add_env_filters
-from .output import check_output_path, write_output
+from .groups import add_env_filters, store_read
+from .output import check_output_path, one_stdout, write_output
 
 __all__ = ["build_parser", "run"]
 
@@ -90,7 +90,9 @@ def _write(a) -> int:
         raise UserError(f"--policy '{a.policy}': valid: {', '.join(POLICIES)}")
     cap = None if a.max_workspace is None else ExploreOptions.create(
         source="cli", max_workspace_mib=a.max_workspace).max_workspace_mib
-    check_output_path(a.out, "--out")
+    reads = [(a.file, "the saved sweep or exploration")] + (
+        store_read(a.store) if a.store is not None else [])
+    check_output_path(a.out, "--out", reads)
     from ..jobs.plans import write_plans
     from ..report.plans import render_plans
 
@@ -99,7 +101,8 @@ def _write(a) -> int:
     if not plans.entries:
         raise UserError(f"plans write: no problem-direction has a plan under these filters "
                         f"({len(plans.skipped)} without: {plans.skipped[0] if plans.skipped else '-'})")
-    sys.stdout.write(render_plans(plans))
+    if one_stdout([(a.out, "--out")]):  # "-o -": stdout carries the plan file alone
+        sys.stdout.write(render_plans(plans))
     write_output(plans.to_json(), a.out, "--out")
     return 0
 

@@ -14,9 +14,11 @@ __all__ = ["build_parser", "run", "PLOTS"]
 PLOTS = {"pareto": "time against workspace per direction, with the Pareto frontier and "
                    "PyTorch's picks (a saved exploration)",
          "roofline": "achieved TFLOP/s against arithmetic intensity, under the GPU's "
-                     "ceilings (a saved exploration)",
-         "gaps": "per problem-direction, the time PyTorch's pick leaves per iteration, "
-                 "sorted, with the cumulative sum (a saved model sweep)"}
+                     "ceilings (a saved exploration: its rows and configs; a model sweep: "
+                     "one point per problem-direction)",
+         "gaps": "the problem-directions where PyTorch's picks leave the most time per "
+                 "iteration, with their share of the convolution time (a saved model "
+                 "sweep)"}
 
 
 def build_parser() -> Parser:
@@ -38,6 +40,7 @@ def build_parser() -> Parser:
 
 
 def run(argv: List[str]) -> int:
+    from .groups import store_read
     from .output import plot_paths
 
     a, _ = build_parser().parse_given(argv, f"plot: give a kind ({', '.join(PLOTS)}) and a "
@@ -54,24 +57,41 @@ def run(argv: List[str]) -> int:
                         f"h200-default-fp32.json, or --store")
     pick = parse_int(a.pick, "--pick", 1)
     out = a.out or (os.path.splitext(a.file)[0] + f".{a.kind}" if a.file else f"plot-{a.kind}")
-    plot_paths(out, "--out")
+    plot_paths(out, "--out", [(a.file, "the saved result")]
+               + (store_read(a.store) if a.store is not None else []))
     from ..report import plots
 
-    if a.kind == "gaps":
-        from ..core.files import read_bytes
-        from ..core.sweep import ModelSweep
+    sweep = _sweep(a) if a.kind == "gaps" or (a.kind == "roofline" and a.file
+                                                and _is_sweep(a.file)) else None
+    if sweep is not None:
+        from ..report import sweep_plots
 
-        data = read_bytes(a.file, "plot")
-        try:
-            sw = ModelSweep.from_json(data)
-        except UserError as e:
-            raise UserError(f"plot gaps '{a.file}': {e} (gaps plots a model sweep)") from None
-        fig = plots.gaps(sw)
+        fig = (sweep_plots.gaps if a.kind == "gaps" else sweep_plots.roofline)(sweep)
     else:
         fig = (plots.pareto if a.kind == "pareto" else plots.roofline)(_exploration(a, pick))
     for path in plots.save(fig, out):
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _is_sweep(path: str) -> bool:
+    """Whether the saved file at ``path`` says it is a model sweep (its schema)."""
+    from ..core.documents import saved_schema
+
+    return saved_schema(path) == "cudnn_explorer.sweep"
+
+
+def _sweep(a):
+    from ..core.documents import kind_hint
+    from ..core.files import read_bytes
+    from ..core.sweep import ModelSweep
+
+    data = read_bytes(a.file, "plot")
+    try:
+        return ModelSweep.from_json(data)
+    except UserError as e:
+        raise UserError(f"plot {a.kind} '{a.file}': {e} ({a.kind} plots a model sweep)"
+                        f"{kind_hint(data, 'cudnn_explorer.sweep')}") from None
 
 
 def _exploration(a, pick: int):

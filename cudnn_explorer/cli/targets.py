@@ -54,7 +54,9 @@ def run_model_targets(a, cap, target_profiles) -> int:
 
     r = rank_capture(cap, target_profiles)
     cudnn = fmt_version(r.cudnn) or "?"
-    sys.stdout.write(render_capture(cap) + "\n" + render_target_matrix(cap, r.rankings, cudnn))
+    if a.json != "-":  # "--json -": stdout carries the file alone
+        sys.stdout.write(render_capture(cap) + "\n"
+                         + render_target_matrix(cap, r.rankings, cudnn))
     if a.plot:
         plot_target_matrix(cap, r.rankings, a.plot, f"{cap.model.describe()}: PyTorch's "
                            f"heuristic pick per target (cuDNN {cudnn}, not measured)")

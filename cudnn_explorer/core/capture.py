@@ -6,6 +6,7 @@ runs the model under a TorchDispatchMode) and rendered by ``report/model.py``.
 """
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional
@@ -142,14 +143,18 @@ class ModelSpec(Record):
         spec = cls(name="" if factory else model, factory=model if factory else "",
                    input_shape=shape, batch=batch, amp=amp_, channels_last=bool(channels_last),
                    train=bool(train), model_args=dict(model_args or {}), inputs=inputs or "")
+        if sizes is None:
+            return spec
+        valid = "valid: 1 to 256 different sizes, each an integer from 1 to 65536"
+        try:  # at most one past the limit: a huge range is never made a list
+            sizes = list(itertools.islice(iter(sizes), 257))
+        except TypeError:
+            raise UserError(f"{name('sizes')} {shown(sizes)}: {valid}") from None
         if not sizes:
             return spec
-        sizes = list(sizes)
-        if (len(sizes) > 256 or len(set(sizes)) != len(sizes) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 65536
-                for v in sizes)):
-            raise UserError(f"{name('sizes')} {shown(sizes)}: valid: 1 to 256 different "
-                            f"sizes, each an integer from 1 to 65536")
+        if (not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 65536
+                    for v in sizes) or len(sizes) > 256 or len(set(sizes)) != len(sizes)):
+            raise UserError(f"{name('sizes')} {shown(sizes)}: {valid}")
         return spec.over_sizes(sizes)
 
     def shape_at(self, size) -> List:

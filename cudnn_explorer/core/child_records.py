@@ -19,7 +19,7 @@ from .errors import UserError
 from .pinning import PinCounts, PinReport
 from .problem import ConvProblem
 from .records import Timing
-from .schema import Record, Signed, shown
+from .schema import Record, Signed, check_version, shown
 
 __all__ = ["PROBLEM_CHILD_SCHEMA", "MODEL_CHILD_SCHEMA", "Checked", "FirstCall",
            "ProblemChildResult", "CallResult", "SizeResult", "ModelChildResult"]
@@ -41,9 +41,7 @@ class _Versioned(Record):
         schema = d.get("schema", cls.SCHEMA)
         if schema != cls.SCHEMA:
             raise UserError(f"{what}: schema is {shown(schema)}, not {cls.SCHEMA}")
-        if d.get("schema_version", CHILD_VERSION) != CHILD_VERSION:
-            raise UserError(f"{what}: schema_version {shown(d.get('schema_version'))}: this "
-                            f"cudnn_explorer reads version {CHILD_VERSION}")
+        check_version(d.get("schema_version", CHILD_VERSION), (CHILD_VERSION,), f"{what}:")
         return cls.from_dict(d, what)
 
 

@@ -8,6 +8,7 @@ import json
 from typing import List, Optional, Sequence, Tuple
 
 from .advice import ADVICE_SCHEMA
+from .plans import PLANS_SCHEMA
 from .capture import CAPTURE_SCHEMA, Capture
 from .errors import UserError
 from .exploration import Exploration
@@ -16,7 +17,8 @@ from .problem import ConvProblem
 from .sweep import SWEEP_SCHEMA, ModelSweep
 
 __all__ = ["EXPORT_SCHEMA", "TARGETS_SCHEMA", "MODEL_TARGETS_SCHEMA", "export_document",
-           "targets_document", "model_targets_document", "kind_hint", "load_exploration",
+           "targets_document", "model_targets_document", "kind_hint", "saved_schema",
+           "load_exploration",
            "read_saved", "saved_explorations"]
 
 EXPORT_SCHEMA = "cudnn_explorer.export"
@@ -52,21 +54,53 @@ def model_targets_document(capture: Capture, rankings, cudnn: str) -> str:
 
 
 _OTHER_KINDS = {
+    "cudnn_explorer.exploration": "one problem's result: render it with '--load FILE', "
+                                  "plot it with 'plot pareto FILE'",
     SWEEP_SCHEMA: "a model sweep: render it with 'model --load FILE', plot it with "
                   "'plot gaps FILE', compare it with 'compare --file FILE'",
     ADVICE_SCHEMA: "an advice: render it with 'advise --load FILE'",
     CAPTURE_SCHEMA: "a model's capture: its problems, not measured",
+    PLANS_SCHEMA: "a plan file: show it with 'plans show FILE'",
+    EXPORT_SCHEMA: "an export of the results store: compare it with 'compare --file FILE'",
+    TARGETS_SCHEMA: "--target's heuristic rankings, not measured: nothing renders them",
+    MODEL_TARGETS_SCHEMA: "model --target's heuristic rankings, not measured: nothing "
+                          "renders them",
 }
+# files without a schema that the tool's scripts and processes write, by their keys
+_UNNAMED_KINDS = [
+    ({"wall_s", "rows"}, "a result scripts/bench_search.py kept: its totals with 'python "
+                         "scripts/bench_search.py --keep DIR --as-kept'"),
+    ({"torch", "cudnn", "settings", "directions"}, "a PyTorch child process's raw result "
+                                                   "(measure/problem_child.py), which the "
+                                                   "tool reads itself"),
+]
 
 
-def kind_hint(data: bytes) -> str:
-    """" (<what the file is and what reads it>)" for a saved file of another kind than an
-    exploration, else ""."""
+def saved_schema(path: str) -> Optional[str]:
+    """The ``schema`` a saved file (JSON, or gzip-compressed JSON) names, or None where it
+    names none or cannot be read (its reader then says why)."""
     try:
-        schema = json.loads(data).get("schema")
-    except (ValueError, RecursionError, AttributeError):
+        doc = json.loads(read_bytes(path, "file"))
+    except (UserError, ValueError, RecursionError):
+        return None
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    return schema if isinstance(schema, str) else None
+
+
+def kind_hint(data: bytes, expected: str = "") -> str:
+    """" (<what the file is and what reads it>)" for a saved file of another kind than
+    ``expected`` (a schema name), else ""."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
         return ""
-    hint = _OTHER_KINDS.get(schema) if isinstance(schema, str) else None
+    if not isinstance(doc, dict):
+        return ""
+    schema = doc.get("schema")
+    if isinstance(schema, str):
+        hint = _OTHER_KINDS.get(schema) if schema != expected else None
+    else:
+        hint = next((h for keys, h in _UNNAMED_KINDS if keys <= set(doc)), None)
     return f" ({hint})" if hint else ""
 
 
@@ -76,7 +110,8 @@ def load_exploration(path: str, flag: str = "--load") -> Exploration:
     try:
         return Exploration.from_json(data)
     except UserError as e:
-        raise UserError(f"{flag} '{path}': {e}{kind_hint(data)}") from None
+        raise UserError(f"{flag} '{path}': {e}"
+                        f"{kind_hint(data, 'cudnn_explorer.exploration')}") from None
 
 
 def read_saved(path: str, flag: str) -> Tuple[Optional[ModelSweep], List[Exploration]]:
@@ -96,7 +131,9 @@ def read_saved(path: str, flag: str) -> Tuple[Optional[ModelSweep], List[Explora
             return sw, [e.exploration for e in sw.entries if e.exploration is not None]
         return None, [Exploration.from_json(data)]
     except UserError as e:
-        raise UserError(f"{flag} '{path}': {e}") from None
+        read = doc.get("schema") if isinstance(doc, dict) and doc.get("schema") in (
+            EXPORT_SCHEMA, SWEEP_SCHEMA) else "cudnn_explorer.exploration"  # what failed
+        raise UserError(f"{flag} '{path}': {e}{kind_hint(data, read)}") from None
 
 
 def saved_explorations(path: str, flag: str) -> List[Exploration]:

@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from .errors import UserError
 from .exploration import Environment, cudnn_version
-from .logs import parse_tag
+from .logs import OPERATIONS, parse_tag
 from .problem import DIRECTIONS, ConvProblem
 from .records import MIB, DirectionResult, EngineConfig, rankable
 from .schema import Record, Signed, check_schema, parse_json, shown
@@ -196,6 +196,8 @@ class PlanFile(Record):
         """A plan file's text or bytes, every field checked; UserError names the bad one."""
         d = parse_json(data)
         check_schema(d, PLANS_SCHEMA, (PLANS_VERSION,), "plan file")
+        if "entries" not in d:  # no default: a file without them is not one of no plans
+            raise UserError(f"{what}.entries: missing (a list of plans, [] for none)")
         plans = cls.from_dict(d, what)
         if plans.policy not in POLICIES:
             raise UserError(f"{what}.policy: {shown(plans.policy)}: valid: "
@@ -214,6 +216,10 @@ class PlanFile(Record):
             except ValueError:
                 raise UserError(f"{at}.tag: {shown(e.tag)} is not an engine config tag") \
                     from None
+            if tag.direction != e.key.direction:
+                want = next(op for op, d in OPERATIONS.items() if d == e.key.direction)
+                raise UserError(f"{at}.tag: {e.tag} is a {tag.direction} engine config, "
+                                f"in a {e.key.direction} plan; valid: a {want}_ tag")
             if tag.engine != e.engine or sorted(tag.knobs) != sorted(map(tuple, e.knobs)):
                 raise UserError(f"{at}: engine {e.engine} and knobs {shown(e.knobs)} are "
                                 f"not those of its tag {e.tag}")

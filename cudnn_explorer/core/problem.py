@@ -66,11 +66,12 @@ def parse_int_list(text: str, option: str) -> Tuple[int, ...]:
     return tuple(out)
 
 
-def parse_dtype(text: str) -> str:
-    """Canonical dtype name (float32, float16, bfloat16, float64) or UserError."""
+def parse_dtype(text: str, option: str = "--dtype") -> str:
+    """Canonical dtype name (float32, float16, bfloat16, float64) or UserError naming
+    ``option``."""
     key = str(text).strip().lower().replace("torch.", "")
     if key not in _DTYPE_ALIASES:
-        raise UserError(f"--dtype '{text}': unknown dtype; valid: {', '.join(DTYPES)}")
+        raise UserError(f"{option} '{text}': unknown dtype; valid: {', '.join(DTYPES)}")
     return _DTYPE_ALIASES[key]
 
 
@@ -200,37 +201,43 @@ class ConvProblem:
         dtype: str = "float32",
         layout: str = "nchw",
         tf32: Optional[bool] = None,
+        source: str = "api",
     ) -> "ConvProblem":
         """Validate user input (strings or ints) and return a problem, or raise UserError
-        naming the bad value and what is valid. ``padding=None`` means kernel//2 per dim."""
-        shape_t = _ints(shape, "--shape")
+        naming the bad value and what is valid: by its parameter (``dtype``), or by its
+        flag (``--dtype``) with ``source="cli"``. ``padding=None`` means kernel//2 per
+        dim."""
+        def n(param: str) -> str:
+            return "--" + param.replace("_", "-") if source == "cli" else param
+
+        shape_t = _ints(shape, n("shape"))
         if len(shape_t) not in (3, 4, 5):
             raise UserError(
-                f"--shape {','.join(map(str, shape_t))}: {len(shape_t)} values; "
+                f"{n('shape')} {','.join(map(str, shape_t))}: {len(shape_t)} values; "
                 f"expected {_SHAPE_FORMS}"
             )
         nsp = len(shape_t) - 2
         names = ("N", "C") + _SPATIAL_NAMES[nsp]
         for name, v in zip(names, shape_t):
             if v < 1:
-                raise UserError(f"--shape: {name} must be >= 1, got {v}")
+                raise UserError(f"{n('shape')}: {name} must be >= 1, got {v}")
             if v > INT32_MAX:
-                raise UserError(f"--shape: {name} {v} is larger than cuDNN's limit "
+                raise UserError(f"{n('shape')}: {name} {v} is larger than cuDNN's limit "
                                 f"{INT32_MAX} (sizes are 32-bit)")
 
-        kernel_t = _expand(_ints(kernel, "--kernel"), nsp, "--kernel")
-        stride_t = _expand(_ints(stride, "--stride"), nsp, "--stride")
-        dil_t = _expand(_ints(dilation, "--dilation"), nsp, "--dilation")
+        kernel_t = _expand(_ints(kernel, n("kernel")), nsp, n("kernel"))
+        stride_t = _expand(_ints(stride, n("stride")), nsp, n("stride"))
+        dil_t = _expand(_ints(dilation, n("dilation")), nsp, n("dilation"))
         if padding is None:
             pad_t = tuple(k // 2 for k in kernel_t)
         else:
-            pad_t = _expand(_ints(padding, "--padding"), nsp, "--padding")
-        out_channels = _scalar(out_channels, "--out-channels")
-        groups = _scalar(groups, "--groups")
-        for option, vals, lo in (("--kernel", kernel_t, 1), ("--stride", stride_t, 1),
-                                 ("--dilation", dil_t, 1), ("--padding", pad_t, 0),
-                                 ("--out-channels", (out_channels,), 1),
-                                 ("--groups", (groups,), 1)):
+            pad_t = _expand(_ints(padding, n("padding")), nsp, n("padding"))
+        out_channels = _scalar(out_channels, n("out_channels"))
+        groups = _scalar(groups, n("groups"))
+        for option, vals, lo in ((n("kernel"), kernel_t, 1), (n("stride"), stride_t, 1),
+                                 (n("dilation"), dil_t, 1), (n("padding"), pad_t, 0),
+                                 (n("out_channels"), (out_channels,), 1),
+                                 (n("groups"), (groups,), 1)):
             for v in vals:
                 if v < lo:
                     raise UserError(f"{option} {v}: must be >= {lo}")
@@ -240,29 +247,30 @@ class ConvProblem:
         c = shape_t[1]
         if c % groups or out_channels % groups:
             raise UserError(
-                f"--groups {groups}: must divide input channels C={c} and --out-channels "
-                f"{out_channels}; valid: {_listed(_divisors(math.gcd(c, out_channels)))}"
+                f"{n('groups')} {groups}: must divide input channels C={c} and "
+                f"{n('out_channels')} {out_channels}; valid: "
+                f"{_listed(_divisors(math.gcd(c, out_channels)))}"
             )
         for i in range(nsp):
             size, k, s, p, d = shape_t[2 + i], kernel_t[i], stride_t[i], pad_t[i], dil_t[i]
             if conv_output_size(size, k, s, p, d) < 1:
                 extent = d * (k - 1) + 1
-                what = f"--kernel {k} with --dilation {d}" if d > 1 else f"--kernel {k}"
+                what = f"{n('kernel')} {k}" + (f" with {n('dilation')} {d}" if d > 1 else "")
                 raise UserError(
                     f"{what} in {names[2 + i]}: extent {extent} is larger than the padded "
                     f"input {size + 2 * p} ({size} + 2x{p} padding); use a smaller kernel "
                     f"or dilation, or more padding"
                 )
-        dtype_c = parse_dtype(dtype)
+        dtype_c = parse_dtype(dtype, n("dtype"))
         layout_c = str(layout).strip().lower()
         if layout_c in ("channels_last", "channels_last_3d"):
             layout_c = "nhwc"
         if layout_c not in LAYOUTS:
-            raise UserError(f"--layout '{layout}': valid: nchw, nhwc (channels_last)")
+            raise UserError(f"{n('layout')} '{layout}': valid: nchw, nhwc (channels_last)")
         if layout_c == "nhwc" and nsp == 1:
             raise UserError(
-                "--layout nhwc: needs a 2-D or 3-D problem (PyTorch has no channels_last "
-                "format for 1-D tensors)"
+                f"{n('layout')} nhwc: needs a 2-D or 3-D problem (PyTorch has no "
+                f"channels_last format for 1-D tensors)"
             )
         problem = cls(shape_t, int(out_channels), kernel_t, stride_t, pad_t, dil_t,
                       int(groups), dtype_c, layout_c, None)
@@ -272,11 +280,12 @@ class ConvProblem:
                 raise UserError(
                     f"the {what} {'x'.join(map(str, shape))} has {math.prod(shape):,} "
                     f"elements; cuDNN's tensor descriptors take at most {INT32_MAX:,} "
-                    f"(32-bit strides): use a smaller --shape, --out-channels or --kernel")
+                    f"(32-bit strides): use a smaller {n('shape')}, {n('out_channels')} or "
+                    f"{n('kernel')}")
         if tf32 is not None and not isinstance(tf32, bool):
-            raise UserError(f"--tf32 {tf32!r}: valid: on, off (True, False or None)")
+            raise UserError(f"{n('tf32')} {tf32!r}: valid: on, off (True, False or None)")
         if tf32 is not None and dtype_c != "float32":
-            raise UserError(f"--tf32: applies to float32 only, not {dtype_c}")
+            raise UserError(f"{n('tf32')}: applies to float32 only, not {dtype_c}")
         if dtype_c == "float32" and tf32 is None:
             tf32 = True  # PyTorch's default: torch.backends.cudnn.allow_tf32 = True
         return cls(shape_t, int(out_channels), kernel_t, stride_t, pad_t, dil_t, int(groups),

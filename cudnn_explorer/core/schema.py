@@ -16,7 +16,7 @@ from .errors import UserError
 from .problem import ConvProblem
 
 __all__ = ["Record", "Signed", "INT64_MAX", "FLOAT_MAX", "shown", "parse_json", "utc_now",
-           "convert", "check_schema"]
+           "convert", "check_version", "check_schema"]
 
 def what(hint) -> str:
     """What a value of type ``hint`` must be, in words."""
@@ -115,6 +115,30 @@ def shown(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def check_version(value, versions, what: str) -> None:
+    """UserError unless a saved file's ``schema_version`` ``value`` is one of ``versions``
+    (integers): it names ``what`` (e.g. "plan file"), the value as written and its JSON
+    type where that is the fault ("1", a string, is not 1), and the versions this
+    cudnn_explorer reads."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in versions:
+        return
+    reads = (f"version {versions[0]}" if len(versions) == 1 else
+             f"versions {versions[0]} to {versions[-1]}" if len(versions) > 2 and
+             list(versions) == list(range(versions[0], versions[-1] + 1))
+             else f"versions {', '.join(map(str, versions))}")
+    if value is None:
+        why = "missing"
+    elif isinstance(value, bool) or not isinstance(value, int):
+        kind = {str: "a string", float: "a number with a decimal point", bool: "a boolean",
+                list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+        why = f"{shown(value)} is {kind}, not an integer"
+    else:
+        why = shown(value)
+    newer = isinstance(value, int) and not isinstance(value, bool) and value > max(versions)
+    raise UserError(f"{what} schema_version {why}: this cudnn_explorer reads {reads}"
+                    + ("; upgrade cudnn_explorer" if newer else ""))
+
+
 class Record:
     """``from_dict`` for every record: known keys only (newer files may carry more), each
     value checked against its field's annotation and converted (nested records
@@ -173,16 +197,5 @@ def check_schema(d, name: str, versions, what: str) -> int:
         raise UserError(f"not a cudnn_explorer {what}: schema is {shown(got)}, expected "
                         f"{name!r}")
     version = d.get("schema_version")
-    versions = sorted(versions)
-    if isinstance(version, int) and not isinstance(version, bool) and version in versions:
-        return version
-    if len(versions) == 1:
-        reads = f"version {versions[0]}"
-    elif len(versions) > 2 and versions == list(range(versions[0], versions[-1] + 1)):
-        reads = f"versions {versions[0]} to {versions[-1]}"
-    else:
-        reads = f"versions {', '.join(map(str, versions))}"
-    newer = isinstance(version, int) and not isinstance(version, bool) and \
-        version > versions[-1]
-    raise UserError(f"{what} schema_version {shown(version)}: this cudnn_explorer reads "
-                    f"{reads}" + ("; upgrade cudnn_explorer" if newer else ""))
+    check_version(version, tuple(sorted(versions)), what)
+    return version

@@ -65,6 +65,7 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
         dist = [(spec.input_shape[-1], 1.0)]
     notify = notifier(notify)
     say = quiet_progress(progress)
+    gpu.require_driver()  # no GPU: said in milliseconds, before any process starts
     pipeline = gpu.measuring()
     from ..measure.pytorch_picks import ModeSpec
     from ..model.pytorch_run import model_modes, retime_plans, run_model

@@ -42,6 +42,11 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
     options = given_options(options)
     notify = notifier(notify)
     choice = StoreChoice.of(store, refresh)
+    if bench is None:
+        # no GPU: said in milliseconds, before any process starts or torch is imported;
+        # the store cannot answer there either (its answers are keyed by a GPU's
+        # environment, which needs the GPU to be read)
+        gpu.require_driver()
     with opened(choice, notify) as db:
         if db is not None and not choice.refresh:  # before torch is imported: milliseconds
             exp = _stored(db, problem, options)

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from ..core.errors import ExplorerError, MissingDependencyError
 
-__all__ = ["measuring", "frontend_built", "info", "dump_device_profile"]
+__all__ = ["measuring", "require_driver", "frontend_built", "info", "dump_device_profile"]
+
+
+def require_driver() -> None:
+    """MissingDependencyError at once (milliseconds, no torch imported, no process
+    started) where the NVIDIA driver says this machine has no usable GPU
+    (measure/driver.py); where it may have one, torch's own check follows later."""
+    from ..measure.driver import no_gpu_reason
+
+    reason = no_gpu_reason()
+    if reason:
+        raise MissingDependencyError(
+            f"no usable CUDA GPU ({reason}); run on a machine with an NVIDIA GPU and driver "
+            f"(nvidia-smi must list it)")
 
 
 def measuring():
@@ -38,6 +51,7 @@ def info(device: int = 0) -> dict:
 
 def dump_device_profile(device: int = 0) -> str:
     """This GPU's cuDNN device profile as JSON text, for ``--target``."""
+    require_driver()
     measuring()
     from ..measure.deviceless import dump_profile
 

@@ -34,8 +34,9 @@ def history(path: Optional[str] = None, limit: int = 50) -> History:
     first, at most ``limit`` rows of each kind; UserError when there is no store yet."""
     from ..store.db import Store
 
+    named = bool(path)
     path = existing(path)
-    with Store(path) as store:  # StoreError: exit 3, naming the file
+    with Store(path, named) as store:  # StoreError: exit 3 (2 for a file the user named)
         return History(path, store.count(), store.history(limit), store.model_runs(limit))
 
 
@@ -45,7 +46,7 @@ def stored_explorations(path: Optional[str] = None, gpus: Sequence[str] = (),
     (Environment.matches), oldest first."""
     from ..store.db import Store
 
-    with Store(existing(path)) as store:
+    with Store(existing(path), bool(path)) as store:
         return [e for e in store.explorations() if e.environment.matches(gpus, cudnns)]
 
 
@@ -72,7 +73,7 @@ def compare_items(store: StoreChoice, files: Sequence[str] = (), gpus: Sequence[
             raise UserError(f"--store '{path}': no such file")
         if os.path.exists(path):
             try:
-                with Store(path) as db:
+                with Store(path, bool(store.path)) as db:
                     items += [(pr, env, d) for pr, env, d, _ in db.results()]
             except StoreError as e:
                 if store.path:  # the store the user named: its error, not an empty answer

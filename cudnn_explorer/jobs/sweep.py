@@ -58,16 +58,17 @@ def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
 
     if device is None:
         device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        notifier(notify)("note", "no GPU: captured on the CPU, where autocast and layouts "
-                                 "may differ from the GPU's")
-    else:
+    if device != "cpu":
         zoo.check(spec)  # a misspelt name before what the machine lacks
         native.require_gpu(int(device.partition(":")[2] or 0))  # says what is missing
     if progress is not None:
         progress(f"building the model and capturing one iteration on {device}: "
                  f"{spec.describe()}")
-    return capture_model(spec, device)
+    cap = capture_model(spec, device)
+    if device == "cpu":  # said of a capture that happened, never before an error
+        notifier(notify)("note", "no GPU: captured on the CPU, where autocast and layouts "
+                                 "may differ from the GPU's")
+    return cap
 
 
 def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[ExploreOptions] = None,
@@ -112,6 +113,8 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     StoreChoice.of(store, refresh)  # a bad store argument: refused before the model runs
     options = given_options(options).profiled(profile, keep, model=True)
     spec = model.model if isinstance(model, Capture) else model_spec(model, **kw)
+    if bench is None:
+        gpu.require_driver()  # no GPU: said in milliseconds, before any process starts
     # Note [model children started ahead]: PyTorch's mode processes import meanwhile
     if starts is None and options.pytorch and bench is None:
         starts = mode_starts(spec, options, bool(plans))

@@ -11,6 +11,7 @@ import difflib
 import importlib
 import inspect
 import os
+import re
 from typing import List, Optional, Tuple
 
 from ..core.capture import ModelSpec
@@ -237,21 +238,37 @@ def make_inputs(spec: ModelSpec, device: str):
 
 
 def parse_sizes(text: str) -> List[int]:
-    """"320:640:32" (start:stop:step, stop included) or "320,416,512": square sizes."""
+    """"320:640:32" (start:stop:step, stop included) or "320,416,512": square sizes, each
+    an ASCII integer from 1 to 65536, at most 256 of them. The count of a range is worked
+    out before any list is made, so a huge range is refused at once; UserError names the
+    text and what is valid."""
+    from ..core.workload_sizes import MAX_SIDE, MAX_SIZES
+
     t = str(text).strip()
-    try:
-        if ":" in t:
-            start, stop, step = (int(x) for x in t.split(":"))
-            if step < 1:
-                raise ValueError
-            sizes = list(range(start, stop + 1, step))
-        else:
-            sizes = [int(x) for x in t.split(",")]
-    except ValueError:
-        raise UserError(f"--sizes '{text}': expected START:STOP:STEP (e.g. 320:640:32) or "
-                        f"sizes separated by commas") from None
-    if not sizes or any(s < 1 or s > 65536 for s in sizes) or len(sizes) > 256:
-        raise UserError(f"--sizes '{text}': 1 to 256 sizes, each from 1 to 65536")
-    if len(set(sizes)) != len(sizes):
+    form = (f"--sizes '{text}': expected START:STOP:STEP (e.g. 320:640:32) or sizes "
+            f"separated by commas (e.g. 320,416,512), each an integer from 1 to {MAX_SIDE}")
+    parts = [x.strip() for x in t.split(":" if ":" in t else ",")]
+    # ASCII digits only: int() reads "٨" as 8, and a size typed so is not one we show back
+    if not t or any(not re.fullmatch(r"[0-9]+", x) for x in parts) or \
+            (":" in t and len(parts) != 3):
+        raise UserError(form)
+    # no int() of a thousand digits: a number past 65536 is refused by its length
+    values = [int(x) if len(x.lstrip("0")) <= 6 else MAX_SIDE + 1 for x in parts]
+    if ":" in t:
+        start, stop, step = values
+        if step < 1:
+            raise UserError(f"--sizes '{text}': STEP {parts[2]}: valid: an integer >= 1")
+        if not (1 <= start <= MAX_SIDE and 1 <= stop <= MAX_SIDE):
+            raise UserError(f"--sizes '{text}': START and STOP: valid: integers from 1 to "
+                            f"{MAX_SIDE}")
+        count = (stop - start) // step + 1 if stop >= start else 0
+        if not 1 <= count <= MAX_SIZES:
+            raise UserError(f"--sizes '{text}': {count} sizes; valid: 1 to {MAX_SIZES} "
+                            f"(START <= STOP, and a STEP that gives at most {MAX_SIZES})")
+        return list(range(start, stop + 1, step))
+    if any(not 1 <= v <= MAX_SIDE for v in values) or len(values) > MAX_SIZES:
+        raise UserError(f"--sizes '{text}': valid: 1 to {MAX_SIZES} sizes, each from 1 to "
+                        f"{MAX_SIDE}")
+    if len(set(values)) != len(values):
         raise UserError(f"--sizes '{text}': a size is listed twice")
-    return sizes
+    return values

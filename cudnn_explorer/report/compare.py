@@ -10,7 +10,7 @@ from ..core.problem import DIRECTIONS, ConvProblem
 from ..core.records import DirectionResult
 from ..core.exploration import Environment
 from ..core.choices import chosen
-from .format import fmt_ms, fmt_version, short_algo, short_tag, table, wrap
+from .format import ELIDED, distinct_tags, fmt_ms, fmt_version, short_algo, table, wrap
 
 __all__ = ["env_label", "render_compare", "shared_groups"]
 
@@ -36,33 +36,52 @@ def shared_groups(items: List[Tuple[ConvProblem, Environment, DirectionResult]])
     return shared, sorted({e for v in groups.values() for e in v})
 
 
+def _env_columns(labels: List[str], width: int = 22) -> Dict[str, str]:
+    """Each environment's label for the table's column: without the words every label
+    shares (the same cuDNN and torch everywhere: the GPU names alone; the line above the
+    table says them in full), cut to ``width`` with '~'."""
+    words = [label.split(" ") for label in labels]
+    common = set.intersection(*(set(w) for w in words)) if len(words) > 1 else set()
+    out = {}
+    for label, w in zip(labels, words):
+        short = " ".join(x for x in w if x not in common) or label
+        out[label] = short if len(short) <= width else short[:width - 1] + "~"
+    return out
+
+
 def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]) -> str:
     """``items``: (problem, environment, direction) from any number of environments; the
     problems and directions seen in two or more environments are compared."""
     shared, envs = shared_groups(items)
     lines = wrap(f"{len(envs)} environment(s): " + "; ".join(envs))
+    shown = _env_columns(envs)
     if not shared:
         lines.append("no problem and direction was measured in two or more environments: "
                      "nothing to compare")
         return "\n".join(lines) + "\n"
-    rows, agree_pick, agree_engine = [], 0, 0
+    rows, agree_pick, agree_engine, elided = [], 0, 0, False
     ids: Dict[ConvProblem, int] = {}
     for key, by_env in shared.items():
         first = key[0] not in ids
         n = ids.setdefault(key[0], len(ids) + 1)
         picks, engines = set(), set()
+        found = {label: chosen(d) for label, d in by_env.items()}
+        pick_tags = distinct_tags([c[0].engine_tag for c in found.values() if c[0]], 20)
+        engine_tags = distinct_tags([c[2].tag for c in found.values() if c[2]], 18)
+        elided |= any("~" in v.rstrip("~") for v in (*pick_tags.values(),
+                                                       *engine_tags.values()))
         for i, (label, d) in enumerate(sorted(by_env.items())):
-            pick, legacy, engine = chosen(d)
+            pick, legacy, engine = found[label]
             picks.add((pick.engine_tag or pick.legacy_algo) if pick else None)
             engines.add(engine.tag if engine else None)
             rows.append([f"#{n}" if i == 0 and first else "",
                          _SHORT[key[1]] if i == 0 else "",
-                         label[:34],
-                         short_tag(pick.engine_tag, 20) if pick and pick.engine_tag else "-",
+                         shown[label],
+                         pick_tags[pick.engine_tag] if pick and pick.engine_tag else "-",
                          fmt_ms(d.pick_ms(pick)) if pick else "-",
                          short_algo(legacy.algo_name, legacy.math_type, 16) if legacy else "-",
                          fmt_ms(legacy.time) if legacy else "-",
-                         short_tag(engine.tag, 18) if engine else "-",
+                         engine_tags[engine.tag] if engine else "-",
                          fmt_ms(engine.time) if engine else "-"])
         agree_pick += len(picks) == 1 and None not in picks
         agree_engine += len(engines) == 1 and None not in engines
@@ -74,4 +93,6 @@ def render_compare(items: List[Tuple[ConvProblem, Environment, DirectionResult]]
                   f"{agree_pick} of {len(shared)} problem-directions; the best engine config "
                   f"for {agree_engine} (times are steady-state medians per call, each "
                   f"environment's own)")
+    if elided:
+        lines += wrap(ELIDED)
     return "\n".join(lines) + "\n"

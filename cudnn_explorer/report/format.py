@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import textwrap
-from typing import List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import tabulate as _tabulate
 
@@ -14,6 +14,7 @@ __all__ = ["problem_text", "fmt_ms", "fmt_mib", "fmt_size", "fmt_err", "fmt_vers
            "describe_environment",
            "short_status", "short_math", "short_tag", "short_algo", "short_choice", "eager_ms",
            "timing_cells", "DIRECTION_TITLES", "FIND_CALLS", "MATH_ORDER", "TAG_WIDTH", "WIDTH",
+           "ELIDED", "distinct_tags",
            "wrap", "table", "grouped_rows", "search_time_text"]
 
 WIDTH = 120  # every default table and line fits a terminal this wide
@@ -157,16 +158,65 @@ def table(rows, headers) -> str:
         _tabulate.MIN_PADDING = saved
 
 
-def problem_text(p) -> str:
+ELIDED = ("~ inside a config: knobs left out, first those the same engine's other configs "
+          "in the table share, so that what differs shows; --json has the full tags")
+
+
+def distinct_tags(tags: Sequence[Optional[str]], width: int = TAG_WIDTH) -> Dict[str, str]:
+    """Each engine tag of ``tags`` (one table's, compared with each other) as a terminal
+    table shows it within ``width`` characters, without its operation prefix: whole where
+    it fits; else, where another tag of the same engine differs from it, with the knobs
+    they share left out (each run of them a '~') so that what differs shows, keeping as
+    many of the shared ones from the left as fit; else cut at the end (short_tag)."""
+    plain = {t: short_tag(t, 10**6) for t in tags if t}
+    out = {}
+    for tag, full in plain.items():
+        if len(full) <= width:
+            out[tag] = full
+            continue
+        engine, *knobs = full.split("_")
+        others = [o.split("_")[1:] for o in set(plain.values())
+                  if o != full and o.split("_")[0] == engine]
+        differ = [k for k in knobs if any(k not in o for o in others)]
+        if not others or not differ:
+            out[tag] = short_tag(tag, width)
+            continue
+        keep = set(differ)
+        for k in knobs:  # the shared knobs from the left, while they fit
+            if k not in keep and len(_elided(engine, knobs, keep | {k})) <= width:
+                keep.add(k)
+            elif k not in keep:
+                break
+        text = _elided(engine, knobs, keep)
+        while len(text) > width and keep:  # whole knobs off the end, never half of one
+            keep.discard(next(k for k in reversed(knobs) if k in keep))
+            text = _elided(engine, knobs, keep)
+        out[tag] = text if len(text) <= width else text[:width - 1] + "~"
+    return out
+
+
+def _elided(engine: str, knobs: List[str], keep) -> str:
+    text, gap = engine, False
+    for k in knobs:
+        if k in keep:
+            text += ("~" if gap else "_") + k
+            gap = False
+        else:
+            gap = True
+    return text + ("~" if gap else "")
+
+
+def problem_text(p, kind: bool = True) -> str:
     """A compact problem: input, weight, then what is not the default (padding p, stride s,
-    dilation d, groups g), dtype, layout."""
+    dilation d, groups g), dtype, layout (without these two unless ``kind``: a table whose
+    problems share them says them once)."""
     x = "x".join(map(str, p.input_shape))
     w = "x".join(map(str, p.weight_shape))
     extra = "" if set(p.padding) == {0} else f" p{'x'.join(map(str, p.padding))}"
     extra += "" if set(p.stride) == {1} else f" s{'x'.join(map(str, p.stride))}"
     extra += "" if set(p.dilation) == {1} else f" d{'x'.join(map(str, p.dilation))}"
     extra += "" if p.groups == 1 else f" g{p.groups}"
-    return f"{x} * {w}{extra} {p.dtype} {p.layout}"
+    return f"{x} * {w}{extra}" + (f" {p.dtype} {p.layout}" if kind else "")
 
 
 def search_time_text(t: SearchTime, counts: bool = False) -> str:

@@ -11,8 +11,8 @@ Each function returns a matplotlib Figure whose artists carry labels (the tests 
 * ``environments``: problems x environments, colour = the time of each environment's
   PyTorch benchmark pick relative to the fastest pick among the environments, each cell
   naming the plan (or algorithm) picked.
-* ``gaps``: for a model sweep, the time PyTorch's benchmark pick leaves per iteration
-  against the best found, per problem-direction, sorted, with the cumulative sum.
+
+A model sweep's plots (gaps, and a roofline of all its problems) are in report/sweep_plots.py.
 """
 from __future__ import annotations
 
@@ -23,11 +23,9 @@ from ..core import analysis
 from ..core.stats import pareto_front
 from ..core.records import DirectionResult, rankable
 from ..core.exploration import Exploration
-from ..core.sweep import ModelSweep
-from ..core.choices import sweep_totals
 from .format import short_tag
 
-__all__ = ["pareto", "roofline", "gaps", "environments", "save"]
+__all__ = ["pareto", "roofline", "environments", "save"]
 
 MIB = 2**20
 
@@ -68,7 +66,7 @@ def _pick_point(d: DirectionResult, mode: str) -> Optional[Tuple[float, float, s
 def pareto(exp: Exploration, title: str = ""):
     plt = _plt()
     dirs = [d for d in exp.directions if _points(d)]
-    fig, axes = plt.subplots(1, max(len(dirs), 1), figsize=(5 * max(len(dirs), 1), 4.2),
+    fig, axes = plt.subplots(1, max(len(dirs), 1), figsize=(5 * max(len(dirs), 1), 5.4),
                              squeeze=False)
     data = {"plot": "pareto", "x": "workspace MiB", "y": "steady-state median ms",
             "directions": {}}
@@ -87,8 +85,14 @@ def pareto(exp: Exploration, title: str = ""):
                 ax.scatter(xs, ys, s=12, c=colour, alpha=0.6,
                            label="legacy algorithms" if kind == "legacy" else "engine configs")
         front = pareto_front([(p[0], p[1]) for p in pts])
-        ax.plot([f[0] for f in front], [f[1] for f in front], "-o", c="tab:green", ms=7,
-                mfc="none", label="Pareto frontier", drawstyle="steps-post")
+        # the frontier runs on to the largest workspace: nothing there is faster than its
+        # last point (a frontier of one point, configs that need no workspace, is a line too)
+        right = max(max(p[0] for p in pts), 1.0)
+        ax.plot([f[0] for f in front] + [right], [f[1] for f in front] + [front[-1][1]],
+                "-", c="tab:green", lw=1.5, drawstyle="steps-post", zorder=4,
+                label="Pareto frontier")
+        ax.scatter([f[0] for f in front], [f[1] for f in front], s=60, facecolors="none",
+                   edgecolors="tab:green", linewidths=1.5, zorder=4)
         # the heuristic pick as a hollow diamond, the benchmark pick's star drawn inside it
         for mode, marker, size, face, name in (
                 ("heuristic", "D", 160, "none", "PyTorch's heuristic pick"),
@@ -103,7 +107,9 @@ def pareto(exp: Exploration, title: str = ""):
         ax.set_xlabel("workspace (MiB; log above 0.01)")
         ax.set_ylabel("steady-state median (ms, log)")
         ax.set_title(d.direction)
-        ax.legend(fontsize=6)
+        # below the axes: inside, it covered the points at 0 MiB, where the fast ones are
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=1,
+                  frameon=False)
     fig.suptitle(_wrapped(title or _describe(exp), 40 * max(len(dirs), 1)), fontsize=8)
     fig.tight_layout()
     fig.cudnn_explorer_data = data
@@ -150,43 +156,6 @@ def roofline(exp: Exploration, title: str = ""):
     ax.set_title(_wrapped(title or _describe(exp), 90), fontsize=7)
     fig.tight_layout()
     fig.cudnn_explorer_data = data
-    return fig
-
-
-def gaps(sw: ModelSweep, title: str = ""):
-    """Bars: ms per iteration PyTorch's benchmark pick leaves against the best found, per
-    problem-direction, largest first; line: their cumulative sum."""
-    plt = _plt()
-    cap = sw.capture
-    items = []
-    for r in sweep_totals(sw).rows:  # those with a pick's time and a legacy or engine one
-        if r.gap_ms is None or (r.legacy_ms is None and r.engine_ms is None):
-            continue
-        u = cap.problems[r.index]
-        items.append((r.gap_ms, f"#{r.index + 1} {r.direction} {u.layers[0] if u.layers else ''}"))
-    items.sort(reverse=True)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.25 * len(items) + 2), 4.5))
-    xs = list(range(len(items)))
-    ax.bar(xs, [g for g, _ in items], color="tab:red", label="left per iteration (ms)")
-    total, cum = 0.0, []
-    for g, _ in items:
-        total += g
-        cum.append(total)
-    ax2 = ax.twinx()
-    ax2.plot(xs, cum, "-o", ms=2, c="black", label="cumulative (ms)")
-    ax.set_xticks(xs, [name for _, name in items], rotation=90, fontsize=6)
-    ax.set_ylabel("ms per iteration left by PyTorch's pick")
-    ax2.set_ylabel("cumulative ms per iteration")
-    ax2.set_ylim(bottom=0)  # the sum from nothing, as the bars
-    ax.set_title(_wrapped(title or f"{cap.model.describe()}: where PyTorch's benchmark "
-                          f"picks leave time", 90), fontsize=8)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="center right")
-    fig.tight_layout()
-    fig.cudnn_explorer_data = {"plot": "gaps", "unit": "ms per iteration",
-                               "bars": [dict(name=n, ms=g) for g, n in items],
-                               "cumulative": cum}
     return fig
 
 

@@ -302,6 +302,7 @@ def render_info(info: dict) -> str:
         lines.append(f"CUDA driver: {r['cuda_driver']}")
     for g in info.get("gpus", []):
         lines.append(f"GPU {g['index']}: {g['name']} (compute capability {g['cc']})")
-    if not info.get("gpus"):
-        lines.append(f"GPU: none usable ({info.get('gpu_error', 'no CUDA device visible')})")
+    if not info.get("gpus"):  # torch's reason can run to 170 columns: wrapped
+        lines += wrap(f"GPU: none usable ({info.get('gpu_error', 'no CUDA device visible')})",
+                      "")
     return "\n".join(lines)

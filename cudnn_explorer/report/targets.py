@@ -6,7 +6,7 @@ from typing import Dict, List, Optional
 
 from ..core.problem import ConvProblem
 from ..core.targets import DEFAULT_BENCHMARK_LIMIT, TargetRanking
-from .format import DIRECTION_TITLES, table, wrap
+from .format import DIRECTION_TITLES, ELIDED, distinct_tags, table, wrap
 
 __all__ = ["render_targets", "render_target_matrix", "plot_target_matrix", "target_matrix"]
 
@@ -38,9 +38,15 @@ def render_targets(problem: ConvProblem, rankings: List[TargetRanking], cudnn: s
         lines += wrap(f"MEASURED beside a pick: the steady-state median of the same engine "
                       f"config on that GPU, from the results store "
                       f"({', '.join(sorted(measured))})")
+    elided = False
     for direction in dict.fromkeys(r.direction for r in rankings):
         rows = []
         picks = {}
+        ours = [x for x in rankings if x.direction == direction and x.ok]
+        shown = distinct_tags([t for x in ours for t in (
+            x.a[0].name if x.a else None,
+            _name(x.heuristic_pick(problem.dtype, problem.tf32, deterministic)))], 24)
+        elided |= any("~" in v.rstrip("~") for v in shown.values())
         for r in (x for x in rankings if x.direction == direction):
             name = r.target + ("*" if r.synthesized else "")
             if not r.ok:
@@ -52,8 +58,8 @@ def render_targets(problem: ConvProblem, rankings: List[TargetRanking], cudnn: s
             bench = r.benchmark_candidates(problem.dtype, problem.tf32, limit)
             picks[r.target] = pick.name if pick else None
             ms = (measured or {}).get(r.device_name, {}).get(pick.name) if pick else None
-            rows.append([name, r.compute_capability, str(r.sm_count), _cut(top),
-                         _cut(pick.name if pick else None)
+            rows.append([name, r.compute_capability, str(r.sm_count), shown.get(top, "-"),
+                         shown.get(_name(pick), "-")
                          + (f" ({ms:.4f} ms)" if ms is not None else ""),
                          f"{len(bench)} of {len(r.candidates())}", ""])
         for row in rows:
@@ -69,7 +75,13 @@ def render_targets(problem: ConvProblem, rankings: List[TargetRanking], cudnn: s
             lines += wrap(f"   {len(distinct)} different heuristic picks across {len(picks)} "
                           f"targets" if len(distinct) > 1 else
                           "   every target gets the same heuristic pick")
+    if elided:
+        lines += wrap(ELIDED)
     return "\n".join(lines) + "\n"
+
+
+def _name(plan) -> Optional[str]:
+    return plan.name if plan is not None else None
 
 
 def _engine(plan) -> str:

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence
 
-from ..core.errors import ExplorerError
+from ..core.errors import ExplorerError, UserError
 from ..core.files import cache_home
 from ..core.options import ExploreOptions
 from ..core.problem import DIRECTIONS, ConvProblem
@@ -29,8 +29,8 @@ from ..core.exploration import Environment, Exploration, Measurement
 from ..core.schema import utc_now
 from ..core.version import __version__
 
-__all__ = ["Store", "StoreError", "SCHEMA_VERSION", "default_path", "env_key", "options_key",
-           "problem_key"]
+__all__ = ["Store", "StoreError", "NamedStoreError", "SCHEMA_VERSION", "default_path",
+           "env_key", "options_key", "problem_key"]
 
 SCHEMA_VERSION = 3
 # Each entry moves a store from version i to i + 1 (index i); version 0 is an empty file.
@@ -78,6 +78,13 @@ class StoreError(ExplorerError):
     exit_code = 3
 
 
+class NamedStoreError(StoreError, UserError):
+    """A store the user named (--store PATH) that is no results store: a file of something
+    else, or a folder. Exit 2: the user's file, as a missing one is."""
+
+    exit_code = 2
+
+
 def default_path() -> str:
     return os.path.join(cache_home(), "results.db")
 
@@ -107,7 +114,10 @@ def options_key(o: ExploreOptions) -> str:
 class Store:
     """One SQLite store. Use as a context manager, or call close()."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, named: bool = False):
+        """Open (or create) the store at ``path``. ``named``: the user named it, so a file
+        that is no store (or a folder) is their mistake, NamedStoreError (exit 2); a locked
+        or unreadable one stays the machine's, StoreError (exit 3)."""
         self.path = path
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -129,6 +139,10 @@ class Store:
                 raise sqlite3.OperationalError(f"journal mode {mode}, not WAL")
             self._migrate()
         except sqlite3.DatabaseError as e:
+            if named and (os.path.isdir(path) or not isinstance(e, sqlite3.OperationalError)):
+                what = "a folder" if os.path.isdir(path) else str(e)
+                raise NamedStoreError(f"results store '{path}': {what}; valid: a results "
+                                      f"store that cudnn_explorer wrote") from None
             raise StoreError(f"results store '{path}': {e}") from None
         except OSError as e:
             raise StoreError(f"results store '{path}': {e.strerror}") from None
