@@ -327,7 +327,7 @@ struct PinnedConvBackwardBackward : public torch::autograd::Node {
     torch::autograd::variable_list out(3);
     const Tensor &ggI = grads[0], &ggW = grads[1], &ggb = grads[2];
     const Tensor go = grad_output_.unpack(), x = input_.unpack(), w = weight_.unpack();
-    if (should_compute_output(0)) {
+    if (task_should_compute_output(0)) {
       Tensor ggO;
       if (ggI.defined()) {
         ggO = conv_op().call(ggI, w, std::nullopt, stride, padding, dilation, transposed,
@@ -343,12 +343,12 @@ struct PinnedConvBackwardBackward : public torch::autograd::Node {
       }
       out[0] = std::move(ggO);
     }
-    if (should_compute_output(1) && ggW.defined()) {
+    if (task_should_compute_output(1) && ggW.defined()) {
       out[1] = std::get<0>(conv_backward_op().call(go, x, ggW, stride, padding, dilation,
                                                    transposed, output_padding, groups,
                                                    {true, false, false}));
     }
-    if (should_compute_output(2) && ggI.defined()) {
+    if (task_should_compute_output(2) && ggI.defined()) {
       out[2] = std::get<1>(conv_backward_op().call(go, ggI, w, stride, padding, dilation,
                                                    transposed, output_padding, groups,
                                                    {false, true, false}));
@@ -373,8 +373,11 @@ struct PinnedConvBackward : public torch::autograd::Node {
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     torch::autograd::variable_list out(3);
     if (!grads[0].defined()) return out;
-    const std::array<bool, 3> mask{should_compute_output(0), should_compute_output(1),
-                                   bias && should_compute_output(2)};
+    // task_should_compute_output, as ATen's generated nodes ask: should_compute_output
+    // says only that an edge exists, and torch.autograd.grad(out, x) then computed the
+    // weights' gradients too (a backward-filter per layer that nobody asked for)
+    const std::array<bool, 3> mask{task_should_compute_output(0), task_should_compute_output(1),
+                                   bias && task_should_compute_output(2)};
     if (!mask[0] && !mask[1] && !mask[2]) return out;
     auto r = conv_backward_op().call(grads[0], input_.unpack(), weight_.unpack(), stride,
                                      padding, dilation, transposed, output_padding, groups,

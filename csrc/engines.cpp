@@ -227,7 +227,19 @@ ConfigResult EngineSearch::measure(ConfigResult r, bool time, const TimingOption
   const int64_t idx = r.plan_index;
   int64_t ws_bytes = 0;
   c10::DataPtr ws;
-  auto st = I.workspace(idx, &ws_bytes, &ws);
+  fe::error_t st;
+  try {
+    st = I.workspace(idx, &ws_bytes, &ws);
+  } catch (const c10::OutOfMemoryError&) {
+    // Note [workspace that does not fit]: a config whose workspace the GPU's free memory
+    // cannot hold is recorded as such and the search goes on, in this process (as
+    // PyTorch skips such a candidate); it used to end the worker process, and every
+    // config of that kind cost a new worker (or, out of memory, the search).
+    r.status = "workspace did not fit";
+    r.message = cat("its workspace of ", ws_bytes / (1024.0 * 1024.0),
+                    " MiB did not fit in the GPU's free memory");
+    return r;
+  }
   if (!st.is_good()) {
     r.status = "workspace query failed";
     r.message = err(st);

@@ -372,3 +372,30 @@ def test_a_saved_pinned_model_loads_and_runs_without_the_extension(tmp_path):
     assert "pinned convolutions run PyTorch's own convolution" in r.stdout or \
         "run PyTorch's own convolution" in r.stdout, r.stdout
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), want)
+
+
+def test_a_gradient_to_the_input_alone_computes_no_weight_gradient():
+    """torch.autograd.grad(out, x) asks each pinned backward for the input's gradient
+    only, as ATen's convolution backward is asked (its weights' were computed too)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    masks = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "convolution_backward" in str(func) or "conv_backward" in str(func):
+                masks.append((str(func).split(".")[0], list(args[-1])))
+            return func(*args, **(kwargs or {}))
+
+    for pinned in (True, False):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.SiLU(), nn.Conv2d(4, 4, 3))
+        if pinned:
+            from cudnn_explorer.pinning.modules import pin
+
+            pin(net, _plans(2))
+        x = torch.randn(2, 3, 8, 8, requires_grad=True)
+        with _quiet(), Log():
+            torch.autograd.grad(net(x).sum(), x)
+    assert masks == [("cudnn_explorer", [True, False, False])] * 2 + \
+        [("aten", [True, False, False])] * 2, masks
