@@ -276,8 +276,20 @@ def test_the_driver_probe_says_no_only_when_sure(monkeypatch, lib, visible, reas
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    got = no_gpu_reason(lambda: lib)
+    got = no_gpu_reason(lambda: lib, gpus=lambda: None)
     assert got == reason if reason is None else reason in got
+
+
+def test_the_driver_probe_leaves_a_listed_gpu_to_torch_without_cuinit(monkeypatch):
+    """Where the kernel driver lists a GPU, libcuda is not even loaded (no cuInit in a
+    process that will fork, or in the API's caller); CUDA_VISIBLE_DEVICES still counts."""
+    def load():
+        raise AssertionError("libcuda loaded although a GPU is listed")
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert no_gpu_reason(load, gpus=lambda: 2) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert "hides every GPU" in no_gpu_reason(load, gpus=lambda: 2)
 
 
 GPU_VERBS = [["--shape", "1,3,8,8"], ["--shape", "1,3,8,8", "--store", "STORE"],
@@ -422,3 +434,15 @@ def test_model_json_dash_on_the_cpu_is_the_capture_alone():
 
     cap = Capture.from_json_dict(json.loads(r.stdout))  # the whole of stdout
     assert len(cap.problems) > 5 and "wrote" not in r.stderr
+
+
+@pytest.mark.parametrize("argv", [["--shape", "1,3,8,8", "--target", "PROF", "--json", "PROF"],
+                                  ["model", "resnet50", "--target", "l4,PROF", "--json",
+                                   "PROF"]], ids=["problem", "model"])
+def test_a_target_profile_file_is_never_written_over(tmp_path, argv):
+    prof = tmp_path / "prof.json"
+    shutil.copy(os.path.join(REPO, "data", "devices", "nvidia-a100-sxm4-80gb.json"), prof)
+    before = prof.read_bytes()
+    r = run_cli(*[str(prof) if a == "PROF" else a.replace("PROF", str(prof)) for a in argv])
+    assert r.returncode == 2 and "--target profile" in r.stderr, r.stderr
+    assert prof.read_bytes() == before

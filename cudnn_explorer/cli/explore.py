@@ -109,7 +109,10 @@ def run(argv: List[str]) -> int:
     one_stdout([(a.json, "--json"), (a.csv, "--csv")])  # both "-": refused
     distinct_outputs([(a.json, "--json"), (a.csv, "--csv"),
                       (a.dump_device_profile, "--dump-device-profile")])
-    reads = store_read(a.store, not a.no_store) + [(a.load, "the saved result")]
+    from .targets import profile_files
+
+    reads = store_read(a.store, not a.no_store) + [(a.load, "the saved result")] + \
+        profile_files(a.target)
     check_output_path(a.json, "--json", reads)
     check_output_path(a.csv, "--csv", reads)
     from ..report import export, tables

@@ -125,9 +125,11 @@ def run(argv: List[str]) -> int:
 
         return render_saved(parser, a, flags, "sweep", ModelSweep.from_json, render_sweep)
     check_rules(RULES, flags)
-    reads = [(a.plans, "the plan file")] + store_read(a.store, not a.no_store)
+    from .targets import profile_files, profiles
+
+    reads = [(a.plans, "the plan file")] + store_read(a.store, not a.no_store) + \
+        profile_files(a.target)
     check_output_path(a.plot, "--plot", reads)
-    from .targets import profiles
 
     target_profiles = profiles(a.target) if a.target else None
     spec = model_spec_from_args(a)
@@ -260,7 +262,10 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
         if bar is None or kind != "info":
             notify(kind, text)
 
-    def save(sw):  # "--json -" is written once, at the end
+    last = []  # the sweep as last saved, for "--json -" when interrupted
+
+    def save(sw):  # "--json -" is written once, at the end (or at an interruption)
+        last[:] = [sw]
         if a.json and a.json != "-":
             write_output(sw.to_json() + "\n", a.json, "--json", quiet=True)
 
@@ -275,7 +280,10 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()
-        kept = [f"'{a.json}'"] if a.json else []
+        if a.json == "-" and last:  # stdout carries what finished, and only that
+            write_output(last[0].to_json() + "\n", "-", "--json", quiet=True)
+        kept = ([f"'{a.json}'"] if a.json != "-" else ["stdout"] if last else []) \
+            if a.json else []
         if store.use:
             from ..store.db import default_path
 

@@ -3,13 +3,16 @@ measured), the notes and warnings of a job as one line each on stderr, and progr
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
+import textwrap
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from ..core.errors import UserError
 from ..core.files import write_atomic
+from ..report.format import WIDTH
 
 __all__ = ["check_output_path", "same_file", "distinct_outputs", "one_stdout", "write_output", "say", "notify",
            "progress_lines", "plot_paths", "error", "process_age_s"]
@@ -108,12 +111,15 @@ def progress_lines(verbose: bool, quiet: bool):
     line overwritten in place on a terminal, else none; ``done()`` clears the line."""
     t_start = time.perf_counter()
 
-    def plain(msg):
-        print(f"cudnn_explorer: [{time.perf_counter() - t_start:6.1f} s] {msg}",
+    def plain(msg):  # wrapped at 120 columns, the continuation under the message
+        line = f"cudnn_explorer: [{time.perf_counter() - t_start:6.1f} s] {msg}"
+        print("\n".join(textwrap.wrap(line, WIDTH, subsequent_indent=" " * 27,
+                                       break_on_hyphens=False)) or line,
               file=sys.stderr, flush=True)
 
-    def overwrite(msg):
-        sys.stderr.write(f"\r\033[K{msg}")
+    def overwrite(msg):  # one terminal line: cut to its width, or \r cannot clear it
+        cols = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns) - 1
+        sys.stderr.write(f"\r\033[K{msg if len(msg) <= cols else msg[:cols - 1] + '~'}")
         sys.stderr.flush()
 
     progress: Optional[Callable[[str], None]] = plain if verbose else (

@@ -2,6 +2,7 @@
 other GPUs from their device profiles; nothing is measured and no GPU is needed."""
 from __future__ import annotations
 
+import os
 import sys
 
 from ..core.targets import resolve_targets, shipped_profiles
@@ -14,6 +15,15 @@ __all__ = ["run_targets", "run_model_targets", "profiles"]
 def profiles(text: str):
     """The device profiles --target names (UserError for an unknown one)."""
     return resolve_targets(text)
+
+
+def profile_files(text) -> list:
+    """[(path, what)] for the --target entries that are profile files (read by the
+    command: check_output_path refuses writing over them)."""
+    if not text:
+        return []
+    return [(t.strip(), "the --target profile") for t in str(text).split(",")
+            if os.path.sep in t.strip() or t.strip().endswith(".json")]
 
 
 def run_targets(a, problem_from_args) -> int:

@@ -5,7 +5,8 @@ this module does not understand is left to torch's own check (native.require_gpu
 follows.
 
 cuInit here is the call torch makes first anyway; it creates no context and allocates no
-GPU memory, and every process of ours is started by exec (never forked after it).
+GPU memory, and every process of ours is started by exec (never forked after it). It is
+made only where the kernel driver lists no GPU (Note [no cuInit where a GPU is listed]).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Callable, Optional
 __all__ = ["no_gpu_reason", "DRIVER_LIBRARY"]
 
 DRIVER_LIBRARY = "libcuda.so.1"
+_PROC_DRIVER = "/proc/driver/nvidia"
 # CUresult codes that mean "no usable GPU here" (cuda.h)
 _NO_GPU = {35: "CUDA_ERROR_INSUFFICIENT_DRIVER", 100: "CUDA_ERROR_NO_DEVICE",
            101: "CUDA_ERROR_INVALID_DEVICE", 803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
@@ -29,13 +31,32 @@ def _load() -> Optional[ctypes.CDLL]:
         return None
 
 
-def no_gpu_reason(load: Callable[[], Optional[object]] = _load) -> Optional[str]:
+def _proc_gpus() -> Optional[int]:
+    """How many GPUs the NVIDIA kernel driver lists (/proc/driver/nvidia/gpus), or None
+    where it lists none there (no driver, a container without /proc's driver files,
+    WSL)."""
+    try:
+        return len(os.listdir(os.path.join(_PROC_DRIVER, "gpus"))) or None
+    except OSError:
+        return None
+
+
+def no_gpu_reason(load: Callable[[], Optional[object]] = _load,
+                  gpus: Callable[[], Optional[int]] = _proc_gpus) -> Optional[str]:
     """Why this machine surely has no usable CUDA GPU, in words, or None when it may have
     one (or the driver's answer is not one this function knows). ``load``: the driver
-    library (ctypes), or None where it cannot be loaded; tests give a fake one."""
+    library (ctypes), or None where it cannot be loaded; ``gpus``: the GPUs the kernel
+    driver lists; tests give fakes. Note [no cuInit where a GPU is listed]: where the
+    kernel driver lists a GPU the answer is None without loading libcuda, so that a
+    process that will use its GPU (or a caller's process, through the API) is not made
+    to initialise the CUDA driver ahead of torch (a fork after cuInit breaks CUDA in the
+    child, and torch sets its lazy module loading before its own cuInit)."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) is not None and \
             os.environ["CUDA_VISIBLE_DEVICES"].strip() in ("", "-1"):
         return "CUDA_VISIBLE_DEVICES hides every GPU"
+    if gpus():
+        return None
+    os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")  # as torch sets it before cuInit
     lib = load()
     if lib is None:
         return f"no NVIDIA driver: {DRIVER_LIBRARY} cannot be loaded"
