@@ -56,7 +56,7 @@ def test_compare_command_reads_the_store_and_files(tmp_path):
     r = run_cli("compare", "--no-store", "--file", REF, "--gpu", "A100")
     assert r.returncode == 2 and "no results" in r.stderr
     notdb = tmp_path / "notes.txt"  # a store the user named that is no store: their
-    # mistake, exit 2, as a missing one is (issue 66)
+    # mistake, exit 2, as a missing one is
     notdb.write_text("not a database\n" * 100)
     r = run_cli("compare", "--store", str(notdb), "--file", REF)
     lines = r.stderr.strip().splitlines()

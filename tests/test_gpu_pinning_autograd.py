@@ -6,21 +6,13 @@ the counts (pytest -s shows them)."""
 import pytest
 
 from conftest import requires_cuda
-from pinning_helpers import heuristic_plans
+from pinning_helpers import AUTOGRAD_CASES, heuristic_plans
 
 pytestmark = requires_cuda
 
-# name: (input shape, weight shape, stride, padding, dilation, transposed, output_padding,
-#        groups), float64 on the GPU
-CASES = {
-    "forward": ((2, 3, 6, 6), (4, 3, 3, 3), [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
-    "transposed": ((2, 4, 4, 4), (4, 3, 3, 3), [2, 2], [1, 1], [1, 1], True, [1, 1], 1),
-    "grouped": ((2, 4, 5, 5), (6, 2, 3, 3), [1, 1], [1, 1], [1, 1], False, [0, 0], 2),
-    "dilated": ((2, 2, 7, 7), (3, 2, 3, 3), [1, 1], [2, 2], [2, 2], False, [0, 0], 1),
-    "1-D": ((2, 3, 9), (4, 3, 3), [1], [1], [1], False, [0], 1),
-    "3-D": ((1, 2, 4, 4, 4), (2, 2, 3, 3, 3), [1, 1, 1], [1, 1, 1], [1, 1, 1], False,
-            [0, 0, 0], 1),
-}
+# the convolutions of the GPU checks (float64), a subset of the CPU tests
+CASES = {k: AUTOGRAD_CASES[k] for k in ("forward", "transposed", "grouped", "dilated", "1-D",
+                                        "3-D")}
 
 
 def _report(name, err, counts):

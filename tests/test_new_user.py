@@ -1,4 +1,4 @@
-"""What a new user meets on a machine without a GPU (issue 66): no command loses a file it
+"""What a new user meets on a machine without a GPU: no command loses a file it
 read, "-" means stdout carries the file alone, short aliases are checked as their long
 forms, huge or empty --sizes and --plans are refused at once, one line per error, files
 that are wrong are refused by name, a store the user named that is no store is their

@@ -12,26 +12,12 @@ import warnings
 import pytest
 
 from conftest import requires_ext
+from pinning_helpers import AUTOGRAD_CASES
 
 pytestmark = requires_ext
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
-
-# name: (input shape, weight shape, stride, padding, dilation, transposed, output_padding,
-#        groups)
-AUTOGRAD_CASES = {
-    "forward": ((2, 3, 6, 6), (4, 3, 3, 3), [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
-    "strided": ((2, 2, 7, 6), (3, 2, 3, 2), [2, 1], [1, 0], [1, 1], False, [0, 0], 1),
-    "transposed": ((2, 4, 4, 4), (4, 3, 3, 3), [2, 2], [1, 1], [1, 1], True, [1, 1], 1),
-    "grouped": ((2, 4, 5, 5), (6, 2, 3, 3), [1, 1], [1, 1], [1, 1], False, [0, 0], 2),
-    "dilated": ((2, 2, 7, 7), (3, 2, 3, 3), [1, 1], [2, 2], [2, 2], False, [0, 0], 1),
-    "1-D": ((2, 3, 9), (4, 3, 3), [1], [1], [1], False, [0], 1),
-    "3-D": ((1, 2, 4, 4, 4), (2, 2, 3, 3, 3), [1, 1, 1], [1, 1, 1], [1, 1, 1], False,
-            [0, 0, 0], 1),
-    "transposed-grouped": ((1, 4, 3, 3), (4, 1, 2, 2), [2, 2], [0, 0], [1, 1], True, [0, 0],
-                           2),
-}
 
 
 def _tensors(case, seed=0, device="cpu", dtype=torch.float64):
