@@ -52,7 +52,7 @@ def test_the_notes_figures_come_from_the_reference_sweep():
 
 
 def test_the_h200_sweep_cut_on_first_launches_alone_and_cut_none_whose_median_stayed():
-    # docs/benchmarks.md quotes these from the H200's sweep with the one-launch cut
+    # docs/benchmarks.md ("Where a search's time goes") quotes these from the H200's sweep
     from cudnn_explorer.core.documents import saved_explorations
 
     lines = round_stats.stats(saved_explorations(H200, "FILE"), False, [(0.1, 0.2, 0.5)],
@@ -69,7 +69,8 @@ def test_the_plan_builds_figures_come_from_the_reference_files():
     from cudnn_explorer.core.documents import saved_explorations
 
     # the README's bfloat16 problem, quick profile: its engine time is run-time compiled
-    # builds of configs that every round sent away (docs/benchmarks.md, "The same answers")
+    # builds of configs that every round sent away (docs/benchmarks.md, "Where a search's time
+    # goes")
     lines = round_stats.builds(saved_explorations(BF16_QUICK, "FILE"))
     assert lines[:3] == [
         "plan builds: 293 engine configs built in 39.1 s",
