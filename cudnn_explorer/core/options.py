@@ -106,7 +106,7 @@ class ExploreOptions:
     # False (a model sweep's quick profile): PyTorch's run of a model leaves out benchmark
     # mode with every candidate timed (benchmark_limit 0), as advise does; the sweep
     # itself times every candidate PyTorch lists. On the H200 that mode's process took
-    # 9.4 s of a 125.7 s ResNet-50 sweep (docs/benchmarks.md). A single problem's
+    # 9.4 s of a 125.7 s ResNet-50 sweep. A single problem's
     # children are not affected.
     every_candidate_mode: bool = _option(True, "--profile", "True or False", "bool")
     # False (a model sweep's quick profile): cudnnFind runs under PyTorch's math type only,
@@ -204,7 +204,7 @@ PROFILES = {"quick": dict(staged=True), "thorough": dict(staged=False)}
 # TENSOR_OP_MATH_ALLOW_CONVERSION), PyTorch's math type's row of the same algorithm was
 # within 5.2% of it (median 0.3-0.4%), and the report's best legacy row prefers
 # PyTorch's candidates within 3% anyway (core/choices.py). A single problem's profiles
-# and the model's thorough one keep every math type (docs/benchmarks.md).
+# and the model's thorough one keep every math type.
 MODEL_PROFILES = {"quick": dict(staged=True, budget_ms=10.0, engine_budget_s=60.0,
                                 engine_sampling=False, every_candidate_mode=False,
                                 every_math_type=False),
