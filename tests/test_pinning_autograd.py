@@ -385,3 +385,42 @@ def test_a_gradient_to_the_input_alone_computes_no_weight_gradient():
             torch.autograd.grad(net(x).sum(), x)
     assert masks == [("cudnn_explorer", [True, False, False])] * 2 + \
         [("aten", [True, False, False])] * 2, masks
+
+
+def test_the_eager_call_releases_the_gil():
+    """While one thread is inside a pinned call (here a CPU convolution of a tenth of a
+    second or more, PyTorch's own), another Python thread keeps running: the eager entry
+    releases the GIL, as ATen's bindings do (a plan build can take seconds). Held, the
+    other thread would run for one switch interval (5 ms) at most."""
+    import threading
+    import time
+
+    from cudnn_explorer.pinning import functional
+
+    x, w = torch.randn(8, 64, 96, 96), torch.randn(64, 64, 5, 5)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    ticks, go, done = [0], threading.Event(), threading.Event()
+
+    def count():
+        go.wait()
+        while not done.is_set():
+            ticks[0] += 1
+
+    t = threading.Thread(target=count)
+    t.start()
+    try:
+        with _quiet():
+            functional.call(x[:1], w, None, [1, 1], [2, 2], [1, 1], False, [0, 0], 1)  # warm
+            go.set()
+            time.sleep(0.05)  # the counter alone (sleep releases the GIL): its rate
+            rate = ticks[0] / 0.05
+            start, t0 = ticks[0], time.perf_counter()
+            functional.call(x, w, None, [1, 1], [2, 2], [1, 1], False, [0, 0], 1)
+            took, during = time.perf_counter() - t0, ticks[0] - start
+    finally:
+        done.set()
+        t.join()
+        torch.set_num_threads(threads)
+    assert took > 0.05, took  # long enough to tell one switch interval from the call
+    assert during > 0.25 * rate * took, (during, rate, took)
