@@ -260,7 +260,7 @@ class FakeDriver:
 
 
 @pytest.mark.parametrize("lib,visible,reason", [
-    (None, None, "no NVIDIA driver: libcuda.so.1 cannot be loaded"),
+    (None, None, "no NVIDIA driver: libcuda.so.1 not found"),
     (FakeDriver(init=100), None, "the NVIDIA driver says CUDA_ERROR_NO_DEVICE"),
     (FakeDriver(init=35), None, "CUDA_ERROR_INSUFFICIENT_DRIVER"),
     (FakeDriver(count=0), None, "the NVIDIA driver sees no GPU"),

@@ -16,8 +16,7 @@ def require_driver() -> None:
     reason = no_gpu_reason()
     if reason:
         raise MissingDependencyError(
-            f"no usable CUDA GPU ({reason}); run on a machine with an NVIDIA GPU and driver "
-            f"(nvidia-smi must list it)")
+            f"no usable CUDA GPU ({reason}); run where nvidia-smi lists a GPU")
 
 
 def measuring():

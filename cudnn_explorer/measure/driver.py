@@ -59,7 +59,7 @@ def no_gpu_reason(load: Callable[[], Optional[object]] = _load,
     os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")  # as torch sets it before cuInit
     lib = load()
     if lib is None:
-        return f"no NVIDIA driver: {DRIVER_LIBRARY} cannot be loaded"
+        return f"no NVIDIA driver: {DRIVER_LIBRARY} not found"
     try:
         rc = int(lib.cuInit(0))
         if rc in _NO_GPU:
@@ -68,7 +68,7 @@ def no_gpu_reason(load: Callable[[], Optional[object]] = _load,
             return None
         count = ctypes.c_int(-1)
         if int(lib.cuDeviceGetCount(ctypes.byref(count))) == 0 and count.value == 0:
-            return "the NVIDIA driver sees no GPU; check CUDA_VISIBLE_DEVICES and nvidia-smi"
+            return "the NVIDIA driver sees no GPU; check CUDA_VISIBLE_DEVICES"
     except (AttributeError, OSError, TypeError, ValueError):
         return None
     return None

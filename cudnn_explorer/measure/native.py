@@ -64,8 +64,7 @@ def require_gpu(device: int = 0):
     except Exception as e:  # torch raises several types for a missing driver / GPU
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MissingDependencyError(
-            f"no usable CUDA GPU ({reason}); run on a machine with an NVIDIA GPU and "
-            f"driver (nvidia-smi must list it)") from None
+            f"no usable CUDA GPU ({reason}); run where nvidia-smi lists a GPU") from None
     n = torch.cuda.device_count()
     if n == 0:
         raise MissingDependencyError("no CUDA GPU is visible (torch.cuda.device_count() == 0); "
