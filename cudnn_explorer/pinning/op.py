@@ -94,8 +94,7 @@ def load_plans(plans: PlanFile, strict: bool = False) -> int:
         spec.description = f"{e.key.direction} of {e.problem.describe()}"
         specs.append(spec)
     native.call("loading the plans", C.load_plans, specs)
-    C.set_strict(bool(strict))
-    STRICT[0] = bool(strict)
+    set_strict(strict)
     _LOADED[0] = frozenset(tuple(s.key) for s in specs)
     return len(specs)
 
@@ -105,8 +104,7 @@ def clear_plans() -> None:
     convolution."""
     C = native.load()
     native.call("clearing the plans", C.load_plans, [])
-    C.set_strict(False)
-    STRICT[0] = False
+    set_strict(False)
     _LOADED[0] = frozenset()
 
 
