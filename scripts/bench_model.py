@@ -44,7 +44,7 @@ sys.path.insert(0, ROOT)
 
 GIB = 2**30
 # what the model command's progress says when PyTorch's run of the model begins
-# (model/pytorch_run.py: "PyTorch's run of the model: <mode>")
+# (model/run_modes.py: "PyTorch's run of the model: <mode>")
 RUN_MARK = b"PyTorch's run of the model"
 # The model command with the first mode's process set up in its turn, not ahead of it: the
 # job's set_up_ahead replaced by one that sets nothing up (it then reads False, as where
@@ -120,7 +120,7 @@ def main() -> int:
     if rc != 0:
         print(f"the model command exited {rc}")
         return 1
-    from cudnn_explorer.core.sweep import ModelSweep
+    from cudnn_explorer.core.model_sweep import ModelSweep
 
     with open(out) as f:
         sw = ModelSweep.from_json(f.read())
@@ -223,7 +223,7 @@ def ab_figures(wall: float, before_run, sw) -> dict:
     """One sweep of the A/B: its wall time, the time before PyTorch's run, PyTorch's run
     (every mode), the problems, and the first mode's setup ahead of its turn and wait at
     it (s)."""
-    from cudnn_explorer.core.pytorch_run import AHEAD
+    from cudnn_explorer.core.model_run import AHEAD
 
     run = sw.pytorch_run
     first = run.modes[0] if run and run.modes else None
@@ -239,7 +239,7 @@ def ahead_ab(a, pairs: int) -> dict:
     """``pairs`` pairs of sweeps, the first mode set up ahead of its turn ("on") and not
     ("off"), the order alternating; each run's figures, each pair's differences (on less
     off) and their medians. A sweep that fails is said and left out of its pair."""
-    from cudnn_explorer.core.sweep import ModelSweep
+    from cudnn_explorer.core.model_sweep import ModelSweep
 
     runs = {"on": [], "off": []}
     diffs = []

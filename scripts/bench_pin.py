@@ -1,6 +1,6 @@
 """Benchmark: a model pinned to a plan file against benchmark mode on and off.
 
-Each mode runs in fresh processes (model/model_child.py, as the model command's own run
+Each mode runs in fresh processes (model/mode_child.py, as the model command's own run
 of the model): one for the first iteration (its time and peak memory, every convolution
 call synchronised as the model command probes it) and eager steady iterations, one for
 steady iterations as CUDA-graph replays of the whole step (advise's method: rounds until
@@ -95,7 +95,7 @@ def child(spec, tmp, name, timeout_s, frontend_log=False, keep=None):
     if frontend_log:
         env.update(CUDNN_FRONTEND_LOG_INFO="1", CUDNN_FRONTEND_LOG_FILE=log)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "cudnn_explorer.model.model_child",
+    proc = subprocess.run([sys.executable, "-m", "cudnn_explorer.model.mode_child",
                            spec_path, result_path], env=env, capture_output=True, text=True,
                           timeout=timeout_s, cwd=ROOT)
     wall = time.perf_counter() - t0

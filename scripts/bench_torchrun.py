@@ -48,7 +48,7 @@ def main() -> int:
     if any(p not in PHASES for p in phases):
         ap.error(f"--phases: valid: {', '.join(PHASES)}")
     sys.path.insert(0, ROOT)
-    from cudnn_explorer.core.sweep import ModelSweep
+    from cudnn_explorer.core.model_sweep import ModelSweep
 
     keep = a.keep or tempfile.mkdtemp(prefix="bench_torchrun_")
     os.makedirs(keep, exist_ok=True)

@@ -16,7 +16,7 @@ from cudnn_explorer.core.advice import (Advice, ShapeCost, _met, best_bucketing,
 from cudnn_explorer.core.workload_sizes import parse_shape_dist
 from cudnn_explorer.core.capture import Capture, ModelSpec
 from cudnn_explorer.core.errors import UserError
-from cudnn_explorer.core.pytorch_run import IterationTiming, ModelModeRun, ModelRun, SizeRun
+from cudnn_explorer.core.model_run import IterationTiming, ModelModeRun, ModelRun, SizeRun
 from cudnn_explorer.report.advice import render_advice
 from conftest import run_cli
 from fakes import ENV
@@ -255,7 +255,7 @@ def test_cli_renders_a_saved_advice_and_refuses_bad_input(tmp_path):
 
 def _repeat(plans):
     """A benchmark-mode run whose first calls picked ``plans`` ({(problem, dir): tag})."""
-    from cudnn_explorer.core.pytorch_run import ConvCall
+    from cudnn_explorer.core.model_run import ConvCall
 
     calls = [ConvCall(problem=p, direction=d, first=True, ms=1.0, plan=t)
              for (p, d), t in plans.items()]
@@ -393,7 +393,7 @@ def test_h200_five_sizes_pinned_no_search_at_any_size():
 
 
 def pinned(size, first, mean, peak, pinned_calls=100, fallback_calls=0):
-    from cudnn_explorer.core.pinning import PinCounts, PinnedDirection
+    from cudnn_explorer.core.pin_report import PinCounts, PinnedDirection
 
     counts = PinCounts(directions=[
         PinnedDirection(key=[1], description="a", covered=True, pinned_calls=pinned_calls),

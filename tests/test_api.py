@@ -16,7 +16,7 @@ from conftest import REPO, requires_ext  # noqa: E402
 from cudnn_explorer.core.advice import Advice  # noqa: E402
 from cudnn_explorer.core.errors import UserError  # noqa: E402
 from cudnn_explorer.core.exploration import Exploration  # noqa: E402
-from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
+from cudnn_explorer.core.model_sweep import ModelSweep  # noqa: E402
 from cudnn_explorer.report.advice import render_advice  # noqa: E402
 from cudnn_explorer.report.model import render_sweep  # noqa: E402
 from cudnn_explorer.store.db import Store  # noqa: E402
@@ -154,7 +154,7 @@ def test_advise_assembles_the_advice_from_the_runs(tmp_path, monkeypatch):
     returns is that workload's, and renders as the saved one does."""
     from cudnn_explorer.jobs import advise as job
     from cudnn_explorer.measure import pipeline
-    from cudnn_explorer.model import pytorch_run
+    from cudnn_explorer.model import run_modes
 
     saved = Advice.from_json(gzip.decompress(open(os.path.join(
         FIX, "advice_r50_b16_dist80_h200.json.gz"), "rb").read()))
@@ -186,7 +186,7 @@ def test_advise_assembles_the_advice_from_the_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(job, "mode_starts", Starts)
     monkeypatch.setattr(job, "capture", capture)
     monkeypatch.setattr(pipeline, "environment", lambda device=0: saved.environment)
-    monkeypatch.setattr(pytorch_run, "run_model", run_model)
+    monkeypatch.setattr(run_modes, "run_model", run_model)
     adv = ce.advise(saved.capture.model, iterations=saved.iterations,
                     sizes=[tuple(s) for s in saved.sizes], target_ci=0.01)
     assert isinstance(adv, Advice) and adv.decidable
@@ -276,10 +276,10 @@ def test_a_sweep_hands_the_worker_started_ahead_to_its_bench(monkeypatch):
     one the problems' bench uses, with PyTorch's run (ModelBench) or without it."""
     from cudnn_explorer.jobs import sweep as job
     from cudnn_explorer.measure import pipeline
-    from cudnn_explorer.model import sweep as model_sweep
+    from cudnn_explorer.model import explore_problems as model_sweep
     from types import SimpleNamespace
 
-    from cudnn_explorer.model.pytorch_run import ModelBench
+    from cudnn_explorer.model.run_modes import ModelBench
 
     worker = object()
     seen = []
@@ -306,7 +306,7 @@ def test_explore_starts_its_processes_before_the_extension_check(monkeypatch):
     from types import SimpleNamespace as NS
 
     from cudnn_explorer.jobs import explore as job
-    from cudnn_explorer.jobs import gpu
+    from cudnn_explorer.jobs import lazy_measure
 
     order = []
     ok, fail = (ce.ConvProblem.create(shape=[2, 4, 8, w]) for w in (8, 9))
@@ -328,8 +328,8 @@ def test_explore_starts_its_processes_before_the_extension_check(monkeypatch):
         return "the exploration"
 
     fake = NS(GpuBench=Bench, explore=explore)
-    monkeypatch.setattr(gpu, "measuring", lambda: fake)
-    monkeypatch.setattr(gpu, "frontend_built",
+    monkeypatch.setattr(lazy_measure, "measuring", lambda: fake)
+    monkeypatch.setattr(lazy_measure, "frontend_built",
                         lambda device: order.append("checked") or False)
     opts = ce.ExploreOptions.create(device=1)
     assert job.explore(ok, opts, skip_engines_if_unbuilt=True) == "the exploration"
@@ -433,11 +433,11 @@ def test_an_exploration_records_where_its_wall_time_went(tmp_path, monkeypatch):
 def test_bad_job_arguments_are_refused_before_any_gpu_work(call, match, monkeypatch):
     """Each is the caller's mistake, named, before the GPU is looked for (without one
     here, the GPU check would answer MissingDependencyError instead)."""
-    from cudnn_explorer.jobs import gpu
+    from cudnn_explorer.jobs import lazy_measure
 
     def reached():
         raise AssertionError("reached the GPU")
-    monkeypatch.setattr(gpu, "measuring", reached)
+    monkeypatch.setattr(lazy_measure, "measuring", reached)
     with pytest.raises(UserError, match=match):
         call()
 

@@ -19,7 +19,7 @@ import pytest
 
 from cudnn_explorer import cli
 from cudnn_explorer.cli import explore as explore_verb
-from cudnn_explorer.jobs import gpu
+from cudnn_explorer.jobs import lazy_measure
 from cudnn_explorer.core.records import EngineConfig, EngineSpace, PyTorchPick
 from fakes import retimed_exploration, timing
 
@@ -228,7 +228,7 @@ def no_measuring(monkeypatch):
     """A malformed invocation must be refused before the measuring layer is reached."""
     def reached():
         raise AssertionError("reached the measuring layer")
-    monkeypatch.setattr(gpu, "measuring", reached)
+    monkeypatch.setattr(lazy_measure, "measuring", reached)
     monkeypatch.delenv("CUDNN_EXPLORER_DEBUG", raising=False)
 
 

@@ -165,8 +165,8 @@ def test_consistency_report_names_where_identical_gpus_differ(tmp_path, monkeypa
 
     from fakes import FakeBench
     from test_model_sweep import OPTS as SWEEP_OPTS, small_capture
-    from cudnn_explorer.core.sweep import ModelSweep
-    from cudnn_explorer.model.sweep import sweep
+    from cudnn_explorer.core.model_sweep import ModelSweep
+    from cudnn_explorer.model.explore_problems import sweep
     from cudnn_explorer.report.model import render_consistency
 
     sw = sweep(small_capture(), SWEEP_OPTS, bench=FakeBench(tmp_path, monkeypatch))

@@ -79,14 +79,14 @@ def test_remember_then_read_back_only_for_the_same_fingerprint(proc, tmp_path, m
 @pytest.mark.ext  # the fingerprint reads the extension's file
 def test_a_repeat_is_answered_from_the_store_without_the_gpu(proc, tmp_path, monkeypatch):
     from cudnn_explorer import cli
-    from cudnn_explorer.jobs import gpu
+    from cudnn_explorer.jobs import lazy_measure
     from cudnn_explorer.measure import pipeline
     from fakes import FakeBench
 
     bench = FakeBench(tmp_path, monkeypatch)
     monkeypatch.setattr(pipeline, "GpuBench", lambda device: bench)  # the job's bench
     monkeypatch.setattr(pipeline, "environment", lambda device=0: bench.environment())
-    monkeypatch.setattr(gpu, "frontend_built", lambda device: True)
+    monkeypatch.setattr(lazy_measure, "frontend_built", lambda device: True)
     argv = ["--shape", "8,64,28,28", "--dtype", "float16", "--layout", "nhwc", "--direction",
             "fwd", "--budget-ms", "5", "--child-timeout", "30", "--engine-budget-s", "30",
             "--store", str(tmp_path / "s.db")]

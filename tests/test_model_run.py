@@ -15,14 +15,14 @@ torch = pytest.importorskip("torch")
 from cudnn_explorer.core import logs  # noqa: E402
 from cudnn_explorer.core.child_records import ModelChildResult, SizeResult  # noqa: E402
 from cudnn_explorer.core.capture import Capture, ModelSpec, UniqueConv  # noqa: E402
-from cudnn_explorer.core.pytorch_run import ModelRun  # noqa: E402
+from cudnn_explorer.core.model_run import ModelRun  # noqa: E402
 from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
 from cudnn_explorer.core.problem import ConvProblem  # noqa: E402
-from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
+from cudnn_explorer.core.model_sweep import ModelSweep  # noqa: E402
 from cudnn_explorer.measure.pytorch_picks import pick_of  # noqa: E402
-from cudnn_explorer.model import mode_process, pytorch_run  # noqa: E402
+from cudnn_explorer.model import mode_runner, run_modes  # noqa: E402
 from cudnn_explorer.model.tracer import capture, iteration  # noqa: E402
-from cudnn_explorer.model.model_child import _NoGpu, _Probe, first_iteration  # noqa: E402
+from cudnn_explorer.model.mode_child import _NoGpu, _Probe, first_iteration  # noqa: E402
 from cudnn_explorer.report.model import render_model_run, render_sweep  # noqa: E402
 from fakes import ENV, FIX  # noqa: E402
 
@@ -120,7 +120,7 @@ def test_a_problem_both_passes_run_is_searched_once_per_pass():
     assert Capture.from_json_dict(json.loads(cap.to_json())).problems == cap.problems
     # PyTorch's pick of a direction both passes searched is the first search's
     result = {"settings": {}, "sizes": [{"input_shape": [3, 8, 8], "calls": probe.calls}]}
-    per = pytorch_run._per_problem(_typed(result),
+    per = run_modes._per_problem(_typed(result),
                                    {p.problem: i for i, p in enumerate(cap.problems)}, b"")
     assert [d.direction for d in per[1].directions] == ["fwd", "bwd-data", "bwd-filter"]
 
@@ -164,7 +164,7 @@ def _fixture_child_result():
 def test_child_result_becomes_records_and_picks():
     problem, result, log = _fixture_child_result()
     index = {problem: 0}
-    size = pytorch_run._size_run(_size(result["sizes"][0]), index, log)
+    size = run_modes._size_run(_size(result["sizes"][0]), index, log)
     searches = {s.direction: s for s in logs.parse_frontend_log(log.decode())}
     assert [c.plan for c in size.calls] == [searches[d].winner for d in
                                           ("fwd", "bwd-data", "bwd-filter")]
@@ -175,32 +175,32 @@ def test_child_result_becomes_records_and_picks():
     assert size.peak_call.direction == "bwd-filter"
     assert size.peak_call.peak_above_bytes == 1543904256
     assert size.steady.median_ms == pytest.approx(10.05)
-    per = pytorch_run._per_problem(_typed(result), index, log)
-    mode = pytorch_run.model_modes()[0]
-    run = pytorch_run.ModeRun(mode, per[0])
+    per = run_modes._per_problem(_typed(result), index, log)
+    mode = run_modes.model_modes()[0]
+    run = run_modes.ModeRun(mode, per[0])
     for d in ("fwd", "bwd-data", "bwd-filter"):
         pick = pick_of(run, d)
         assert pick.ok and pick.engine_tag == searches[d].winner, pick.error
         assert pick.steady is None and pick.first_call_ms > 0
     # a peak outside every convolution call names no call
     result["sizes"][0]["other_peak_alloc"] = 5 * GIB
-    assert pytorch_run._size_run(_size(result["sizes"][0]), index, log).peak_call is None
+    assert run_modes._size_run(_size(result["sizes"][0]), index, log).peak_call is None
 
 
 def _model_run():
     problem, result, log = _fixture_child_result()
     index = {problem: 0}
-    bench = pytorch_run._size_run(_size(result["sizes"][0]), index, log)
+    bench = run_modes._size_run(_size(result["sizes"][0]), index, log)
     heur = json.loads(json.dumps(result["sizes"][0]))
     heur.update(first_ms=900.0, first_peak_alloc=3 * GIB + 200 * 2**20)
     for c in heur["calls"]:
         c["peak_alloc"] = c["alloc_before"] + 50 * 2**20
     heur["other_peak_alloc"] = 3 * GIB + 200 * 2**20
-    from cudnn_explorer.core.pytorch_run import ModelModeRun
+    from cudnn_explorer.core.model_run import ModelModeRun
     run = ModelRun(modes=[
         ModelModeRun("benchmark", "benchmark", 10, sizes=[bench]),
         ModelModeRun("heuristics (benchmark off)", "heuristic",
-                     sizes=[pytorch_run._size_run(_size(heur), index, log)]),
+                     sizes=[run_modes._size_run(_size(heur), index, log)]),
         ModelModeRun("deterministic", "deterministic", error="PyTorch's run of the model "
                      "(deterministic) failed (exit code 1): RuntimeError: boom")],
         iterations=4, warmup=5)
@@ -284,8 +284,8 @@ def test_failing_child_keeps_its_error_per_mode_and_per_problem(tmp_path, monkey
     cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
                   problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
     opts = ExploreOptions.create(child_timeout_s=2)
-    run, per = pytorch_run.run_model(cap, opts, iterations=2, python=str(fake))
-    assert [m.label for m in run.modes] == [m.label for m in pytorch_run.model_modes()]
+    run, per = run_modes.run_model(cap, opts, iterations=2, python=str(fake))
+    assert [m.label for m in run.modes] == [m.label for m in run_modes.model_modes()]
     import re
     assert all(re.search(match, m.error) and not m.ok for m in run.modes)
     assert all(r.result is None and re.search(match, r.error) for r in per[problem])
@@ -330,8 +330,8 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
                     replace(spec, input_shape=[3, s, s], sizes=[]), "cpu") for s in (8, 12)]
     cap = merge_sizes(caps, [8, 12], spec)
     opts = ExploreOptions.create(child_timeout_s=120)
-    run, per = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1)
-    assert [m.label for m in run.modes] == [m.label for m in pytorch_run.model_modes()]
+    run, per = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1)
+    assert [m.label for m in run.modes] == [m.label for m in run_modes.model_modes()]
     for m in run.modes:
         assert "wrote no cudnn-frontend log" in m.error
         assert [s.input_shape for s in m.sizes] == [[3, 8, 8], [3, 12, 12]]
@@ -346,8 +346,8 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         assert first.steady.method == "eager" and not first.steady.note
         # where its wall time went: the wait for its imports, the child's own phases, the
         # parent's read of its log; together no more than the whole
-        assert list(m.phases_s) == [mode_process.WAITED, "setup", "first iterations",
-                                    "steady iterations", pytorch_run.LOG_READ], m.phases_s
+        assert list(m.phases_s) == [mode_runner.WAITED, "setup", "first iterations",
+                                    "steady iterations", run_modes.LOG_READ], m.phases_s
         assert all(v >= 0 for v in m.phases_s.values())
         assert sum(m.phases_s.values()) <= m.wall_s + 1e-3
         assert m.phases_s["first iterations"] > 0 and m.phases_s["setup"] > 0
@@ -358,8 +358,8 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
     assert all(r.result is None and "wrote no cudnn-frontend log" in r.error
                for rs in per.values() for r in rs)
     # a graph asked for: none on the CPU, so eager, saying why; no eager round beside it
-    mode = pytorch_run.model_modes()[2:3]
-    run, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1, modes=mode,
+    mode = run_modes.model_modes()[2:3]
+    run, _ = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1, modes=mode,
                                    graph=True)
     (m,) = run.modes
     for s in m.sizes:
@@ -367,10 +367,10 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         assert t.method == "eager" and len(t.samples_ms) == 3 and t.eager_ms == []
         assert t.note == "no CUDA graphs on the CPU; timed eagerly"
     assert [len(s.calls) for s in m.sizes] == [5, 5]  # the first process's probe
-    assert list(m.phases_s)[-2:] == [mode_process.STEADY_PROCESS, pytorch_run.LOG_READ]
+    assert list(m.phases_s)[-2:] == [mode_runner.STEADY_PROCESS, run_modes.LOG_READ]
     assert sum(m.phases_s.values()) <= m.wall_s + 1e-3
     # the steady process failing: the first process's eager round stays, saying why
-    real = mode_process.run_child
+    real = mode_runner.run_child
 
     def steady_fails(spec, *args):
         if spec.get("steady_only"):
@@ -378,8 +378,8 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         return real(spec, *args)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mode_process, "run_child", steady_fails)
-        failed, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1,
+        mp.setattr(mode_runner, "run_child", steady_fails)
+        failed, _ = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1,
                                           modes=mode, graph=True)
     for s in failed.modes[0].sizes:
         assert s.steady.method == "eager" and len(s.steady.samples_ms) == 3
@@ -396,8 +396,8 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
         return real(spec, *args)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mode_process, "run_child", steady_stops)
-        part, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1,
+        mp.setattr(mode_runner, "run_child", steady_stops)
+        part, _ = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1,
                                         modes=mode, graph=True)
     first, second = part.modes[0].sizes
     assert first.steady.note == "no CUDA graphs on the CPU; timed eagerly"
@@ -405,7 +405,7 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
                                   "one round of eager steps from the first process instead")
     text = render_model_run(run, cap)
     assert "no CUDA graphs on the CPU; timed eagerly" in text and " g " not in text
-    key = pytorch_run.run_key
+    key = run_modes.run_key
     assert key(cap, mode[0], 0, opts, 3, 1, None) == key(cap, mode[0], 0, opts, 3, 1, None,
                                                            False)
     assert key(cap, mode[0], 0, opts, 3, 1, None, True) != key(cap, mode[0], 0, opts, 3, 1,
@@ -427,27 +427,27 @@ def test_the_first_mode_set_up_ahead_of_its_turn_runs_it(tmp_path, monkeypatch):
     at its turn it runs the mode from the go's spec, its phases saying that its setup came
     ahead (outside its wall time); the second mode runs as before. One set up for another
     TF32 setting, or one that died in its setup, is replaced by a process started then."""
-    from cudnn_explorer.core.pytorch_run import AHEAD
+    from cudnn_explorer.core.model_run import AHEAD
 
     cap = _tinynets(tmp_path, monkeypatch)
     opts = ExploreOptions.create(child_timeout_s=120)
-    modes = pytorch_run.model_modes()[:2]
+    modes = run_modes.model_modes()[:2]
 
     def setup(tf32=cap.tf32):
-        return mode_process.setup_spec(cap.model, modes[0], -1, opts.seed, tf32)
+        return mode_runner.setup_spec(cap.model, modes[0], -1, opts.seed, tf32)
 
-    with mode_process.ModeStarts(cap.model, [False, False]) as starts:
+    with mode_runner.ModeStarts(cap.model, [False, False]) as starts:
         assert starts.prepare(0, setup()) and not starts.prepare(5, setup())
         first = starts._ahead[0][0]
         assert first.wait_held(120)  # set up, before its turn
-        run, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1,
+        run, _ = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1,
                                        modes=modes, started=starts)
     ahead, plain = run.modes
-    assert list(ahead.phases_s)[:3] == [AHEAD, mode_process.WAITED_SETUP, "first iterations"]
+    assert list(ahead.phases_s)[:3] == [AHEAD, mode_runner.WAITED_SETUP, "first iterations"]
     assert "setup" not in ahead.phases_s and ahead.phases_s[AHEAD] > 0
-    assert ahead.phases_s[mode_process.WAITED_SETUP] < 1.0  # it was held already
+    assert ahead.phases_s[mode_runner.WAITED_SETUP] < 1.0  # it was held already
     assert 0 <= ahead.rest_s <= ahead.wall_s
-    assert list(plain.phases_s)[:2] == [mode_process.WAITED, "setup"]
+    assert list(plain.phases_s)[:2] == [mode_runner.WAITED, "setup"]
     for m in run.modes:  # the same run either way
         assert [s.input_shape for s in m.sizes] == [[3, 8, 8]]
         assert len(m.sizes[0].calls) == 5 and len(m.sizes[0].steady.samples_ms) == 3
@@ -458,37 +458,37 @@ def test_the_first_mode_set_up_ahead_of_its_turn_runs_it(tmp_path, monkeypatch):
     assert ModelRun.from_dict(run.to_dict()).modes[0].phases_s == ahead.phases_s
     said = []
     for spoil in ("tf32", "died"):
-        with mode_process.ModeStarts(cap.model, [False]) as starts:
+        with mode_runner.ModeStarts(cap.model, [False]) as starts:
             starts.prepare(0, setup(tf32=not cap.tf32) if spoil == "tf32" else setup())
             if spoil == "died":
                 starts._ahead[0][0].proc.kill()
-            run, _ = pytorch_run.run_model(cap, opts, iterations=3, warmup=1, device=-1,
+            run, _ = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1,
                                            modes=modes[:1], started=starts,
                                            progress=said.append)
         (m,) = run.modes
-        assert list(m.phases_s)[:2] == [mode_process.WAITED, "setup"], spoil
+        assert list(m.phases_s)[:2] == [mode_runner.WAITED, "setup"], spoil
         assert [s.input_shape for s in m.sizes] == [[3, 8, 8]], spoil
     assert sum("the process set up ahead could not serve; set up anew" in x
                for x in said) == 2
 
 
 def test_a_model_process_held_after_its_setup_runs_the_gos_spec(tmp_path):
-    """model_child.run with "hold": the setup from the first spec, then the go's spec,
+    """mode_child.run with "hold": the setup from the first spec, then the go's spec,
     whose setup keys must be the same; a parent gone (no go) ends it with nothing run."""
-    from cudnn_explorer.model import model_child
+    from cudnn_explorer.model import mode_child
 
     spec = {"device": -1, "mode": "heuristic", "seed": 0, "tf32": True,
             "model": ModelSpec(name="resnet18", input_shape=[3, 8, 8], batch=2).to_dict()}
     pytest.importorskip("torchvision")
     final = dict(spec, shapes=[[3, 32, 32]], iterations=2, warmup=0)
-    out = model_child.run(dict(spec, hold=True), lambda res: None, hold=lambda: final)
+    out = mode_child.run(dict(spec, hold=True), lambda res: None, hold=lambda: final)
     assert [s["input_shape"] for s in out["sizes"]] == [[3, 32, 32]]
     assert len(out["sizes"][0]["steady_ms"]) == 2 and "setup" in out["phases_s"]
-    assert model_child.run(dict(spec, hold=True), lambda res: None,
+    assert mode_child.run(dict(spec, hold=True), lambda res: None,
                            hold=lambda: None)["sizes"] == []
     with pytest.raises(ValueError, match="the spec changed after the setup ahead of its "
                                          "turn: mode, seed"):
-        model_child.run(dict(spec, hold=True), lambda res: None,
+        mode_child.run(dict(spec, hold=True), lambda res: None,
                         hold=lambda: dict(final, mode="benchmark", seed=1))
 
 
@@ -523,8 +523,8 @@ def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size()
 
     said = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mode_process, "run_child", child(fail={12, 20}, fail_twice={20}))
-        timed, why = mode_process.steady({}, shapes, 60, None, "steady", said.append)
+        mp.setattr(mode_runner, "run_child", child(fail={12, 20}, fail_twice={20}))
+        timed, why = mode_runner.steady({}, shapes, 60, None, "steady", said.append)
     assert why == ""
     assert calls == [([8, 12, 16, 20], []), ([12, 16, 20], [12]), ([20], [12, 20])]
     assert [timed[tuple(s)].steady_method for s in shapes] == ["graph"] * 3 + ["eager"]
@@ -539,13 +539,13 @@ def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size()
                     "steady: CUDA graph capture failed (20) at input 3x20x20; captured once "
                     "more in a fresh process"]
     # the same reason twice is said once
-    assert mode_process.after_failure("x", _size({"input_shape": [3], "steady_note": "x"})) == \
+    assert mode_runner.after_failure("x", _size({"input_shape": [3], "steady_note": "x"})) == \
         "x, and again in a fresh process that began at this size; timed eagerly"
     # a process that dies: what finished stays, the rest is left with why (no endless retry)
     calls.clear()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mode_process, "run_child", child(fail={8}, crash_at=16))
-        timed, why = mode_process.steady({}, shapes, 60, None, "steady", said.append)
+        mp.setattr(mode_runner, "run_child", child(fail={8}, crash_at=16))
+        timed, why = mode_runner.steady({}, shapes, 60, None, "steady", said.append)
     assert calls == [([8, 12, 16, 20], []), ([8, 12, 16, 20], [8])]
     assert sorted(timed) == [(3, 8, 8), (3, 12, 12)] and "SIGSEGV" in why
 
@@ -577,21 +577,21 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
                   problems=[UniqueConv(problem, {"fwd": 1, "bwd-data": 1, "bwd-filter": 1},
                                        ["conv1"])], conv_calls=3)
     index = {problem: 0}
-    size = pytorch_run._size_run(_size(result["sizes"][0]), index, log)
-    from cudnn_explorer.core.pytorch_run import ModelModeRun
+    size = run_modes._size_run(_size(result["sizes"][0]), index, log)
+    from cudnn_explorer.core.model_run import ModelModeRun
 
     opts = ExploreOptions.create()
-    mode = pytorch_run.model_modes()[0]
-    per = pytorch_run._per_problem(_typed(result), index, log)
+    mode = run_modes.model_modes()[0]
+    per = run_modes._per_problem(_typed(result), index, log)
     with Store(str(tmp_path / "r.db")) as store:
-        cache = pytorch_run.StoreCache(store, ENV, "onelayer", warn=lambda e: None)
-        key = pytorch_run.run_key(cap, mode, 0, opts, 20, 5, None)
+        cache = run_modes.StoreCache(store, ENV, "onelayer", warn=lambda e: None)
+        key = run_modes.run_key(cap, mode, 0, opts, 20, 5, None)
         cache.save(key, mode.label, ModelModeRun(mode.label, mode.mode, 10, sizes=[size])
                    .to_dict(), {str(i): r.to_dict() for i, r in per.items()})
         never = tmp_path / "python"  # a child would fail loudly
         never.write_text("#!/bin/sh\nexit 99\n")
         never.chmod(0o755)
-        run, picks = pytorch_run.run_model(cap, opts, python=str(never), cache=cache,
+        run, picks = run_modes.run_model(cap, opts, python=str(never), cache=cache,
                                            modes=[mode])
         (m,) = run.modes
         assert m.ok and m.stored and m.sizes[0] == size
@@ -602,7 +602,7 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
         assert row["mode"] == mode.label and row["model"] == "onelayer"
         # another environment, or --refresh: the child runs (and here fails)
         cache.read = False
-        run, _ = pytorch_run.run_model(cap, opts, python=str(never), cache=cache,
+        run, _ = run_modes.run_model(cap, opts, python=str(never), cache=cache,
                                        modes=[mode])
         assert "exit code 99" in run.modes[0].error and not run.modes[0].stored
     from conftest import run_cli
@@ -639,12 +639,12 @@ def test_a_share_of_the_modes_runs_only_those_under_their_own_keys(tmp_path):
         def save(self, *a):
             raise AssertionError("a failed run is not kept")
 
-    modes = pytorch_run.model_modes()
-    run, per = pytorch_run.run_model(cap, opts, iterations=2, python=str(fake), cache=Cache(),
+    modes = run_modes.model_modes()
+    run, per = run_modes.run_model(cap, opts, iterations=2, python=str(fake), cache=Cache(),
                                      share=range(1, len(modes), 2))
     assert [m.label for m in run.modes] == [modes[k].label for k in range(1, len(modes), 2)]
     assert len(per[problem]) == len(run.modes)
-    assert asked == [pytorch_run.run_key(cap, modes[k], k, opts, 2, 5, None)
+    assert asked == [run_modes.run_key(cap, modes[k], k, opts, 2, 5, None)
                      for k in range(1, len(modes), 2)]
 
 
@@ -665,7 +665,7 @@ def test_plans_pytorch_picked_are_retimed_in_full(monkeypatch):
     counts = {"ConvFwd_eng1": 3, "ConvFwd_eng2_k2=1": 2}
     opts = ExploreOptions.create(budget_ms=7)
     assert opts.staged  # the default profile
-    assert pytorch_run._retimed(cap, 0, "fwd", counts, opts, lambda m: None, None) == {}
+    assert run_modes._retimed(cap, 0, "fwd", counts, opts, lambda m: None, None) == {}
     [(d, o, tags)] = seen
     assert d == "fwd" and tags == list(counts)
     assert not o.staged and not o.engine_sampling and o.budget_ms == 7.0
@@ -680,13 +680,13 @@ def test_a_model_sweeps_quick_profile_leaves_out_benchmark_with_every_candidate(
     def labels(modes):
         return [m.label for m in modes]
 
-    assert labels(pytorch_run.model_modes()) == [
+    assert labels(run_modes.model_modes()) == [
         "benchmark", "benchmark, limit 0 (all)", "heuristics (benchmark off)", "deterministic"]
-    assert labels(pytorch_run.model_modes(every_candidate=False)) == [
+    assert labels(run_modes.model_modes(every_candidate=False)) == [
         "benchmark", "heuristics (benchmark off)", "deterministic"]
-    assert labels(pytorch_run.model_modes(5, every_candidate=False))[:2] == [
+    assert labels(run_modes.model_modes(5, every_candidate=False))[:2] == [
         "benchmark, limit 5", "heuristics (benchmark off)"]
-    assert pytorch_run.model_modes(0, every_candidate=False) == pytorch_run.model_modes(0)
+    assert run_modes.model_modes(0, every_candidate=False) == run_modes.model_modes(0)
     base = ExploreOptions.create(child_timeout_s=5)
     quick = base.profiled("quick", model=True)
     assert quick.every_candidate_mode is False
@@ -708,5 +708,5 @@ def test_a_model_sweeps_quick_profile_leaves_out_benchmark_with_every_candidate(
     assert find_math_types(fp16, quick) == (fp16.math_type,) == fp16.find_math_types[:1]
     # run_model's modes, unless given, are those the options say
     fake, _, cap = failing_python_and_capture(tmp_path)
-    run, _ = pytorch_run.run_model(cap, quick, iterations=2, python=str(fake))
-    assert labels(run.modes) == labels(pytorch_run.model_modes(every_candidate=False))
+    run, _ = run_modes.run_model(cap, quick, iterations=2, python=str(fake))
+    assert labels(run.modes) == labels(run_modes.model_modes(every_candidate=False))

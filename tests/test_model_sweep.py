@@ -13,7 +13,7 @@ from conftest import requires_ext, run_cli  # noqa: E402
 from cudnn_explorer.core.capture import ModelSpec  # noqa: E402
 from cudnn_explorer.core.errors import UserError  # noqa: E402
 from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
-from cudnn_explorer.core.sweep import ModelSweep  # noqa: E402
+from cudnn_explorer.core.model_sweep import ModelSweep  # noqa: E402
 from cudnn_explorer.model.tracer import capture  # noqa: E402
 from cudnn_explorer.report.model import render_capture, render_sweep  # noqa: E402
 from fakes import FakeBench  # noqa: E402
@@ -33,7 +33,7 @@ OPTS = ExploreOptions.create(budget_ms=5, child_timeout_s=30, engine_budget_s=30
 
 
 def test_sweep_saves_after_every_problem_and_reports_per_iteration(tmp_path, monkeypatch):
-    from cudnn_explorer.model.sweep import sweep
+    from cudnn_explorer.model.explore_problems import sweep
 
     cap = small_capture()
     assert [sorted(u.calls.items()) for u in cap.problems] == [
@@ -72,7 +72,7 @@ def test_sweep_saves_after_every_problem_and_reports_per_iteration(tmp_path, mon
 
 
 def test_where_the_time_went_leaves_out_what_the_store_answered(tmp_path, monkeypatch):
-    from cudnn_explorer.model.sweep import sweep
+    from cudnn_explorer.model.explore_problems import sweep
 
     cap = small_capture()
     first = sweep(cap, OPTS, bench=FakeBench(tmp_path, monkeypatch))
@@ -90,7 +90,7 @@ def test_where_the_time_went_leaves_out_what_the_store_answered(tmp_path, monkey
 
 
 def test_interrupted_sweep_keeps_what_finished(tmp_path, monkeypatch):
-    from cudnn_explorer.model.sweep import sweep
+    from cudnn_explorer.model.explore_problems import sweep
 
     saved = []
 
@@ -110,7 +110,7 @@ def test_interrupted_sweep_keeps_what_finished(tmp_path, monkeypatch):
 
 
 def test_cli_renders_a_saved_sweep_and_refuses_bad_ones(tmp_path, monkeypatch):
-    from cudnn_explorer.model.sweep import sweep
+    from cudnn_explorer.model.explore_problems import sweep
 
     sw = sweep(small_capture(), OPTS, bench=FakeBench(tmp_path, monkeypatch))
     f = tmp_path / "sweep.json"
@@ -297,11 +297,11 @@ def test_the_model_command_starts_pytorchs_processes_before_it_captures(tmp_path
 
 def test_the_first_mode_is_set_up_ahead_only_with_room_on_the_gpu(monkeypatch):
     """Note [first mode set up ahead]: set_up_ahead hands the first mode's process its
-    setup (mode_process.setup_spec, TF32 on) where PyTorch's run is on, a GPU is there,
+    setup (mode_runner.setup_spec, TF32 on) where PyTorch's run is on, a GPU is there,
     and AHEAD_MIN_FREE_BYTES are free on it; nothing otherwise."""
     import cudnn_explorer.jobs.sweep as job
-    from cudnn_explorer.model.mode_process import setup_spec
-    from cudnn_explorer.model.pytorch_run import modes_of
+    from cudnn_explorer.model.mode_runner import setup_spec
+    from cudnn_explorer.model.run_modes import modes_of
 
     class Starts:
         def __init__(self):

@@ -207,7 +207,7 @@ def test_a_schema_version_of_the_wrong_type_says_so(value, match):
 
 def test_every_reader_names_a_string_schema_version():
     from cudnn_explorer.core.schema import check_version
-    from cudnn_explorer.core.sweep import ModelSweep
+    from cudnn_explorer.core.model_sweep import ModelSweep
 
     d = json.loads(gzip.decompress(open(SWEEP, "rb").read()))
     d["schema_version"] = "2"

@@ -298,7 +298,7 @@ def test_bad_plans_arguments_are_one_clear_error(tmp_path):
 
 
 def test_pin_counts_totals():
-    from cudnn_explorer.core.pinning import PinCounts, PinnedDirection
+    from cudnn_explorer.core.pin_report import PinCounts, PinnedDirection
 
     c = PinCounts(directions=[
         PinnedDirection(key=[1], description="a", covered=True, ran="eng1", pinned_calls=3),
@@ -310,13 +310,13 @@ def test_pin_counts_totals():
 
 
 def test_the_model_process_runs_a_pinned_mode_and_records_what_ran(tmp_path, monkeypatch):
-    """model/model_child.py's pinned mode, on the CPU: the layers pinned, the first
+    """model/mode_child.py's pinned mode, on the CPU: the layers pinned, the first
     iteration's calls probed through the op (8 per iteration), and the op's own counts of
     the first and the steady iterations (all fallbacks here: no GPU)."""
     import json
 
     from cudnn_explorer.core.child_records import ModelChildResult
-    from cudnn_explorer.model import model_child
+    from cudnn_explorer.model import mode_child
 
     from conftest import tiny_factory
 
@@ -327,7 +327,7 @@ def test_the_model_process_runs_a_pinned_mode_and_records_what_ran(tmp_path, mon
             "shapes": [[3, 8, 8]], "mode": "pinned", "plans": str(plans), "device": -1,
             "iterations": 3, "warmup": 1}
     written = []
-    out = model_child.run(spec, written.append)
+    out = mode_child.run(spec, written.append)
     result = ModelChildResult.read(json.loads(json.dumps(out)), "result")
     assert result.pin_report.layers == ["0", "2", "3"]
     size = result.sizes[0]
@@ -335,7 +335,7 @@ def test_the_model_process_runs_a_pinned_mode_and_records_what_ran(tmp_path, mon
     assert size.pinned_first.calls == 8 and size.pinned_first.pinned_calls == 0
     assert size.pinned_steady.calls == 8 * 3
     with pytest.raises(ValueError, match="needs the spec's 'plans'"):
-        model_child.run(dict(spec, plans=""), written.append)
+        mode_child.run(dict(spec, plans=""), written.append)
 
 
 def _rank(rank, world, init, plans_path, gpus, out_dir):
@@ -423,7 +423,7 @@ def test_the_pinned_mode_of_a_models_run_on_the_cpu(tmp_path, monkeypatch):
     from cudnn_explorer.core.capture import ModelSpec, merge_sizes
     from cudnn_explorer.core.options import ExploreOptions
     from cudnn_explorer.measure.pytorch_picks import ModeSpec
-    from cudnn_explorer.model import pytorch_run
+    from cudnn_explorer.model import run_modes
     from cudnn_explorer.model.tracer import capture
 
     from conftest import tiny_factory
@@ -437,7 +437,7 @@ def test_the_pinned_mode_of_a_models_run_on_the_cpu(tmp_path, monkeypatch):
     plans.write_text(_empty_plans().to_json())
     mode = ModeSpec("pinned (uncovered: benchmark off)", "pinned", plans=str(plans),
                     plans_sha="0" * 64)
-    run, per = pytorch_run.run_model(cap, ExploreOptions.create(child_timeout_s=120),
+    run, per = run_modes.run_model(cap, ExploreOptions.create(child_timeout_s=120),
                                      iterations=3, warmup=1, device=-1, modes=[mode])
     m = run.mode("pinned")
     assert m is not None and m.ok and not m.error, m.error
@@ -453,7 +453,7 @@ def test_the_pinned_mode_of_a_models_run_on_the_cpu(tmp_path, monkeypatch):
     assert "not pinned: a convolution: its tensors are not on a CUDA device" in text
     assert "costliest first calls with pinned (uncovered: benchmark off)" in text
     other = replace(mode, plans_sha="1" * 64)
-    keys = {pytorch_run.run_key(cap, x, 0, ExploreOptions.create(), 3, 1, None)
+    keys = {run_modes.run_key(cap, x, 0, ExploreOptions.create(), 3, 1, None)
             for x in (mode, other, replace(mode, benchmark=True))}
     assert len(keys) == 3  # another file or setting is another run in the results store
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, run_cli
 from cudnn_explorer.core.errors import UserError
 from cudnn_explorer.core.plans import PlanFile, PlanKey, choose
-from cudnn_explorer.core.sweep import ModelSweep
+from cudnn_explorer.core.model_sweep import ModelSweep
 from cudnn_explorer.jobs.plans import read_plans, write_plans
 from fakes import ENV
 

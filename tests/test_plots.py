@@ -71,7 +71,7 @@ SWEEP = os.path.join(ROOT, "data", "reference", "h200-resnet50-b32-amp-fp16-nhwc
 
 def _sweep():
     from cudnn_explorer.core.files import read_bytes
-    from cudnn_explorer.core.sweep import ModelSweep
+    from cudnn_explorer.core.model_sweep import ModelSweep
 
     return ModelSweep.from_json(read_bytes(SWEEP, "sweep"))
 

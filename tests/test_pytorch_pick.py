@@ -346,7 +346,7 @@ def test_a_model_bench_starts_no_problem_children(monkeypatch):
     """A model's problems take PyTorch's picks from the model's own run: its bench starts
     the engine worker ahead, and no child per mode."""
     from cudnn_explorer.measure import pipeline
-    from cudnn_explorer.model.pytorch_run import ModelBench
+    from cudnn_explorer.model.run_modes import ModelBench
 
     started = []
     monkeypatch.setattr(pipeline, "start_children", lambda p, o: started.append(p) or [])

@@ -134,11 +134,11 @@ def test_version_formatting():
 def _readers():
     """(read a document's dict, its schema name, what it is in words) of every saved
     document kind."""
-    from cudnn_explorer.core import advice, capture, plans, sweep
+    from cudnn_explorer.core import advice, capture, plans, model_sweep
     from cudnn_explorer.core.exploration import SCHEMA_NAME
 
     return [(Exploration.from_dict, SCHEMA_NAME, "result"),
-            (sweep.ModelSweep.from_dict, sweep.SWEEP_SCHEMA, "sweep"),
+            (model_sweep.ModelSweep.from_dict, model_sweep.SWEEP_SCHEMA, "sweep"),
             (lambda d: plans.PlanFile.read(json.dumps(d)), plans.PLANS_SCHEMA, "plan file"),
             (lambda d: advice.Advice.from_json(json.dumps(d)), advice.ADVICE_SCHEMA, "advice"),
             (capture.Capture.from_json_dict, capture.CAPTURE_SCHEMA, "capture")]

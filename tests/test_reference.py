@@ -59,7 +59,7 @@ def test_csv_holds_legacy_rows_engine_configs_and_pytorchs_picks():
 @pytest.mark.parametrize("path", SWEEPS, ids=os.path.basename)
 def test_reference_model_sweep_loads_and_renders(path):
     from cudnn_explorer.core.files import read_bytes
-    from cudnn_explorer.core.sweep import ModelSweep
+    from cudnn_explorer.core.model_sweep import ModelSweep
     from cudnn_explorer.report.model import render_sweep
 
     sw = ModelSweep.from_json(read_bytes(path, "--load"))

@@ -139,7 +139,7 @@ def test_cli_answers_a_repeat_from_the_store(tmp_path, monkeypatch):
     from contextlib import redirect_stderr, redirect_stdout
 
     from cudnn_explorer import cli
-    from cudnn_explorer.jobs import gpu
+    from cudnn_explorer.jobs import lazy_measure
     from cudnn_explorer.measure import pipeline
     from fakes import FakeBench
 
@@ -155,7 +155,7 @@ def test_cli_answers_a_repeat_from_the_store(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "explore", explore)
     monkeypatch.setattr(pipeline, "GpuBench", lambda device: bench)
     monkeypatch.setattr(pipeline, "environment", lambda device=0: bench.environment())
-    monkeypatch.setattr(gpu, "frontend_built", lambda device: True)
+    monkeypatch.setattr(lazy_measure, "frontend_built", lambda device: True)
     store = str(tmp_path / "s.db")
     argv = ["--shape", "8,64,28,28", "--dtype", "float16", "--layout", "nhwc", "--direction",
             "fwd", "--budget-ms", "5", "--child-timeout", "30", "--engine-budget-s", "30",
@@ -189,7 +189,7 @@ sys.path.insert(0, {tests!r})
 import torch
 from fakes import FakeBench
 from test_model_sweep import small_capture, OPTS
-from cudnn_explorer.model.sweep import sweep
+from cudnn_explorer.model.explore_problems import sweep
 from cudnn_explorer.store.db import Store
 
 store = Store({db!r})
@@ -220,7 +220,7 @@ def test_sweep_killed_then_run_again_measures_only_the_rest(tmp_path, monkeypatc
 
     from conftest import REPO
     from cudnn_explorer.measure import pipeline
-    from cudnn_explorer.model.sweep import sweep
+    from cudnn_explorer.model.explore_problems import sweep
     from fakes import FakeBench
     from test_model_sweep import OPTS, small_capture
 

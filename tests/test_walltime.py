@@ -5,7 +5,7 @@ import dataclasses
 import fakes
 from pytest import approx
 from cudnn_explorer.core.records import EngineConfig, EngineSpace
-from cudnn_explorer.core.sweep import SweepEntry
+from cudnn_explorer.core.model_sweep import SweepEntry
 from cudnn_explorer.core.walltime import SearchTime, search_time, sweep_search_time
 from cudnn_explorer.report.format import search_time_text
 

@@ -9,7 +9,7 @@ from typing import List
 from ..core.errors import ExplorerError, Interrupted, UserError
 from ..core.options import parse_int
 from ..core.problem import ConvProblem
-from ..jobs import gpu
+from ..jobs import lazy_measure
 from .args import Parser, Refuse, check_rules, tf32
 from .groups import (HARMLESS, RUN_FLAGS, add_run_args, options_from_args, run_rules,
                      store_choice, store_read)
@@ -118,11 +118,11 @@ def run(argv: List[str]) -> int:
     from ..report import export, tables
 
     if a.info:
-        print(tables.render_info(gpu.info(parse_int(a.device, "--device"))))
+        print(tables.render_info(lazy_measure.info(parse_int(a.device, "--device"))))
         return 0
     if a.dump_device_profile:
         check_output_path(a.dump_device_profile, "--dump-device-profile", reads)
-        text = gpu.dump_device_profile(parse_int(a.device, "--device"))
+        text = lazy_measure.dump_device_profile(parse_int(a.device, "--device"))
         write_output(text, a.dump_device_profile, "--dump-device-profile")
         return 0
     if a.target:

@@ -120,7 +120,7 @@ def run(argv: List[str]) -> int:
     a, flags = parser.parse_given(argv, "model: give a model, e.g. model resnet50 --batch 32 "
                                         "--amp fp16")
     if a.load:
-        from ..core.sweep import ModelSweep
+        from ..core.model_sweep import ModelSweep
         from ..report.model import render_sweep
 
         return render_saved(parser, a, flags, "sweep", ModelSweep.from_json, render_sweep)
@@ -157,7 +157,7 @@ def run(argv: List[str]) -> int:
 
 
 def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> int:
-    from ..jobs import gpu
+    from ..jobs import lazy_measure
     from ..jobs.sweep import capture_beside, mode_starts, worker_ahead
     from .output import notify, progress_lines
 
@@ -168,12 +168,12 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
     step, stepped = progress_lines(a.verbose, a.quiet)  # the capture, before the bar
     sweeping = not (a.capture_only or a.target)
     if sweeping:
-        gpu.require_driver()  # no GPU: said in milliseconds, before any process starts
+        lazy_measure.require_driver()  # no GPU: said in milliseconds, before any process starts
     starts = mode_starts(spec, options, bool(a.plans)) \
         if options.pytorch and sweeping else None
     worker = worker_ahead(options) if sweeping else None
     try:
-        gpu.measuring()
+        lazy_measure.measuring()
         import torch
 
         clock.mark("torch and the extension imported")

@@ -84,7 +84,7 @@ def _is_sweep(path: str) -> bool:
 def _sweep(a):
     from ..core.documents import kind_hint
     from ..core.files import read_bytes
-    from ..core.sweep import ModelSweep
+    from ..core.model_sweep import ModelSweep
 
     data = read_bytes(a.file, "plot")
     try:

@@ -1,7 +1,7 @@
 """Should benchmark mode be on for this workload? The advisor's arithmetic. Pure Python.
 
 Inputs, per input size of the workload (from PyTorch's own run of the model, one fresh
-process with benchmark on and one with it off, core/pytorch_run.py): its share of the
+process with benchmark on and one with it off, core/model_run.py): its share of the
 iterations, the first iteration's cost beyond a steady one (the plan searches with
 benchmark on, the heuristic plan builds with it off), the steady iterations' samples,
 and the first iteration's peak memory.
@@ -36,7 +36,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from .capture import Capture
 from .errors import UserError
-from .pytorch_run import ModelRun
+from .model_run import ModelRun
 from .exploration import Environment
 from . import stats
 from .schema import Record, check_schema, parse_json, shown

@@ -5,7 +5,7 @@ result is refused with the path of its bad field, and no layer writes another's 
 * ProblemChildResult: PyTorch's own call for one problem in one mode
   (measure/problem_child.py); the model layer builds the same record per problem from a
   run of the whole model, and the results store keeps it.
-* ModelChildResult: PyTorch's own run of a whole model in one mode (model/model_child.py).
+* ModelChildResult: PyTorch's own run of a whole model in one mode (model/mode_child.py).
 
 A record without ``schema`` (the results store's, written before these had one) reads as
 version 1. Pure Python (no torch import).
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from .errors import UserError
-from .pinning import PinCounts, PinReport
+from .pin_report import PinCounts, PinReport
 from .problem import ConvProblem
 from .records import Timing
 from .schema import Record, Signed, check_version, shown
@@ -152,7 +152,7 @@ class SizeResult(Record):
 class ModelChildResult(_Versioned):
     """PyTorch's own run of a model in one mode: every input size that finished, and
     ``error`` (why it stopped, "" when it did not); in the pinned mode, what pinning did
-    (``pin_report``); ``phases_s``, where its run went (model/model_child.py's PHASES)."""
+    (``pin_report``); ``phases_s``, where its run went (model/mode_child.py's PHASES)."""
 
     SCHEMA = MODEL_CHILD_SCHEMA
     sizes: List[SizeResult] = field(default_factory=list)

@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Dict, List, Optional, Tuple
 
 from .records import DirectionResult
-from .sweep import ModelSweep
+from .model_sweep import ModelSweep
 
 __all__ = ["TIE", "MODES", "best_legacy", "chosen", "DirectionCost", "SweepTotals",
            "sweep_totals"]

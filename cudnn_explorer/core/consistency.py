@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence
 
 from .choices import chosen
 from .records import DirectionResult
-from .sweep import ModelSweep
+from .model_sweep import ModelSweep
 
 __all__ = ["PlanSpread", "Consistency", "consistency", "tag_ms"]
 

@@ -14,7 +14,7 @@ from .errors import UserError
 from .exploration import Exploration
 from .files import read_bytes
 from .problem import ConvProblem
-from .sweep import SWEEP_SCHEMA, ModelSweep
+from .model_sweep import SWEEP_SCHEMA, ModelSweep
 
 __all__ = ["EXPORT_SCHEMA", "TARGETS_SCHEMA", "MODEL_TARGETS_SCHEMA", "export_document",
            "targets_document", "model_targets_document", "kind_hint", "saved_schema",

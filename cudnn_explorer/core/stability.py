@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .pytorch_run import ModelRun
+from .model_run import ModelRun
 from .schema import Record
 
 __all__ = ["Stability", "plan_counts", "pick_stability"]

@@ -14,7 +14,7 @@ from ..core.options import ExploreOptions, given_options
 from ..core.schema import utc_now
 from ..core.version import __version__
 from .events import Notify, notifier, quiet_progress
-from . import gpu
+from . import lazy_measure
 from .plans import check_pinned_args, pinned_mode
 from .stores import StoreChoice, opened
 from .sweep import capture, mode_starts, model_spec, store_cache
@@ -65,10 +65,10 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
         dist = [(spec.input_shape[-1], 1.0)]
     notify = notifier(notify)
     say = quiet_progress(progress)
-    gpu.require_driver()  # no GPU: said in milliseconds, before any process starts
-    pipeline = gpu.measuring()
+    lazy_measure.require_driver()  # no GPU: said in milliseconds, before any process starts
+    pipeline = lazy_measure.measuring()
     from ..measure.pytorch_picks import ModeSpec
-    from ..model.pytorch_run import model_modes, retime_plans, run_model
+    from ..model.run_modes import model_modes, retime_plans, run_model
 
     modes = model_modes(options.benchmark_limit, every_candidate=False)
     # Note [model children started ahead]: the modes' processes import during the capture

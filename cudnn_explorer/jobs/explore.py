@@ -9,7 +9,7 @@ from ..core.exploration import Exploration
 from ..core.options import ExploreOptions, given_options
 from ..core.problem import ConvProblem
 from .events import Notify, notifier
-from . import gpu
+from . import lazy_measure
 from .stores import StoreChoice, opened, saver
 
 __all__ = ["explore"]
@@ -46,7 +46,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
         # no GPU: said in milliseconds, before any process starts or torch is imported;
         # the store cannot answer there either (its answers are keyed by a GPU's
         # environment, which needs the GPU to be read)
-        gpu.require_driver()
+        lazy_measure.require_driver()
     with opened(choice, notify) as db:
         if db is not None and not choice.refresh:  # before torch is imported: milliseconds
             exp = _stored(db, problem, options)
@@ -54,7 +54,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
                 notify("info", f"answered from the results store '{db.path}' (measured "
                                f"{exp.created}); --refresh measures again")
                 return exp
-        pipeline = gpu.measuring()
+        pipeline = lazy_measure.measuring()
         own = bench is None
         if own:
             # Note [children started ahead] (measure/prestart.py): PyTorch's children and
@@ -66,7 +66,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
             bench.prestart(problem, options)
         try:
             if (own and skip_engines_if_unbuilt and options.engines
-                    and not gpu.frontend_built(options.device)):
+                    and not lazy_measure.frontend_built(options.device)):
                 options = options.updated(engines=False)
                 notify("note", "engine configs skipped: this build of the extension has no "
                                "cudnn-frontend (pip install nvidia-cudnn-frontend, then "
@@ -94,6 +94,6 @@ def _stored(db, problem: ConvProblem, options: ExploreOptions) -> Optional[Explo
 
     env = envcache.cached_environment(options.device)
     if env is None:
-        env = gpu.measuring().environment(options.device)
+        env = lazy_measure.measuring().environment(options.device)
         envcache.remember(env)
     return db.lookup(problem, env, options)

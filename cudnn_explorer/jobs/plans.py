@@ -111,10 +111,10 @@ def _read(path: str) -> Tuple[PlanFile, bytes]:
 def environment_here(device: int = 0) -> Environment:
     """This GPU's environment (measure.pipeline.environment; MissingDependencyError when
     there is no GPU or extension)."""
-    from . import gpu
+    from . import lazy_measure
 
-    gpu.require_driver()
-    return gpu.measuring().environment(device)
+    lazy_measure.require_driver()
+    return lazy_measure.measuring().environment(device)
 
 
 def check_pinned_args(plans: Optional[str], uncovered: str) -> None:

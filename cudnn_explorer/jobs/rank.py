@@ -13,9 +13,9 @@ from ..core.capture import ModelSpec
 from ..core.errors import ResourceError, UserError
 from ..core.files import read_bytes, write_atomic
 from ..core.options import ExploreOptions
-from ..core.sweep import ModelSweep
+from ..core.model_sweep import ModelSweep
 from .events import Notify, notifier, quiet_progress
-from . import gpu
+from . import lazy_measure
 from .stores import StoreChoice, opened, saver, without_store
 from .sweep import pytorch_run
 
@@ -73,7 +73,7 @@ def rank_sweep(spec: ModelSpec, world, options: ExploreOptions, *, profile: str 
     if consistency and not json_path:
         raise UserError("--consistency needs --json PATH: each rank writes PATH.rankN.json "
                         "and rank 0 compares them")
-    pipeline = gpu.measuring()
+    pipeline = lazy_measure.measuring()
     options = options.updated(device=world.local_rank)
     pipeline.native.require_gpu(world.local_rank)
     distributed.init(world, DAY_S)
@@ -88,8 +88,8 @@ def _in_group(spec, world, options, profile, iterations, choice, consistency, js
               say, notify, pipeline) -> RankOutcome:
     from ..model import distributed
     from ..model.tracer import capture_model
-    from ..model.pytorch_run import StoreCache, modes_of, run_model
-    from ..model.sweep import sweep
+    from ..model.run_modes import StoreCache, modes_of, run_model
+    from ..model.explore_problems import sweep
     from .sweep import store_cache
 
     rank = world.rank

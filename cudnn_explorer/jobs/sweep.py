@@ -10,9 +10,9 @@ from typing import Callable, Optional, Sequence, Union
 from ..core.capture import Capture, ModelSpec
 from ..core.errors import GpuMemoryError, UserError
 from ..core.options import ExploreOptions, given_options, profile_name
-from ..core.sweep import ModelSweep
+from ..core.model_sweep import ModelSweep
 from .events import Notify, notifier
-from . import gpu
+from . import lazy_measure
 from .stores import StoreChoice, opened, saver, without_store
 
 __all__ = ["model_spec", "capture", "sweep_model", "mode_starts", "set_up_ahead",
@@ -49,7 +49,7 @@ def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
     if device is not None and not (isinstance(device, str) and
                                    re.fullmatch(r"cpu|cuda(:[0-9]{1,4})?", device)):
         raise UserError(f"device {device!r}: valid: \"cpu\", \"cuda\" or \"cuda:N\"")
-    gpu.measuring()
+    lazy_measure.measuring()
     import torch
 
     from ..measure import native
@@ -114,7 +114,7 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     options = given_options(options).profiled(profile, keep, model=True)
     spec = model.model if isinstance(model, Capture) else model_spec(model, **kw)
     if bench is None:
-        gpu.require_driver()  # no GPU: said in milliseconds, before any process starts
+        lazy_measure.require_driver()  # no GPU: said in milliseconds, before any process starts
     # Note [model children started ahead]: PyTorch's mode processes import meanwhile
     if starts is None and options.pytorch and bench is None:
         starts = mode_starts(spec, options, bool(plans))
@@ -136,10 +136,10 @@ def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bo
                 modes=None):
     """The processes of PyTorch's run of the model ``spec`` in ``modes`` (default
     modes_of(options)), then in the pinned mode with ``plans``, started
-    now (model.mode_process.ModeStarts), each with ``graph``'s steady process: before the
+    now (model.mode_runner.ModeStarts), each with ``graph``'s steady process: before the
     capture, so that they import while it runs."""
-    from ..model.mode_process import ModeStarts
-    from ..model.pytorch_run import modes_of
+    from ..model.mode_runner import ModeStarts
+    from ..model.run_modes import modes_of
 
     pinned = [m.mode == "pinned" for m in modes or modes_of(options)]
     return ModeStarts(spec, pinned + ([True] if plans else []), graph=graph)
@@ -147,10 +147,10 @@ def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bo
 
 # Note [first mode set up ahead]: the first mode's process of PyTorch's run of the model
 # spent 1.5-1.9 s of its turn setting up (the model built and moved to the GPU, cuDNN
-# loaded by a warm-up convolution: model/model_child.py's "setup"), in an H100 ResNet-50
+# loaded by a warm-up convolution: model/mode_child.py's "setup"), in an H100 ResNet-50
 # sweep whose capture took 6.1 s after torch's import (4.5 s of it importing torchvision),
 # with no measurement running. So the job hands that process its mode's setup
-# (mode_process.setup_spec) before it captures: it sets up once its imports are done,
+# (mode_runner.setup_spec) before it captures: it sets up once its imports are done,
 # beside the capture (neither is timed), and waits for its turn, where only what the
 # setup did not hide is waited for. Its spec at its turn must agree on what the setup
 # used, the capture's TF32 setting included (expected on, PyTorch's default); where it
@@ -172,11 +172,11 @@ def set_up_ahead(starts, spec: ModelSpec, options: ExploreOptions) -> bool:
     the capture (Note [first mode set up ahead]); whether it was. Imports torch."""
     if starts is None or not options.pytorch:
         return False
-    gpu.measuring()
+    lazy_measure.measuring()
     import torch
 
-    from ..model.mode_process import setup_spec
-    from ..model.pytorch_run import modes_of
+    from ..model.mode_runner import setup_spec
+    from ..model.run_modes import modes_of
 
     modes = modes_of(options)
     if not modes or not torch.cuda.is_available():
@@ -247,8 +247,8 @@ def _swept(cap: Capture, options: ExploreOptions, profile: str, iterations: int,
            allow_environment: bool, starts, worker) -> ModelSweep:
     """sweep_model's sweep of the captured model ``cap`` (``starts``: PyTorch's mode
     processes, and ``worker``: the engine worker, started before the capture)."""
-    pipeline = gpu.measuring()
-    from ..model.sweep import sweep
+    pipeline = lazy_measure.measuring()
+    from ..model.explore_problems import sweep
 
     tell = progress or (lambda done, total, msg: None)
     total = len(cap.problems)
@@ -292,7 +292,7 @@ def store_cache(db, env, cap: Capture, notify: Notify, read: bool = True):
     it only keeps the new ones), or None without a store."""
     if db is None:
         return None
-    from ..model.pytorch_run import StoreCache
+    from ..model.run_modes import StoreCache
 
     return StoreCache(db, env, cap.model.describe(), lambda e: without_store(notify, e),
                       read=read)
@@ -303,7 +303,7 @@ def pytorch_run(cap: Capture, options: ExploreOptions, iterations: int, say, cac
     """PyTorch's own run of the model (its modes, then ``extra`` ones such as the pinned
     mode; ``starts``: their processes started before, mode_starts), and the pipeline's
     bench that takes its picks (with ``worker``, the engine worker started ahead)."""
-    from ..model.pytorch_run import ModelBench, modes_of, run_model
+    from ..model.run_modes import ModelBench, modes_of, run_model
 
     run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
                                  cache=cache, started=starts,

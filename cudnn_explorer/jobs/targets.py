@@ -11,7 +11,7 @@ from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.targets import DeviceProfile, TargetRanking
 from .events import Notify, notifier
-from . import gpu
+from . import lazy_measure
 from .stores import StoreChoice, stored_config_times
 
 __all__ = ["TargetRankings", "ModelTargetRankings", "rank_targets", "rank_capture"]
@@ -44,7 +44,7 @@ class ModelTargetRankings:
 
 
 def _cudnn() -> str:
-    return gpu.measuring().native.runtime_info().get("cudnn", "")
+    return lazy_measure.measuring().native.runtime_info().get("cudnn", "")
 
 
 def rank_targets(problem: ConvProblem, profiles: Sequence[DeviceProfile],
@@ -53,7 +53,7 @@ def rank_targets(problem: ConvProblem, profiles: Sequence[DeviceProfile],
     """``problem``'s heuristic rankings on every profile, for ``options.directions``;
     with ``store``, our measured times of the configs it holds beside them."""
     options = options or ExploreOptions.create()
-    gpu.measuring()
+    lazy_measure.measuring()
     from ..measure.deviceless import rank_targets as rank
 
     rankings = rank(problem, options.directions, list(profiles))
@@ -65,7 +65,7 @@ def rank_targets(problem: ConvProblem, profiles: Sequence[DeviceProfile],
 def rank_capture(capture: Capture, profiles: Sequence[DeviceProfile]) -> ModelTargetRankings:
     """Every unique problem of ``capture``, in the directions the model runs, ranked on
     every profile."""
-    gpu.measuring()
+    lazy_measure.measuring()
     from ..measure.deviceless import rank_many
 
     rankings = rank_many([(u.problem, u.directions) for u in capture.problems], list(profiles))

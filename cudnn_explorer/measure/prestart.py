@@ -12,7 +12,7 @@ it disturbs no measurement, and each mode still runs in a process of its own, it
 environment set at start. (Started one ahead, a mode that runs for less than an import
 takes leaves the next one still importing.) A parent that goes away before the line comes
 ends it (end of stdin: exit 0, nothing run). A model's run starts its mode processes the
-same way (Note [model children started ahead] in model/mode_process.py).
+same way (Note [model children started ahead] in model/mode_runner.py).
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ class StartedChild:
 
     def prepare(self, spec: dict) -> None:
         """Let the child begin now on ``spec`` with "hold" set: a module that knows it
-        (model/model_child.py) sets up as the spec says, says HELD and waits for its go,
+        (model/mode_child.py) sets up as the spec says, says HELD and waits for its go,
         then reads the spec file again (go's). The go line is queued now: the child takes
         it once its imports are done."""
         if self.prepared is not None:

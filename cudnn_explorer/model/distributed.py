@@ -28,7 +28,7 @@ from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.exploration import Environment, Exploration
 from ..core.schema import utc_now
-from ..core.sweep import ModelSweep, SweepEntry
+from ..core.model_sweep import ModelSweep, SweepEntry
 from ..core.version import __version__
 
 __all__ = ["World", "world_from_env", "estimated_cost", "shard", "init", "finish", "check_devices",

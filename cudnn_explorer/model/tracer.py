@@ -24,7 +24,7 @@ __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "
            "ConvArgs", "conv_args", "PROBE_IMPORTS", "import_probe_modules"]
 
 # Note [imports outside the first iteration]: the model child times PyTorch's first
-# iteration with its probe in it (model/model_child.py), so nothing the probe needs may be
+# iteration with its probe in it (model/mode_child.py), so nothing the probe needs may be
 # imported for the first time there. Two things were:
 # * torch._dynamo. torch's TorchDispatchMode wraps a subclass's __torch_dispatch__ in
 #   torch._disable_dynamo (unless the subclass opts out with _should_skip_dynamo), and
@@ -37,7 +37,7 @@ __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "
 #   tracing the mode's own frames when the model is compiled).
 # * measure/tensors.py (and measure/native.py, which it imports), imported by layout_of
 #   on the first convolution call of every model: about 35 ms on the same machine.
-# The mode processes import PROBE_IMPORTS ahead with torch (mode_process.preload), and the
+# The mode processes import PROBE_IMPORTS ahead with torch (mode_runner.preload), and the
 # child's setup imports them where that did not happen (import_probe_modules); a test
 # (tests/test_mode_process.py) checks that the first iteration imports no module at all.
 PROBE_IMPORTS = ("torch._dynamo", "cudnn_explorer.measure.tensors")
@@ -214,7 +214,7 @@ class ForwardTracker:
     H200, a small net's later CUDA-graph capture failed in the model's child after a first
     iteration tracked by it, and succeeded after one without. Global forward hooks alone,
     removed on exit, leave nothing behind (the graph is timed in a process of its own
-    anyway: Note [steady process] in model/mode_process.py)."""
+    anyway: Note [steady process] in model/mode_runner.py)."""
 
     def __init__(self, model):
         self._names = {id(m): name for name, m in model.named_modules() if name}

@@ -14,7 +14,7 @@ import weakref
 from typing import Dict, List, Optional, Tuple, Union
 
 from ..core.errors import ExplorerError, UserError
-from ..core.pinning import PinReport
+from ..core.pin_report import PinReport
 from ..core.plans import PlanFile
 from . import functional, op
 

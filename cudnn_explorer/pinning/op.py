@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from ..core.errors import UserError
 from ..core.logs import parse_tag
-from ..core.pinning import PinCounts, PinnedDirection
+from ..core.pin_report import PinCounts, PinnedDirection
 from ..core.problem import output_shape
 from ..core.plans import PlanFile, native_key
 from ..measure import native

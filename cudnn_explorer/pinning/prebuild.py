@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Sequence
 
 from ..core.errors import UserError
-from ..core.pinning import PinCounts
+from ..core.pin_report import PinCounts
 from . import op
 
 __all__ = ["prebuild"]

@@ -13,8 +13,8 @@ from typing import List, Optional
 
 from ..core.analysis import NOISY_SPREAD
 from ..core.capture import Capture
-from ..core.pytorch_run import ConvCall, IterationTiming, ModelRun, SizeRun
-from ..core.sweep import ModelSweep
+from ..core.model_run import ConvCall, IterationTiming, ModelRun, SizeRun
+from ..core.model_sweep import ModelSweep
 from ..core.walltime import sweep_search_time
 from ..core.choices import MODES, sweep_totals
 from ..core.consistency import PlanSpread, consistency

@@ -15,7 +15,7 @@ from typing import Dict, List
 
 from ..core import analysis
 from ..core.choices import sweep_totals
-from ..core.sweep import ModelSweep
+from ..core.model_sweep import ModelSweep
 from .plots import _plt, _wrapped
 
 __all__ = ["gaps", "roofline", "TOP"]

@@ -49,7 +49,7 @@ MIGRATIONS: List[Sequence] = [
     # 1 -> 2: the cudnn-frontend version joins the environment key; results stored before
     # it get "" (not known), so they never answer for a build whose version is known.
     (lambda db: _rekey_environments(db),),
-    # 2 -> 3: PyTorch's own runs of whole models, one row per mode (model/pytorch_run.py)
+    # 2 -> 3: PyTorch's own runs of whole models, one row per mode (model/run_modes.py)
     ("""CREATE TABLE model_runs (
             id INTEGER PRIMARY KEY,
             run_key TEXT NOT NULL, env_key TEXT NOT NULL, created TEXT NOT NULL,

@@ -3,7 +3,7 @@
 Schema ``cudnn_explorer.sweep``, version 2: ``capture`` (schema cudnn_explorer.capture),
 ``options`` (the ExploreOptions every problem was explored with, its directions aside),
 ``profile`` ("quick" or "thorough"), ``environment``, ``pytorch_run`` (PyTorch's own run of
-the whole model per mode, core/pytorch_run.py; null when not run) and ``entries``: one per
+the whole model per mode, core/model_run.py; null when not run) and ``entries``: one per
 unique problem, in the capture's order, with its exploration (schema
 cudnn_explorer.exploration) or the error that stopped it. ``complete`` is false for a
 sweep that was interrupted: the entries it has are final. Version 1 files (no
@@ -19,7 +19,7 @@ from typing import List, Optional
 from .capture import Capture
 from .errors import UserError
 from .options import OLD_NAMES, PROFILES
-from .pytorch_run import ModelRun
+from .model_run import ModelRun
 from .exploration import Environment, Exploration
 from .schema import check_schema, parse_json, shown
 

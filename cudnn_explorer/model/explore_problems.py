@@ -13,12 +13,12 @@ from typing import Callable, Optional, Sequence
 
 from ..core.capture import Capture
 from ..core.errors import ChildError, CudnnError, ExplorerError, ResourceError, UserError
-from ..core.pytorch_run import ModelRun
+from ..core.model_run import ModelRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.exploration import Exploration
 from ..core.schema import utc_now
-from ..core.sweep import ModelSweep, SweepEntry
+from ..core.model_sweep import ModelSweep, SweepEntry
 from ..core.version import __version__
 from ..measure import pipeline
 
@@ -43,7 +43,7 @@ def sweep(capture: Capture, options: ExploreOptions,
     the directions already measured (the results store, also an interrupted run's part of
     a problem): only the others are measured; ``saver(problem, options)`` gives
     explore()'s on_direction, which keeps each direction as soon as it is done.
-    ``pytorch_run``: PyTorch's own run of the model (model/pytorch_run.py), kept in the
+    ``pytorch_run``: PyTorch's own run of the model (model/run_modes.py), kept in the
     sweep; its bench (ModelBench) gives the pipeline PyTorch's picks. ``profile``
     names how ``options`` were chosen ("quick" or "thorough"). ``only``: explore just these
     problem indices (a rank's share of a distributed sweep). A missing GPU or extension

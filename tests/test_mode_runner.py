@@ -1,4 +1,4 @@
-"""The processes of PyTorch's run of a model (model/mode_process.py), on the CPU with a
+"""The processes of PyTorch's run of a model (model/mode_runner.py), on the CPU with a
 stand-in interpreter: every mode's processes started before the first one runs, those
 started before the capture (ModeStarts) taken by position and the rest ended, and what a
 process imports ahead of its turn."""
@@ -13,7 +13,7 @@ from cudnn_explorer.core.child_records import ModelChildResult, SizeResult  # no
 from cudnn_explorer.core.capture import Capture, ModelSpec, UniqueConv  # noqa: E402
 from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
 from cudnn_explorer.core.problem import ConvProblem  # noqa: E402
-from cudnn_explorer.model import mode_process, pytorch_run  # noqa: E402
+from cudnn_explorer.model import mode_runner, run_modes  # noqa: E402
 
 
 def _ready_child(tmp_path, result: ModelChildResult):
@@ -61,7 +61,7 @@ def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeyp
     are started at once, each given its spec in its turn; every one has ended when the
     run returns, and when it is interrupted."""
     python, cap, opts = _tiny_run(tmp_path)
-    modes = pytorch_run.model_modes()[:3]
+    modes = run_modes.model_modes()[:3]
     from cudnn_explorer.measure.prestart import StartedChild
 
     started, at_run = _recorded(monkeypatch), []
@@ -72,7 +72,7 @@ def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeyp
         return real_run(self, spec, *args)
 
     monkeypatch.setattr(StartedChild, "go", run)
-    got, _ = pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
+    got, _ = run_modes.run_model(cap, opts, iterations=1, warmup=0, python=python,
                                    modes=modes, graph=True)
     # three modes, each a first and a steady process: all six running before the first go
     assert at_run == [(6, False), (6, True)] * 3
@@ -87,7 +87,7 @@ def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeyp
 
     monkeypatch.setattr(StartedChild, "go", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        pytorch_run.run_model(cap, opts, iterations=1, python=python, modes=modes)
+        run_modes.run_model(cap, opts, iterations=1, python=python, modes=modes)
     assert len(started) == 3 and all(s.proc.poll() is not None for s in started)
     assert all(not os.path.exists(s.spec_path) for s in started)  # their files removed
 
@@ -99,21 +99,21 @@ def test_run_model_runs_the_processes_started_before_and_starts_no_other(tmp_pat
     has no log; one never taken (a mode answered from the store) and one started for
     another ``graph`` setting are ended by close, and a mode not started is started."""
     python, cap, opts = _tiny_run(tmp_path)
-    modes = pytorch_run.model_modes()[:2]
+    modes = run_modes.model_modes()[:2]
     started = _recorded(monkeypatch)
-    with mode_process.ModeStarts(cap.model, [False, False, True], python=python,
+    with mode_runner.ModeStarts(cap.model, [False, False, True], python=python,
                                  graph=True) as starts:
         assert len(started) == 6
         assert [s.log_path is None for s in started] == [False, True, False, True, True, True]
-        got, _ = pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
+        got, _ = run_modes.run_model(cap, opts, iterations=1, warmup=0, python=python,
                                        modes=modes, graph=True, started=starts)
         assert len(started) == 6  # run_model started none of its own
         assert [m.sizes[0].first_ms for m in got.modes] == [1.0, 1.0]
         assert [s.proc.poll() is not None for s in started] == [True] * 4 + [False] * 2
     assert all(s.proc.poll() is not None for s in started)  # the third mode's, never taken
     started.clear()
-    with mode_process.ModeStarts(cap.model, [False], python=python, graph=False) as starts:
-        pytorch_run.run_model(cap, opts, iterations=1, warmup=0, python=python,
+    with mode_runner.ModeStarts(cap.model, [False], python=python, graph=False) as starts:
+        run_modes.run_model(cap, opts, iterations=1, warmup=0, python=python,
                               modes=modes, graph=True, started=starts)
         # started for no CUDA graph: not taken; both modes started their own two
         assert len(started) == 5 and started[0].proc.poll() is None
@@ -132,17 +132,17 @@ def test_a_model_process_imports_ahead_what_its_child_needs_and_runs_it_once(nam
     import sys
 
     spec = ModelSpec(name=name, factory=factory, input_shape=[3, 8, 8], batch=1)
-    preload = mode_process.preload(spec).split(",")
-    assert "torch" in preload and mode_process.MODEL_CHILD not in preload
+    preload = mode_runner.preload(spec).split(",")
+    assert "torch" in preload and mode_runner.MODEL_CHILD not in preload
     # Note [imports outside the first iteration] in model/tracer.py
     assert {"torch._dynamo", "cudnn_explorer.measure.tensors"} <= set(preload)
     assert (extra in preload) if extra else not {"torchvision", "timm", "mine"} & set(preload)
     out = subprocess.run([sys.executable, "-m", "cudnn_explorer.measure.prestart", "--preload",
                           ",".join(n for n in preload if n not in ("torchvision", "timm")),
-                          mode_process.MODEL_CHILD], input="go\n", capture_output=True,
+                          mode_runner.MODEL_CHILD], input="go\n", capture_output=True,
                          text=True, timeout=120)
     assert out.stdout.startswith("cudnn_explorer: ready")
-    assert "usage: python -m cudnn_explorer.model.model_child" in out.stderr, out.stderr
+    assert "usage: python -m cudnn_explorer.model.mode_child" in out.stderr, out.stderr
     assert "RuntimeWarning" not in out.stderr, out.stderr
 
 
@@ -151,19 +151,19 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import torch
 from cudnn_explorer.core.capture import ModelSpec
-from cudnn_explorer.model import model_child
+from cudnn_explorer.model import mode_child
 new = []
-real = model_child.first_iteration
+real = mode_child.first_iteration
 def watched(*args, **kwargs):
     before = set(sys.modules)
     try:
         return real(*args, **kwargs)
     finally:
         new.extend(sorted(set(sys.modules) - before))
-model_child.first_iteration = watched
+mode_child.first_iteration = watched
 before = "torch._dynamo" in sys.modules
 spec = ModelSpec(factory="plainnets:plain", input_shape=[3, 8, 8], batch=2)
-out = model_child.run({"device": -1, "mode": sys.argv[2], "model": spec.to_dict(),
+out = mode_child.run({"device": -1, "mode": sys.argv[2], "model": spec.to_dict(),
                        "shapes": [[3, 8, 8]], "iterations": 2, "warmup": 1}, lambda r: None)
 print(json.dumps({"before": before, "after": "torch._dynamo" in sys.modules,
                   "imported_in_first_iteration": new, "sizes": len(out["sizes"]),
@@ -231,7 +231,7 @@ def test_a_child_set_up_ahead_is_held_when_its_marks_came_back_to_back(tmp_path)
     fake = tmp_path / "python"
     fake.write_text(f"#!/bin/sh\nexec {os.sys.executable} {tmp_path / 'child.py'} \"$@\"\n")
     fake.chmod(0o755)
-    child = StartedChild("cudnn_explorer.model.model_child", python=str(fake))
+    child = StartedChild("cudnn_explorer.model.mode_child", python=str(fake))
     try:
         child.prepare({"mode": "benchmark"})
         assert json.loads(open(child.spec_path).read()) == {"mode": "benchmark", "hold": True}
@@ -246,7 +246,7 @@ def test_a_child_set_up_ahead_is_held_when_its_marks_came_back_to_back(tmp_path)
         child.close()
     # one that exits before it is held: not held, at once
     (tmp_path / "child.py").write_text("print('cudnn_explorer: ready', flush=True)\n")
-    child = StartedChild("cudnn_explorer.model.model_child", python=str(fake))
+    child = StartedChild("cudnn_explorer.model.mode_child", python=str(fake))
     try:
         child.prepare({})
         assert not child.wait_held(30)
@@ -261,7 +261,7 @@ def test_a_process_set_up_ahead_is_let_go_and_replaced(tmp_path, monkeypatch):
     as it is."""
     python, cap, _ = _tiny_run(tmp_path)
     started = _recorded(monkeypatch)
-    with mode_process.ModeStarts(cap.model, [False, True], python=python) as starts:
+    with mode_runner.ModeStarts(cap.model, [False, True], python=python) as starts:
         assert not starts.let_go(0) and not starts.let_go(7)  # none set up
         assert len(started) == 2
         assert starts.prepare(1, {"mode": "pinned"})

@@ -1,6 +1,6 @@
 """PyTorch's own run of a whole model, one fresh process per mode. Pure Python.
 
-Built once by ``model/pytorch_run.py`` from its children (``model/model_child.py``) and rendered
+Built once by ``model/run_modes.py`` from its children (``model/mode_child.py``) and rendered
 by ``report/model.py``; part of a saved sweep (schema ``cudnn_explorer.sweep`` version 2).
 
 Per mode (benchmark, benchmark timing every candidate, heuristics, deterministic) and per
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from .analysis import NOISY_SPREAD
-from .pinning import PinCounts
+from .pin_report import PinCounts
 from .schema import Record, Signed
 
 __all__ = ["IterationTiming", "ConvCall", "SizeRun", "ModelModeRun", "ModelRun", "AHEAD"]
@@ -135,7 +135,7 @@ class ModelModeRun(Record):
     sizes: List[SizeRun] = field(default_factory=list)
     wall_s: Optional[float] = None   # the child process, start to end
     stored: str = ""                 # when answered from the results store: measured then
-    # where wall_s went (s): the first process's phases (model/mode_process.py), then
+    # where wall_s went (s): the first process's phases (model/mode_runner.py), then
     # "the log read" (the parent's reading of cudnn-frontend's log into PyTorch's picks);
     # AHEAD's, where it is, before wall_s began
     phases_s: Dict[str, float] = field(default_factory=dict)

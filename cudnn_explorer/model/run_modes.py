@@ -1,10 +1,10 @@
-"""PyTorch's own run of a whole model: one fresh child per mode (model/model_child.py), not one
+"""PyTorch's own run of a whole model: one fresh child per mode (model/mode_child.py), not one
 per problem.
 
 Each child runs the model's first iteration and then steady iterations, with
 cudnn-frontend's log on. From its result and its log this builds, once:
 
-* the ModelRun record (core/pytorch_run.py): per mode and input size, the first iteration's
+* the ModelRun record (core/model_run.py): per mode and input size, the first iteration's
   time and peak memory, each convolution's first call (the plan PyTorch cached, the
   search's candidates, its cost), the call that set the memory peak, the steady
   iterations;
@@ -27,14 +27,14 @@ from ..core.child_records import (CallResult, FirstCall, ModelChildResult, Probl
                                   SizeResult)
 from ..core.stability import Stability
 from ..core.errors import ChildError, ExplorerError, UserError
-from ..core.pytorch_run import ConvCall, IterationTiming, ModelModeRun, ModelRun, SizeRun
+from ..core.model_run import ConvCall, IterationTiming, ModelModeRun, ModelRun, SizeRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import rankable
 from ..measure.prestart import StartedChild
 from ..measure.pytorch_picks import ModeRun, ModeSpec, default_modes
 from ..measure.pipeline import GpuBench
-from .mode_process import ModeStarts, run_mode, shapes, start_mode
+from .mode_runner import ModeStarts, run_mode, shapes, start_mode
 
 __all__ = ["model_modes", "modes_of", "run_model", "run_key", "StoreCache", "ModelBench",
            "retime_plans"]
@@ -156,7 +156,7 @@ def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
     (the others are left out of what is returned): a rank's part of the modes under
     torchrun, kept in ``cache`` for every rank to read. ``graph``: time the steady
     iterations as replays of a CUDA graph of the whole step where it can be captured
-    (model/model_child.py), a round of eager ones beside them. Every process the modes
+    (model/mode_child.py), a round of eager ones beside them. Every process the modes
     not answered from ``cache`` need is started at once, each run in its turn (Note [model
     children started ahead]); ``started``: those of ``modes`` already started (by
     position), taken from there (the caller closes what is left)."""

@@ -1,5 +1,5 @@
-"""One mode of PyTorch's own run of a model (model/pytorch_run.py) in its fresh processes
-(model/model_child.py): the first one, which runs the probed first iteration with
+"""One mode of PyTorch's own run of a model (model/run_modes.py) in its fresh processes
+(model/mode_child.py): the first one, which runs the probed first iteration with
 cudnn-frontend's log on, and, with a CUDA graph, the steady timing's own (Note [steady
 process]), once more from a size whose capture failed (Note [failed capture]). Every
 process is started ahead of its turn (Note [model children started ahead])."""
@@ -14,26 +14,26 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.capture import Capture, ModelSpec
 from ..core.child_records import ModelChildResult, SizeResult
-from ..core.pytorch_run import AHEAD
+from ..core.model_run import AHEAD
 from ..core.errors import UserError
 from ..core.options import ExploreOptions
 from ..measure.prestart import READY_TIMEOUT_S, StartedChild, last_line
 from ..measure.procs import describe_rc
 from ..measure.pytorch_picks import LOG_VARS, ModeSpec
 from . import zoo
-from .model_child import setup_changed
+from .mode_child import setup_changed
 from .tracer import PROBE_IMPORTS
 
 __all__ = ["MODEL_CHILD", "WAITED", "WAITED_SETUP", "STEADY_PROCESS", "shapes",
            "preload", "setup_spec", "start_mode", "ModeStarts", "run_mode", "steady",
            "steady_of", "after_failure", "run_child"]
 
-MODEL_CHILD = "cudnn_explorer.model.model_child"
-# A mode's phases_s beside its first process's own (model/model_child.py's PHASES): the
+MODEL_CHILD = "cudnn_explorer.model.mode_child"
+# A mode's phases_s beside its first process's own (model/mode_child.py's PHASES): the
 # seconds it was still importing when its turn came, and the steady process's whole run.
 # A process set up ahead of its turn (Note [first mode set up ahead] in jobs/sweep.py)
 # has, instead of those and its "setup", the seconds its turn still waited for its
-# imports and setup, and its setup's own seconds (core.pytorch_run.AHEAD), spent before
+# imports and setup, and its setup's own seconds (core.model_run.AHEAD), spent before
 # its turn: not a part of the mode's wall time.
 WAITED, STEADY_PROCESS = "waited for its imports", "the steady process"
 WAITED_SETUP = "waited for its imports and setup"
@@ -74,8 +74,8 @@ def preload(model) -> str:
 
 
 def setup_spec(model: ModelSpec, mode: ModeSpec, device: int, seed: int, tf32: bool) -> dict:
-    """The part of a mode's spec (model/model_child.py's SPEC) that its process's setup
-    uses (model_child.SETUP_KEYS): the whole spec of a process set up ahead of its turn
+    """The part of a mode's spec (model/mode_child.py's SPEC) that its process's setup
+    uses (mode_child.SETUP_KEYS): the whole spec of a process set up ahead of its turn
     (ModeStarts.prepare), and the head of every mode's (run_mode)."""
     spec = {"model": model.to_dict(), "mode": mode.mode,
             "benchmark_limit": mode.benchmark_limit, "tf32": tf32, "device": device,
@@ -95,7 +95,7 @@ def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iteratio
     start_mode; default: started now); the result holds every shape that finished even
     when the child failed later (error then says why). With ``graph``, Note [steady
     process]: the steady iterations are timed by a second fresh process of the same mode
-    (model/model_child.py's "steady_only"), which runs no probe: on the H200 a CUDA-graph
+    (model/mode_child.py's "steady_only"), which runs no probe: on the H200 a CUDA-graph
     capture after the probed first iteration failed for each model tried (a 3-layer net,
     ResNet-18, ResNet-50), and the same steps captured in processes without it. Its
     results replace the first child's one round of eager steps; where it fails, that round
@@ -242,7 +242,7 @@ def steady_of(size: SizeResult, t: Optional[SizeResult], why: str) -> SizeResult
 def steady(spec: dict, sizes: List[List[int]], timeout_s: float, python: Optional[str],
            what: str, say: Callable[[str], None], model=None,
            ahead: Optional[StartedChild] = None) -> Tuple[Dict[tuple, SizeResult], str]:
-    """Per shape, its steady timing from steady processes (model/model_child.py's
+    """Per shape, its steady timing from steady processes (model/mode_child.py's
     "steady_only"), and why the shapes missing from it are missing. Note [failed capture]:
     a failed capture ends its process; the next one begins at that size and captures it
     once more (on the H200 a size whose capture failed after others in one process was
@@ -292,7 +292,7 @@ def after_failure(first: str, t: SizeResult) -> str:
 
 def run_child(spec: dict, model, timeout_s: float, python: Optional[str], what: str,
                ahead: Optional[StartedChild] = None) -> Tuple[ModelChildResult, str]:
-    """(result, error) of one model/model_child.py process without cudnn-frontend's log on
+    """(result, error) of one model/mode_child.py process without cudnn-frontend's log on
     ``spec`` (``ahead``: one started before, else one started now): the sizes that
     finished, also when it failed later."""
     child = ahead or _started(model, python, log=False)

@@ -1,9 +1,9 @@
 """Child process: PyTorch's own run of a whole model in one mode, in a fresh process.
 
-    python -m cudnn_explorer.model.model_child SPEC.json RESULT.json
+    python -m cudnn_explorer.model.mode_child SPEC.json RESULT.json
 
 PyTorch's benchmark cache lives per process, so each mode gets its own (docs/method.md).
-The parent (model/mode_process.py) sets cudnn-frontend's log (CUDNN_FRONTEND_LOG_INFO,
+The parent (model/mode_runner.py) sets cudnn-frontend's log (CUDNN_FRONTEND_LOG_INFO,
 CUDNN_FRONTEND_LOG_FILE) before this process starts.
 
 SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, in order),
@@ -16,7 +16,7 @@ SPEC: {"model": ModelSpec dict, "shapes": [[C, H, W], ...] (one per input size, 
 With ``target_ci``, timed iterations go on in rounds of ``iterations`` until the 95%
 confidence interval of their mean is within +-target_ci of it, or ``max_timed_s`` of
 timing has passed. With ``steady_only`` (the parent's second process, Note [steady
-process] in model/mode_process.py) the first iteration is neither probed nor timed, and
+process] in model/mode_runner.py) the first iteration is neither probed nor timed, and
 the timed iterations are replays of a CUDA graph of the whole step (_graph_step), one
 round of eager iterations timed beside them. A capture that fails ends the process
 (Note [failed capture]): the size keeps its eager round and says why ("capture_failed"),
@@ -446,7 +446,7 @@ def run(spec: dict, write, hold=None) -> dict:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    spec = read_spec(argv, "python -m cudnn_explorer.model.model_child SPEC.json RESULT.json")
+    spec = read_spec(argv, "python -m cudnn_explorer.model.mode_child SPEC.json RESULT.json")
     if spec is None:
         return 2
     # every write goes through the record the parent reads (core/child_records.py): a
