@@ -217,8 +217,40 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("fallback_calls", &ce::PinStat::fallback_calls)
       .def_readonly("reason", &ce::PinStat::reason)
       .def_readonly("builds", &ce::PinStat::builds)
-      .def_readonly("build_ms", &ce::PinStat::build_ms);
-  m.def("load_plans", &ce::load_plans, py::arg("specs"));
+      .def_readonly("build_ms", &ce::PinStat::build_ms)
+      .def_readonly("restored", &ce::PinStat::restored)
+      .def_readonly("waited_ms", &ce::PinStat::waited_ms)
+      .def_readonly("kept_error", &ce::PinStat::kept_error);
+  // a kept plan's bytes cross as Python bytes, not str (they are UBJSON, not UTF-8)
+  m.def("build_ahead",
+        [](int64_t device, int64_t threads, const std::vector<py::tuple>& kept) {
+          std::vector<ce::KeptPlan> plans;
+          for (const auto& k : kept) {
+            ce::KeptPlan p;
+            p.key = k[0].cast<std::vector<int64_t>>();
+            p.tag = k[1].cast<std::string>();
+            p.blob = std::string(k[2].cast<py::bytes>());
+            plans.push_back(std::move(p));
+          }
+          py::gil_scoped_release release;
+          ce::build_ahead(device, threads, plans);
+        },
+        py::arg("device"), py::arg("threads"), py::arg("kept"));
+  m.def("wait_ahead", &ce::wait_ahead, py::call_guard<py::gil_scoped_release>());
+  m.def("kept_plans", [] {
+    std::vector<ce::KeptPlan> plans;
+    {
+      py::gil_scoped_release release;
+      plans = ce::kept_plans();
+    }
+    py::list out;
+    for (const auto& p : plans) {
+      out.append(py::make_tuple(p.key, p.tag, py::bytes(p.blob), p.runtime_compiled));
+    }
+    return out;
+  });
+  m.def("load_plans", &ce::load_plans, py::arg("specs"),
+        py::call_guard<py::gil_scoped_release>());
   m.def("loaded_plan_count", &ce::loaded_plan_count);
   m.def("set_strict", &ce::set_strict, py::arg("on"));
   m.def("strict", &ce::strict);

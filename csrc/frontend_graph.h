@@ -54,6 +54,37 @@ class Graph : public fe::graph::Graph {
     return plans.numeric_notes[static_cast<size_t>(i)];
   }
 
+  // The numerical notes of plan 0: the frontend keeps them per config for a plan it
+  // built, and only on the plan itself for one it deserialized (Note [kept plans]).
+  std::vector<fe::NumericalNote_t> plan_notes() const {
+    auto notes = numeric_notes_at(0);
+    if (!notes.empty() || plans.execution_plans.empty() || !plans.execution_plans[0]) {
+      return notes;
+    }
+    for (auto n : plans.execution_plans[0]->getAllNumericNotes()) {
+      switch (n) {
+        case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+          notes.push_back(fe::NumericalNote_t::TENSOR_CORE);
+          break;
+        case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+          notes.push_back(fe::NumericalNote_t::DOWN_CONVERT_INPUTS);
+          break;
+        case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+          notes.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
+          break;
+        default:
+          break;
+      }
+    }
+    return notes;
+  }
+
+  // The tag cuDNN gives plan 0 ("eng70_k2=4_k18=0"), "" before it is built.
+  std::string plan_tag() const {
+    if (plans.execution_plans.empty() || !plans.execution_plans[0]) return "";
+    return plans.execution_plans[0]->getTag();
+  }
+
   // The knobs of one engine with backend knob types; throws when cuDNN refuses the engine.
   std::vector<KnobSpec> knobs_of(int64_t engine, const std::string& ctx) const {
     fe::detail::backend_descriptor eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR);

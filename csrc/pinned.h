@@ -48,8 +48,20 @@ struct PinStat {
   int64_t pinned_calls = 0;
   int64_t fallback_calls = 0;
   std::string reason;  // why the last fallback fell back
-  int64_t builds = 0;
-  double build_ms = 0.0;
+  int64_t builds = 0;      // plans built from the engine config
+  int64_t restored = 0;    // plans restored from their kept form (Note [kept plans])
+  double build_ms = 0.0;   // building and restoring, on whichever thread did it
+  double waited_ms = 0.0;  // first calls waiting for a plan built ahead (Note [plans built ahead])
+  std::string kept_error;  // why the last kept form was not used ("" when none was refused)
+};
+
+// A plan in the form cudnn-frontend serializes it (Graph::serialize), to keep between
+// processes (Note [kept plans]).
+struct KeptPlan {
+  std::vector<int64_t> key;  // the file's key (Note [plan keys])
+  std::string tag;           // the file's engine config
+  std::string blob;          // bytes (UBJSON)
+  bool runtime_compiled = false;
 };
 
 // The plans of the process: replaces the loaded ones (every thread's built plans are
@@ -62,6 +74,16 @@ int64_t retired_plan_count();
 void set_strict(bool on);
 bool strict();
 std::vector<PinStat> pin_stats();
+// Note [plans built ahead]: builds every plan of the loaded file on `threads` threads of
+// its own, for `device` and the deterministic setting now, at 16-byte alignment, and
+// returns at once. A plan in `kept` (by key) is restored from it instead, when it passes
+// the checks of Note [kept plans]. A call whose plan is being built waits for that plan
+// only.
+void build_ahead(int64_t device, int64_t threads, const std::vector<KeptPlan>& kept);
+// Waits for the builds started by build_ahead; their count.
+int64_t wait_ahead();
+// The plans built or restored ahead, serialized, for the file of kept plans.
+std::vector<KeptPlan> kept_plans();
 void reset_pin_counts();
 // A plan key (Note [plan keys]) in words, as ConvProblem.describe words its problem,
 // after the direction: "fwd of 2-D convolution: input ...".

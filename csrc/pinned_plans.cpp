@@ -16,8 +16,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -40,10 +43,10 @@ struct KeyHash {
 struct Slot {
   PlanSpec spec;       // covered: the file's entry; otherwise only key and description
   bool covered = false;
-  std::atomic<int64_t> pinned{0}, fallback{0}, builds{0};
-  mutable std::mutex m;  // guards the strings and build_ms
-  std::string reason, ran;
-  double build_ms = 0.0;
+  std::atomic<int64_t> pinned{0}, fallback{0}, builds{0}, restored{0};
+  mutable std::mutex m;  // guards the strings and the times
+  std::string reason, ran, kept_error;
+  double build_ms = 0.0, waited_ms = 0.0;
 };
 
 struct Registry {
@@ -203,6 +206,8 @@ std::vector<int64_t> call_key(const PinnedCall& c) {
   return k;
 }
 
+void drop_ahead();  // below: the plans built ahead for the file loaded before
+
 void load_plans(const std::vector<PlanSpec>& specs) {
   // Note [atomic load]: the new table is built and checked first, then swapped in; a bad
   // entry leaves the loaded plans, their counts and the warnings as they were.
@@ -216,6 +221,7 @@ void load_plans(const std::vector<PlanSpec>& specs) {
     s->covered = true;
     slots.emplace(spec.key, std::move(s));
   }
+  drop_ahead();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.m);
   r.slots.swap(slots);
@@ -243,10 +249,13 @@ std::vector<PinStat> pin_stats() {
     p.pinned_calls = s.pinned.load();
     p.fallback_calls = s.fallback.load();
     p.builds = s.builds.load();
+    p.restored = s.restored.load();
     std::lock_guard<std::mutex> slock(s.m);
     p.ran = s.ran;
     p.reason = s.reason;
     p.build_ms = s.build_ms;
+    p.waited_ms = s.waited_ms;
+    p.kept_error = s.kept_error;
     out.push_back(std::move(p));
   };
   for (const auto& kv : r.slots) add(*kv.second);
@@ -318,34 +327,106 @@ ThreadPlans& thread_plans() {
   return *t;
 }
 
+// What a plan is built for: a call's problem, or a key's (Note [plans built ahead]).
+struct Target {
+  TargetProblem tp;
+  Direction direction = Direction::Forward;
+  cudnnDataType_t dtype = CUDNN_DATA_FLOAT;
+  bool tf32 = true;  // TF32 allowed (float32 only)
+  bool det = false;  // deterministic algorithms on
+};
+
+Target target_of_call(const PinnedCall& c, bool det) {
+  Target t;
+  t.tp.x_dims = dims_of(*c.x);
+  t.tp.x_strides = fixed_strides(*c.x, c.channels_last);
+  t.tp.w_dims = dims_of(*c.w);
+  t.tp.w_strides = fixed_strides(*c.w, c.channels_last);
+  t.tp.y_dims = dims_of(*c.y);
+  t.tp.y_strides = fixed_strides(*c.y, c.channels_last);
+  t.tp.padding = c.padding;
+  t.tp.stride = c.stride;
+  t.tp.dilation = c.dilation;
+  t.tp.alignment = {alignment_of(*c.x), alignment_of(*c.w), alignment_of(*c.y)};
+  t.direction = c.direction;
+  t.dtype = data_type_of(*c.x);
+  t.tf32 = c.x->scalar_type() != at::kFloat ||
+           at::globalContext().allowTF32CuDNN(at::Float32Op::CONV);
+  t.det = det;
+  return t;
+}
+
+// The dense strides of `dims` in the layout (what fixed_strides gives a dense tensor).
+std::vector<int64_t> dense_strides(const std::vector<int64_t>& dims, bool nhwc) {
+  const int64_t dim = static_cast<int64_t>(dims.size());
+  std::vector<int64_t> order, st(dims.size(), 1);
+  if (nhwc) order.push_back(1);
+  for (int64_t d = dim - 1; d > 1; --d) order.push_back(d);
+  if (!nhwc) order.push_back(1);
+  order.push_back(0);
+  int64_t z = 1;
+  for (int64_t d : order) {
+    st[static_cast<size_t>(d)] = z;
+    z *= std::max<int64_t>(dims[static_cast<size_t>(d)], 1);
+  }
+  return st;
+}
+
+// The problem a file's key names (Note [plan keys]), its tensors dense in its layout and
+// 16-byte aligned, as the op's calls give them; false for a key that names none.
+bool target_of_key(const std::vector<int64_t>& k, bool det, Target& t) {
+  if (k.size() < 7 || k[6] < 3) return false;
+  const size_t nd = static_cast<size_t>(k[6]), sp = nd - 2;
+  const size_t x = 7, w = x + nd, y = w + nd, pad = y + nd, st = pad + sp, dil = st + sp;
+  if (k.size() != dil + sp || k[1] < 0 || k[1] > 2 || k[2] < 0 || k[2] > 3) return false;
+  auto part = [&k](size_t at, size_t n) {
+    return std::vector<int64_t>(k.begin() + static_cast<long>(at),
+                                k.begin() + static_cast<long>(at + n));
+  };
+  const bool nhwc = k[5] != 0;
+  t.tp.x_dims = part(x, nd);
+  t.tp.w_dims = part(w, nd);
+  t.tp.y_dims = part(y, nd);
+  t.tp.x_strides = dense_strides(t.tp.x_dims, nhwc);
+  t.tp.w_strides = dense_strides(t.tp.w_dims, nhwc);
+  t.tp.y_strides = dense_strides(t.tp.y_dims, nhwc);
+  t.tp.padding = part(pad, sp);
+  t.tp.stride = part(st, sp);
+  t.tp.dilation = part(dil, sp);
+  t.tp.alignment = {16, 16, 16};
+  t.direction = static_cast<Direction>(k[1]);
+  const cudnnDataType_t types[] = {CUDNN_DATA_FLOAT, CUDNN_DATA_HALF, CUDNN_DATA_BFLOAT16,
+                                   CUDNN_DATA_DOUBLE};
+  t.dtype = types[k[2]];
+  t.tf32 = k[3] != 0;
+  t.det = det;
+  return true;
+}
+
 // Note [plan validators]: the file names an engine config; cuDNN says what the config is.
 // A plan is refused (and the call falls back) when cuDNN's numerical notes say PyTorch's
 // rules would not run it here: DOWN_CONVERT_INPUTS always, TENSOR_CORE for float32 with
 // TF32 off, NONDETERMINISTIC in deterministic mode; or when the built plan is not the
 // file's (another name from cudnn-frontend).
-std::string refusal(const Graph& g, const PinnedCall& c, const std::string& tag, bool det,
-                    const std::string& built_name) {
-  bool tf32 = true;
-  if (c.x->scalar_type() == at::kFloat) {
-    tf32 = at::globalContext().allowTF32CuDNN(at::Float32Op::CONV);
-  }
-  for (auto n : g.numeric_notes_at(0)) {
+std::string refusal(const std::vector<fe::NumericalNote_t>& notes, const Target& t,
+                    const std::string& tag, const std::string& built_name) {
+  for (auto n : notes) {
     if (n == fe::NumericalNote_t::DOWN_CONVERT_INPUTS) {
       return "its engine config " + tag + " converts its inputs down (DOWN_CONVERT_INPUTS), "
              "which PyTorch never runs";
     }
-    if (n == fe::NumericalNote_t::TENSOR_CORE && !tf32 && c.x->scalar_type() == at::kFloat) {
+    if (n == fe::NumericalNote_t::TENSOR_CORE && !t.tf32 && t.dtype == CUDNN_DATA_FLOAT) {
       return "TF32 is off here and its engine config " + tag + " uses tensor cores";
     }
-    if (n == fe::NumericalNote_t::NONDETERMINISTIC && det) {
+    if (n == fe::NumericalNote_t::NONDETERMINISTIC && t.det) {
       return "deterministic algorithms are on and its engine config " + tag +
              " is NONDETERMINISTIC";
     }
   }
   // the tag without the operation's prefix ("ConvFwd_eng0_k2=1" and "eng0_k2=1" agree)
-  auto bare = [](const std::string& t) {
-    const auto at = t.find("eng");
-    return at == std::string::npos ? t : t.substr(at);
+  auto bare = [](const std::string& s) {
+    const auto at = s.find("eng");
+    return at == std::string::npos ? s : s.substr(at);
   };
   if (!built_name.empty() && bare(built_name) != bare(tag)) {
     return "cudnn-frontend built " + built_name + ", not the file's " + tag;
@@ -353,7 +434,15 @@ std::string refusal(const Graph& g, const PinnedCall& c, const std::string& tag,
   return "";
 }
 
-std::unique_ptr<Built> build(const PinnedCall& c, std::shared_ptr<Slot> slot, bool det) {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+// Builds the file's engine config for `t` with this thread's handle. With `kept`, the
+// built plan is also serialized into it (Note [kept plans]).
+std::unique_ptr<Built> build(const Target& t, std::shared_ptr<Slot> slot,
+                             KeptPlan* kept = nullptr) {
   auto b = std::make_unique<Built>();
   b->slot = std::move(slot);
   Slot& s = *b->slot;
@@ -365,29 +454,29 @@ std::unique_ptr<Built> build(const PinnedCall& c, std::shared_ptr<Slot> slot, bo
   try {
     cudnnHandle_t h = at::native::getCudnnHandle();
     auto g = std::make_unique<Graph>();
-    TargetProblem tp;
-    tp.x_dims = dims_of(*c.x);
-    tp.x_strides = fixed_strides(*c.x, c.channels_last);
-    tp.w_dims = dims_of(*c.w);
-    tp.w_strides = fixed_strides(*c.w, c.channels_last);
-    tp.y_dims = dims_of(*c.y);
-    tp.y_strides = fixed_strides(*c.y, c.channels_last);
-    tp.padding = c.padding;
-    tp.stride = c.stride;
-    tp.dilation = c.dilation;
-    tp.alignment = {alignment_of(*c.x), alignment_of(*c.w), alignment_of(*c.y)};
-    add_conv(*g, c.direction, fe_type(data_type_of(*c.x)), tp);
+    add_conv(*g, t.direction, fe_type(t.dtype), t.tp);
     const std::string what = s.spec.description;
     fe_check(g->validate(), "validating the graph of " + what);
     fe_check(g->build_operation_graph(h), "building the operation graph of " + what);
     g->add_config(s.spec.engine, s.spec.knobs, s.spec.tag + " of " + what);
     std::string name;
     if (!g->get_plan_name_at_index(0, name).is_good()) name.clear();
-    b->why = refusal(*g, c, s.spec.tag, det, name);
+    b->why = refusal(g->plan_notes(), t, s.spec.tag, name);
     if (b->why.empty()) {
       fe_check(g->build_plan_at_index(h, 0), "building the plan " + s.spec.tag);
       fe_check(g->get_workspace_size_plan_at_index(0, b->workspace),
                "the workspace of " + s.spec.tag);
+      if (kept != nullptr) {
+        std::vector<uint8_t> bytes;
+        std::vector<fe::BehaviorNote_t> behaviour;
+        if (g->serialize(bytes, false).is_good()) {
+          kept->blob.assign(bytes.begin(), bytes.end());
+          kept->runtime_compiled =
+              g->get_behavior_notes_for_plan_at_index(0, behaviour).is_good() &&
+              std::count(behaviour.begin(), behaviour.end(),
+                         fe::BehaviorNote_t::RUNTIME_COMPILATION) > 0;
+        }
+      }
       b->graph = std::move(g);
       std::lock_guard<std::mutex> lock(s.m);
       s.ran = name;
@@ -396,13 +485,293 @@ std::unique_ptr<Built> build(const PinnedCall& c, std::shared_ptr<Slot> slot, bo
     b->graph.reset();
     b->why = std::string("its plan did not build: ") + std::string(e.what()).substr(0, 300);
   }
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = ms_since(t0);
   s.builds.fetch_add(1);
   std::lock_guard<std::mutex> lock(s.m);
   s.build_ms += ms;
   return b;
 }
+
+// (engine, knobs) of a plan tag "...engN_kA=B_kC=D"; engine -1 when it names none.
+std::pair<int64_t, std::map<int64_t, int64_t>> parse_tag(const std::string& tag) {
+  std::map<int64_t, int64_t> knobs;
+  const auto at = tag.find("eng");
+  if (at == std::string::npos) return {-1, knobs};
+  try {
+    size_t i = at + 3, used = 0;
+    const int64_t engine = std::stoll(tag.substr(i), &used);
+    i += used;
+    while (i < tag.size()) {
+      if (tag.compare(i, 2, "_k") != 0) return {-1, knobs};
+      i += 2;
+      const int64_t type = std::stoll(tag.substr(i), &used);
+      i += used;
+      if (i >= tag.size() || tag[i] != '=') return {-1, knobs};
+      ++i;
+      knobs[type] = std::stoll(tag.substr(i), &used);
+      i += used;
+    }
+    return {engine, knobs};
+  } catch (const std::exception&) {
+    return {-1, knobs};
+  }
+}
+
+// Whether the restored plan's tag is the file's engine config: the same engine and the
+// file's knob values; a knob the file does not set comes back as -1 (not chosen).
+bool same_config(const PlanSpec& spec, const std::string& tag) {
+  const auto parsed = parse_tag(tag);
+  if (parsed.first < 0 || parsed.first != spec.engine) return false;
+  std::map<int64_t, int64_t> want(spec.knobs.begin(), spec.knobs.end());
+  for (const auto& kv : parsed.second) {
+    const auto it = want.find(kv.first);
+    if (it == want.end() ? kv.second != -1 : it->second != kv.second) return false;
+  }
+  for (const auto& kv : want) {
+    if (!parsed.second.count(kv.first)) return false;
+  }
+  return true;
+}
+
+// Note [kept plans]: cuDNN serializes a built plan whole (cudnn-frontend's
+// Graph::serialize: the execution plan's JSON with the operation graph, the GPU's profile,
+// the engine, its knobs and, for a run-time compiled engine, its compiled kernel), and
+// finalizes one from it in another process: on an H100 with cuDNN 9.19 a run-time compiled
+// engine built in 323-1424 ms and restored in 0.8-4.7 ms. cuDNN refuses a form from
+// another cuDNN version or SM count, but not one from another GPU name or SM version, and a
+// restored plan computes whatever problem its form names. So the file of kept plans
+// (pinning/kept.py) is keyed by the environment like the plan file and carries a checksum
+// per plan, and here a restored plan must name the file's engine config and pass the plan
+// validators; anything else is built from the engine config, counted (kept_error).
+std::unique_ptr<Built> restore(const Target& t, std::shared_ptr<Slot> slot,
+                               const KeptPlan& kept) {
+  Slot& s = *slot;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string error;
+  auto b = std::make_unique<Built>();
+  b->slot = std::move(slot);
+  try {
+    cudnnHandle_t h = at::native::getCudnnHandle();
+    auto g = std::make_unique<Graph>();
+    const std::vector<uint8_t> bytes(kept.blob.begin(), kept.blob.end());
+    fe_check(g->deserialize(h, bytes, false, /*run_warmup=*/false), "restoring its plan");
+    const std::string name = g->plan_tag();
+    if (!same_config(s.spec, name)) {
+      error = "its kept plan is " + name + ", not the file's " + s.spec.tag;
+    } else if (!(b->why = refusal(g->plan_notes(), t, s.spec.tag, "")).empty()) {
+      error = "its kept plan is refused: " + b->why;
+    } else {
+      fe_check(g->get_workspace_size_plan_at_index(0, b->workspace), "its workspace");
+      b->graph = std::move(g);
+    }
+  } catch (const std::exception& e) {
+    error = std::string(e.what()).substr(0, 300);
+  }
+  const double ms = ms_since(t0);
+  std::lock_guard<std::mutex> lock(s.m);
+  s.build_ms += ms;
+  if (!error.empty()) {
+    s.kept_error = error;
+    return nullptr;
+  }
+  s.restored.fetch_add(1);
+  s.ran = s.spec.tag;
+  return b;
+}
+
+// Note [plans built ahead]: a plan is built, and a run-time compiled engine compiled, on
+// its first call unless built ahead. build_ahead builds every plan of the file on threads
+// of its own while the process imports, loads data and warms up: cuDNN is thread-safe
+// with one handle per thread, and a plan finalizes with its operation graph's handle, so
+// each builder builds its graphs with its own (a plan built on one handle runs on
+// another). A first call whose plan is in the table waits for that plan only, then takes
+// it into its thread's plans (one owner per plan, as Conv_v8's thread-local cache has); a
+// thread that finds it taken builds its own. Builders run in relaxed capture mode, so
+// what building does is legal while another thread captures a CUDA graph, and a capture
+// may take a plan built ahead (Note [no builds in a capture] is about this thread's own).
+struct Ahead {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::unique_ptr<Built> built;  // until a call takes it
+  KeptPlan kept;                 // its serialized form ("" blob: none)
+};
+
+struct AheadJob {
+  std::shared_ptr<Ahead> ahead;
+  std::shared_ptr<Slot> slot;
+  Target target;
+  bool valid = false;
+  const KeptPlan* kept = nullptr;  // into the job list's own copies
+};
+
+struct AheadTable {
+  std::mutex m;
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Ahead>, KeyHash> plans;
+  std::vector<std::thread> threads;
+  std::vector<KeptPlan> kept;  // the kept forms given to the running round
+  int64_t jobs = 0;
+};
+
+AheadTable& ahead_table() {
+  static auto* t = new AheadTable;  // never destroyed, as the registry
+  return *t;
+}
+
+void run_ahead_job(AheadJob& j) {
+  std::unique_ptr<Built> b;
+  KeptPlan kept;
+  kept.key = j.slot->spec.key;
+  kept.tag = j.slot->spec.tag;
+  if (!j.valid) {
+    b = std::make_unique<Built>();
+    b->slot = j.slot;
+    b->why = "its key names no convolution";
+  } else {
+    if (j.kept != nullptr) {
+      b = restore(j.target, j.slot, *j.kept);
+      if (b) kept = *j.kept;
+    }
+    if (!b) b = build(j.target, j.slot, &kept);
+  }
+  if (!b->graph) kept.blob.clear();
+  {
+    std::lock_guard<std::mutex> lock(j.ahead->m);
+    j.ahead->built = std::move(b);
+    j.ahead->kept = std::move(kept);
+    j.ahead->done = true;
+  }
+  j.ahead->cv.notify_all();
+}
+
+// The plan built ahead for this call's full key, once it is done (waiting for it alone),
+// or null: none was built ahead, or another thread took it.
+std::unique_ptr<Built> take_ahead(const std::vector<int64_t>& key, Slot& s) {
+  std::shared_ptr<Ahead> a;
+  {
+    AheadTable& t = ahead_table();
+    std::lock_guard<std::mutex> lock(t.m);
+    auto it = t.plans.find(key);
+    if (it == t.plans.end()) return nullptr;
+    a = it->second;
+  }
+  std::unique_lock<std::mutex> lock(a->m);
+  if (!a->done) {
+    const auto t0 = std::chrono::steady_clock::now();
+    a->cv.wait(lock, [&a] { return a->done; });
+    const double ms = ms_since(t0);
+    std::lock_guard<std::mutex> slock(s.m);
+    s.waited_ms += ms;
+  }
+  return std::move(a->built);
+}
+
+std::vector<int64_t> full_key(std::vector<int64_t> key, bool det, int64_t device,
+                              const std::vector<int64_t>& alignment) {
+  key.push_back(det ? 1 : 0);
+  key.push_back(device);
+  key.insert(key.end(), alignment.begin(), alignment.end());
+  return key;
+}
+
+}  // namespace
+
+int64_t wait_ahead() {
+  AheadTable& t = ahead_table();
+  std::vector<std::thread> threads;
+  int64_t jobs = 0;
+  {
+    std::lock_guard<std::mutex> lock(t.m);
+    threads.swap(t.threads);
+    jobs = t.jobs;
+  }
+  for (auto& th : threads) th.join();
+  return jobs;
+}
+
+void drop_ahead() {
+  wait_ahead();
+  AheadTable& t = ahead_table();
+  std::lock_guard<std::mutex> lock(t.m);
+  t.plans.clear();
+  t.kept.clear();
+  t.jobs = 0;
+}
+
+void build_ahead(int64_t device, int64_t threads, const std::vector<KeptPlan>& kept) {
+  CE_CHECK_ARG(threads >= 1 && threads <= 256, "threads ", threads, ": valid: 1 to 256");
+  wait_ahead();  // one round at a time
+  const bool det = deterministic_now();
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.m);
+    for (const auto& kv : r.slots) {
+      if (kv.second->covered) slots.push_back(kv.second);
+    }
+  }
+  AheadTable& t = ahead_table();
+  auto jobs = std::make_shared<std::vector<AheadJob>>();
+  std::lock_guard<std::mutex> lock(t.m);
+  t.kept = kept;  // the jobs point into this copy until the next round
+  std::unordered_map<std::vector<int64_t>, const KeptPlan*, KeyHash> by_key;
+  for (const auto& k : t.kept) by_key[k.key] = &k;
+  // forward directions first: a step's first calls are its forward's
+  std::stable_sort(slots.begin(), slots.end(), [](const auto& a, const auto& b) {
+    return a->spec.key[1] < b->spec.key[1];
+  });
+  for (const auto& s : slots) {
+    auto key = full_key(s->spec.key, det, device, {16, 16, 16});
+    if (t.plans.count(key)) continue;
+    AheadJob j;
+    j.ahead = std::make_shared<Ahead>();
+    j.slot = s;
+    j.valid = target_of_key(s->spec.key, det, j.target);
+    const auto it = by_key.find(s->spec.key);
+    if (it != by_key.end() && !it->second->blob.empty()) j.kept = it->second;
+    t.plans.emplace(std::move(key), j.ahead);
+    jobs->push_back(std::move(j));
+  }
+  t.jobs = static_cast<int64_t>(jobs->size());
+  auto next = std::make_shared<std::atomic<size_t>>(0);
+  const size_t n = std::min(static_cast<size_t>(threads), jobs->size());
+  for (size_t i = 0; i < n; ++i) {
+    t.threads.emplace_back([jobs, next, device] {
+      c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      for (size_t k = (*next)++; k < jobs->size(); k = (*next)++) {
+        try {
+          run_ahead_job((*jobs)[k]);
+        } catch (...) {  // never leave a first call waiting
+          auto& a = *(*jobs)[k].ahead;
+          {
+            std::lock_guard<std::mutex> lock(a.m);
+            a.done = true;
+          }
+          a.cv.notify_all();
+        }
+      }
+    });
+  }
+}
+
+std::vector<KeptPlan> kept_plans() {
+  AheadTable& t = ahead_table();
+  std::vector<std::shared_ptr<Ahead>> all;
+  {
+    std::lock_guard<std::mutex> lock(t.m);
+    for (const auto& kv : t.plans) all.push_back(kv.second);
+  }
+  std::vector<KeptPlan> out;
+  for (const auto& a : all) {
+    std::lock_guard<std::mutex> lock(a->m);
+    if (a->done && !a->kept.blob.empty()) out.push_back(a->kept);
+  }
+  return out;
+}
+
+namespace {
 
 std::shared_ptr<Slot> slot_for(const std::vector<int64_t>& key) {
   Registry& r = registry();
@@ -439,8 +808,14 @@ std::string run_pinned(const PinnedCall& c) {
   key.push_back(c.x->get_device());
   for (const at::Tensor* t : {c.x, c.w, c.y}) key.push_back(alignment_of(*t));
   auto it = tp.plans.find(key);
+  std::unique_ptr<Built> ahead;
+  std::shared_ptr<Slot> slot;
   if (it == tp.plans.end()) {
-    auto slot = slot_for(std::vector<int64_t>(key.begin(), key.begin() + file_key));
+    slot = slot_for(std::vector<int64_t>(key.begin(), key.begin() + file_key));
+    if (slot->covered) ahead = take_ahead(key, *slot);  // Note [plans built ahead]
+    if (ahead) it = tp.plans.emplace(key, std::move(ahead)).first;
+  }
+  if (it == tp.plans.end()) {
     if (slot->covered && c10::cuda::currentStreamCaptureStatusMayInitCtx() !=
                              c10::cuda::CaptureStatus::None) {
       // Note [no builds in a capture]: building runs cuDNN work (and run-time
@@ -450,7 +825,7 @@ std::string run_pinned(const PinnedCall& c) {
       note_fallback(*slot, why);
       return why;
     }
-    it = tp.plans.emplace(key, build(c, slot, det)).first;
+    it = tp.plans.emplace(key, build(target_of_call(c, det), slot)).first;
     if (!slot->covered) {
       std::lock_guard<std::mutex> lock(slot->m);
       if (!slot->reason.empty()) it->second->why = slot->reason;
@@ -500,6 +875,10 @@ int64_t retired_plan_count() { return static_cast<int64_t>(thread_plans().retire
 #else  // built without cudnn-frontend
 
 int64_t retired_plan_count() { return 0; }
+void build_ahead(int64_t, int64_t, const std::vector<KeptPlan>&) {}
+int64_t wait_ahead() { return 0; }
+void drop_ahead() {}
+std::vector<KeptPlan> kept_plans() { return {}; }
 
 std::string run_pinned(const PinnedCall&) {
   const std::string why = "this build of cudnn_explorer has no cudnn-frontend";

@@ -5,7 +5,8 @@ CUDA. The jobs (:func:`explore` one problem, :func:`sweep_model` a whole model,
 :func:`advise` benchmark mode on or off for a workload, :func:`capture` a model's
 convolutions) and pinning (:func:`pin` a model to a plan file's engine configs, :func:`unpin`,
 :func:`pinned` for functional code, :func:`pin_counts` for what ran pinned, :func:`prebuild`
-to build a pinned model's plans before its first step) and the GPU
+to build a pinned model's plans before its first step, :func:`wait_for_plans` for those
+pin() builds ahead, :func:`plans_made` for how each was made) and the GPU
 functions (:func:`run_algorithm`, :func:`reference`,
 :func:`environment`, :func:`info`) import them on first call and raise one clear
 error (MissingDependencyError) when something is missing. Each returns records (core/),
@@ -34,7 +35,7 @@ __all__ = [
     "environment", "info", "Exploration", "DirectionResult", "AlgoResult", "WorkspaceEntry",
     "Environment", "SCHEMA_NAME", "SCHEMA_VERSION", "ExplorerError", "UserError",
     "MissingDependencyError", "CudnnError", "ResourceError", "GpuError", "ChildError",
-    "pin", "unpin", "pinned", "pin_counts", "prebuild",
+    "pin", "unpin", "pinned", "pin_counts", "prebuild", "wait_for_plans", "plans_made",
 ]
 
 # name -> the module that holds it, imported on first use (the jobs import torch only when
@@ -44,7 +45,8 @@ _LAZY = {"explore": "jobs.explore", "sweep_model": "jobs.sweep", "capture": "job
          "reference": "measure.pipeline", "environment": "measure.pipeline",
          "info": "measure.pipeline", "pin": "pinning.modules", "unpin": "pinning.modules",
          "pinned": "pinning.modules", "pin_counts": "pinning.op",
-         "prebuild": "pinning.prebuild"}
+         "prebuild": "pinning.prebuild", "wait_for_plans": "pinning.ahead",
+         "plans_made": "pinning.op"}
 
 
 def __getattr__(name):

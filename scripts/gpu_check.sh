@@ -92,6 +92,7 @@ part_tests-gpu-parallel() {
 part_tests-pinning() {  # the pinned convolution op: numerics, autograd, compile, graphs
   # -s: the autograd checks print their measured errors and counts
   "$PY" "${PYTEST[@]}" -s tests/test_gpu_pinning.py tests/test_gpu_pinning_autograd.py \
+    tests/test_gpu_pinning_ahead.py \
     > "$LOG/tests-pinning.txt" 2>&1
 }
 part_tests-gpu-problem() {  # the GPU test files but the model's, engines' and pinning's

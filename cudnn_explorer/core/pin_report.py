@@ -8,7 +8,7 @@ from typing import List
 
 from .schema import Record
 
-__all__ = ["PinReport", "PinnedDirection", "PinCounts"]
+__all__ = ["PinReport", "PinnedDirection", "PinCounts", "PlanMade"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +73,21 @@ class PinCounts(Record):
     def plans_ran(self) -> List[str]:
         """Every (description, plan) that ran pinned, sorted: equal lists, equal plans."""
         return sorted(f"{d.description}: {d.ran}" for d in self.directions if d.pinned_calls)
+
+
+@dataclass(frozen=True)
+class PlanMade(Record):
+    """How the plan of one problem-direction the file covers was made in this process:
+    ``builds`` from its engine config, ``restored`` from its kept form (``kept_error``:
+    why the last kept form was refused, so that it was built instead), ``build_ms`` the
+    wall time of both (ms, on whichever thread made it: the caller's, or a builder's for
+    plans built ahead), and ``waited_ms`` the time its first calls waited for a plan
+    being built ahead (Note [plans built ahead] in csrc/pinned_plans.cpp)."""
+
+    description: str
+    tag: str
+    builds: int = 0
+    restored: int = 0
+    build_ms: float = 0.0
+    waited_ms: float = 0.0
+    kept_error: str = ""

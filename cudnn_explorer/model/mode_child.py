@@ -355,8 +355,11 @@ def run(spec: dict, write, hold=None) -> dict:
         from ..pinning.op import pin_counts
 
         counts = pin_counts
+        # plans built on their first call, as this mode has always measured them, and no
+        # kept plans written beside the user's plan file by a measurement
         out["pin_report"] = pin(model, spec["plans"],
-                                allow_environment=bool(spec.get("allow_environment"))).to_dict()
+                                allow_environment=bool(spec.get("allow_environment")),
+                                ahead=False, keep=False).to_dict()
         pin_counts(reset=True)
     phases.end("setup")
     if spec.get("hold"):  # set up ahead of its turn: wait for the go's spec

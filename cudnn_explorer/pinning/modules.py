@@ -17,6 +17,7 @@ from ..core.errors import ExplorerError, UserError
 from ..core.pin_report import PinReport
 from ..core.plans import PlanFile
 from . import functional, op
+from .ahead import kept_file_of, start as start_ahead, threads_of
 
 __all__ = ["pin", "unpin", "pinned", "plan_file"]
 
@@ -121,6 +122,23 @@ def _load(plans, allow_environment: bool, group=None, strict: bool = False):
     n = op.load_plans(p, strict=strict)
     source = plans if isinstance(plans, str) else (p.source or "a PlanFile")
     return source, n, diffs
+
+
+def _build_ahead(model, threads: int, kept_file: Optional[str]) -> None:
+    """Start building the loaded plans for the GPU of ``model``'s parameters (the
+    current GPU for none, or for ``model`` None), where there is one and the extension
+    has cudnn-frontend (Note [plans built ahead])."""
+    import torch
+
+    from ..measure import native
+
+    if threads <= 0 or not torch.cuda.is_available() or \
+            not native.build_info().get("cudnn_frontend"):
+        return
+    devices = {t.device.index for t in (model.parameters() if model is not None else ())
+               if t.device.type == "cuda"}
+    device = devices.pop() if len(devices) == 1 else torch.cuda.current_device()
+    start_ahead(device, threads, kept_file)
 
 
 # a pinned layer's qualified name in the model that pin() was given (for strict pinning's
@@ -274,7 +292,8 @@ def _module(model, what: str):
 
 
 def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
-        group=None, strict: bool = False) -> PinReport:
+        group=None, strict: bool = False, ahead: Union[bool, int] = True,
+        keep: Union[bool, str] = True) -> PinReport:
     """Route every convolution layer of ``model`` through the pinned op with the plans of
     ``plans`` (a plan file's path or a PlanFile), which become the process's plans.
     Refuses (UserError naming what differs) a file measured on another GPU, cuDNN,
@@ -290,9 +309,19 @@ def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
     rank 0 reads the file and every rank pins its contents, so that every rank runs the
     same plans; every rank checks its own environment, and a difference on any rank is
     refused on all of them, naming the rank. Without it (the default) each process reads
-    the file itself and waits for no other."""
+    the file itself and waits for no other.
+
+    ``ahead``: build every plan of the file now, on threads of its own (True: up to 8;
+    an integer: that many; False: each on its first call), while the caller goes on; a
+    first call waits for its own plan only. ``keep``: restore the plans cuDNN serialized
+    in an earlier process instead of building them, and keep them for the next one, in
+    a file beside the plan file (True), at a path (a string), or not at all (False).
+    Both are Note [plans built ahead] and pinning/kept.py."""
     _module(model, "pin")  # before the plans load: a bad call changes nothing
+    threads, kept_file = threads_of(ahead), kept_file_of(keep, plans if isinstance(plans, str)
+                                                         else None)
     source, n, diffs = _load(plans, allow_environment, group, strict)
+    _build_ahead(model, threads, kept_file)
     layers, skipped = [], []
     for name, m in model.named_modules():
         if getattr(type(m), "_cudnn_explorer_base", None) is not None:
@@ -350,11 +379,14 @@ def unpin(model) -> int:
 
 @contextlib.contextmanager
 def pinned(plans: Union[str, PlanFile], *, allow_environment: bool = False, group=None,
-           strict: bool = False):
+           strict: bool = False, ahead: Union[bool, int] = True, keep: Union[bool, str] = True):
     """A context in which ``torch.nn.functional.conv*d`` and ``conv_transpose*d`` calls (so
     every ``nn.Conv*`` layer too) run through the pinned op with the plans of ``plans``;
     yields the PinReport. The plans stay loaded after it. ``group`` and ``strict`` as for
-    :func:`pin`."""
+    :func:`pin`, and ``ahead`` and ``keep`` too (for the current GPU)."""
+    threads, kept_file = threads_of(ahead), kept_file_of(keep, plans if isinstance(plans, str)
+                                                         else None)
     source, n, diffs = _load(plans, allow_environment, group, strict)
+    _build_ahead(None, threads, kept_file)
     with functional.pinned_functions():
         yield PinReport(source=source, plans=n, environment_differences=diffs)

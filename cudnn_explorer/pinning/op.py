@@ -13,14 +13,15 @@ from typing import List, Optional
 
 from ..core.errors import UserError
 from ..core.logs import parse_tag
-from ..core.pin_report import PinCounts, PinnedDirection
+from ..core.pin_report import PinCounts, PinnedDirection, PlanMade
 from ..core.problem import output_shape
 from ..core.plans import PlanFile, native_key
 from ..measure import native
 from ..measure.tensors import cudnn_memory_format
 
 __all__ = ["ops", "load_plans", "clear_plans", "set_strict", "strict", "uncovered",
-           "pin_counts", "reset_counts", "conv_keys"]
+           "pin_counts", "reset_counts", "conv_keys", "build_ahead", "wait_ahead",
+           "kept_plans", "plans_made"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -156,6 +157,37 @@ def pin_counts(reset: bool = False) -> PinCounts:
 
 def reset_counts() -> None:
     native.load().reset_pin_counts()
+
+
+def build_ahead(device: int, threads: int, kept=()) -> None:
+    """Start building every plan of the loaded file on ``threads`` threads of its own,
+    for ``device`` (Note [plans built ahead] in csrc/pinned_plans.cpp), restoring those
+    in ``kept`` ((key, tag, form) each, pinning/kept.py) instead where they pass the
+    op's checks; returns at once."""
+    native.call("building the plans ahead", native.load().build_ahead, int(device),
+                int(threads), [(list(k), str(t), bytes(f)) for k, t, f in kept])
+
+
+def wait_ahead() -> int:
+    """Wait for the plans build_ahead started; how many it started."""
+    return int(native.load().wait_ahead())
+
+
+def kept_plans() -> list:
+    """The plans built or restored ahead, as cuDNN serializes them: (key, tag, form,
+    runtime_compiled) each."""
+    return [(list(k), t, bytes(f), bool(rc)) for k, t, f, rc in native.load().kept_plans()]
+
+
+def plans_made() -> List[PlanMade]:
+    """How each plan of the loaded file was made in this process (built, restored, how
+    long, how long first calls waited), for those made so far."""
+    return sorted((PlanMade(description=s.description, tag=s.tag, builds=s.builds,
+                            restored=s.restored, build_ms=s.build_ms, waited_ms=s.waited_ms,
+                            kept_error=s.kept_error)
+                   for s in native.load().pin_stats()
+                   if s.covered and (s.builds or s.restored or s.kept_error)),
+                  key=lambda m: m.description)
 
 
 def conv_keys(input, weight, stride, padding, dilation, transposed: bool = False,
