@@ -111,6 +111,8 @@ def parse(argv=None):
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--amp", default="fp16", help="fp16 | bf16 | off")
+    ap.add_argument("--channels-last", action="store_true", default=True,
+                    help="channels_last (the default)")
     ap.add_argument("--no-channels-last", dest="channels_last", action="store_false")
     ap.add_argument("--eval", action="store_true", help="inference: forward only")
     ap.add_argument("--steps", type=int, default=20, help="timed steady steps (default 20)")
