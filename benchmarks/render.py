@@ -80,7 +80,7 @@ def stamp(doc: dict) -> str:
         gpu = f"{e['gpus']}x {gpu}"
     parts = [gpu, f"driver {e.get('driver') or '?'}", f"torch {e.get('torch') or '?'}",
              f"cuDNN {e.get('cudnn') or '?'}", f"cudnn-frontend {e.get('cudnn_frontend') or '?'}",
-             f"cudnn_explorer {e.get('package') or '?'}"]
+             f"cudnn_explorer {e.get('package') or 'version not recorded'}"]
     if e.get("commit"):
         parts.append(f"commit {e['commit'][:12]}")
     runs = doc.get("repeats", 0)
