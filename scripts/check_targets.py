@@ -18,10 +18,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from cudnn_explorer.core.problem import DIRECTIONS, ConvProblem  # noqa: E402
-from cudnn_explorer.core.targets import DeviceProfile  # noqa: E402
+from cudnn_explorer.core.problem import DIRECTIONS, ConvProblem
+from cudnn_explorer.core.targets import DeviceProfile
 
 # 24 problems: dtypes, layouts, kernels, strides, groups, 1-D and 3-D.
 PROBLEMS = [

@@ -23,7 +23,6 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 JUNK = [None, -1, 0, 2**31, 2**63, 10**30, 1.5, float("nan"), "x", "", True, [], [1, 2, 3, 4, 5, 6],
         (3, 3, 3, 3)]

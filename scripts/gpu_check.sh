@@ -5,8 +5,8 @@
 # of the last part that failed.
 # GPU_CHECK_PARTS="tests main depthwise engine-tests fuzz targets model" (default) picks the parts; on a machine
 # with several GPUs they run side by side, part i on GPU i mod N (each part's steps in
-# order on its own GPU); GPU_CHECK_GPUS=N uses at most N GPUs. GPU_CHECK_BENCH=1 adds the
-# benchmarks under scripts/ (after the parts, alone on GPU 0).
+# order on its own GPU); GPU_CHECK_GPUS=N uses at most N GPUs. The benchmark parts run
+# the modules of benchmarks/ (docs/benchmarks.md), each writing its JSON result to $LOG.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${OUT:-/tmp/cudnn_explorer_check}
@@ -106,19 +106,14 @@ part_tests-kernels() {  # kernel names from captured graphs against the profiler
 part_tests-pytorch() {  # PyTorch's children: every mode, started ahead, a hung one
   "$PY" "${PYTEST[@]}" tests/test_gpu_pytorch.py > "$LOG/tests-pytorch.txt" 2>&1
 }
-part_profile-search() {  # one ResNet-50 problem's search per direction, in-process:
-  local d          # its engine configs, then its legacy rows
-  for d in fwd bwd-data bwd-filter; do
-    "$PY" scripts/profile_search.py --direction "$d" --json "$LOG/profile-search-$d.json"
-    "$PY" scripts/profile_search.py --direction "$d" --legacy \
-      --json "$LOG/profile-search-legacy-$d.json"
-  done > "$LOG/profile-search.txt" 2>&1
-}
 main_job() {  # LOGNAME: the main job alone, with its wall-time breakdown (--verbose)
   "$PY" -m cudnn_explorer --shape 32,3,224,224 --kernel 3 --verbose --no-store \
     --json "$LOG/$1.json" > "$LOG/$1.txt" 2>&1
 }
 part_main-job() { main_job main-job; }
+part_main-job-bench() {  # the main job cold and warm, in turns (benchmarks/main_job.py)
+  "$PY" -m benchmarks.main_job --json "$LOG/main_job.json" > "$LOG/main-job-bench.txt" 2>&1
+}
 # The same with an empty CUDA JIT cache (CUDA_CACHE_PATH a new folder), as on a machine
 # that never built the run-time compiled plans: after other GPU work their builds took
 # 0.1 s, on fresh machines 1.0-1.8 s (docs/benchmarks.md).
@@ -208,41 +203,15 @@ part_targets() {
 }
 
 # ResNet-50 (batch 32, AMP fp16, channels_last, training step), quick profile: the sweep
-# against PyTorch's own first iteration, and the tool's GPU memory (scripts/bench_model.py).
-BENCH_MODEL=(scripts/bench_model.py --json "$LOG/bench_model.json"
-             --sweep-json "$LOG/resnet50_sweep.json")
+# against PyTorch's own first iteration, and the tool's GPU memory (benchmarks/model_sweep.py).
 part_model() {
-  "$PY" "${BENCH_MODEL[@]}" > "$LOG/model.txt" 2>&1
-}
-# The same, then AHEAD_AB_PAIRS (default 2) pairs of sweeps with the first mode's process
-# set up ahead of its turn and without, side by side (bench_model.py --ahead-ab): about
-# 50 s a sweep on an H100 once the first has warmed the CUDA JIT cache.
-part_model-ab() {
-  "$PY" "${BENCH_MODEL[@]}" --ahead-ab "${AHEAD_AB_PAIRS:-2}" > "$LOG/model.txt" 2>&1
+  "$PY" -m benchmarks.model_sweep --json "$LOG/model_sweep.json" > "$LOG/model.txt" 2>&1
 }
 
-# The same sweep sampled by py-spy (carried as a wheel in .whl): every process's Python
-# stacks, idle ones too, 100 times a second, in py-spy's raw format (one line per stack and
-# its count; scripts/spy_summary.py sums them); then one direction's engine search
-# in-process with native frames (where a measure call's host time goes).
-spy_bin() { ls /tmp/site/bin/py-spy 2>/dev/null || command -v py-spy; }
-part_model-spy() {
-  local spy; spy=$(spy_bin) || { echo "no py-spy" > "$LOG/model.txt"; return 1; }
-  "$spy" record --subprocesses --idle --nonblocking --format raw -r 100 \
-    -o "$LOG/model-spy.raw" -- "$PY" "${BENCH_MODEL[@]}" > "$LOG/model.txt" 2>&1
-}
-part_search-spy() {
-  local spy; spy=$(spy_bin) || return 1
-  "$spy" record --native --idle --format raw -r 200 -o "$LOG/search-spy.raw" -- \
-    "$PY" scripts/profile_search.py --direction bwd-data > "$LOG/search-spy.txt" 2>&1
-}
-
-# Pinning a model (scripts/bench_pin.py): its sweep (quick profile; PIN_BUDGET_MS re-timing
-# budget, default the profile's), the plan file written from it (policy best), then off,
-# on and pinned side by side in fresh processes. PIN_SWEEPS=DIR uses DIR/NAME.sweep.json, a
-# sweep carried along, where it exists. PIN_KEEP=DIR (a folder carried between calls) keeps
-# each of the benchmark's processes as it finishes (bench_pin.py --keep), so that a
-# benchmark cut by a call's end goes on where it stopped in the next one.
+# Pinning a model (benchmarks/pinned_step.py): its sweep (quick profile; PIN_BUDGET_MS
+# re-timing budget, default the profile's), the plan file written from it (policy best),
+# then off, on and pinned in fresh processes, in turns. PIN_SWEEPS=DIR uses
+# DIR/NAME.sweep.json, a sweep carried along, where it exists.
 pin_bench() {  # NAME MODEL-ARGS...
   local name=$1; shift
   local sweep=$LOG/$name.sweep.json
@@ -255,28 +224,24 @@ pin_bench() {  # NAME MODEL-ARGS...
   "$PY" -m cudnn_explorer plans write "$sweep" -o "$LOG/$name.plans.json" \
     > "$LOG/$name.plans.txt" 2>&1 || return 1
   "$PY" -m cudnn_explorer plans check "$LOG/$name.plans.json" >> "$LOG/$name.plans.txt" 2>&1
-  "$PY" scripts/bench_pin.py --plans "$LOG/$name.plans.json" --sweep "$sweep" \
-    ${PIN_KEEP:+--keep "$PIN_KEEP/$name"} \
-    --model "$@" --json "$LOG/$name.bench.json" > "$LOG/$name.bench.txt" 2>&1
+  "$PY" -m benchmarks.pinned_step --plans "$LOG/$name.plans.json" --model "$@" \
+    --json "$LOG/$name.bench.json" > "$LOG/$name.bench.txt" 2>&1
 }
 part_pin-resnet50() { pin_bench pin-resnet50 resnet50 --batch 32 --amp fp16 --channels-last; }
 part_pin-mobilenet() {
   pin_bench pin-mobilenet mobilenet_v3_large --batch 16 --amp fp16 --channels-last --eval
 }
 
-# The staged search against the full one (scripts/bench_search.py; SEARCH_ARGS picks the
-# problems, e.g. "--problems default,bf16-1x1-s2-nhwc" or "--problems none --model resnet50").
-# SEARCH_KEEP (a folder carried between calls) keeps each problem's result, so that the
-# benchmark spreads over calls of at most 10 minutes.
+# The quick profile against the thorough one (benchmarks/search.py; SEARCH_ARGS picks the
+# problems and repeats, e.g. "--problems default,bf16-1x1-s2-nhwc --repeats 2").
 part_search() {
-  "$PY" scripts/bench_search.py ${SEARCH_ARGS:-} --keep "${SEARCH_KEEP:-$LOG/search}" \
-    --json "$LOG/search.json" > "$LOG/search.txt" 2>&1
+  "$PY" -m benchmarks.search ${SEARCH_ARGS:-} --json "$LOG/search.json" > "$LOG/search.txt" 2>&1
 }
 
 # What the tool's processes cost in GPU memory, and the main job with MEMORY_FREE_MIB (default
-# 2048) of the GPU free, as on a GPU shared with a training job (scripts/bench_memory.py).
+# 2048) of the GPU free, as on a GPU shared with a training job (benchmarks/memory.py).
 part_memory() {
-  "$PY" scripts/bench_memory.py --leave-free "${MEMORY_FREE_MIB:-2048}" \
+  "$PY" -m benchmarks.memory --leave-free "${MEMORY_FREE_MIB:-2048}" \
     --json "$LOG/memory.json" > "$LOG/memory.txt" 2>&1
 }
 
@@ -287,69 +252,24 @@ part_timm-sweep() {
     ${PIN_BUDGET_MS:+--budget-ms "$PIN_BUDGET_MS"} > "$LOG/timm.txt" 2>&1
 }
 
-# The op's host cost per call (bench_pin.py --host-only) and where a pinned model's eager
-# step spends its host time (scripts/profile_pin_host.py),
-# with pin-resnet50's sweep (carried with PIN_SWEEPS, or made by part pin-resnet50 first).
+# The pinned op's host cost per call against ATen's (benchmarks/pin_host.py).
 part_pin-host() {
-  local sweep=$LOG/pin-resnet50.sweep.json
-  if [ -n "${PIN_SWEEPS:-}" ] && [ -f "$PIN_SWEEPS/pin-resnet50.sweep.json" ]; then
-    sweep=$PIN_SWEEPS/pin-resnet50.sweep.json
-  fi
-  "$PY" scripts/bench_pin.py --host-only --json "$LOG/pin-host-cost.json" \
-    > "$LOG/pin-host-cost.txt" 2>&1 || return 1
-  "$PY" scripts/profile_pin_host.py --sweep "$sweep" --json "$LOG/pin-host.json" \
-    > "$LOG/pin-host.txt" 2>&1
-}
-
-part_pin-ddp() {  # two GPUs or more: DDP with benchmark on against one plan file on every rank
-  local plans=${PIN_DDP_PLANS:-$LOG/pin-resnet50.plans.json}
-  "$PY" scripts/bench_pin_ddp.py --plans "$plans" --gpus "$(nvidia-smi -L | wc -l)" \
-    --json "$LOG/pin-ddp.json" > "$LOG/pin-ddp.txt" 2>&1
+  "$PY" -m benchmarks.pin_host --json "$LOG/pin-host.json" > "$LOG/pin-host.txt" 2>&1
 }
 
 part_torchrun() {
   # Needs every GPU of the machine, so run it alone (GPU_CHECK_PARTS=torchrun): the
-  # ResNet-50 sweep on one GPU and under torchrun on all, then --consistency
-  # (scripts/bench_torchrun.py).
-  # TORCHRUN_KEEP (one folder over several calls) and TORCHRUN_PHASES (one,many,consistency)
-  # split it where one call may run at most 10 minutes.
-  env -u CUDA_VISIBLE_DEVICES "$PY" scripts/bench_torchrun.py \
-    --gpus "$(nvidia-smi -L | grep -c '^GPU')" --json "$LOG/bench_torchrun.json" \
-    --keep "${TORCHRUN_KEEP:-$LOG/torchrun}" --phases "${TORCHRUN_PHASES:-one,many,consistency}" \
+  # ResNet-50 sweep on one GPU and under torchrun on all (benchmarks/torchrun.py).
+  env -u CUDA_VISIBLE_DEVICES "$PY" -m benchmarks.torchrun \
+    --gpus "$(nvidia-smi -L | grep -c '^GPU')" --json "$LOG/torchrun.json" \
     >> "$LOG/torchrun.txt" 2>&1
 }
 
-part_claims() {
-  # The popular claims measured (scripts/claims.py, about 20 minutes): docs/claims.md's table.
-  "$PY" scripts/claims.py --out "$LOG/claims.md" --keep "${CLAIMS_KEEP:-$LOG/claims}" \
-    > "$LOG/claims.txt" 2>&1
-}
-# The same in two halves for two GPUs, or calls of at most 10 minutes: each step's result
-# stays in CLAIMS_KEEP (a step done is not measured again; advise's runs of the model are
-# in the results store results.db there, so a step cut short goes on where it stopped, on a
-# fresh machine too, given the folder), then claims-table writes the table from them.
-# compare reads that store after winograd's exploration has gone into it.
-part_claims-a() { claims_steps claims-a r50,winograd,compare,targets; }
-part_claims-b() { claims_steps claims-b sizes,dist80; }
-# The pinned column: each workload swept, its plan file, advise --plans (the sweeps at five
-# sizes are long: one part each, CLAIMS_KEEP carried between calls).
-part_claims-pinned() { claims_steps claims-pinned r50-pinned; }
-part_claims-pinned-det() { claims_steps claims-pinned-det det-pinned; }
-part_claims-pinned-sizes() { claims_steps claims-pinned-sizes sizes-pinned; }
-part_claims-pinned-dist80() { claims_steps claims-pinned-dist80 dist80-pinned; }
-claims_steps() {  # LOGNAME STEPS
-  "$PY" scripts/claims.py --steps "$2" --keep "${CLAIMS_KEEP:-$LOG/claims}" >> "$LOG/$1.txt" 2>&1
-}
-part_claims-table() {
-  "$PY" scripts/claims.py --table-only --out "$LOG/claims.md" \
-    --keep "${CLAIMS_KEEP:-$LOG/claims}" > "$LOG/claims.txt" 2>&1
-}
-
-# PyTorch's first calls per mode under JIT caches shared in order, again, reversed, and one
-# per mode (scripts/bench_first_calls.py; FIRST_CALLS_ARGS picks the problem and rounds).
+# PyTorch's first calls per mode, each process its own empty JIT cache or one shared per
+# round (benchmarks/first_calls.py; FIRST_CALLS_ARGS picks the problem and repeats).
 part_first-calls() {
   # shellcheck disable=SC2086
-  "$PY" scripts/bench_first_calls.py ${FIRST_CALLS_ARGS:-} --json "$LOG/first-calls.json" \
+  "$PY" -m benchmarks.first_calls ${FIRST_CALLS_ARGS:-} --json "$LOG/first-calls.json" \
     > "$LOG/first-calls.txt" 2>&1
 }
 
@@ -377,18 +297,14 @@ show_part() {  # what each part's log says, for the call's output
   case $1 in
     tests*) grep -E '^(FAILED|ERROR)' "$LOG/$1.txt"; tail -4 "$LOG/$1.txt" ;;
     main) cat "$LOG/main.txt" ;;
-    profile-search) grep -E 'configs \(|rows \(|host time|outside them|^  round' "$LOG/profile-search.txt" ;;
     main-job|main-job-cold) grep -v ': engine [0-9]*/' "$LOG/$1.txt" | tail -25 ;;
     depthwise) sed -n '/^== summary/,$p' "$LOG/eng_depthwise.txt"; tail -3 "$LOG/eng_depthwise.txt" ;;
     engine-tests*) tail -25 "$LOG/engines${1#engine-tests}.txt" | sed 's/^/  /' ;;
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
     targets) tail -4 "$LOG/targets.txt" ;;
-    model|model-spy|model-ab) tail -40 "$LOG/model.txt" ;;
-    search-spy) grep -E 'configs \(|host time|outside them|^  round' "$LOG/search-spy.txt" ;;
-    memory|first-calls) cat "$LOG/$1.txt" ;;
+    model) tail -40 "$LOG/model.txt" ;;
+    memory|first-calls|search|pin-host|main-job-bench) tail -30 "$LOG/$1.txt" ;;
     torchrun) tail -30 "$LOG/torchrun.txt" ;;
-    claims|claims-table) tail -20 "$LOG/claims.txt" ;;
-    claims-a|claims-b|claims-pinned*) tail -5 "$LOG/$1.txt" ;;
   esac
 }
 
@@ -424,13 +340,5 @@ for part in "${parts[@]}"; do
   [ "$r" = 0 ] || rc=$r
 done
 
-if [ -n "${GPU_CHECK_BENCH:-}" ]; then
-  echo "== benchmarks"
-  {
-    echo '$ python scripts/bench_fidelity.py'; "$PY" scripts/bench_fidelity.py --json "$LOG/fidelity.json"
-    echo; echo '$ python scripts/bench_overhead.py'; "$PY" scripts/bench_overhead.py
-    echo; echo '$ python scripts/bench_repeat.py'; "$PY" scripts/bench_repeat.py
-  } 2>&1 | tee "$LOG/bench.txt"
-fi
 echo "gpu_check exit status: $rc"
 exit "$rc"

@@ -14,17 +14,6 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_script(name: str):
-    """scripts/NAME.py as a module (its main() not run), for the scripts' own tests."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts",
-                                                                     name + ".py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def tiny_factory(tmp_path, monkeypatch, name: str, convs: int = 2):
     """A module ``name`` in ``tmp_path`` whose ``tiny()`` builds a Conv2d 3->8, a ReLU and
     ``convs`` - 1 Conv2d 8->8 (3x3, padding 1): importable here and by the child processes

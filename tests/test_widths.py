@@ -13,8 +13,8 @@ from conftest import REPO
 
 WIDTH = 120
 DIRS = [os.path.join(REPO, "data", "reference"), os.path.join(REPO, "tests", "fixtures")]
-# files of the shipped data that no verb renders: scripts/bench_search.py's rows (a staged
-# against a full search) and a PyTorch child process's raw result
+# files of the shipped data that no verb renders: the old search benchmark's rows (a
+# staged against a full search, per problem) and a PyTorch child process's raw result
 NOT_RENDERED = {None}
 
 

@@ -68,8 +68,8 @@ _OTHER_KINDS = {
 }
 # files without a schema that the tool's scripts and processes write, by their keys
 _UNNAMED_KINDS = [
-    ({"wall_s", "rows"}, "a result scripts/bench_search.py kept: its totals with 'python "
-                         "scripts/bench_search.py --keep DIR --as-kept'"),
+    ({"wall_s", "rows"}, "a staged search against a full one, per problem (the figures "
+                         "docs/benchmarks.md, 'The same answers', gives)"),
     ({"torch", "cudnn", "settings", "directions"}, "a PyTorch child process's raw result "
                                                    "(measure/problem_child.py), which the "
                                                    "tool reads itself"),

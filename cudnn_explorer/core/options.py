@@ -186,7 +186,7 @@ def given_options(options) -> "ExploreOptions":
 # with the full budget and checked. A model sweep's quick stages the engine configs
 # PyTorch's heuristics and fallbacks list: against the same configs each timed in full,
 # its best config was within 2% for 69 of 69 ResNet-50 problem-directions on the H200
-# (scripts/bench_search.py --model-profile, docs/benchmarks.md; finalists at 25 ms then).
+# (docs/benchmarks.md, 'The same answers'; finalists at 25 ms then).
 # Note [model finalists' budget]: its finalists get 10 ms budgets (ten samples of 1 ms
 # after 10 ms of warm-up): they rank configs within 8% of each other, and the median of
 # ten samples whose spread (IQR / median) is at most 0.78%, as for 95% of configs in the

@@ -38,7 +38,7 @@ names it. Where the first launch's GPU time alone is surely over the cutoff (its
 less the host's time to issue it: Note [one-launch cut] in csrc/timing.cpp), that lower
 bound is its sample and no second launch is taken. The first launch's events alone
 cannot cut: in an H100 ResNet-50 sweep
-(scripts/round_stats.py on data/reference/h100-resnet50-b32-amp-fp16-nhwc.json.gz), 47
+(data/reference/h100-resnet50-b32-amp-fp16-nhwc.json.gz's rounds), 47
 of the 1,964 configs that left round 1 uncut launched first above their cutoff with a
 median below it (63.9 ms for a config of 0.013 ms), while the second launches of the 90
 cut configs cost 1.18 s in all. Such a candidate is at least 3x the round's best, where
@@ -89,7 +89,7 @@ class Round:
 # Their margins stay as chosen from data (1.30x and 1.08x, less twice the spread); a
 # candidate whose few samples scatter has a wide spread, and so stays. Both rounds took
 # more before, and an H100 ResNet-50 sweep's file says what that bought
-# (data/reference/h100-resnet50-b32-amp-fp16-nhwc.json.gz; scripts/round_stats.py prints
+# (data/reference/h100-resnet50-b32-amp-fp16-nhwc.json.gz; its rounds give
 # these figures):
 # - round 1 took five samples of 0.2 ms after 0.5 ms. Its 2,957 configs took 10.5 s, of
 #   which about 5.5 s of GPU time in estimates, warm-ups and samples (the cut configs'

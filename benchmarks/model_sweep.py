@@ -1,0 +1,90 @@
+"""How long does a whole model's sweep take, against PyTorch's own first iteration with
+benchmark on, and how much GPU memory does the tool use?
+
+``python -m benchmarks.model_sweep [--model resnet50] [--batch 32] [--amp fp16]
+[--no-channels-last] [--profiles quick] [--repeats 1]`` runs ``python -m cudnn_explorer
+model MODEL --batch B --amp A --channels-last --profile P --no-store --json FILE`` as a
+user would, each run a fresh process, and reads PyTorch's own run of the model from the
+sweep's file: its wall time (every mode's process), benchmark mode's first iteration and
+first peak reserved memory. The tool's own part is the sweep's wall time less PyTorch's
+run; the tool's peak is the GPU's used memory, sampled from outside, above what was used
+before. Goals (ResNet-50 b32 AMP fp16 channels_last): at most 60 s on a fresh machine
+(stretch: at most 3x the first iteration); the tool's peak at most the model's peak
+reserved + 2 GiB.
+"""
+import argparse
+import json
+import sys
+
+from . import harness
+from .harness import Case, Figure
+
+QUESTION = __doc__.split("\n\n")[0].replace("\n", " ")
+GIB = 2**30
+FIGURES = [Figure("wall_s", "whole sweep", "s"),
+           Figure("pytorch_run_s", "PyTorch's run of the model", "s"),
+           Figure("own_s", "the tool's own part", "s"),
+           Figure("problems_s", "the problems", "s"),
+           Figure("first_iteration_ms", "benchmark mode's first iteration", "ms"),
+           Figure("to_first_iteration", "whole sweep / first iteration", "x"),
+           Figure("gpu_peak_gib", "the tool's peak GPU memory", "GiB"),
+           Figure("model_reserved_gib", "the model's first peak reserved", "GiB")]
+
+
+def sweep_figures(path: str, wall_s: float) -> dict:
+    """The figures of a saved sweep (``model --json``) and the process's wall time."""
+    with open(path) as f:
+        sweep = json.load(f)
+    out = {}
+    if isinstance(sweep.get("wall_s"), (int, float)):
+        out["problems_s"] = float(sweep["wall_s"])
+    modes = (sweep.get("pytorch_run") or {}).get("modes", [])
+    if modes:
+        out["pytorch_run_s"] = sum(m.get("wall_s") or 0.0 for m in modes)
+        out["own_s"] = max(wall_s - out["pytorch_run_s"], 0.0)
+    bench = next((m for m in modes if m.get("mode") == "benchmark" and not m.get("error")
+                  and m.get("benchmark_limit") != 0 and m.get("sizes")), None)
+    if bench is not None:
+        size = bench["sizes"][0]
+        out["first_iteration_ms"] = float(size["first_ms"])
+        out["to_first_iteration"] = wall_s * 1e3 / size["first_ms"]
+        out["model_reserved_gib"] = size["first_peak_reserved_bytes"] / GIB
+    return out
+
+
+def model_args(a) -> tuple:
+    return (a.model, "--batch", str(a.batch), "--amp", a.amp) + \
+        (("--channels-last",) if a.channels_last else ())
+
+
+def cases(a) -> list:
+    row = " ".join(model_args(a))
+    return [Case(row, p, harness.module_argv("cudnn_explorer", "model", *model_args(a),
+                                             "--profile", p, "--no-store", "--json", "{out}"),
+                 read=sweep_figures, watch_memory=True)
+            for p in a.profiles.split(",")]
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=QUESTION)
+    harness.common_args(ap, "data/benchmarks/model_sweep.json", repeats=1)
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--amp", default="fp16")
+    ap.add_argument("--no-channels-last", dest="channels_last", action="store_false")
+    ap.add_argument("--profiles", default="quick",
+                    help="comma-separated sweep profiles, the first the baseline")
+    return ap.parse_args(argv)
+
+
+def main(argv=None, runner=harness.run_process, env=None) -> int:
+    a = parse(argv)
+    cs = cases(a)
+    samples = harness.measure(cs, a.repeats, runner)
+    doc = harness.result("model_sweep", QUESTION, samples, FIGURES, baseline=cs[0].mode,
+                         env=env)
+    return harness.finish(doc, a.json, samples)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""What does a pinned convolution cost on the host per call, against PyTorch's own?
+
+``python -m benchmarks.pin_host [--calls 3000] [--repeats 3]``: first the plan file of a
+tiny problem (1x8x8x8 float16 channels_last, 3x3, 8 out: launch-bound), as a user makes
+it (``python -m cudnn_explorer --shape 1,8,8,8 --out-channels 8 --kernel 3 --dtype float16
+--layout nhwc --no-store --json FILE``, ``plans write FILE -o PLANS``). Then ATen and
+pinned in fresh processes, in turns: an ``nn.Conv2d`` called without gradients, and a
+training call (forward with autograd, backward to the input and the weight: three cuDNN
+directions); each the best of 5 blocks of ``--calls`` calls, µs per call. Goal
+(docs/pinning.md): at most ATen's + 3 µs without gradients.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import harness
+from .harness import Case, Figure
+
+QUESTION = __doc__.split("\n\n")[0].replace("\n", " ")
+PROBLEM = ["--shape", "1,8,8,8", "--out-channels", "8", "--kernel", "3", "--dtype", "float16",
+           "--layout", "nhwc"]
+MODES = ("aten", "pinned")
+FIGURES = [Figure("nograd_us", "nn.Conv2d, no gradients", "µs"),
+           Figure("train_us", "nn.Conv2d, forward and backward", "µs")]
+
+
+def plan_file() -> str:
+    folder = tempfile.mkdtemp(prefix="bench_pin_host_")
+    found, plans = os.path.join(folder, "tiny.json"), os.path.join(folder, "plans.json")
+    for cmd in ([*PROBLEM, "--no-store", "--quiet", "--json", found],
+                ["plans", "write", found, "-o", plans]):
+        subprocess.run([sys.executable, "-m", "cudnn_explorer", *cmd], check=True,
+                       stdout=sys.stderr)
+    return plans
+
+
+def per_call_us(torch, fn, calls: int, blocks: int = 5) -> float:
+    """The best of ``blocks`` blocks of ``calls`` back-to-back calls, µs per call."""
+    best = float("inf")
+    for _ in range(blocks):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+    return best
+
+
+def child(a) -> int:
+    import json
+
+    import torch
+
+    import cudnn_explorer
+
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1).cuda().half() \
+        .to(memory_format=torch.channels_last)
+    x = torch.randn(1, 8, 8, 8, device="cuda", dtype=torch.float16) \
+        .contiguous(memory_format=torch.channels_last)
+    xg = x.clone().requires_grad_(True)
+    if a.child == "pinned":
+        cudnn_explorer.pin(conv, a.plans)
+
+    def nograd():
+        with torch.no_grad():
+            conv(x)
+
+    def train():
+        conv(xg).sum().backward()
+
+    figures = {"nograd_us": per_call_us(torch, nograd, a.calls),
+               "train_us": per_call_us(torch, train, max(a.calls // 10, 1))}
+    with open(a.out, "w") as f:
+        json.dump(figures, f)
+    return 0
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=QUESTION)
+    harness.common_args(ap, "data/benchmarks/pin_host.json", repeats=3)
+    ap.add_argument("--calls", type=int, default=3000, help="calls a block (default 3000)")
+    ap.add_argument("--plans", default=None, help="the tiny problem's plan file")
+    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def cases(a, plans: str) -> list:
+    return [Case("1x8x8x8 fp16 nhwc 3x3", m, harness.module_argv(
+        __spec__.name, "--child", m, "--calls", str(a.calls), "--plans", plans, "--out",
+        "{out}")) for m in MODES]
+
+
+def main(argv=None, runner=harness.run_process, env=None) -> int:
+    a = parse(argv)
+    if a.child:
+        return child(a)
+    plans = a.plans or plan_file()
+    samples = harness.measure(cases(a, plans), a.repeats, runner)
+    doc = harness.result("pin_host", QUESTION, samples, FIGURES, baseline="aten", env=env)
+    return harness.finish(doc, a.json, samples)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""The benchmark suite without a GPU: the harness (turns, repeats, places, medians,
+spreads, ratios, the environment stamp), the renderer, and each benchmark's cases, the
+figures it reads from a run's file and the JSON it writes, with a fake runner."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import (first_calls, harness, main_job, memory, model_sweep, pin_host,
+                        pinned_step, render, search, torchrun)
+from benchmarks.harness import Case, Figure
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {"gpu": "NVIDIA H200", "gpus": 1, "driver": "580.159.04", "torch": "2.11.0+cu130",
+       "cudnn": "9.19.0", "cudnn_frontend": "1.32.0", "package": "0.2.0", "commit": "",
+       "command": "python -m benchmarks.x", "date": "2026-01-01 00:00 UTC"}
+
+
+def fake_runner(values):
+    """A runner that records each call and answers figures from ``values(case, n)``."""
+    calls = []
+
+    def run(case, places):
+        calls.append((case.row, case.mode, dict(places)))
+        return values(case, len(calls))
+    run.calls = calls
+    return run
+
+
+def test_measure_runs_cases_in_turns_reversed_every_other_repeat_after_warmup():
+    cases = [Case("r", m, ("-c", "pass")) for m in ("a", "b", "c")]
+    run = fake_runner(lambda case, n: {"wall_s": float(n)})
+    samples = harness.measure(cases, repeats=3, runner=run, warmup=1)
+    assert [m for _, m, _ in run.calls] == ["c", "b", "a", "a", "b", "c", "c", "b", "a",
+                                            "a", "b", "c"]
+    # the warm-up round (calls 1-3) is dropped
+    assert samples[("r", "a")] == [{"wall_s": 4.0}, {"wall_s": 9.0}, {"wall_s": 10.0}]
+
+
+def test_places_are_fresh_per_run_and_round_shared_within_a_repeat():
+    cases = [Case("r", m, ()) for m in ("a", "b")]
+    run = fake_runner(lambda case, n: {})
+    harness.measure(cases, repeats=2, runner=run)
+    places = [p for _, _, p in run.calls]
+    assert len({p["tmp"] for p in places}) == 4 and len({p["out"] for p in places}) == 4
+    assert places[0]["round"] == places[1]["round"] != places[2]["round"] == places[3]["round"]
+    with pytest.raises(ValueError):
+        harness.measure(cases, repeats=0, runner=run)
+
+
+def test_run_process_fills_places_and_reads_the_out_file(tmp_path):
+    code = ("import json, os, sys; json.dump({'x': 2.5, 'flag': True, 'name': 'n', "
+            "'cache': len(os.environ['CE_T'])}, open(sys.argv[1], 'w')); sys.exit(3)")
+    case = Case("r", "m", ("-c", code, "{out}"), env=(("CE_T", "{tmp}"),))
+    places = {"out": str(tmp_path / "o.json"), "tmp": "abcd", "round": ""}
+    figures = harness.run_process(case, places)
+    assert figures["rc"] == 3.0 and figures["x"] == 2.5 and figures["cache"] == 4.0
+    assert "flag" not in figures and "name" not in figures and figures["wall_s"] > 0
+    custom = harness.run_process(Case("r", "m", case.argv, case.env,
+                                      read=lambda p, w: {"w": w}), places)
+    assert custom["w"] == custom["wall_s"]
+
+
+def test_spread_is_iqr_from_four_samples_and_range_below():
+    assert harness.spread([1.0]) is None
+    assert harness.spread([9.0, 10.0, 12.0]) == pytest.approx(0.3)
+    assert harness.spread([1.0, 2.0, 3.0, 4.0, 100.0]) == pytest.approx((4.0 - 2.0) / 3.0)
+
+
+def doc_of(samples, figures, baseline="a"):
+    return harness.result("t", "q?", samples, figures, baseline=baseline, env=ENV)
+
+
+def test_result_has_medians_spreads_ratios_and_the_environment():
+    samples = {("r", "a"): [{"t": 10.0}, {"t": 12.0}], ("r", "b"): [{"t": 5.0}, {"t": 5.5}]}
+    doc = doc_of(samples, [Figure("t", "time", "s")])
+    a, b = doc["cells"]
+    assert (a["median"], b["median"]) == (11.0, 5.25)
+    assert a["spread"] == pytest.approx(2 / 11)
+    assert doc["ratios"] == [{"row": "r", "figure": "t", "mode": "b", "baseline": "a",
+                              "ratio": pytest.approx(5.25 / 11)}]
+    assert doc["environment"] == ENV and doc["repeats"] == 2
+    assert json.loads(json.dumps(doc)) == doc
+
+
+def test_render_marks_the_best_the_noisy_and_gives_ratios():
+    samples = {("r", "a"): [{"t": 10.0}, {"t": 12.0}], ("r", "b"): [{"t": 5.0}, {"t": 5.0}]}
+    table = render.render(doc_of(samples, [Figure("t", "time", "s")]))
+    assert table.splitlines() == ["| figure | a | b | b / a |", "| --- | --- | --- | --- |",
+                                  "| time (s) | 11.0 ±18% (noisy) | **5.00** ±0% | 0.455 |"]
+    higher = render.render(doc_of(samples, [Figure("t", "rate", "/s", better="higher")]))
+    assert "**11.0**" in higher and "**5.00**" not in higher
+
+
+def test_render_numbers_and_a_case_column_for_several_rows():
+    assert [render.number(v) for v in (10303.0, 46.52, 3.591, 0.00763)] == \
+        ["10,303", "46.5", "3.59", "0.00763"]
+    samples = {("x", "a"): [{"t": 1.0}], ("y", "a"): [{"t": 2.0}]}
+    lines = render.render(doc_of(samples, [Figure("t", "time", "s")], None)).splitlines()
+    assert lines[0] == "| case | figure | a |" and lines[3] == "| y | time (s) | 2.00 |"
+
+
+def test_render_command_and_stamp(tmp_path):
+    samples = {("r", "a"): [{"t": 1.0}]}
+    path = tmp_path / "r.json"
+    harness.write(doc_of(samples, [Figure("t", "time", "s")]), str(path))
+    r = subprocess.run([sys.executable, "-m", "benchmarks.render", str(path), "--stamp"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0
+    assert r.stdout.startswith("NVIDIA H200; driver 580.159.04; torch 2.11.0+cu130; "
+                               "cuDNN 9.19.0; cudnn-frontend 1.32.0")
+    assert "| time (s) | 1.00 |" in r.stdout
+    path.write_text(json.dumps({"schema": "other"}))
+    r = subprocess.run([sys.executable, "-m", "benchmarks.render", str(path)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "not a benchmark result" in r.stderr
+
+
+def test_environment_from_the_packages_info():
+    info = {"built": {"cudnn_frontend": "13200"},
+            "running": {"torch": "2.11.0+cu130", "cudnn": "91900"},
+            "gpus": [{"name": "NVIDIA H200"}, {"name": "NVIDIA H200"}]}
+    env = harness.environment(info)
+    assert (env["gpu"], env["gpus"], env["cudnn"], env["cudnn_frontend"]) == \
+        ("NVIDIA H200", 2, "9.19.0", "1.32.0")
+    import cudnn_explorer
+    assert env["package"] == cudnn_explorer.__version__ and env["date"]
+
+
+def written(module, argv, tmp_path, values):
+    path = tmp_path / "result.json"
+    run = fake_runner(values)
+    rc = module.main(argv + ["--json", str(path)], runner=run, env=ENV)
+    return rc, json.loads(path.read_text()), run.calls
+
+
+def test_main_job_cold_gets_an_empty_jit_cache_and_reads_the_report(tmp_path):
+    cold, warm = main_job.cases(main_job.parse([]))
+    assert ("CUDA_CACHE_PATH", "{tmp}") in cold.env and warm.env == ()
+    assert cold.argv[:2] == ("-m", "cudnn_explorer") and "--no-store" in cold.argv
+    out = tmp_path / "e.json"
+    out.write_text(json.dumps({"wall_s": 17.4, "pytorch_wall_s": 6.4}))
+    assert main_job.report_times(str(out), 20.0) == {"report_wall_s": 17.4,
+                                                    "pytorch_wall_s": 6.4}
+    rc, doc, calls = written(main_job, ["--repeats", "2"], tmp_path,
+                             lambda c, n: {"wall_s": 20.0 + n, "rc": 0.0})
+    assert rc == 0 and len(calls) == 6 and doc["baseline"] == "cold"
+
+
+def test_a_failed_run_makes_the_exit_status_1(tmp_path):
+    rc, doc, _ = written(main_job, ["--repeats", "1"], tmp_path,
+                         lambda c, n: {"wall_s": 1.0, "rc": 3.0})
+    assert rc == 1 and doc["cells"]
+
+
+def sweep_file(tmp_path, modes):
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"wall_s": 20.0, "pytorch_run": {"modes": modes}}))
+    return str(path)
+
+
+def test_model_sweep_figures_from_the_sweep_file(tmp_path):
+    modes = [{"mode": "benchmark", "benchmark_limit": None, "wall_s": 10.0,
+              "sizes": [{"first_ms": 8000.0, "first_peak_reserved_bytes": 2 * 2**30}]},
+             {"mode": "benchmark", "benchmark_limit": 0, "wall_s": 4.0,
+              "sizes": [{"first_ms": 1.0, "first_peak_reserved_bytes": 0}]},
+             {"mode": "heuristic", "wall_s": 2.0, "sizes": []}]
+    f = model_sweep.sweep_figures(sweep_file(tmp_path, modes), 40.0)
+    assert f == {"problems_s": 20.0, "pytorch_run_s": 16.0, "own_s": 24.0,
+                 "first_iteration_ms": 8000.0, "to_first_iteration": 5.0,
+                 "model_reserved_gib": 2.0}
+    case, = model_sweep.cases(model_sweep.parse([]))
+    assert case.watch_memory and case.row == "resnet50 --batch 32 --amp fp16 --channels-last"
+    assert len(model_sweep.cases(model_sweep.parse(["--profiles", "quick,thorough"]))) == 2
+
+
+def exploration(tmp_path, name, configs):
+    path = tmp_path / name
+    path.write_text(json.dumps({"directions": [{"direction": "fwd", "engines": {"configs": [
+        {"tag": t, "status": "OK", "allowed": True, "left_round": cut,
+         "timing": {"median_ms": ms}} for t, ms, cut in configs]}}]}))
+    return str(path)
+
+
+def test_search_pairs_quick_best_with_thorough_timing(tmp_path):
+    quick = search.timed_configs(exploration(tmp_path, "q.json", [
+        ("a", 1.0, None), ("b", 0.5, 1), ("c", 2.0, None)]), 1.0)
+    thorough = search.timed_configs(exploration(tmp_path, "t.json", [
+        ("a", 1.1, None), ("b", 1.0, None), ("c", 3.0, None)]), 1.0)
+    assert quick["best_ms_fwd"] == 1.0 and thorough["best_ms_fwd"] == 1.0
+    samples = {("p", "quick"): [quick], ("p", "thorough"): [thorough]}
+    search.pair(samples)
+    assert quick["quick_in_thorough_fwd"] == pytest.approx(1.1)
+    assert "quick_in_thorough_fwd" not in thorough
+    with pytest.raises(SystemExit):
+        search.cases(search.parse(["--problems", "nope"]))
+
+
+def test_search_result_leaves_the_config_tables_out_of_the_json(tmp_path):
+    def values(case, n):
+        return {"wall_s": 10.0, "rc": 0.0, "best_ms_fwd": 1.0, "_medians_fwd": {"a": 1.0}}
+    rc, doc, calls = written(search, ["--problems", "default", "--repeats", "1"], tmp_path,
+                             values)
+    assert rc == 0 and len(calls) == 2 and "_medians" not in json.dumps(doc)
+    assert {c["figure"] for c in doc["cells"]} == {"wall_s", "best_ms_fwd", "quick_in_thorough_fwd"}
+
+
+@pytest.mark.parametrize("module,argv,modes", [
+    (pinned_step, ["--plans", "p.json"], ["off", "on", "pinned"]),
+    (pin_host, ["--plans", "p.json"], ["aten", "pinned"]),
+    (first_calls, [], ["heuristic", "benchmark", "deterministic"]),
+])
+def test_child_benchmarks_run_their_own_module_per_mode(tmp_path, module, argv, modes):
+    rc, doc, calls = written(module, argv + ["--repeats", "1"], tmp_path,
+                             lambda c, n: {"rc": 0.0, "wall_s": 1.0})
+    assert rc == 0 and doc["modes"] == modes and doc["baseline"] == modes[0]
+    case = module.cases(module.parse(argv), "p.json") if module is not first_calls \
+        else module.cases(module.parse(argv))
+    assert case[0].argv[:4] == ("-m", module.__name__, "--child", modes[0])
+    assert "{out}" in case[0].argv
+
+
+def test_first_calls_rows_share_a_cache_within_a_repeat_or_not():
+    envs = {(c.row, c.mode): dict(c.env)["CUDA_CACHE_PATH"]
+            for c in first_calls.cases(first_calls.parse([]))}
+    assert envs[("empty cache", "benchmark")] == "{tmp}"
+    assert envs[("shared cache", "benchmark")] == "{round}"
+
+
+def test_memory_and_torchrun_cases():
+    rows = [c.row for c in memory.cases(memory.parse(["--leave-free", "256"]))]
+    assert rows[-1] == "the main job with 256 MiB free" and len(rows) == 4
+    one, many = torchrun.cases(torchrun.parse(["--gpus", "4"]))
+    assert many.argv[:6] == ("-m", "torch.distributed.run", "--standalone",
+                             "--nproc-per-node", "4", "-m")
+    assert "{tmp}/results.db" in one.argv and dict(one.env)["CUDA_VISIBLE_DEVICES"] == "0"
+    with pytest.raises(SystemExit):
+        torchrun.main(["--gpus", "1"], runner=fake_runner(lambda c, n: {}), env=ENV)
+
+
+def shipped():
+    folder = os.path.join(REPO, "data", "benchmarks")
+    return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".json"))
+
+
+@pytest.mark.parametrize("path", shipped(), ids=os.path.basename)
+def test_docs_show_the_table_a_shipped_result_renders(path):
+    with open(path) as f:
+        doc = json.load(f)
+    with open(os.path.join(REPO, "docs", "benchmarks.md")) as f:
+        docs = f.read()
+    assert render.render(doc) in docs
+    assert render.stamp(doc) in docs
+
+
+def test_no_benchmark_edits_sys_path():
+    for folder in ("benchmarks", "scripts"):
+        for name in os.listdir(os.path.join(REPO, folder)):
+            if name.endswith(".py"):
+                with open(os.path.join(REPO, folder, name)) as f:
+                    assert not re.search(r"sys\.path\.(insert|append)", f.read()), name
