@@ -273,6 +273,15 @@ part_first-calls() {
     > "$LOG/first-calls.txt" 2>&1
 }
 
+# A fresh process's first output and first training step per mode: benchmark on and off,
+# pinned plans built on first call, ahead, and kept (benchmarks/cold_start.py;
+# COLD_START_ARGS picks the models and repeats).
+part_cold-start() {
+  # shellcheck disable=SC2086
+  "$PY" -m benchmarks.cold_start ${COLD_START_ARGS:-} --json "$LOG/cold-start.json" \
+    > "$LOG/cold-start.txt" 2>&1
+}
+
 part_fuzz() {
   # Random valid and invalid problems through the API: only the project's errors, no crash.
   timeout -s INT "${FUZZ_TIMEOUT_S:-400}" "$PY" scripts/fuzz_api.py --count "${FUZZ_COUNT:-10000}" \
@@ -303,7 +312,7 @@ show_part() {  # what each part's log says, for the call's output
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
     targets) tail -4 "$LOG/targets.txt" ;;
     model) tail -40 "$LOG/model.txt" ;;
-    memory|first-calls|search|pin-host|main-job-bench) tail -30 "$LOG/$1.txt" ;;
+    memory|first-calls|search|pin-host|main-job-bench|cold-start) tail -30 "$LOG/$1.txt" ;;
     torchrun) tail -30 "$LOG/torchrun.txt" ;;
   esac
 }

@@ -262,3 +262,43 @@ def test_no_benchmark_edits_sys_path():
             if name.endswith(".py"):
                 with open(os.path.join(REPO, folder, name)) as f:
                     assert not re.search(r"sys\.path\.(insert|append)", f.read()), name
+
+
+def test_cold_start_cases_every_mode_per_model_with_an_empty_or_shared_jit_cache():
+    from benchmarks import cold_start
+
+    a = cold_start.parse(["--models", "resnet50-infer-b1,decoder-train-b8"])
+    a_warm = cold_start.parse(["--models", "decoder-train-b8", "--warm-jit"])
+    places = {m: (f"{m}.plans", f"{m}.kept") for m in a.models}
+    cases = cold_start.cases(a, places)
+    assert [(c.row, c.mode) for c in cases][:5] == [("resnet50-infer-b1", m)
+                                                     for m in cold_start.MODES]
+    assert len(cases) == 10 and all(dict(c.env)["CUDA_CACHE_PATH"] == "{tmp}" for c in cases)
+    kept = cases[4].argv
+    assert kept[:4] == ("-m", "benchmarks.cold_start", "--child", "pinned kept")
+    assert kept[kept.index("--plans") + 1] == "resnet50-infer-b1.plans"
+    assert kept[kept.index("--kept") + 1] == "resnet50-infer-b1.kept"
+    warm = cold_start.cases(a_warm, {"decoder-train-b8": ("p", "k")})
+    assert {dict(c.env)["CUDA_CACHE_PATH"] for c in warm} == {"{round}"}
+    with pytest.raises(SystemExit):
+        cold_start.parse(["--models", "resnet50,vgg"])
+
+
+def test_cold_start_process_age_counts_from_the_process_start():
+    import time
+
+    from benchmarks import cold_start
+
+    age = cold_start.process_age_s()
+    assert 0 < age < time.monotonic() + 1  # positive, and no older than the machine
+    time.sleep(0.05)
+    assert cold_start.process_age_s() >= age + 0.03
+
+
+def test_cold_start_decoder_upsamples_with_transposed_convolutions():
+    torch = pytest.importorskip("torch")
+    from benchmarks import cold_start
+
+    model = cold_start.decoder()
+    assert sum(isinstance(m, torch.nn.ConvTranspose2d) for m in model.modules()) == 5
+    assert model(torch.zeros(1, 3, 224, 224)).shape == (1, 3, 224, 224)

@@ -1,0 +1,252 @@
+"""How long until a fresh process's first output, and the end of its first training step,
+with benchmark mode on, off, and pinned plans built on first call, ahead, or kept?
+
+``python -m benchmarks.cold_start [--models resnet50-infer-b1,...] [--repeats 3]
+[--plans NAME=FILE ...] [--warm-jit]``: per model, every mode in a fresh process, the
+modes in turns, each process with an empty CUDA JIT cache (a fresh machine or container;
+``--warm-jit``: one cache per repeat, shared, as on a machine that ran before). Times are
+from the process's start (the kernel's count: Python's start and imports included)
+to the first output (the first forward's result, synchronised) and to the end of the
+first training step (forward, backward and an SGD step, synchronised). Pinned modes pin
+every convolution layer to the plan file: "pinned" builds each plan on its first call,
+"pinned ahead" builds them on threads at pin() time, "pinned kept" restores the plans a
+setup process kept (pinning/kept.py). Without ``--plans``, a setup process writes a plan
+file of cuDNN's first heuristic config (mode A) that builds for every problem-direction of
+the model: the kernels benchmark off runs, so that the pinned modes differ from it by
+their start alone. Figures also say what making the plans cost (the op's own counts).
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from . import harness
+from .harness import Case, Figure
+
+QUESTION = __doc__.split("\n\n")[0].replace("\n", " ")
+MODES = ("benchmark on", "benchmark off", "pinned", "pinned ahead", "pinned kept")
+# name: (torchvision model or "decoder", batch, dtype, channels_last, train)
+MODELS = {
+    "resnet50-infer-b1": ("resnet50", 1, "float16", True, False),
+    "resnet50-train-b32": ("resnet50", 32, "float16", True, True),
+    "efficientnet_b0-train-b32": ("efficientnet_b0", 32, "float16", True, True),
+    "mobilenet_v3_large-train-b32": ("mobilenet_v3_large", 32, "float16", True, True),
+    "convnext_tiny-train-b16": ("convnext_tiny", 16, "bfloat16", True, True),
+    "decoder-train-b8": ("decoder", 8, "bfloat16", False, True),
+}
+DEFAULT = ("resnet50-infer-b1", "resnet50-train-b32", "efficientnet_b0-train-b32",
+           "mobilenet_v3_large-train-b32", "convnext_tiny-train-b16", "decoder-train-b8")
+FIGURES = [Figure("torch_imported_s", "torch imported", "s", better=""),
+           Figure("model_built_s", "model built on the GPU", "s", better=""),
+           Figure("mode_set_s", "mode set (plans loaded, builds started)", "s", better=""),
+           Figure("first_output_s", "first output", "s"),
+           Figure("first_step_s", "end of first training step", "s"),
+           Figure("plans_ms", "making the plans (op's count, all threads)", "ms"),
+           Figure("waited_ms", "first calls waiting for plans built ahead", "ms")]
+
+
+def decoder():
+    """A transposed-convolution decoder (an upsampling generator's head), 8x8 to 256x256."""
+    import torch.nn as nn
+
+    layers, c = [nn.Conv2d(3, 256, 3, stride=32, padding=1)], 256
+    for out in (256, 128, 64, 32, 16):
+        layers += [nn.ConvTranspose2d(c, out, 4, stride=2, padding=1), nn.BatchNorm2d(out),
+                   nn.ReLU(inplace=True)]
+        c = out
+    layers.append(nn.Conv2d(c, 3, 3, padding=1))
+    return nn.Sequential(*layers)
+
+
+def _model(name):
+    import torch
+
+    arch, batch, dtype, cl, train = MODELS[name]
+    if arch == "decoder":
+        model = decoder()
+    else:
+        import torchvision
+
+        model = torchvision.models.get_model(arch, weights=None)
+    model = model.cuda().train(train)
+    fmt = torch.channels_last if cl else torch.contiguous_format
+    return model.to(memory_format=fmt), batch, getattr(torch, dtype), fmt, train
+
+
+def _step(model, batch, dtype, fmt, train, at):
+    """The first output, then (training) the rest of the step; ``at`` hears the moments."""
+    import torch
+
+    x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
+    with torch.autocast("cuda", dtype=dtype), torch.set_grad_enabled(train):
+        out = model(x)
+    torch.cuda.synchronize()
+    at("first_output_s")
+    if train:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loss = out.float().square().mean()
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        at("first_step_s")
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (the kernel's own count, 10 ms ticks)."""
+    with open("/proc/self/stat") as f:
+        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        up = float(f.read().split()[0])
+    return up - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def child(a) -> int:
+    figures = {}
+
+    def at(key):
+        figures[key] = process_age_s()
+
+    import torch
+
+    at("torch_imported_s")
+    model, batch, dtype, fmt, train = _model(a.model)
+    at("model_built_s")
+    if a.child.startswith("benchmark"):
+        torch.backends.cudnn.benchmark = a.child == "benchmark on"
+    else:
+        import cudnn_explorer as ce
+
+        keep = a.kept if a.child == "pinned kept" else False
+        ce.pin(model, a.plans, ahead=a.child != "pinned", keep=keep)
+    at("mode_set_s")
+    _step(model, batch, dtype, fmt, train, at)
+    if a.child.startswith("pinned"):
+        from cudnn_explorer.pinning import op
+
+        made = op.plans_made()
+        counts = op.pin_counts()
+        figures.update(plans_ms=sum(m.build_ms for m in made),
+                       waited_ms=sum(m.waited_ms for m in made),
+                       builds=sum(m.builds for m in made),
+                       restored=sum(m.restored for m in made),
+                       pinned_calls=counts.pinned_calls, fallback_calls=counts.fallback_calls)
+    with open(a.out, "w") as f:
+        json.dump(figures, f)
+    return 0
+
+
+def setup(a) -> int:
+    """Writes the model's plan file (cuDNN's first heuristic config that builds, per
+    problem-direction) unless one was given, then the kept plans of it."""
+    import torch
+
+    import cudnn_explorer as ce
+    from cudnn_explorer.core.logs import parse_tag
+    from cudnn_explorer.core.plans import PlanEntry, PlanEnvironment, PlanFile, PlanKey
+    from cudnn_explorer.measure import native
+    from cudnn_explorer.measure.pipeline import environment
+    from cudnn_explorer.measure.tensors import make_tensors, native_problem
+
+    prefix = {"fwd": "ConvFwd", "bwd-data": "ConvBwdData", "bwd-filter": "ConvBwdFilter"}
+    if not os.path.exists(a.plans):
+        model, batch, dtype, fmt, train = _model(a.model)
+        arch = MODELS[a.model][0]
+        cap = ce.capture(ce.ModelSpec.create(
+            "benchmarks.cold_start:decoder" if arch == "decoder" else arch, batch=batch,
+            amp={torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype],
+            channels_last=fmt == torch.channels_last, train=train))
+        entries = []
+        for up in cap.problems:
+            for d in up.directions:
+                search = native.engine_search(d, native_problem(up.problem,
+                                                                make_tensors(up.problem, d)))
+                for name in search.heuristics("A"):
+                    t = parse_tag(f"{prefix[d]}_{name}")
+                    if search.build(t.engine, list(t.knobs)).status == "built":
+                        entries.append(PlanEntry(
+                            key=PlanKey.of(up.problem, d, False), problem=up.problem,
+                            tag=f"{prefix[d]}_{name}", engine=t.engine,
+                            knobs=[list(k) for k in t.knobs], numeric_notes=[],
+                            why="cuDNN heuristic mode A's first config that builds"))
+                        break
+        env = environment(torch.cuda.current_device())
+        plans = PlanFile(environment=PlanEnvironment.of(env), entries=entries,
+                         source=a.plans)
+        with open(a.plans, "w") as f:
+            f.write(plans.to_json())
+        del model
+    model, *_ = _model(a.model)
+    ce.pin(model, a.plans, ahead=True, keep=a.kept)
+    ce.wait_for_plans()
+    return 0
+
+
+def cases(a, places) -> list:
+    out = []
+    for name in a.models:
+        plans, kept = places[name]
+        args = ("--model", name, "--plans", plans, "--kept", kept, "--out", "{out}")
+        cache = "{round}" if a.warm_jit else "{tmp}"
+        for mode in MODES:
+            out.append(Case(name, mode, harness.module_argv(__spec__.name, "--child", mode,
+                                                            *args),
+                            env=(("CUDA_CACHE_PATH", cache),),
+                            timeout_s=600))
+    return out
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=QUESTION)
+    harness.common_args(ap, "data/benchmarks/cold_start.json", repeats=3)
+    ap.add_argument("--models", default=",".join(DEFAULT),
+                    help=f"comma-separated, of: {', '.join(MODELS)}")
+    ap.add_argument("--plans", action="append", default=[], metavar="NAME=FILE",
+                    help="a plan file for a model (default: cuDNN's heuristic configs)")
+    ap.add_argument("--warm-jit", action="store_true",
+                    help="one CUDA JIT cache per repeat, shared by its processes")
+    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--setup", action="store_true", help=argparse.SUPPRESS)
+    for hidden in ("--model", "--out", "--kept"):
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    a.models = [m for m in a.models.split(",") if m]
+    bad = [m for m in a.models if m not in MODELS]
+    if bad:
+        ap.error(f"--models {','.join(bad)}: valid: {', '.join(MODELS)}")
+    given = dict(p.split("=", 1) for p in a.plans if "=" in p)
+    if a.child is None and not a.setup:
+        a.given = given
+    return a
+
+
+def main(argv=None, runner=harness.run_process, env=None) -> int:
+    a = parse(argv)
+    if a.child:
+        return child(a)
+    if a.setup:
+        return setup(a)
+    import subprocess
+
+    work = tempfile.mkdtemp(prefix="cold_start_")
+    places = {}
+    for name in a.models:
+        plans = a.given.get(name) or os.path.join(work, f"{name}.plans.json")
+        kept = os.path.join(work, f"{name}.kept")
+        rc = subprocess.run([sys.executable, "-m", __spec__.name, "--setup", "--model", name,
+                             "--plans", plans, "--kept", kept], stdout=sys.stderr).returncode
+        if rc != 0:
+            print(f"cold_start: the setup of {name} failed (exit {rc})", file=sys.stderr)
+            return 1
+        places[name] = (plans, kept)
+    samples = harness.measure(cases(a, places), a.repeats, runner)
+    notes = ["plans: " + ("as given" if a.given else "cuDNN's first heuristic config (mode A) "
+                          "that builds, per problem-direction"),
+             "JIT cache: " + ("shared per repeat" if a.warm_jit else "empty in every process")]
+    doc = harness.result("cold_start", QUESTION, samples, FIGURES, baseline="benchmark off",
+                         env=env, notes=notes)
+    return harness.finish(doc, a.json, samples)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
