@@ -14,6 +14,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -439,6 +440,13 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
+// Whether cuDNN compiles the built plan's kernel at run time (RUNTIME_COMPILATION).
+bool runtime_compiled(const Graph& g) {
+  std::vector<fe::BehaviorNote_t> notes;
+  return g.get_behavior_notes_for_plan_at_index(0, notes).is_good() &&
+         std::count(notes.begin(), notes.end(), fe::BehaviorNote_t::RUNTIME_COMPILATION) > 0;
+}
+
 // Builds the file's engine config for `t` with this thread's handle. With `kept`, the
 // built plan is also serialized into it (Note [kept plans]).
 std::unique_ptr<Built> build(const Target& t, std::shared_ptr<Slot> slot,
@@ -468,13 +476,9 @@ std::unique_ptr<Built> build(const Target& t, std::shared_ptr<Slot> slot,
                "the workspace of " + s.spec.tag);
       if (kept != nullptr) {
         std::vector<uint8_t> bytes;
-        std::vector<fe::BehaviorNote_t> behaviour;
         if (g->serialize(bytes, false).is_good()) {
           kept->blob.assign(bytes.begin(), bytes.end());
-          kept->runtime_compiled =
-              g->get_behavior_notes_for_plan_at_index(0, behaviour).is_good() &&
-              std::count(behaviour.begin(), behaviour.end(),
-                         fe::BehaviorNote_t::RUNTIME_COMPILATION) > 0;
+          kept->runtime_compiled = runtime_compiled(*g);
         }
       }
       b->graph = std::move(g);
@@ -630,7 +634,10 @@ void run_ahead_job(AheadJob& j) {
   } else {
     if (j.kept != nullptr) {
       b = restore(j.target, j.slot, *j.kept);
-      if (b) kept = *j.kept;
+      if (b) {
+        kept = *j.kept;
+        kept.runtime_compiled = runtime_compiled(*b->graph);
+      }
     }
     if (!b) b = build(j.target, j.slot, &kept);
   }
