@@ -63,7 +63,7 @@ def child(a) -> int:
         .contiguous(memory_format=torch.channels_last)
     xg = x.clone().requires_grad_(True)
     if a.child == "pinned":
-        cudnn_explorer.pin(conv, a.plans)
+        cudnn_explorer.pin(conv, a.plans, keep=False)
 
     def nograd():
         with torch.no_grad():

@@ -61,7 +61,7 @@ def child(a) -> int:
             x.contiguous(memory_format=torch.channels_last)
     model.train(not a.eval)
     if a.child == "pinned":
-        cudnn_explorer.pin(model, a.plans)
+        cudnn_explorer.pin(model, a.plans, keep=False)  # each process cold (cold_start: kept)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.amp)
 
     def step():
