@@ -308,8 +308,9 @@ class ModelBench(GpuBench):
     """The pipeline's bench for a model's problems: PyTorch's picks come from the model's
     own run (``runs``, per problem), not from a child per problem."""
 
-    def __init__(self, device: int, runs: Dict[ConvProblem, List[ModeRun]], worker=None):
-        super().__init__(device, keep_worker=True, worker=worker)
+    def __init__(self, device: int, runs: Dict[ConvProblem, List[ModeRun]], worker=None,
+                 env=None):
+        super().__init__(device, keep_worker=True, worker=worker, env=env)
         self.runs = runs
 
     def prestart(self, problem: ConvProblem, options: ExploreOptions) -> None:
