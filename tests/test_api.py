@@ -173,10 +173,10 @@ def test_advise_assembles_the_advice_from_the_runs(tmp_path, monkeypatch):
         def close(self):
             order.append("closed")
 
-    def run_model(cap, options, iterations, progress, modes, target_ci, cache, graph,
-                  started, warmup=5, share=None):
+    def run_model(cap, options, timing, modes, progress, cache, share, started):
         assert isinstance(started, Starts)
-        seen.update(modes=[m.label for m in modes], target_ci=target_ci, graph=graph)
+        seen.update(modes=[m.label for m in modes], target_ci=timing.target_ci,
+                    graph=timing.graph)
         return saved.pytorch_run, {}
 
     def capture(spec, device, notify):

@@ -3,6 +3,7 @@ runs in fresh processes with benchmark on, off and deterministic, at every input
 the Advice it returns weighs the first calls' cost against the steady-state saving."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from ..core.advice import Advice
@@ -68,7 +69,7 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
         cap = run.capture()
         env = run.environment()
         _, plan_file = run.pinned()
-        pytorch_run = run.run_modes(target_ci=target_ci)
+        pytorch_run = run.run_modes(timing=replace(run.timing, target_ci=target_ci))
         rep, stability = None, []
         if repeats:
             from ..measure.pytorch_picks import ModeSpec
@@ -77,7 +78,7 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
             again: List[ModeSpec] = [ModeSpec(f"benchmark, repeat {k + 1}", "benchmark",
                                               False, options.benchmark_limit)
                                      for k in range(repeats)]
-            rep = run.run_modes(again, timing=(3, 1))
+            rep = run.run_modes(again, timing=replace(run.timing, iterations=3, warmup=1))
             stability = retime_plans(cap, plan_counts(rep), run.options, run.say)
     return Advice(capture=cap, pytorch_run=pytorch_run, sizes=[[s, c] for s, c in dist],
                   iterations=iterations, environment=env, tool_version=__version__,

@@ -398,18 +398,24 @@ class SweepRun:
                                        s.allow_environment)
         return self._pinned
 
-    def run_modes(self, modes=None, timing: Optional[Tuple[int, int]] = None,
-                  share: Optional[Sequence[int]] = None, read: Optional[bool] = None,
-                  target_ci: Optional[float] = None, keep: bool = True):
+    @property
+    def timing(self):
+        """How each mode of PyTorch's run of the model runs (model.run_modes.ModeTiming):
+        the settings' iterations, after 5 warm-up ones, and their CUDA graph."""
+        from ..model.run_modes import ModeTiming
+
+        return ModeTiming(self.settings.iterations, graph=self.settings.graph)
+
+    def run_modes(self, modes=None, timing=None, share: Optional[Sequence[int]] = None,
+                  read: Optional[bool] = None, keep: bool = True):
         """PyTorch's own run of the captured model (model.run_modes.run_model): ``modes``
         (default modes_of(options), then the pinned mode with a plan file), each in the
-        processes started ahead where they were (those left over are ended after), with
-        the settings' iterations (``timing``: (iterations, warmup) instead), in rounds
-        until ``target_ci`` where given. A mode kept in the results store is answered
-        from it (``read``: by default unless the store's refresh; True: always, as a rank
-        reads the others' modes), and each one finished is kept there (``keep`` False:
-        nothing read or kept, each GPU its own run). ``share``: only the modes at these
-        positions. Returns the ModelRun; a run of the default modes gives sweep()
+        processes started ahead where they were (those left over are ended after), run as
+        ``timing`` says (default: self.timing). A mode kept in the results store is
+        answered from it (``read``: by default unless the store's refresh; True: always,
+        as a rank reads the others' modes), and each one finished is kept there (``keep``
+        False: nothing read or kept, each GPU its own run). ``share``: only the modes at
+        these positions. Returns the ModelRun; a run of the default modes gives sweep()
         PyTorch's picks."""
         from ..model.run_modes import StoreCache, modes_of, run_model
 
@@ -422,13 +428,11 @@ class SweepRun:
             db, self.environment(), cap.model.describe(),
             lambda e: without_store(self.notify, e),
             read=not self.settings.store.refresh if read is None else read)
-        iterations, warmup = timing or (self.settings.iterations, 5)
         started, self.starts = self.starts, None
         try:
-            run, picks = run_model(cap, self.options, iterations=iterations, warmup=warmup,
-                                   progress=self.say, modes=modes, target_ci=target_ci,
-                                   cache=cache, graph=self.settings.graph, started=started,
-                                   share=share)
+            run, picks = run_model(cap, self.options, timing or self.timing, modes=modes,
+                                   progress=self.say, cache=cache, share=share,
+                                   started=started)
         finally:
             if started is not None:
                 started.close()  # those a stored mode did not need
