@@ -152,7 +152,7 @@ def test_a_tiny_model_swept_end_to_end_from_a_factory(tmp_path, monkeypatch):
 def test_advise_assembles_the_advice_from_the_runs(tmp_path, monkeypatch):
     """advise() with the model's runs replaced by a saved H200 advice's: the Advice it
     returns is that workload's, and renders as the saved one does."""
-    from cudnn_explorer.jobs import advise as job
+    from cudnn_explorer.jobs import sweep as job  # SweepRun starts and captures
     from cudnn_explorer.measure import pipeline
     from cudnn_explorer.model import run_modes
 
@@ -173,10 +173,10 @@ def test_advise_assembles_the_advice_from_the_runs(tmp_path, monkeypatch):
         def close(self):
             order.append("closed")
 
-    def run_model(cap, options, iterations, progress, modes, target_ci, cache, graph,
-                  started):
+    def run_model(cap, options, timing, modes, progress, cache, share, started):
         assert isinstance(started, Starts)
-        seen.update(modes=[m.label for m in modes], target_ci=target_ci, graph=graph)
+        seen.update(modes=[m.label for m in modes], target_ci=timing.target_ci,
+                    graph=timing.graph)
         return saved.pytorch_run, {}
 
     def capture(spec, device, notify):
@@ -233,8 +233,10 @@ def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
         order.append("capture")
         return "the capture"
 
-    def swept(cap, *args):
-        order.append(("swept", cap, isinstance(args[-2], Starts), isinstance(args[-1], Worker)))
+    def swept(run, save=None):
+        cap = run.capture()
+        order.append(("swept", cap, isinstance(run.starts, Starts),
+                      isinstance(run.worker, Worker)))
         if cap == "fail":
             raise KeyboardInterrupt
         return "the sweep"
@@ -244,7 +246,7 @@ def test_sweep_model_starts_the_modes_processes_before_the_capture(monkeypatch):
     # (a GPU host would set the stand-in Starts up: tested on its own in test_model_sweep)
     monkeypatch.setattr(job, "set_up_ahead", lambda starts, spec, options: False)
     monkeypatch.setattr(job, "capture", capture)
-    monkeypatch.setattr(job, "_swept", swept)
+    monkeypatch.setattr(job.SweepRun, "sweep", swept)
     assert job.sweep_model("resnet18", batch=2) == "the sweep"
     assert order == [("started", "resnet18", False), "worker started", "capture",
                      ("swept", "the capture", True, True), "closed", "worker closed"]
@@ -284,16 +286,19 @@ def test_a_sweep_hands_the_worker_started_ahead_to_its_bench(monkeypatch):
     worker = object()
     seen = []
     monkeypatch.setattr(pipeline, "environment", lambda device=0: "env")
-    monkeypatch.setattr(job, "pytorch_run",
-                        lambda cap, options, iterations, say, cache, extra, starts, w:
-                        (None, ModelBench(0, {}, w)))
+
+    def run_modes(run):  # PyTorch's run of the model, its picks for the bench
+        run._picks = (None, {})
+
+    monkeypatch.setattr(job.SweepRun, "run_modes", run_modes)
     monkeypatch.setattr(model_sweep, "sweep",
                         lambda cap, options, bench, **kw: seen.append(bench) or "swept")
-    cap = SimpleNamespace(problems=[1])
+    cap = SimpleNamespace(problems=[1], model=None)
     for pytorch in (True, False):
         opts = ce.ExploreOptions.create(pytorch=pytorch)
-        assert job._swept(cap, opts, "quick", 3, None, False, None, None, lambda *a: None,
-                          None, None, "off", False, None, worker) == "swept"
+        run = job.SweepRun(cap, opts, job.SweepSettings(), start=False)
+        run.cap, run.worker = cap, worker  # the capture made, the worker started ahead
+        assert run.sweep() == "swept"
         assert isinstance(seen[-1], pipeline.GpuBench) and seen[-1].worker is worker
         assert isinstance(seen[-1], ModelBench) == pytorch
 

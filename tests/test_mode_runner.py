@@ -72,8 +72,10 @@ def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeyp
         return real_run(self, spec, *args)
 
     monkeypatch.setattr(StartedChild, "go", run)
-    got, _ = run_modes.run_model(cap, opts, iterations=1, warmup=0, python=python,
-                                   modes=modes, graph=True)
+    got, _ = run_modes.run_model(cap, opts,
+                                 run_modes.ModeTiming(iterations=1,
+                                                      warmup=0, python=python, graph=True),
+                                 modes=modes)
     # three modes, each a first and a steady process: all six running before the first go
     assert at_run == [(6, False), (6, True)] * 3
     assert [m.sizes[0].first_ms for m in got.modes] == [1.0] * 3
@@ -87,7 +89,8 @@ def test_every_modes_processes_start_before_the_first_one_runs(tmp_path, monkeyp
 
     monkeypatch.setattr(StartedChild, "go", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_modes.run_model(cap, opts, iterations=1, python=python, modes=modes)
+        run_modes.run_model(cap, opts, run_modes.ModeTiming(iterations=1, python=python),
+                            modes=modes)
     assert len(started) == 3 and all(s.proc.poll() is not None for s in started)
     assert all(not os.path.exists(s.spec_path) for s in started)  # their files removed
 
@@ -105,16 +108,19 @@ def test_run_model_runs_the_processes_started_before_and_starts_no_other(tmp_pat
                                  graph=True) as starts:
         assert len(started) == 6
         assert [s.log_path is None for s in started] == [False, True, False, True, True, True]
-        got, _ = run_modes.run_model(cap, opts, iterations=1, warmup=0, python=python,
-                                       modes=modes, graph=True, started=starts)
+        got, _ = run_modes.run_model(cap, opts,
+                                     run_modes.ModeTiming(iterations=1,
+                                                          warmup=0, python=python, graph=True),
+                                     modes=modes, started=starts)
         assert len(started) == 6  # run_model started none of its own
         assert [m.sizes[0].first_ms for m in got.modes] == [1.0, 1.0]
         assert [s.proc.poll() is not None for s in started] == [True] * 4 + [False] * 2
     assert all(s.proc.poll() is not None for s in started)  # the third mode's, never taken
     started.clear()
     with mode_runner.ModeStarts(cap.model, [False], python=python, graph=False) as starts:
-        run_modes.run_model(cap, opts, iterations=1, warmup=0, python=python,
-                              modes=modes, graph=True, started=starts)
+        run_modes.run_model(cap, opts,
+                            run_modes.ModeTiming(iterations=1, warmup=0, python=python, graph=True),
+                            modes=modes, started=starts)
         # started for no CUDA graph: not taken; both modes started their own two
         assert len(started) == 5 and started[0].proc.poll() is None
     assert all(s.proc.poll() is not None for s in started)

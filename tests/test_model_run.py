@@ -284,7 +284,8 @@ def test_failing_child_keeps_its_error_per_mode_and_per_problem(tmp_path, monkey
     cap = Capture(model=ModelSpec(name="tiny", input_shape=[3, 8, 8], batch=2),
                   problems=[UniqueConv(problem, {"fwd": 1}, ["0"])], conv_calls=1)
     opts = ExploreOptions.create(child_timeout_s=2)
-    run, per = run_modes.run_model(cap, opts, iterations=2, python=str(fake))
+    run, per = run_modes.run_model(cap, opts,
+                                   run_modes.ModeTiming(iterations=2, python=str(fake)))
     assert [m.label for m in run.modes] == [m.label for m in run_modes.model_modes()]
     import re
     assert all(re.search(match, m.error) and not m.ok for m in run.modes)
@@ -330,7 +331,8 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
                     replace(spec, input_shape=[3, s, s], sizes=[]), "cpu") for s in (8, 12)]
     cap = merge_sizes(caps, [8, 12], spec)
     opts = ExploreOptions.create(child_timeout_s=120)
-    run, per = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1)
+    run, per = run_modes.run_model(cap, opts,
+                                   run_modes.ModeTiming(iterations=3, warmup=1, device=-1))
     assert [m.label for m in run.modes] == [m.label for m in run_modes.model_modes()]
     for m in run.modes:
         assert "wrote no cudnn-frontend log" in m.error
@@ -359,8 +361,10 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
                for rs in per.values() for r in rs)
     # a graph asked for: none on the CPU, so eager, saying why; no eager round beside it
     mode = run_modes.model_modes()[2:3]
-    run, _ = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1, modes=mode,
-                                   graph=True)
+    run, _ = run_modes.run_model(cap, opts,
+                                 run_modes.ModeTiming(iterations=3,
+                                                      warmup=1, device=-1, graph=True),
+                                 modes=mode)
     (m,) = run.modes
     for s in m.sizes:
         t = s.steady  # from the second, unprobed process (Note [steady process])
@@ -379,8 +383,10 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mode_runner, "run_child", steady_fails)
-        failed, _ = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1,
-                                          modes=mode, graph=True)
+        failed, _ = run_modes.run_model(cap, opts,
+                                        run_modes.ModeTiming(iterations=3,
+                                                             warmup=1, device=-1, graph=True),
+                                        modes=mode)
     for s in failed.modes[0].sizes:
         assert s.steady.method == "eager" and len(s.steady.samples_ms) == 3
         assert s.steady.note == ("the steady timing's own process failed (exit code 1): boom"
@@ -397,8 +403,10 @@ def test_children_run_the_whole_flow_on_the_cpu(tmp_path, monkeypatch):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mode_runner, "run_child", steady_stops)
-        part, _ = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1,
-                                        modes=mode, graph=True)
+        part, _ = run_modes.run_model(cap, opts,
+                                      run_modes.ModeTiming(iterations=3,
+                                                           warmup=1, device=-1, graph=True),
+                                      modes=mode)
     first, second = part.modes[0].sizes
     assert first.steady.note == "no CUDA graphs on the CPU; timed eagerly"
     assert second.steady.note == ("out of GPU memory at input 3x12x12: try a smaller --batch; "
@@ -440,8 +448,9 @@ def test_the_first_mode_set_up_ahead_of_its_turn_runs_it(tmp_path, monkeypatch):
         assert starts.prepare(0, setup()) and not starts.prepare(5, setup())
         first = starts._ahead[0][0]
         assert first.wait_held(120)  # set up, before its turn
-        run, _ = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1,
-                                       modes=modes, started=starts)
+        run, _ = run_modes.run_model(cap, opts,
+                                     run_modes.ModeTiming(iterations=3, warmup=1, device=-1),
+                                     modes=modes, started=starts)
     ahead, plain = run.modes
     assert list(ahead.phases_s)[:3] == [AHEAD, mode_runner.WAITED_SETUP, "first iterations"]
     assert "setup" not in ahead.phases_s and ahead.phases_s[AHEAD] > 0
@@ -462,9 +471,9 @@ def test_the_first_mode_set_up_ahead_of_its_turn_runs_it(tmp_path, monkeypatch):
             starts.prepare(0, setup(tf32=not cap.tf32) if spoil == "tf32" else setup())
             if spoil == "died":
                 starts._ahead[0][0].proc.kill()
-            run, _ = run_modes.run_model(cap, opts, iterations=3, warmup=1, device=-1,
-                                           modes=modes[:1], started=starts,
-                                           progress=said.append)
+            run, _ = run_modes.run_model(cap, opts,
+                                         run_modes.ModeTiming(iterations=3, warmup=1, device=-1),
+                                         modes=modes[:1], started=starts, progress=said.append)
         (m,) = run.modes
         assert list(m.phases_s)[:2] == [mode_runner.WAITED, "setup"], spoil
         assert [s.input_shape for s in m.sizes] == [[3, 8, 8]], spoil
@@ -591,8 +600,8 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
         never = tmp_path / "python"  # a child would fail loudly
         never.write_text("#!/bin/sh\nexit 99\n")
         never.chmod(0o755)
-        run, picks = run_modes.run_model(cap, opts, python=str(never), cache=cache,
-                                           modes=[mode])
+        run, picks = run_modes.run_model(cap, opts, run_modes.ModeTiming(python=str(never)),
+                                         cache=cache, modes=[mode])
         (m,) = run.modes
         assert m.ok and m.stored and m.sizes[0] == size
         pick = pick_of(picks[problem][0], "fwd")
@@ -602,8 +611,8 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
         assert row["mode"] == mode.label and row["model"] == "onelayer"
         # another environment, or --refresh: the child runs (and here fails)
         cache.read = False
-        run, _ = run_modes.run_model(cap, opts, python=str(never), cache=cache,
-                                       modes=[mode])
+        run, _ = run_modes.run_model(cap, opts, run_modes.ModeTiming(python=str(never)),
+                                     cache=cache, modes=[mode])
         assert "exit code 99" in run.modes[0].error and not run.modes[0].stored
     from conftest import run_cli
 
@@ -640,8 +649,9 @@ def test_a_share_of_the_modes_runs_only_those_under_their_own_keys(tmp_path):
             raise AssertionError("a failed run is not kept")
 
     modes = run_modes.model_modes()
-    run, per = run_modes.run_model(cap, opts, iterations=2, python=str(fake), cache=Cache(),
-                                     share=range(1, len(modes), 2))
+    run, per = run_modes.run_model(cap, opts,
+                                   run_modes.ModeTiming(iterations=2, python=str(fake)),
+                                   cache=Cache(), share=range(1, len(modes), 2))
     assert [m.label for m in run.modes] == [modes[k].label for k in range(1, len(modes), 2)]
     assert len(per[problem]) == len(run.modes)
     assert asked == [run_modes.run_key(cap, modes[k], k, opts, 2, 5, None)
@@ -708,5 +718,6 @@ def test_a_model_sweeps_quick_profile_leaves_out_benchmark_with_every_candidate(
     assert find_math_types(fp16, quick) == (fp16.math_type,) == fp16.find_math_types[:1]
     # run_model's modes, unless given, are those the options say
     fake, _, cap = failing_python_and_capture(tmp_path)
-    run, _ = run_modes.run_model(cap, quick, iterations=2, python=str(fake))
+    run, _ = run_modes.run_model(cap, quick,
+                                 run_modes.ModeTiming(iterations=2, python=str(fake)))
     assert labels(run.modes) == labels(run_modes.model_modes(every_candidate=False))

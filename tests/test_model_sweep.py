@@ -220,16 +220,26 @@ def test_a_pick_whose_first_call_searched_no_plan_is_named_and_explained():
     assert "no search" not in plain
 
 
+def fake_bench(job, tmp_path, monkeypatch):
+    """The model command's SweepRun measures through FakeBench, its children given 30 s."""
+    real = job.SweepRun
+
+    class Faked(real):
+        def __init__(self, model, options, settings, **kw):
+            kw.update(bench=FakeBench(tmp_path, monkeypatch), start=False)
+            super().__init__(model, options.updated(child_timeout_s=30), settings, **kw)
+
+    monkeypatch.setattr(job, "SweepRun", Faked)
+
+
 def test_cli_sweep_keeps_the_budget_the_user_gave(tmp_path, monkeypatch):
     """The model profile's budgets give way to --budget-ms and --engine-budget-s given on
     the command line, through the whole sweep (the job applies the profile again)."""
     import cudnn_explorer.jobs.sweep as job
     from cudnn_explorer.cli import model as cli
 
-    real = job.sweep_model
     monkeypatch.setattr(job, "capture", lambda spec, device, notify, **kw: small_capture())
-    monkeypatch.setattr(job, "sweep_model", lambda cap, options, **kw: real(
-        cap, options.updated(child_timeout_s=30), bench=FakeBench(tmp_path, monkeypatch), **kw))
+    fake_bench(job, tmp_path, monkeypatch)
     out = tmp_path / "sweep.json"
     assert cli.run(["resnet18", "--batch", "2", "--budget-ms", "7", "--engine-budget-s", "20",
                     "--no-store", "--quiet", "--json", str(out)]) == 0
@@ -268,8 +278,8 @@ def test_the_model_command_starts_pytorchs_processes_before_it_captures(tmp_path
             raise UserError("no such model")
         return small_capture()
 
-    def sweep_model(cap, options, starts=None, worker=None, **kw):
-        order.append(("sweep", isinstance(starts, Starts), isinstance(worker, Worker)))
+    def sweep(run, save=None):
+        order.append(("sweep", isinstance(run.starts, Starts), isinstance(run.worker, Worker)))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(job, "mode_starts", Starts)
@@ -277,7 +287,7 @@ def test_the_model_command_starts_pytorchs_processes_before_it_captures(tmp_path
     monkeypatch.setattr(job, "set_up_ahead", lambda starts, spec, options: order.append(
         ("set up ahead", isinstance(starts, Starts))))
     monkeypatch.setattr(job, "capture", capture)
-    monkeypatch.setattr(job, "sweep_model", sweep_model)
+    monkeypatch.setattr(job.SweepRun, "sweep", sweep)
     assert cli.run(["resnet18", "--batch", "2", "--no-store", "--quiet"]) == 130
     assert order == ["started", "worker", ("set up ahead", True), "capture",
                      ("sweep", True, True), "closed", "worker closed"]
@@ -399,14 +409,12 @@ def test_verbose_says_where_the_time_before_the_sweep_went(tmp_path, monkeypatch
 
     ages = iter([0.9, 4.1, 9.4, 10.6])
     monkeypatch.setattr(cli, "process_age_s", lambda: next(ages))
-    real = job.sweep_model
     def capture(spec, device, notify, progress=None):
         progress(f"capturing on {device}")
         return dataclasses.replace(small_capture(), seconds=1.0)
 
     monkeypatch.setattr(job, "capture", capture)
-    monkeypatch.setattr(job, "sweep_model", lambda cap, options, **kw: real(
-        cap, options.updated(child_timeout_s=30), bench=FakeBench(tmp_path, monkeypatch), **kw))
+    fake_bench(job, tmp_path, monkeypatch)
     assert cli.run(["resnet18", "--batch", "2", "--no-store", "--verbose"]) == 0
     err = capsys.readouterr().err
     # the capture's step as a timed line before the bar (long work shows progress)

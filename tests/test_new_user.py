@@ -314,15 +314,15 @@ def test_every_gpu_verb_says_there_is_no_gpu_within_a_second(tmp_path, argv):
 def test_the_api_says_there_is_no_gpu_within_a_second_before_any_process(monkeypatch):
     import cudnn_explorer as ce
     from cudnn_explorer.core.errors import MissingDependencyError
-    from cudnn_explorer.jobs import advise as advise_job  # imported before the patches
+    from cudnn_explorer.jobs import advise as advise_job  # noqa: F401  (before the patches)
     from cudnn_explorer.jobs import sweep as job
     from cudnn_explorer.measure import driver
 
     monkeypatch.setattr(driver, "no_gpu_reason", no_gpu_reason)  # the real probe
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     started = []
-    for module in (job, advise_job):  # a process started would be recorded, not started
-        monkeypatch.setattr(module, "mode_starts", lambda *a, **k: started.append(a))
+    # a process started (SweepRun's, for sweep_model and advise) would be recorded, not started
+    monkeypatch.setattr(job, "mode_starts", lambda *a, **k: started.append(a))
     monkeypatch.setattr(job, "worker_ahead", lambda *a, **k: started.append(a))
     calls = [lambda: ce.explore(ce.ConvProblem.create(shape=(1, 3, 8, 8))),
              lambda: ce.sweep_model("resnet50", batch=2),

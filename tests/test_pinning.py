@@ -438,7 +438,8 @@ def test_the_pinned_mode_of_a_models_run_on_the_cpu(tmp_path, monkeypatch):
     mode = ModeSpec("pinned (uncovered: benchmark off)", "pinned", plans=str(plans),
                     plans_sha="0" * 64)
     run, per = run_modes.run_model(cap, ExploreOptions.create(child_timeout_s=120),
-                                     iterations=3, warmup=1, device=-1, modes=[mode])
+                                   run_modes.ModeTiming(iterations=3, warmup=1, device=-1),
+                                   modes=[mode])
     m = run.mode("pinned")
     assert m is not None and m.ok and not m.error, m.error
     assert [s.input_shape for s in m.sizes] == [[3, 8, 8], [3, 12, 12]]

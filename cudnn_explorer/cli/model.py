@@ -135,14 +135,19 @@ def run(argv: List[str]) -> int:
     spec = model_spec_from_args(a)
     keep = [k for k, f in (("budget_ms", "--budget-ms"), ("engine_budget_s", "--engine-budget-s"))
             if f in flags]
-    options = options_from_args(a, engines=not a.no_engines).profiled(a.profile, keep,
-                                                                      model=True)
+    options = options_from_args(a, engines=not a.no_engines)  # SweepRun applies the profile
     profile = profile_name(a.profile)
     iterations = parse_int(a.timed_iterations, "--timed-iterations", 1, 10000)
     check_output_path(a.json, "--json", reads)
     distinct_outputs([(a.json, "--json"), (a.plot, "--plot")])
     checked_plans(a.plans)  # a bad plan file is refused before the model runs
+    from ..jobs.sweep import SweepSettings
     from ..model import distributed
+
+    settings = SweepSettings.create(profile=profile, keep=keep, iterations=iterations,
+                                    store=store_choice(a), plans=a.plans,
+                                    uncovered=a.uncovered or "off",
+                                    allow_environment=a.allow_environment)
 
     world = distributed.world_from_env()
     if a.consistency and world is None:
@@ -152,27 +157,23 @@ def run(argv: List[str]) -> int:
         from .ranks import run_rank
 
         check_rules(UNDER_TORCHRUN, ["TORCHRUN"] + flags)
-        return run_rank(a, world, spec, options, profile, iterations)
-    return _run_here(a, spec, options, profile, iterations, target_profiles, keep)
+        return run_rank(a, world, spec, options, settings)
+    return _run_here(a, spec, options, settings, target_profiles)
 
 
-def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> int:
+def _run_here(a, spec, options, settings, target_profiles) -> int:
     from ..jobs import lazy_measure
-    from ..jobs.sweep import capture_beside, mode_starts, worker_ahead
-    from .output import notify, progress_lines
+    from ..jobs.sweep import SweepRun
+    from .output import progress_lines
 
     # Note [model children started ahead]: PyTorch's mode processes import while this one
     # imports torch and captures, and so does the engine worker (Note [engine worker
     # started ahead] in jobs/sweep.py)
     clock = Startup()
     step, stepped = progress_lines(a.verbose, a.quiet)  # the capture, before the bar
-    sweeping = not (a.capture_only or a.target)
-    if sweeping:
-        lazy_measure.require_driver()  # no GPU: said in milliseconds, before any process starts
-    starts = mode_starts(spec, options, bool(a.plans)) \
-        if options.pytorch and sweeping else None
-    worker = worker_ahead(options) if sweeping else None
-    try:
+    bar = _Bar(a, clock)
+    with SweepRun(spec, options, settings, notify=bar.told, progress=bar.progress,
+                  start=not (a.capture_only or a.target)) as run:
         lazy_measure.measuring()
         import torch
 
@@ -180,17 +181,42 @@ def _run_here(a, spec, options, profile, iterations, target_profiles, keep) -> i
         device = "cpu" if (a.capture_only or a.target) and not torch.cuda.is_available() \
             else f"cuda:{options.device}"
         try:
-            cap = capture_beside(starts, spec, options, device, notify, progress=step)
+            cap = run.capture(device, progress=step)
         finally:
             stepped()  # the line in place is cleared, also before an error's line
         clock.mark("the model built and captured", cap.seconds)
-        return _captured(a, spec, options, profile, iterations, target_profiles, keep,
-                         cap, starts, worker, clock)
-    finally:
-        if starts is not None:
-            starts.close()
-        if worker is not None:
-            worker.close()
+        return _captured(a, run, target_profiles, bar, clock)
+
+
+class _Bar:
+    """The sweep's progress bar on stderr (none with --quiet), shown once the capture is
+    done; with it, the store's answers ("info") show in it instead of on a line."""
+
+    def __init__(self, a, clock: "Startup"):
+        self.a, self.clock, self.bar = a, clock, None
+
+    def show(self, total: int) -> None:
+        if not self.a.quiet:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="problem", file=sys.stderr,
+                            dynamic_ncols=True, disable=None if not self.a.verbose else False)
+
+    def progress(self, done: int, total: int, msg: str) -> None:
+        self.clock.mark("until the sweep's first step")  # PyTorch's run, or the problems
+        if self.bar is not None:
+            self.bar.n = done
+            self.bar.set_postfix_str(msg[:60], refresh=True)
+
+    def told(self, kind: str, text: str) -> None:
+        from .output import notify
+
+        if self.bar is None or kind != "info":
+            notify(kind, text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 class Startup:
@@ -229,12 +255,10 @@ class Startup:
                 + ", ".join(parts) + " s")
 
 
-def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
-              starts, worker, clock: "Startup") -> int:
-    from ..jobs.sweep import sweep_model
+def _captured(a, run, target_profiles, bar: _Bar, clock: "Startup") -> int:
     from ..report.model import render_capture, render_sweep
-    from .output import notify
 
+    cap = run.capture()
     if a.target and cap.problems:
         from .targets import run_model_targets
 
@@ -245,23 +269,7 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
         if a.json:
             write_output(cap.to_json() + "\n", a.json, "--json")
         return 0
-    bar = None
-    if not a.quiet:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(cap.problems), unit="problem", file=sys.stderr,
-                   dynamic_ncols=True, disable=None if not a.verbose else False)
-
-    def progress(done, total, msg):
-        clock.mark("until the sweep's first step")  # PyTorch's run, or the problems
-        if bar is not None:
-            bar.n = done
-            bar.set_postfix_str(msg[:60], refresh=True)
-
-    def told(kind, text):  # with a bar, the store's answers show in it
-        if bar is None or kind != "info":
-            notify(kind, text)
-
+    bar.show(len(cap.problems))
     last = []  # the sweep as last saved, for "--json -" when interrupted
 
     def save(sw):  # "--json -" is written once, at the end (or at an interruption)
@@ -269,17 +277,11 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
         if a.json and a.json != "-":
             write_output(sw.to_json() + "\n", a.json, "--json", quiet=True)
 
-    store = store_choice(a)
+    store = run.settings.store
     try:
-        # keep: sweep_model applies the profile again, and the flags given still win
-        sw = sweep_model(cap, options, profile=profile, keep=keep, iterations=iterations,
-                         store=store, save=save, progress=progress, notify=told, plans=a.plans,
-                         uncovered=a.uncovered or "off",
-                         allow_environment=a.allow_environment, starts=starts,
-                         worker=worker)
+        sw = run.sweep(save)
     except KeyboardInterrupt:
-        if bar is not None:
-            bar.close()
+        bar.close()
         if a.json == "-" and last:  # stdout carries what finished, and only that
             write_output(last[0].to_json() + "\n", "-", "--json", quiet=True)
         kept = ([f"'{a.json}'"] if a.json != "-" else ["stdout"] if last else []) \
@@ -293,8 +295,7 @@ def _captured(a, spec, options, profile, iterations, target_profiles, keep, cap,
             + "; run the same command again to measure only the rest")
         return 130
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     if a.json == "-":  # stdout carries the sweep alone
         write_output(sw.to_json() + "\n", a.json, "--json")
     else:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from .groups import store_choice
 from .output import error, notify, write_output
 
 __all__ = ["run_rank"]
 
 
-def run_rank(a, world, spec, options, profile: str, iterations: int) -> int:
+def run_rank(a, world, spec, options, settings) -> int:
     from ..jobs.rank import rank_sweep
     from ..report.model import render_consistency, render_sweep
 
@@ -18,9 +17,8 @@ def run_rank(a, world, spec, options, profile: str, iterations: int) -> int:
         if not a.quiet:
             print(f"[rank {world.rank}] {msg}", file=sys.stderr, flush=True)
 
-    out = rank_sweep(spec, world, options, profile=profile, iterations=iterations,
-                     store=store_choice(a), consistency=a.consistency, json_path=a.json,
-                     progress=say, notify=notify)
+    out = rank_sweep(spec, world, options, settings, consistency=a.consistency,
+                     json_path=a.json, progress=say, notify=notify)
     if out.rank != 0:
         return 0 if out.ok else 3
     if a.consistency:

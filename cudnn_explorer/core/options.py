@@ -18,7 +18,7 @@ from .errors import UserError
 from .problem import DIRECTIONS, clip
 
 __all__ = ["ExploreOptions", "TimingSpec", "PROFILES", "MODEL_PROFILES", "profile_name",
-           "given_options", "parse_int"]
+           "kept_fields", "given_options", "parse_int"]
 
 
 INT32_MAX = 2**31 - 1
@@ -142,11 +142,7 @@ class ExploreOptions:
         UserError for another name."""
         name = profile_name(profile)
         table = MODEL_PROFILES if model else PROFILES
-        names = {f.name for f in fields(self)}
-        if isinstance(keep, (str, bytes)) or not hasattr(keep, "__iter__") or \
-                any(k not in names for k in keep):
-            raise UserError(f"keep {clip(repr(keep))}: valid: a list of ExploreOptions field "
-                            f"names, e.g. ['budget_ms']")
+        keep = kept_fields(keep)
         return self.updated(**{k: v for k, v in table[name].items() if k not in keep})
 
     @property
@@ -168,6 +164,18 @@ class ExploreOptions:
         """Options as a saved exploration recorded them (unknown keys ignored)."""
         names = {f.name for f in fields(cls)}
         return cls.create(**{k: v for k, v in d.items() if k in names})
+
+
+def kept_fields(keep) -> Tuple[str, ...]:
+    """``keep`` (the ExploreOptions fields a profile leaves as given) as a tuple, or
+    UserError naming it and what is valid."""
+    names = {f.name for f in fields(ExploreOptions)}
+    plain = not isinstance(keep, (str, bytes)) and hasattr(keep, "__iter__")
+    kept = tuple(keep) if plain else ()
+    if not plain or any(k not in names for k in kept):
+        raise UserError(f"keep {clip(repr(keep))}: valid: a list of ExploreOptions field "
+                        f"names, e.g. ['budget_ms']")
+    return kept
 
 
 def given_options(options) -> "ExploreOptions":

@@ -3,6 +3,7 @@ runs in fresh processes with benchmark on, off and deterministic, at every input
 the Advice it returns weighs the first calls' cost against the steady-state saving."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from ..core.advice import Advice
@@ -13,11 +14,8 @@ from ..core.errors import UserError
 from ..core.options import ExploreOptions, given_options
 from ..core.schema import utc_now
 from ..core.version import __version__
-from .events import Notify, notifier, quiet_progress
-from . import lazy_measure
-from .plans import check_pinned_args, pinned_mode
-from .stores import StoreChoice, opened
-from .sweep import capture, mode_starts, model_spec, store_cache
+from .events import Notify, quiet_progress
+from .sweep import SweepRun, SweepSettings, model_spec
 
 __all__ = ["advise"]
 
@@ -52,10 +50,13 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats == 1 \
             or not 0 <= repeats <= 50:
         raise UserError(f"repeats {repeats!r}: valid: 0 (off) or 2 to 50 fresh processes")
-    check_pinned_args(plans, uncovered)  # a bad file or setting: before the model runs
-    options = given_options(options)
+    settings = SweepSettings.create(profile=None, iterations=10, store=store,
+                                    refresh=refresh, plans=plans, uncovered=uncovered,
+                                    allow_environment=allow_environment, graph=graph,
+                                    explore=False)  # a bad file or setting: before the model
+    # runs; PyTorch's run leaves out benchmark with every candidate timed
+    options = given_options(options).updated(every_candidate_mode=False)
     dist = check_sizes(sizes) if sizes is not None else None
-    choice = StoreChoice.of(store, refresh)
     spec = model_spec(model, **kw)
     if dist:
         spec = spec.over_sizes([s for s, _ in dist])
@@ -63,35 +64,23 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
         dist = [(s, 1.0) for s in spec.sizes]
     else:
         dist = [(spec.input_shape[-1], 1.0)]
-    notify = notifier(notify)
-    say = quiet_progress(progress)
-    lazy_measure.require_driver()  # no GPU: said in milliseconds, before any process starts
-    pipeline = lazy_measure.measuring()
-    from ..measure.pytorch_picks import ModeSpec
-    from ..model.run_modes import model_modes, retime_plans, run_model
-
-    modes = model_modes(options.benchmark_limit, every_candidate=False)
     # Note [model children started ahead]: the modes' processes import during the capture
-    with mode_starts(spec, options, bool(plans), graph, modes) as starts:
-        cap = capture(spec, f"cuda:{options.device}", notify)
-        env = pipeline.environment(options.device)
-        pinned, plan_file = pinned_mode(plans, env, uncovered, allow_environment) if plans \
-            else (None, None)
-        with opened(choice, notify) as db:
-            cache = store_cache(db, env, cap, notify, not choice.refresh)
-            run, _ = run_model(cap, options, iterations=10, progress=say,
-                               modes=modes + ([pinned] if pinned else []),
-                               target_ci=target_ci, cache=cache, graph=graph, started=starts)
-            starts.close()  # those a stored mode did not need
-            rep, stability = None, []
-            if repeats:
-                again: List[ModeSpec] = [ModeSpec(f"benchmark, repeat {k + 1}", "benchmark",
-                                                  False, options.benchmark_limit)
-                                         for k in range(repeats)]
-                rep, _ = run_model(cap, options, iterations=3, warmup=1, progress=say,
-                                   modes=again, cache=cache, graph=graph)
-                stability = retime_plans(cap, plan_counts(rep), options, say)
-    return Advice(capture=cap, pytorch_run=run, sizes=[[s, c] for s, c in dist],
+    with SweepRun(spec, options, settings, notify=notify, say=quiet_progress(progress)) as run:
+        cap = run.capture()
+        env = run.environment()
+        _, plan_file = run.pinned()
+        pytorch_run = run.run_modes(timing=replace(run.timing, target_ci=target_ci))
+        rep, stability = None, []
+        if repeats:
+            from ..measure.pytorch_picks import ModeSpec
+            from ..model.run_modes import retime_plans
+
+            again: List[ModeSpec] = [ModeSpec(f"benchmark, repeat {k + 1}", "benchmark",
+                                              False, options.benchmark_limit)
+                                     for k in range(repeats)]
+            rep = run.run_modes(again, timing=replace(run.timing, iterations=3, warmup=1))
+            stability = retime_plans(cap, plan_counts(rep), run.options, run.say)
+    return Advice(capture=cap, pytorch_run=pytorch_run, sizes=[[s, c] for s, c in dist],
                   iterations=iterations, environment=env, tool_version=__version__,
                   created=utc_now(), repeats=rep, stability=stability,
                   plans=plans or "",

@@ -6,7 +6,7 @@ records and renders nothing."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, List, Optional
 
 from ..core.capture import ModelSpec
@@ -16,8 +16,8 @@ from ..core.options import ExploreOptions
 from ..core.model_sweep import ModelSweep
 from .events import Notify, notifier, quiet_progress
 from . import lazy_measure
-from .stores import StoreChoice, opened, saver, without_store
-from .sweep import pytorch_run
+from .stores import StoreChoice
+from .sweep import SweepRun, SweepSettings
 
 __all__ = ["RankOutcome", "rank_sweep", "rank_file"]
 
@@ -54,19 +54,20 @@ def rank_file(json_path: str, rank: int) -> str:
     return f"{json_path}.rank{rank}.json"
 
 
-def rank_sweep(spec: ModelSpec, world, options: ExploreOptions, *, profile: str = "quick",
-               iterations: int = 20, store: Optional[StoreChoice] = None,
-               consistency: bool = False, json_path: Optional[str] = None,
+def rank_sweep(spec: ModelSpec, world, options: ExploreOptions,
+               settings: Optional[SweepSettings] = None, *, consistency: bool = False,
+               json_path: Optional[str] = None,
                progress: Optional[Callable[[str], None]] = None,
                notify: Optional[Notify] = None) -> RankOutcome:
     """This rank's part of a torchrun sweep of ``spec`` (``world``: distributed.World),
     on the GPU of its local rank, inside a process group that is closed on every way out.
-    ``options`` as the profile set them. The results store is needed (the ranks' results
+    ``options`` as the settings' profile sets them (SweepRun; ``settings`` default: the
+    quick profile, the default store). The results store is needed (the ranks' results
     travel through it); with ``consistency``, ``json_path`` too."""
     from ..model import distributed
 
-    store = store or StoreChoice()
-    if not store.use:
+    settings = settings or SweepSettings(store=StoreChoice())
+    if not settings.store.use:
         raise UserError("--no-store: under torchrun the ranks' results travel through the "
                         "results store; give --store PATH (on a shared filesystem across "
                         "nodes)")
@@ -76,79 +77,71 @@ def rank_sweep(spec: ModelSpec, world, options: ExploreOptions, *, profile: str 
     pipeline = lazy_measure.measuring()
     options = options.updated(device=world.local_rank)
     pipeline.native.require_gpu(world.local_rank)
+    if consistency:  # each GPU measures every problem anew: none read from the store
+        settings = replace(settings, store=replace(settings.store, refresh=True))
     distributed.init(world, DAY_S)
     try:  # the process group is closed on every way out (else gloo aborts the process)
-        return _in_group(spec, world, options, profile, iterations, store, consistency,
-                         json_path, quiet_progress(progress), notifier(notify), pipeline)
+        say = quiet_progress(progress)
+        with SweepRun(spec, options, settings, notify=notify, say=say, start=False,
+                      progress=lambda done, total, msg: msg and say(f"{done}/{total} {msg}")
+                      ) as run:
+            return _in_group(run, world, consistency, json_path, say)
     finally:
         distributed.finish()
 
 
-def _in_group(spec, world, options, profile, iterations, choice, consistency, json_path,
-              say, notify, pipeline) -> RankOutcome:
+def _in_group(run: SweepRun, world, consistency: bool, json_path: Optional[str],
+              say) -> RankOutcome:
     from ..model import distributed
-    from ..model.tracer import capture_model
-    from ..model.run_modes import StoreCache, modes_of, run_model
-    from ..model.explore_problems import sweep
-    from .sweep import store_cache
+    from ..model.run_modes import modes_of
 
-    rank = world.rank
+    rank, notify = world.rank, run.notify
     distributed.check_devices(world, distributed.device_id(world.local_rank))
-    cap = capture_model(spec, f"cuda:{world.local_rank}")
-    with opened(choice, notify) as db:
-        if db is None:
-            raise ResourceError("under torchrun the results store is needed")
-        env = pipeline.environment(world.local_rank)
-        run, bench = None, None
-        if options.pytorch and consistency:  # each GPU its own run, never another rank's
-            run, bench = pytorch_run(cap, options, iterations, say, None)
-        elif options.pytorch:
-            # PyTorch's run of the model, its modes shared out between the ranks through
-            # the store; then every rank reads all (a mode is read only under the reading
-            # rank's own environment: another kind of GPU runs it again).
-            n = len(modes_of(options))
-            run_model(cap, options, iterations=iterations, progress=say,
-                      cache=store_cache(db, env, cap, notify),
-                      share=range(rank, n, world.size))
-            why = distributed.barrier(world, DAY_S, "the end of PyTorch's run of the model")
-            if why:
-                say(f"{why}; the modes another rank did not store are run here")
-            run, bench = pytorch_run(cap, options, iterations, say, StoreCache(
-                db, env, cap.model.describe(), lambda e: without_store(notify, e)))
-        shares = distributed.shard(cap.problems, world.size)
-        mine = list(range(len(cap.problems))) if consistency else shares[rank]
-        say(f"{len(mine)} of {len(cap.problems)} unique problems on GPU {world.local_rank}")
-        mine_json = rank_file(json_path, rank) if consistency else None
-        t0 = time.perf_counter()
+    cap = run.capture(f"cuda:{world.local_rank}")
+    db = run.store()
+    if db is None:
+        raise ResourceError("under torchrun the results store is needed")
+    env = run.environment()
+    if run.options.pytorch and consistency:  # each GPU its own run, never another rank's
+        run.run_modes(keep=False)
+    elif run.options.pytorch:
+        # PyTorch's run of the model, its modes shared out between the ranks through the
+        # store; then every rank reads all (a mode is read only under the reading rank's
+        # own environment: another kind of GPU runs it again).
+        n = len(modes_of(run.options))
+        run.run_modes(share=range(rank, n, world.size), read=True)
+        why = distributed.barrier(world, DAY_S, "the end of PyTorch's run of the model")
+        if why:
+            say(f"{why}; the modes another rank did not store are run here")
+        run.run_modes(read=True)
+    shares = distributed.shard(cap.problems, world.size)
+    mine = list(range(len(cap.problems))) if consistency else shares[rank]
+    say(f"{len(mine)} of {len(cap.problems)} unique problems on GPU {world.local_rank}")
+    mine_json = rank_file(json_path, rank) if consistency else None
+    t0 = time.perf_counter()
+    swept = []
 
-        def measure(share):
-            def cached(problem, one):
-                return None if choice.refresh or consistency else db.lookup(
-                    problem, env, one, partial=True)
+    def measure(share):
+        swept[:] = [run.sweep(only=share, save=(
+            lambda sw: write_atomic(mine_json, sw.to_json() + "\n")) if mine_json else None)]
 
-            sweep(cap, options, cached=cached, bench=bench, profile=profile,
-                  pytorch_run=run, only=share,
-                  saver=lambda problem, one: saver(db, problem, one, notify),
-                  progress=lambda done, total, msg: msg and say(f"{done}/{total} {msg}"),
-                  save=(lambda sw: write_atomic(mine_json, sw.to_json() + "\n"))
-                  if mine_json else (lambda sw: None))
-
-        errors = [e for e in [distributed.run_share(world, mine, measure)] if e]
-        for e in errors:
-            notify("error", e)  # at once: the barrier can wait for a day
-        why = distributed.barrier(world, DAY_S)
-        if rank != 0:
-            return RankOutcome(rank, world.size, errors=errors)
-        if consistency:
-            sweeps = []
-            for r in range(world.size):
-                try:
-                    sweeps.append(ModelSweep.from_json(read_bytes(rank_file(json_path, r),
-                                                                  "--json")))
-                except UserError as e:
-                    errors.append(f"rank {r}'s sweep: {e}")
-                    notify("error", errors[-1])
-            return RankOutcome(rank, world.size, sweeps=sweeps, errors=errors, barrier=why)
-        sw = distributed.merge(cap, options, lambda p, o: db.lookup(p, env, o), env,
-                               profile, run, round(time.perf_counter() - t0, 3))
+    errors = [e for e in [distributed.run_share(world, mine, measure)] if e]
+    for e in errors:
+        notify("error", e)  # at once: the barrier can wait for a day
+    why = distributed.barrier(world, DAY_S)
+    if rank != 0:
+        return RankOutcome(rank, world.size, errors=errors)
+    if consistency:
+        sweeps = []
+        for r in range(world.size):
+            try:
+                sweeps.append(ModelSweep.from_json(read_bytes(rank_file(json_path, r),
+                                                              "--json")))
+            except UserError as e:
+                errors.append(f"rank {r}'s sweep: {e}")
+                notify("error", errors[-1])
+        return RankOutcome(rank, world.size, sweeps=sweeps, errors=errors, barrier=why)
+    sw = distributed.merge(cap, run.options, lambda p, o: db.lookup(p, env, o), env,
+                           run.settings.profile, run.model_run,
+                           round(time.perf_counter() - t0, 3))
     return RankOutcome(rank, world.size, sweep=sw, errors=errors, barrier=why)

@@ -1,22 +1,29 @@
 """The model jobs: capture every convolution of one iteration of a model, and sweep a
 model: PyTorch's own run of it (one fresh process per mode), then every unique problem
 explored, the sweep handed to ``save`` after every problem and each finished direction
-kept in the results store, so Ctrl-C or a kill loses only the problem in flight."""
+kept in the results store, so Ctrl-C or a kill loses only the problem in flight.
+
+SweepRun owns a sweep's lifecycle (the processes started ahead, the environment, the
+store) for every job that runs a model: sweep_model, the model command, advise, and the
+ranks of a torchrun sweep."""
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Callable, Optional, Sequence, Union
+from dataclasses import dataclass, fields
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 from ..core.capture import Capture, ModelSpec
 from ..core.errors import GpuMemoryError, UserError
-from ..core.options import ExploreOptions, given_options, profile_name
+from ..core.options import ExploreOptions, given_options, kept_fields, profile_name
 from ..core.model_sweep import ModelSweep
 from .events import Notify, notifier
 from . import lazy_measure
 from .stores import StoreChoice, opened, saver, without_store
 
-__all__ = ["model_spec", "capture", "sweep_model", "mode_starts", "set_up_ahead",
-           "capture_beside", "worker_ahead", "SweepProgress"]
+__all__ = ["model_spec", "capture", "sweep_model", "SweepSettings", "SweepRun",
+           "SETTINGS_KEYWORDS", "mode_starts", "set_up_ahead", "capture_beside",
+           "worker_ahead", "SweepProgress"]
 
 # progress(done, total, message): problems done of total; a message of the step in hand
 SweepProgress = Callable[[int, int, str], None]
@@ -71,65 +78,90 @@ def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
     return cap
 
 
+# sweep_model's keywords that are SweepSettings' (the others are model_spec's)
+SETTINGS_KEYWORDS = ("profile", "keep", "iterations", "store", "refresh", "plans", "uncovered",
+                     "allow_environment")
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """How a model sweep runs, beside its ExploreOptions; create() builds it checked.
+
+    ``profile``: "quick" or "thorough" (core.options.MODEL_PROFILES) sets the options,
+    except the fields named in ``keep``; None leaves them as given (advise).
+    ``iterations``: steady iterations of PyTorch's run of the model, per mode. ``store``:
+    the results store (a StoreChoice): what it holds is not measured again (unless its
+    ``refresh``), and what finishes is kept there. ``plans``: a plan file's path:
+    PyTorch's run of the model gets a pinned mode too (jobs.plans.pinned_mode says what
+    ``uncovered`` and ``allow_environment`` do). ``graph``: PyTorch's run times its steady
+    iterations as replays of a CUDA graph of the whole step (advise). ``explore``: the
+    problems are explored after PyTorch's run, so the engine worker is started ahead;
+    False for a job that only runs the model (advise)."""
+
+    profile: Optional[str] = "quick"
+    keep: Tuple[str, ...] = ()
+    iterations: int = 20
+    store: StoreChoice = StoreChoice(use=False)
+    plans: Optional[str] = None
+    uncovered: str = "off"
+    allow_environment: bool = False
+    graph: bool = False
+    explore: bool = True
+
+    @classmethod
+    def create(cls, **given) -> "SweepSettings":
+        """Settings from sweep_model's keywords (SETTINGS_KEYWORDS: ``store`` and
+        ``refresh`` as StoreChoice.of takes them), ``graph`` and ``explore``; UserError
+        naming the first bad one, before any model runs."""
+        from .plans import check_pinned_args
+
+        unknown = sorted(set(given) - set(SETTINGS_KEYWORDS) - {"graph", "explore"})
+        if unknown:
+            raise UserError(f"{unknown[0]}: not a sweep setting; valid: "
+                            f"{', '.join(SETTINGS_KEYWORDS)}, graph, explore")
+        refresh = given.pop("refresh", False)
+        d = dict({f.name: f.default for f in fields(cls)}, **given)
+        check_pinned_args(d["plans"], d["uncovered"])  # a bad file or setting
+        n = d["iterations"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10000:
+            raise UserError(f"iterations {n!r}: valid: an integer from 1 to 10000")
+        d["store"] = StoreChoice.of(d["store"], refresh)
+        if d["profile"] is not None:
+            d["profile"] = profile_name(d["profile"])
+        d["keep"] = kept_fields(d["keep"])
+        return cls(**d)
+
+
 def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[ExploreOptions] = None,
-                *, profile: str = "quick", keep: Sequence[str] = (), iterations: int = 20,
-                store=None, refresh: bool = False,
+                settings: Optional[SweepSettings] = None, *,
                 save: Optional[Callable[[ModelSweep], None]] = None,
                 progress: Optional[SweepProgress] = None, notify: Optional[Notify] = None,
-                bench=None, plans: Optional[str] = None, uncovered: str = "off",
-                allow_environment: bool = False, starts=None, worker=None,
-                **kw) -> ModelSweep:
+                bench=None, **kw) -> ModelSweep:
     """Sweep ``model``: a torchvision name or "pkg.module:factory" with model_spec's
     keywords, a ModelSpec, or a Capture made before. Returns the ModelSweep: per unique
     problem its Exploration (PyTorch's pick in each mode, the best legacy algorithm, the
     engine configs; ms per call, to be weighed by the capture's calls per iteration), and
     PyTorch's own run of the model in each mode (``iterations`` steady iterations each).
 
-    ``options`` (default ExploreOptions.create()) as ``profile`` sets them
-    (core.options.MODEL_PROFILES: "quick", only the listed engine configs, with 10 ms
-    budgets; "thorough": the options as given, every config in full), except the fields
-    named in ``keep``. ``store``: None (no store, the default), True (the default
-    file) or a path: what it holds is not measured again (unless ``refresh``), and what
-    finishes is kept there. ``save`` hears the sweep after every problem (write it to a
-    file there); ``progress(done, total, message)`` hears every step. An interrupted sweep
-    raises KeyboardInterrupt after ``save`` heard what finished. ``bench``: the measuring
-    bench (measure.pipeline.GpuBench's methods; tests give a fake one): PyTorch's picks
-    then come from its children per problem, not from a run of the whole model.
-    ``plans``: a plan file's path: PyTorch's run of the model gets a pinned mode too (the
-    model pinned to the file, in a fresh process; jobs.plans.pinned_mode says what
-    ``uncovered`` and ``allow_environment`` do); it gives no problem a pick. ``starts``:
-    PyTorch's mode processes, started before a Capture given as ``model`` was made
-    (mode_starts, with the same options and plans; closed here); otherwise they are
-    started before this job's own capture. ``worker``: the engine worker, started ahead
-    the same way (worker_ahead; closed here); otherwise started before this job's own
-    capture (Note [engine worker started ahead])."""
-    notify = notifier(notify)
-    from .plans import check_pinned_args
-
-    check_pinned_args(plans, uncovered)  # a bad file or setting: before the model runs
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or \
-            not 1 <= iterations <= 10000:
-        raise UserError(f"iterations {iterations!r}: valid: an integer from 1 to 10000")
-    StoreChoice.of(store, refresh)  # a bad store argument: refused before the model runs
-    options = given_options(options).profiled(profile, keep, model=True)
-    spec = model.model if isinstance(model, Capture) else model_spec(model, **kw)
-    if bench is None:
-        lazy_measure.require_driver()  # no GPU: said in milliseconds, before any process starts
-    # Note [model children started ahead]: PyTorch's mode processes import meanwhile
-    if starts is None and options.pytorch and bench is None:
-        starts = mode_starts(spec, options, bool(plans))
-    if worker is None and bench is None:
-        worker = worker_ahead(options)
-    try:
-        cap = model if isinstance(model, Capture) else capture_beside(
-            starts, spec, options, f"cuda:{options.device}", notify)
-        return _swept(cap, options, profile, iterations, store, refresh, save, progress,
-                      notify, bench, plans, uncovered, allow_environment, starts, worker)
-    finally:
-        if starts is not None:
-            starts.close()
-        if worker is not None:
-            worker.close()  # where no bench took it (an error before the problems)
+    ``options`` (default ExploreOptions.create()) as the settings' profile sets them.
+    ``settings``: a SweepSettings, or its fields as keywords (SETTINGS_KEYWORDS: profile,
+    keep, iterations, store (None, the default: no store; True: the default file; or a
+    path), refresh, plans, uncovered, allow_environment; SweepSettings says what each
+    does). ``save`` hears the sweep after every problem (write it to a file there);
+    ``progress(done, total, message)`` hears every step. An interrupted sweep raises
+    KeyboardInterrupt after ``save`` heard what finished. ``bench``: the measuring bench
+    (measure.pipeline.GpuBench's methods; tests give a fake one): PyTorch's picks then
+    come from its children per problem, not from a run of the whole model."""
+    given = {k: kw.pop(k) for k in SETTINGS_KEYWORDS if k in kw}
+    if settings is not None and given:
+        raise UserError(f"pass either settings or their keywords ({', '.join(given)}), "
+                        f"not both")
+    settings = settings or SweepSettings.create(**given)
+    model = model if isinstance(model, Capture) else model_spec(model, **kw)
+    with SweepRun(model, options, settings, notify=notify, progress=progress,
+                  bench=bench) as run:
+        run.capture()
+        return run.sweep(save)
 
 
 def mode_starts(spec: ModelSpec, options: ExploreOptions, plans: bool, graph: bool = False,
@@ -242,70 +274,208 @@ def worker_ahead(options: ExploreOptions):
     return worker
 
 
-def _swept(cap: Capture, options: ExploreOptions, profile: str, iterations: int, store,
-           refresh: bool, save, progress, notify: Notify, bench, plans, uncovered: str,
-           allow_environment: bool, starts, worker) -> ModelSweep:
-    """sweep_model's sweep of the captured model ``cap`` (``starts``: PyTorch's mode
-    processes, and ``worker``: the engine worker, started before the capture)."""
-    pipeline = lazy_measure.measuring()
-    from ..model.explore_problems import sweep
 
-    tell = progress or (lambda done, total, msg: None)
-    total = len(cap.problems)
-    choice = StoreChoice.of(store, refresh)
-    with opened(choice, notify) as db:
-        env = None if db is None else (
-            bench.environment() if bench is not None else pipeline.environment(options.device))
-        run = None
-        if options.pytorch and cap.problems and bench is None:  # one child per mode
-            def say(msg):
-                tell(0, total, msg)
-                if "from the results store" in msg:
-                    notify("info", msg)
 
-            extra = []
-            if plans:
-                from .plans import pinned_mode
+class SweepRun:
+    """One model sweep's lifecycle, owned in one place. As a context (``with SweepRun(...)
+    as run``) it applies the settings' profile to the options once, starts PyTorch's mode
+    processes and the engine worker ahead (Note [model children started ahead], Note
+    [engine worker started ahead]), and on every way out of the block (an error, Ctrl-C)
+    ends them and closes the results store. Inside: capture(), then run_modes()
+    (PyTorch's own run of the model) and sweep() (every unique problem explored); the
+    environment is read, and the store opened, at most once.
 
-                here = env or pipeline.environment(options.device)
-                extra.append(pinned_mode(plans, here, uncovered, allow_environment)[0])
-            run, bench = pytorch_run(cap, options, iterations, say,
-                                     store_cache(db, env, cap, notify, not choice.refresh),
-                                     extra, starts, worker)
-            if starts is not None:
-                starts.close()  # those a stored mode did not need
-        elif bench is None:  # the problems' bench, with the worker started ahead
-            bench = pipeline.GpuBench(options.device, keep_worker=True, worker=worker)
+    ``model``: a ModelSpec, or a Capture made before (capture() then returns it).
+    ``notify`` hears notes and warnings; ``progress(done, total, message)`` every step;
+    ``say(message)`` PyTorch's run of the model step by step (default: progress(0, total,
+    message), and a mode answered from the store told to ``notify`` as "info").
+    ``bench``: the measuring bench (measure.pipeline.GpuBench's methods; tests give a
+    fake one): nothing is started ahead, and PyTorch's picks come from its children per
+    problem, not from a run of the whole model. ``start`` False: nothing is started
+    ahead (a capture only, a rank of a torchrun sweep)."""
+
+    def __init__(self, model: Union[ModelSpec, Capture], options: Optional[ExploreOptions],
+                 settings: SweepSettings, *, notify: Optional[Notify] = None,
+                 progress: Optional[SweepProgress] = None,
+                 say: Optional[Callable[[str], None]] = None, bench=None, start: bool = True):
+        options = given_options(options)
+        self.settings = settings
+        self.options = options if settings.profile is None else options.profiled(
+            settings.profile, settings.keep, model=True)
+        self.cap = model if isinstance(model, Capture) else None
+        self.spec = model.model if isinstance(model, Capture) else model
+        self.notify, self.bench = notifier(notify), bench
+        self.progress = progress or (lambda done, total, msg: None)
+        self.say = say or self._said
+        self.start = start and bench is None
+        self.starts = self.worker = None  # started ahead: mode_starts's, worker_ahead's
+        self._stack = contextlib.ExitStack()  # the store
+        self._env = self._pinned = None
+        self._db, self._db_open = None, False
+        self._picks = None  # per problem, PyTorch's picks from its run of the model
+
+    def __enter__(self) -> "SweepRun":
+        if self.start:
+            lazy_measure.require_driver()  # no GPU: said in milliseconds, before any start
+        try:
+            # Note [model children started ahead]: they import while this process captures
+            if self.start and self.options.pytorch:
+                self.starts = mode_starts(self.spec, self.options, bool(self.settings.plans),
+                                          **self._graph_modes())
+            if self.start and self.settings.explore:
+                self.worker = worker_ahead(self.options)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the processes started ahead that are still there, and the engine worker
+        where no bench took it (an error before the problems), and close the store."""
+        try:
+            if self.starts is not None:
+                self.starts.close()
+            if self.worker is not None:
+                self.worker.close()
+        finally:
+            self._stack.close()
+
+    def _graph_modes(self) -> dict:
+        if not self.settings.graph:
+            return {}
+        from ..model.run_modes import modes_of
+
+        return dict(graph=True, modes=modes_of(self.options))
+
+    def _said(self, msg: str) -> None:
+        self.progress(0, len(self.capture().problems), msg)
+        if "from the results store" in msg:
+            self.notify("info", msg)
+
+    def capture(self, device: Optional[str] = None,
+                progress: Optional[Callable[[str], None]] = None) -> Capture:
+        """The model's capture: the one given, else captured now (once) on ``device``
+        (default cuda:N of the options), beside the first mode's process set up ahead of
+        its turn (capture_beside); ``progress`` hears its step."""
+        if self.cap is None:
+            device = device or f"cuda:{self.options.device}"
+            if self.settings.graph:  # advise: its first mode is not set up ahead
+                self.cap = capture(self.spec, device, self.notify)
+            else:
+                self.cap = capture_beside(self.starts, self.spec, self.options, device,
+                                          self.notify, progress=progress)
+        return self.cap
+
+    def environment(self):
+        """The GPU's environment (core.exploration.Environment), read once: the bench's,
+        where one was given."""
+        if self._env is None:
+            self._env = self.bench.environment() if self.bench is not None else \
+                lazy_measure.measuring().environment(self.options.device)
+        return self._env
+
+    def store(self):
+        """The results store of the settings, opened once and closed with this run; None
+        without one, or where it cannot be used (one warning)."""
+        if not self._db_open:
+            self._db = self._stack.enter_context(opened(self.settings.store, self.notify))
+            self._db_open = True
+        return self._db
+
+    def pinned(self):
+        """The pinned mode of the settings' plan file and the file (jobs.plans.pinned_mode,
+        checked against this environment), or (None, None) without one."""
+        s = self.settings
+        if not s.plans:
+            return None, None
+        if self._pinned is None:
+            from .plans import pinned_mode
+
+            self._pinned = pinned_mode(s.plans, self.environment(), s.uncovered,
+                                       s.allow_environment)
+        return self._pinned
+
+    @property
+    def timing(self):
+        """How each mode of PyTorch's run of the model runs (model.run_modes.ModeTiming):
+        the settings' iterations, after 5 warm-up ones, and their CUDA graph."""
+        from ..model.run_modes import ModeTiming
+
+        return ModeTiming(self.settings.iterations, graph=self.settings.graph)
+
+    def run_modes(self, modes=None, timing=None, share: Optional[Sequence[int]] = None,
+                  read: Optional[bool] = None, keep: bool = True):
+        """PyTorch's own run of the captured model (model.run_modes.run_model): ``modes``
+        (default modes_of(options), then the pinned mode with a plan file), each in the
+        processes started ahead where they were (those left over are ended after), run as
+        ``timing`` says (default: self.timing). A mode kept in the results store is
+        answered from it (``read``: by default unless the store's refresh; True: always,
+        as a rank reads the others' modes), and each one finished is kept there (``keep``
+        False: nothing read or kept, each GPU its own run). ``share``: only the modes at
+        these positions. Returns the ModelRun; a run of the default modes gives sweep()
+        PyTorch's picks."""
+        from ..model.run_modes import StoreCache, modes_of, run_model
+
+        cap, db = self.capture(), self.store()
+        default = modes is None
+        if default:
+            pinned, _ = self.pinned()
+            modes = modes_of(self.options) + ([pinned] if pinned else [])
+        cache = None if db is None or not keep else StoreCache(
+            db, self.environment(), cap.model.describe(),
+            lambda e: without_store(self.notify, e),
+            read=not self.settings.store.refresh if read is None else read)
+        started, self.starts = self.starts, None
+        try:
+            run, picks = run_model(cap, self.options, timing or self.timing, modes=modes,
+                                   progress=self.say, cache=cache, share=share,
+                                   started=started)
+        finally:
+            if started is not None:
+                started.close()  # those a stored mode did not need
+        if default and share is None:
+            self._picks = run, picks
+        return run
+
+    @property
+    def model_run(self):
+        """PyTorch's run of the model in its default modes (core.model_run.ModelRun), once
+        run_modes or sweep ran it; None before, or without it."""
+        return self._picks[0] if self._picks else None
+
+    def sweep(self, save: Optional[Callable[[ModelSweep], None]] = None,
+              only: Optional[Sequence[int]] = None) -> ModelSweep:
+        """Every unique problem of the capture explored (``only``: these indices), after
+        PyTorch's own run of the model where the options ask for it and no bench was given
+        (run_modes, unless it ran already); ``save`` hears the sweep after every problem.
+        What the store holds is not measured again (unless its refresh), and every
+        direction that finishes is kept there."""
+        pipeline = lazy_measure.measuring()
+        from ..model.explore_problems import sweep
+
+        cap, db, bench = self.capture(), self.store(), self.bench
+        if self.options.pytorch and cap.problems and bench is None and self._picks is None:
+            self.run_modes()
+        if bench is None:
+            from ..model.run_modes import ModelBench
+
+            # the problems' bench, with the worker started ahead (Note [engine worker
+            # started ahead]); PyTorch's picks from its run of the model, where it ran
+            device, env = self.options.device, self.environment()
+            bench = pipeline.GpuBench(device, keep_worker=True, worker=self.worker, env=env) \
+                if self._picks is None else ModelBench(device, self._picks[1], self.worker, env)
+        refresh = self.settings.store.refresh
 
         def cached(problem, one):
-            if db is None or choice.refresh:
+            if db is None or refresh:
                 return None
-            return db.lookup(problem, env, one, partial=True)
+            return db.lookup(problem, self.environment(), one, partial=True)
 
-        return sweep(cap, options, save=save or (lambda sw: None), progress=tell,
-                     cached=cached, saver=lambda problem, one: saver(db, problem, one, notify),
-                     bench=bench, profile=profile_name(profile), pytorch_run=run)
-
-
-def store_cache(db, env, cap: Capture, notify: Notify, read: bool = True):
-    """PyTorch's runs of the model kept in the results store ``db`` (with ``read`` False
-    it only keeps the new ones), or None without a store."""
-    if db is None:
-        return None
-    from ..model.run_modes import StoreCache
-
-    return StoreCache(db, env, cap.model.describe(), lambda e: without_store(notify, e),
-                      read=read)
-
-
-def pytorch_run(cap: Capture, options: ExploreOptions, iterations: int, say, cache,
-                extra=(), starts=None, worker=None):
-    """PyTorch's own run of the model (its modes, then ``extra`` ones such as the pinned
-    mode; ``starts``: their processes started before, mode_starts), and the pipeline's
-    bench that takes its picks (with ``worker``, the engine worker started ahead)."""
-    from ..model.run_modes import ModelBench, modes_of, run_model
-
-    run, per_problem = run_model(cap, options, iterations=iterations, progress=say,
-                                 cache=cache, started=starts,
-                                 modes=modes_of(options) + list(extra))
-    return run, ModelBench(options.device, per_problem, worker)
+        return sweep(cap, self.options, save=save or (lambda sw: None),
+                     progress=self.progress, cached=cached,
+                     saver=lambda problem, one: saver(db, problem, one, self.notify),
+                     bench=bench, profile=self.settings.profile or "thorough",
+                     pytorch_run=self.model_run, only=only)

@@ -49,12 +49,13 @@ class GpuBench:
     children and the engine-config workers."""
 
     def __init__(self, device: int = 0, keep_worker: Optional[bool] = None,
-                 worker: Optional[EngineWorker] = None):
+                 worker: Optional[EngineWorker] = None, env: Optional[Environment] = None):
         """``keep_worker``: True: one engine worker serves every direction until close();
         False: each direction's worker ends with it; None (the default): kept while the
         GPU has KEEP_WORKER_FREE_BYTES free (Note [one engine worker]). ``worker``: the
-        EngineWorker to use, perhaps started ahead (default: a new one); close() ends it."""
-        self.device = device
+        EngineWorker to use, perhaps started ahead (default: a new one); close() ends it.
+        ``env``: the device's environment, read before (default: read when asked)."""
+        self.device, self.env = device, env
         self.worker = worker if worker is not None else EngineWorker()
         self.keep_worker = keep_worker
         self._children: list = []
@@ -81,7 +82,7 @@ class GpuBench:
         return free >= KEEP_WORKER_FREE_BYTES
 
     def environment(self) -> Environment:
-        return environment(self.device)
+        return self.env if self.env is not None else environment(self.device)
 
     def free_bytes(self) -> Optional[int]:
         """The GPU's free memory now (None when it cannot be asked)."""

@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.capture import Capture, ModelSpec
@@ -24,7 +24,7 @@ from . import zoo
 from .mode_child import setup_changed
 from .tracer import PROBE_IMPORTS
 
-__all__ = ["MODEL_CHILD", "WAITED", "WAITED_SETUP", "STEADY_PROCESS", "shapes",
+__all__ = ["ModeTiming", "MODEL_CHILD", "WAITED", "WAITED_SETUP", "STEADY_PROCESS", "shapes",
            "preload", "setup_spec", "start_mode", "ModeStarts", "run_mode", "steady",
            "steady_of", "after_failure", "run_child"]
 
@@ -85,21 +85,41 @@ def setup_spec(model: ModelSpec, mode: ModeSpec, device: int, seed: int, tf32: b
     return spec
 
 
-def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, iterations: int,
-             warmup: int, timeout_s: float, python: Optional[str],
-             target_ci: Optional[float], device: int, graph: bool,
-             say: Callable[[str], None] = lambda m: None,
+@dataclass(frozen=True)
+class ModeTiming:
+    """How each mode of PyTorch's run of a model runs: ``iterations`` steady iterations
+    after ``warmup`` ones; with ``target_ci``, rounds of ``iterations`` until the 95%
+    confidence interval of their mean is within +-target_ci of it (a fraction); with
+    ``graph``, as replays of a CUDA graph of the whole step where it can be captured
+    (Note [steady process]). ``device``: the GPU (None: the options'; -1: the CPU, for
+    tests: no cuDNN, no log); ``python``: the children's interpreter (default: this
+    one's)."""
+
+    iterations: int = 20
+    warmup: int = 5
+    target_ci: Optional[float] = None
+    graph: bool = False
+    device: Optional[int] = None
+    python: Optional[str] = None
+
+
+def run_mode(capture: Capture, mode: ModeSpec, options: ExploreOptions, timing: ModeTiming,
+             timeout_s: float, say: Callable[[str], None] = lambda m: None,
              ahead: Optional[Tuple[StartedChild, Optional[StartedChild]]] = None
              ) -> Tuple[ModelChildResult, bytes, str]:
-    """(result, log text, error) of one mode's child (``ahead``: its processes, from
-    start_mode; default: started now); the result holds every shape that finished even
-    when the child failed later (error then says why). With ``graph``, Note [steady
+    """(result, log text, error) of one mode's child, run as ``timing`` says (``ahead``:
+    its processes, from start_mode; default: started now); the result holds every shape
+    that finished even when the child failed later (error then says why). With
+    ``timing.graph``, Note [steady
     process]: the steady iterations are timed by a second fresh process of the same mode
     (model/mode_child.py's "steady_only"), which runs no probe: on the H200 a CUDA-graph
     capture after the probed first iteration failed for each model tried (a 3-layer net,
     ResNet-18, ResNet-50), and the same steps captured in processes without it. Its
     results replace the first child's one round of eager steps; where it fails, that round
     stays, with the reason."""
+    python, graph, target_ci = timing.python, timing.graph, timing.target_ci
+    iterations, warmup = timing.iterations, timing.warmup
+    device = options.device if timing.device is None else timing.device
     spec = {**setup_spec(capture.model, mode, device, options.seed, capture.tf32),
             "shapes": shapes(capture), "iterations": iterations, "warmup": warmup,
             "target_ci": None if graph else target_ci, "max_timed_s": 60.0}

@@ -34,10 +34,10 @@ from ..core.records import rankable
 from ..measure.prestart import StartedChild
 from ..measure.pytorch_picks import ModeRun, ModeSpec, default_modes
 from ..measure.pipeline import GpuBench
-from .mode_runner import ModeStarts, run_mode, shapes, start_mode
+from .mode_runner import ModeStarts, ModeTiming, run_mode, shapes, start_mode
 
-__all__ = ["model_modes", "modes_of", "run_model", "run_key", "StoreCache", "ModelBench",
-           "retime_plans"]
+__all__ = ["model_modes", "modes_of", "run_model", "ModeTiming", "run_key", "StoreCache",
+           "ModelBench", "retime_plans"]
 LOG_READ = "the log read"  # a mode's phase: its cudnn-frontend log read into PyTorch's picks
 
 
@@ -134,109 +134,108 @@ def _per_problem(result: ModelChildResult, index: Dict[ConvProblem, int],
             for i, ds in calls.items()}
 
 
-def run_model(capture: Capture, options: ExploreOptions, iterations: int = 20,
-              warmup: int = 5, progress: Optional[Callable[[str], None]] = None,
-              python: Optional[str] = None, modes: Optional[List[ModeSpec]] = None,
-              target_ci: Optional[float] = None, device: Optional[int] = None,
-              cache=None, share: Optional[Sequence[int]] = None, graph: bool = False,
-              started: Optional[ModeStarts] = None
+def run_model(capture: Capture, options: ExploreOptions, timing: ModeTiming = ModeTiming(),
+              modes: Optional[List[ModeSpec]] = None,
+              progress: Optional[Callable[[str], None]] = None, cache=None,
+              share: Optional[Sequence[int]] = None, started: Optional[ModeStarts] = None
               ) -> Tuple[ModelRun, Dict[ConvProblem, List[ModeRun]]]:
-    """Every mode of ``modes`` (default modes_of(options)), each the
-    model's own run in a fresh child (at most ``options.child_timeout_s`` per input
-    size, plus a minute of timing with ``target_ci``). Returns the ModelRun and, per
-    unique problem, one ModeRun per mode for the pipeline. A mode whose child fails keeps
-    its error (and the sizes that finished); the others go on. ``target_ci``: time
-    steady iterations until the 95% confidence interval of their mean is within
-    +-target_ci of it (a fraction), in rounds of ``iterations``. ``device``: the GPU,
-    default options.device; -1 runs the children on the CPU (tests: no cuDNN, no log).
-    ``cache``: an object with lookup(key) -> (run dict, per-problem dict, created) or
-    None, and save(key, label, run dict, per-problem dict) (the results store, see
-    StoreCache): a mode's run of the same capture, options and environment is answered
-    from it, and each finished one is kept. ``share``: only the modes at these positions
-    (the others are left out of what is returned): a rank's part of the modes under
-    torchrun, kept in ``cache`` for every rank to read. ``graph``: time the steady
-    iterations as replays of a CUDA graph of the whole step where it can be captured
-    (model/mode_child.py), a round of eager ones beside them. Every process the modes
-    not answered from ``cache`` need is started at once, each run in its turn (Note [model
-    children started ahead]); ``started``: those of ``modes`` already started (by
-    position), taken from there (the caller closes what is left)."""
-    say = progress or (lambda m: None)
-    index = {u.problem: i for i, u in enumerate(capture.problems)}
+    """Every mode of ``modes`` (default modes_of(options)), each the model's own run in a
+    fresh child, as ``timing`` says (mode_runner.ModeTiming: its iterations, warmup,
+    target_ci, CUDA graph, device and interpreter), in at most
+    ``options.child_timeout_s`` per input size, plus a minute of timing with a
+    target_ci. Returns the ModelRun and, per unique problem, one ModeRun per mode for
+    the pipeline. A mode whose child fails keeps its error (and the sizes that
+    finished); the others go on. ``cache``: an object with lookup(key) -> (run dict,
+    per-problem dict, created) or None, and save(key, label, run dict, per-problem dict)
+    (the results store, see StoreCache): a mode's run of the same capture, options and
+    environment is answered from it, and each finished one is kept. ``share``: only the
+    modes at these positions (the others are left out of what is returned): a rank's
+    part of the modes under torchrun, kept in ``cache`` for every rank to read. Every
+    process the modes not answered from ``cache`` need is started at once, each run in
+    its turn (Note [model children started ahead]); ``started``: those of ``modes``
+    already started (by position), taken from there (the caller closes what is left)."""
+    turns = _Turns(capture, options, timing, cache, progress or (lambda m: None))
     runs: Dict[ConvProblem, List[ModeRun]] = {u.problem: [] for u in capture.problems}
-    done: List[ModelModeRun] = []
-    timeout_s = options.child_timeout_s * len(shapes(capture))
-    if target_ci is not None:
-        timeout_s += 60.0 * len(shapes(capture))
     todo = []
     for k, mode in enumerate(modes or modes_of(options)):
         if share is None or k in share:
-            key = run_key(capture, mode, k, options, iterations, warmup, target_ci, graph)
+            key = run_key(capture, mode, k, options, timing.iterations, timing.warmup,
+                          timing.target_ci, timing.graph)
             todo.append((k, mode, key, _stored(cache.lookup(key) if cache is not None
-                                               else None, say)))
+                                               else None, turns.say)))
     # Note [model children started ahead]
     ahead: Dict[int, Tuple[StartedChild, Optional[StartedChild]]] = {}
     try:
         for k, mode, _, hit in todo:
             if hit is None:
-                ahead[k] = (started.take(k, graph) if started is not None else None) or \
-                    start_mode(capture.model, mode.mode == "pinned", python, graph)
+                ahead[k] = (started.take(k, timing.graph) if started is not None
+                            else None) or start_mode(capture.model, mode.mode == "pinned",
+                                                     timing.python, timing.graph)
         for k, mode, key, hit in todo:
-            per = _run_mode_of(capture, options, mode, key, hit, ahead.get(k), done,
-                               iterations, warmup, timeout_s, python, target_ci, device,
-                               graph, cache, index, say)
+            per = turns.run(mode, key, hit, ahead.get(k))
             if mode.mode == "pinned":  # the pinned mode is the model's run only
                 continue
             for u in capture.problems:
-                i = index[u.problem]
+                i = turns.index[u.problem]
                 if i in per:
                     runs[u.problem].append(ModeRun(mode, per[i]))
                 else:
-                    runs[u.problem].append(ModeRun(mode, None, done[-1].error or (
+                    runs[u.problem].append(ModeRun(mode, None, turns.done[-1].error or (
                         f"{mode.label}: the model's run reached no call of this problem")))
     finally:  # those whose turn never came (an error, Ctrl-C)
         for first, steady in ahead.values():
             first.close()
             if steady is not None:
                 steady.close()
-    return ModelRun(modes=done, iterations=iterations, warmup=warmup,
-                    target_ci=target_ci), runs
+    return ModelRun(modes=turns.done, iterations=timing.iterations, warmup=timing.warmup,
+                    target_ci=timing.target_ci), runs
 
 
-def _run_mode_of(capture: Capture, options: ExploreOptions, mode: ModeSpec, key: str, hit,
-                 ahead, done: List[ModelModeRun], iterations: int, warmup: int,
-                 timeout_s: float, python: Optional[str], target_ci: Optional[float],
-                 device: Optional[int], graph: bool, cache, index, say
-                 ) -> Dict[int, ProblemChildResult]:
-    """One mode of run_model: its run appended to ``done`` (from the results store when
-    ``hit``, else from its processes ``ahead``), and its per-problem results."""
-    if hit is not None:  # answered from the results store
-        stored, per = hit
-        say(f"PyTorch's run of the model: {mode.label}: from the results store "
-            f"(measured {stored.stored})")
-        done.append(stored)
+class _Turns:
+    """run_model's modes in their turns: what they share (the capture, the options, the
+    timing, the store's cache, the progress) and the runs ``done`` so far."""
+
+    def __init__(self, capture: Capture, options: ExploreOptions, timing: ModeTiming,
+                 cache, say: Callable[[str], None]):
+        self.capture, self.options, self.timing = capture, options, timing
+        self.cache, self.say = cache, say
+        self.index = {u.problem: i for i, u in enumerate(capture.problems)}
+        self.done: List[ModelModeRun] = []
+        self.timeout_s = options.child_timeout_s * len(shapes(capture))
+        if timing.target_ci is not None:
+            self.timeout_s += 60.0 * len(shapes(capture))
+
+    def run(self, mode: ModeSpec, key: str, hit, ahead) -> Dict[int, ProblemChildResult]:
+        """One mode: its run appended to ``done`` (from the results store when ``hit``,
+        else from its processes ``ahead``), and its per-problem results."""
+        say, done = self.say, self.done
+        if hit is not None:  # answered from the results store
+            stored, per = hit
+            say(f"PyTorch's run of the model: {mode.label}: from the results store "
+                f"(measured {stored.stored})")
+            done.append(stored)
+            return per
+        say(f"PyTorch's run of the model: {mode.label}")
+        t0 = time.perf_counter()
+        result, log, error = run_mode(self.capture, mode, self.options, self.timing,
+                                      self.timeout_s, say, ahead)
+        t1 = time.perf_counter()
+        sizes = [_size_run(s, self.index, log) for s in result.sizes]
+        # without a log nothing says what PyTorch chose; a later failure keeps the rest
+        per = _per_problem(result, self.index, log) if log.strip() else {}
+        if mode.mode == "pinned":  # not PyTorch's choice: no problem's pick
+            per = {}
+        t2 = time.perf_counter()
+        limit = result.settings.get("benchmark_limit", mode.benchmark_limit)
+        done.append(ModelModeRun(label=mode.label, mode=mode.mode,
+                                 benchmark_limit=limit if mode.mode == "benchmark" else None,
+                                 error=error, sizes=sizes, wall_s=round(t2 - t0, 3),
+                                 phases_s=dict(result.phases_s,
+                                               **{LOG_READ: round(t2 - t1, 3)})))
+        if self.cache is not None and done[-1].ok and not error:
+            self.cache.save(key, mode.label, done[-1].to_dict(),
+                            {str(i): r.to_dict() for i, r in per.items()})
         return per
-    say(f"PyTorch's run of the model: {mode.label}")
-    t0 = time.perf_counter()
-    result, log, error = run_mode(capture, mode, options, iterations, warmup, timeout_s, python,
-                                target_ci, options.device if device is None else device,
-                                graph, say, ahead)
-    t1 = time.perf_counter()
-    sizes = [_size_run(s, index, log) for s in result.sizes]
-    # without a log nothing says what PyTorch chose; a later failure keeps the rest
-    per = _per_problem(result, index, log) if log.strip() else {}
-    if mode.mode == "pinned":  # not PyTorch's choice: no problem's pick
-        per = {}
-    t2 = time.perf_counter()
-    limit = result.settings.get("benchmark_limit", mode.benchmark_limit)
-    done.append(ModelModeRun(label=mode.label, mode=mode.mode,
-                             benchmark_limit=limit if mode.mode == "benchmark" else None,
-                             error=error, sizes=sizes, wall_s=round(t2 - t0, 3),
-                             phases_s=dict(result.phases_s,
-                                           **{LOG_READ: round(t2 - t1, 3)})))
-    if cache is not None and done[-1].ok and not error:
-        cache.save(key, mode.label, done[-1].to_dict(),
-                   {str(i): r.to_dict() for i, r in per.items()})
-    return per
 
 
 def _stored(hit, say) -> Optional[Tuple[ModelModeRun, Dict[int, ProblemChildResult]]]:
@@ -308,8 +307,9 @@ class ModelBench(GpuBench):
     """The pipeline's bench for a model's problems: PyTorch's picks come from the model's
     own run (``runs``, per problem), not from a child per problem."""
 
-    def __init__(self, device: int, runs: Dict[ConvProblem, List[ModeRun]], worker=None):
-        super().__init__(device, keep_worker=True, worker=worker)
+    def __init__(self, device: int, runs: Dict[ConvProblem, List[ModeRun]], worker=None,
+                 env=None):
+        super().__init__(device, keep_worker=True, worker=worker, env=env)
         self.runs = runs
 
     def prestart(self, problem: ConvProblem, options: ExploreOptions) -> None:
