@@ -72,7 +72,7 @@ def test_sweep_saves_after_every_problem_and_reports_per_iteration(tmp_path, mon
 
 
 def test_where_the_time_went_leaves_out_what_the_store_answered(tmp_path, monkeypatch):
-    from cudnn_explorer.model.explore_problems import sweep
+    from cudnn_explorer.model.explore_problems import StoredProblems, sweep
 
     cap = small_capture()
     first = sweep(cap, OPTS, bench=FakeBench(tmp_path, monkeypatch))
@@ -82,7 +82,8 @@ def test_where_the_time_went_leaves_out_what_the_store_answered(tmp_path, monkey
                                                   for d in e.directions])
             for p, e in stored.items()}
     again = sweep(cap, OPTS, bench=FakeBench(tmp_path, monkeypatch),
-                  cached=lambda p, o: slow[p] if p == cap.problems[1].problem else None)
+                  stored=StoredProblems(lambda p, o: slow[p] if p == cap.problems[1].problem
+                                        else None))
     said = " ".join(render_sweep(again).split())
     assert "2 directions measured here (1 problem answered, at least in part, from the " \
            "results store left out): legacy rows " in said, said

@@ -189,7 +189,7 @@ sys.path.insert(0, {tests!r})
 import torch
 from fakes import FakeBench
 from test_model_sweep import small_capture, OPTS
-from cudnn_explorer.model.explore_problems import sweep
+from cudnn_explorer.model.explore_problems import StoredProblems, sweep
 from cudnn_explorer.store.db import Store
 
 store = Store({db!r})
@@ -206,8 +206,8 @@ def saver(problem, one):
             os.kill(os.getpid(), signal.SIGKILL)
     return save
 
-sweep(small_capture(), OPTS, bench=bench, saver=saver,
-      cached=lambda p, o: store.lookup(p, env, o, partial=True))
+sweep(small_capture(), OPTS, bench=bench,
+      stored=StoredProblems(lambda p, o: store.lookup(p, env, o, partial=True), saver))
 '''
 
 
@@ -220,7 +220,7 @@ def test_sweep_killed_then_run_again_measures_only_the_rest(tmp_path, monkeypatc
 
     from conftest import REPO
     from cudnn_explorer.measure import pipeline
-    from cudnn_explorer.model.explore_problems import sweep
+    from cudnn_explorer.model.explore_problems import StoredProblems, sweep
     from fakes import FakeBench
     from test_model_sweep import OPTS, small_capture
 
@@ -242,9 +242,9 @@ def test_sweep_killed_then_run_again_measures_only_the_rest(tmp_path, monkeypatc
     monkeypatch.setattr(pipeline, "explore", explore)
     with Store(db) as store:
         env = bench.environment()
-        sw = sweep(small_capture(), OPTS, bench=bench,
-                   cached=lambda p, o: store.lookup(p, env, o, partial=True),
-                   saver=lambda p, o: (lambda e, m, d: store.save(p, e, o, m, d)))
+        sw = sweep(small_capture(), OPTS, bench=bench, stored=StoredProblems(
+            lambda p, o: store.lookup(p, env, o, partial=True),
+            lambda p, o: (lambda e, m, d: store.save(p, e, o, m, d))))
         assert store.count() == 5
     assert measured == [("bwd-data", "bwd-filter")]  # problem 2's rest, nothing twice
     assert sw.complete and [d.direction for d in sw.entry(1).exploration.directions] == [

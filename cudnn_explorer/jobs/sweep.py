@@ -8,6 +8,8 @@ store) for every job that runs a model: sweep_model, the model command, advise, 
 ranks of a torchrun sweep."""
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import re
 from dataclasses import dataclass, fields
@@ -454,7 +456,7 @@ class SweepRun:
         What the store holds is not measured again (unless its refresh), and every
         direction that finishes is kept there."""
         pipeline = lazy_measure.measuring()
-        from ..model.explore_problems import sweep
+        from ..model.explore_problems import StoredProblems, sweep
 
         cap, db, bench = self.capture(), self.store(), self.bench
         if self.options.pytorch and cap.problems and bench is None and self._picks is None:
@@ -469,13 +471,19 @@ class SweepRun:
                 if self._picks is None else ModelBench(device, self._picks[1], self.worker, env)
         refresh = self.settings.store.refresh
 
-        def cached(problem, one):
+        def lookup(problem, one):
             if db is None or refresh:
                 return None
             return db.lookup(problem, self.environment(), one, partial=True)
 
-        return sweep(cap, self.options, save=save or (lambda sw: None),
-                     progress=self.progress, cached=cached,
-                     saver=lambda problem, one: saver(db, problem, one, self.notify),
-                     bench=bench, profile=self.settings.profile or "thorough",
-                     pytorch_run=self.model_run, only=only)
+        run = self.model_run
+        told = save or (lambda sw: None)
+
+        def with_run(sw: ModelSweep) -> ModelSweep:  # the sweep with PyTorch's run in it
+            return sw if run is None else dataclasses.replace(sw, pytorch_run=run)
+
+        stored = StoredProblems(lookup, lambda problem, one: saver(db, problem, one,
+                                                                    self.notify))
+        return with_run(sweep(cap, self.options, save=lambda sw: told(with_run(sw)),
+                              progress=self.progress, bench=bench, stored=stored,
+                              profile=self.settings.profile or "thorough", only=only))

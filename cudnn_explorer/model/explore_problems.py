@@ -13,7 +13,6 @@ from typing import Callable, Optional, Sequence
 
 from ..core.capture import Capture
 from ..core.errors import ChildError, CudnnError, ExplorerError, ResourceError, UserError
-from ..core.model_run import ModelRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.exploration import Exploration
@@ -22,32 +21,38 @@ from ..core.model_sweep import ModelSweep, SweepEntry
 from ..core.version import __version__
 from ..measure import pipeline
 
-__all__ = ["sweep"]
+__all__ = ["sweep", "StoredProblems"]
 
 # Errors that stop one problem but not the sweep: cuDNN refusing it, its memory, a child.
 _PER_PROBLEM = (CudnnError, ResourceError, ChildError, UserError)
 
 
+@dataclasses.dataclass(frozen=True)
+class StoredProblems:
+    """Where a sweep's problems are kept: ``lookup(problem, options)`` gives the
+    directions already measured (the results store, also an interrupted run's part of a
+    problem), ``saver(problem, options)`` explore()'s on_direction, which keeps each
+    direction as soon as it is done. The default keeps nothing."""
+
+    lookup: Callable[[ConvProblem, ExploreOptions], Optional[Exploration]] = \
+        lambda p, o: None
+    saver: Callable[[ConvProblem, ExploreOptions], Optional[Callable]] = lambda p, o: None
+
+
 def sweep(capture: Capture, options: ExploreOptions,
           save: Callable[[ModelSweep], None] = lambda s: None,
           progress: Optional[Callable[[int, int, str], None]] = None,
-          bench=None,
-          cached: Callable[[ConvProblem, ExploreOptions], Optional[Exploration]] =
-          lambda p, o: None,
-          saver: Callable[[ConvProblem, ExploreOptions], Optional[Callable]] =
-          lambda p, o: None, profile: str = "thorough",
-          pytorch_run: Optional[ModelRun] = None,
+          bench=None, stored: StoredProblems = StoredProblems(), profile: str = "thorough",
           only: Optional[Sequence[int]] = None) -> ModelSweep:
     """Explore ``capture``'s unique problems in order; ``save`` hears the sweep after each
-    one, ``progress(done, total, message)`` every step. ``cached(problem, options)`` gives
-    the directions already measured (the results store, also an interrupted run's part of
-    a problem): only the others are measured; ``saver(problem, options)`` gives
-    explore()'s on_direction, which keeps each direction as soon as it is done.
-    ``pytorch_run``: PyTorch's own run of the model (model/run_modes.py), kept in the
-    sweep; its bench (ModelBench) gives the pipeline PyTorch's picks. ``profile``
-    names how ``options`` were chosen ("quick" or "thorough"). ``only``: explore just these
-    problem indices (a rank's share of a distributed sweep). A missing GPU or extension
-    stops the sweep (MissingDependencyError); other errors are recorded per problem."""
+    one, ``progress(done, total, message)`` every step. ``stored`` says what is measured
+    already (only the rest is measured) and keeps what finishes. ``bench``: the measuring
+    bench (a ModelBench gives the pipeline PyTorch's picks from its run of the model).
+    ``profile`` names how ``options`` were chosen ("quick" or "thorough"). ``only``:
+    explore just these problem indices (a rank's share of a distributed sweep). A missing
+    GPU or extension stops the sweep (MissingDependencyError); other errors are recorded
+    per problem. The sweep holds no run of the whole model: its owner adds it
+    (jobs.sweep.SweepRun)."""
     bench = bench or pipeline.GpuBench(options.device, keep_worker=True)
     env = bench.environment()
     created = utc_now()
@@ -62,7 +67,7 @@ def sweep(capture: Capture, options: ExploreOptions,
         return ModelSweep(capture=capture, entries=list(entries), options=opts,
                           profile=profile, environment=env, complete=complete,
                           tool_version=__version__, created=created,
-                          wall_s=round(time.perf_counter() - t0, 3), pytorch_run=pytorch_run)
+                          wall_s=round(time.perf_counter() - t0, 3))
 
     say = progress or (lambda done, n, msg: None)
     try:
@@ -73,15 +78,15 @@ def sweep(capture: Capture, options: ExploreOptions,
             say(k, total, f"problem {i + 1}/{len(capture.problems)}: "
                           f"{', '.join(u.layers[:2]) or '?'}")
             try:
-                stored = cached(u.problem, one)
-                have = {d.direction: d for d in (stored.directions if stored else [])}
+                found = stored.lookup(u.problem, one)
+                have = {d.direction: d for d in (found.directions if found else [])}
                 missing = [d for d in one.directions if d not in have]
-                exp = stored
+                exp = found
                 if missing:  # only what is not stored yet: nothing finished runs twice
                     rest = one.updated(directions=tuple(missing))
                     new = pipeline.explore(u.problem, rest, bench=bench,
                                            progress=lambda m, k=k: say(k, total, m),
-                                           on_direction=saver(u.problem, rest))
+                                           on_direction=stored.saver(u.problem, rest))
                     have.update({d.direction: d for d in new.directions})
                     exp = dataclasses.replace(
                         new, directions=[have[d] for d in one.directions])
