@@ -351,8 +351,8 @@ def test_plans_write_names_the_filter_that_left_nothing(source, tmp_path):
 
 @pytest.mark.parametrize("argv,match", [
     (["--load", os.path.join(REF, "h100-same-answers", "default.json")],
-     "(a staged search against a full one, per problem (the figures docs/benchmarks.md, "
-     "'The same answers', gives)"),
+     "(a staged search compared with a full one, per problem: the data behind "
+     "docs/benchmarks.md's 'The same answers')"),
     (["--load", os.path.join(REPO, "tests", "fixtures", "default_benchmark.result.json")],
      "a PyTorch child process's raw result"),
     (["--load", SWEEP], "(a model sweep: render it with 'model --load FILE'"),

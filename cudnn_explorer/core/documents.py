@@ -68,8 +68,8 @@ _OTHER_KINDS = {
 }
 # files without a schema that the tool's scripts and processes write, by their keys
 _UNNAMED_KINDS = [
-    ({"wall_s", "rows"}, "a staged search against a full one, per problem (the figures "
-                         "docs/benchmarks.md, 'The same answers', gives)"),
+    ({"wall_s", "rows"}, "a staged search compared with a full one, per problem: the data "
+                         "behind docs/benchmarks.md's 'The same answers'"),
     ({"torch", "cudnn", "settings", "directions"}, "a PyTorch child process's raw result "
                                                    "(measure/problem_child.py), which the "
                                                    "tool reads itself"),
