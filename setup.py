@@ -10,6 +10,8 @@ import glob
 import os
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
 
 import shutil
 
@@ -158,6 +160,31 @@ def version():
     raise SystemExit("cudnn_explorer: no __version__ in cudnn_explorer/core/version.py")
 
 
+# Note [the start-up hook's .pth]: cudnn_explorer_hook.pth (one line: startup.PTH_LINE)
+# goes to the root of site-packages, as coverage.py and pytest-cov install theirs, so
+# that CUDNN_EXPLORER_RECORD / CUDNN_EXPLORER_PLANS reach every Python process with no
+# code change. A wheel gets it through build_py (build_lib's root is site-packages'); an
+# editable install (pip install -e .) through editable_wheel, which writes it into the
+# wheel's root. Where neither ran (another installer): python -m cudnn_explorer hook
+# install.
+PTH = "cudnn_explorer_hook.pth"
+
+
+class BuildPyWithHook(build_py):
+    def run(self):
+        super().run()
+        self.copy_file(PTH, os.path.join(self.build_lib, PTH))
+
+    def get_outputs(self, *args, **kwargs):
+        return list(super().get_outputs(*args, **kwargs)) + [os.path.join(self.build_lib, PTH)]
+
+
+class EditableWheelWithHook(editable_wheel):
+    def _install_namespaces(self, installation_dir, pth_prefix):
+        super()._install_namespaces(installation_dir, pth_prefix)
+        shutil.copy(PTH, os.path.join(str(installation_dir), PTH))
+
+
 setup(
     name="cudnn_explorer",
     version=version(),
@@ -168,7 +195,8 @@ setup(
     package_dir={"cudnn_explorer.devices": "data/devices"},
     package_data={"cudnn_explorer.devices": ["*.json"]},
     ext_modules=[ext],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True),
+              "build_py": BuildPyWithHook, "editable_wheel": EditableWheelWithHook},
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "tabulate", "tqdm"],
     # model names (--model factories need none); heatmaps (--plot)

@@ -19,7 +19,8 @@ __all__ = ["main", "console", "VERBS"]
 # verb -> its module under cudnn_explorer.cli; a command line without a verb explores one
 # problem (the default verb)
 VERBS = {"model": "model", "advise": "advise", "compare": "compare", "history": "history",
-         "export": "export", "plot": "plot", "plans": "plans"}
+         "export": "export", "plot": "plot", "plans": "plans", "record": "record",
+         "run": "run", "hook": "hook"}
 DEFAULT = "explore"
 
 

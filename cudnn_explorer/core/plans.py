@@ -24,7 +24,8 @@ from .schema import Record, Signed, check_schema, parse_json, shown
 from .targets import cudnn_strides
 
 __all__ = ["PLANS_SCHEMA", "PLANS_VERSION", "POLICIES", "PlanKey", "PlanEntry",
-           "PlanEnvironment", "PlanFile", "choose", "plans_from", "native_key", "native_key_of", "KEY_VERSION"]
+           "PlanEnvironment", "PlanFile", "choose", "plans_from", "native_key", "native_key_of",
+           "problem_of_key", "KEY_VERSION"]
 
 PLANS_SCHEMA = "cudnn_explorer.plans"
 PLANS_VERSION = 1
@@ -115,6 +116,43 @@ def _native(k: PlanKey, problem: ConvProblem) -> List[int]:
     return [KEY_VERSION, DIRECTIONS.index(k.direction), _DTYPE_CODES[k.dtype], int(k.tf32),
             k.groups, int(channels_last), nd, *k.x_dims, *k.w_dims, *k.y_dims, *k.padding,
             *k.stride, *k.dilation]
+
+
+def problem_of_key(key: Sequence[int]) -> Tuple[ConvProblem, str]:
+    """(problem, direction) whose native_key_of is ``key`` (a key the op gave a call,
+    Note [plan keys]); UserError naming the key when it is not one. Note [keys back to
+    problems]: a key is cuDNN's view, so a 1-D problem and the 2-D one with H = 1, a
+    1-high kernel, no padding, stride 1 and dilation 1 in H share a key; it comes back as
+    the 1-D problem (the same cuDNN convolution either way). A transposed call's key is
+    that of the convolution it is the adjoint of (its output a bwd-data)."""
+    k = list(key)
+    shown_key = str(k)[:60]
+    if len(k) < 7 or any(not isinstance(v, int) or isinstance(v, bool) for v in k):
+        raise UserError(f"key {shown_key}: not a list of integers in the op's key order")
+    version, direction, dtype, tf32, groups, channels_last, nd = k[:7]
+    sp = nd - 2
+    if version != KEY_VERSION or nd not in (4, 5) or len(k) != 7 + 3 * nd + 3 * sp or \
+            not 0 <= direction < len(DIRECTIONS) or dtype not in _DTYPE_CODES.values():
+        raise UserError(f"key {shown_key}: not a version-{KEY_VERSION} key of the pinned op "
+                        f"(Note [plan keys])")
+    x, w = k[7:7 + nd], k[7 + nd:7 + 2 * nd]
+    pad, stride, dil = (k[7 + 3 * nd + i * sp:7 + 3 * nd + (i + 1) * sp] for i in range(3))
+    dtype_name = next(n for n, c in _DTYPE_CODES.items() if c == dtype)
+    one_d = nd == 4 and not channels_last and x[2] == 1 and w[2] == 1 and pad[0] == 0 and \
+        stride[0] == 1 and dil[0] == 1
+    cut = 1 if one_d else 0
+    try:
+        problem = ConvProblem.create(
+            [x[0], x[1], *x[2 + cut:]], out_channels=w[0], kernel=w[2 + cut:],
+            stride=stride[cut:], padding=pad[cut:], dilation=dil[cut:], groups=groups,
+            dtype=dtype_name, layout="nhwc" if channels_last else "nchw",
+            tf32=bool(tf32) if dtype_name == "float32" else None)
+    except UserError as e:
+        raise UserError(f"key {shown_key}: not a convolution: {e}") from None
+    d = DIRECTIONS[direction]
+    if native_key_of(problem, d) != k:
+        raise UserError(f"key {shown_key}: its sizes are not those of one convolution")
+    return problem, d
 
 
 @dataclass(frozen=True)

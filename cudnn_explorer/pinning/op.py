@@ -15,11 +15,11 @@ from ..core.errors import UserError
 from ..core.logs import parse_tag
 from ..core.pin_report import PinCounts, PinnedDirection, PlanMade
 from ..core.problem import output_shape
-from ..core.plans import PlanFile, native_key
+from ..core.plans import KEY_VERSION, PlanFile, native_key
 from ..measure import native
 from ..measure.tensors import cudnn_memory_format
 
-__all__ = ["ops", "load_plans", "clear_plans", "set_strict", "strict", "uncovered",
+__all__ = ["ops", "load_plans", "load_recorder", "clear_plans", "set_strict", "strict", "uncovered",
            "pin_counts", "reset_counts", "conv_keys", "build_ahead", "wait_ahead",
            "kept_plans", "plans_made"]
 
@@ -98,6 +98,31 @@ def load_plans(plans: PlanFile, strict: bool = False) -> int:
     set_strict(strict)
     _LOADED[0] = frozenset(tuple(s.key) for s in specs)
     return len(specs)
+
+
+# Note [recording without plans]: with no plan file loaded the op counts every call
+# under one unkeyed row ("no plan file is loaded", csrc/conv_op.cpp), before it computes
+# a key. The recorder loads one plan whose key no call can have (direction -1) instead:
+# every CUDA call is then keyed, found uncovered (no cuDNN work: build() returns at once)
+# and counted under its own key, which is the record. pin_counts leaves the recorder's
+# own row out: it has no calls.
+RECORDER_KEY = [KEY_VERSION, -1, 0, 0, 1, 0, 4, 0, 0, 0, 0]
+
+
+def load_recorder() -> None:
+    """No plans, but every CUDA call counted under the key it would be pinned by (Note
+    [recording without plans]); strict pinning off, counts reset."""
+    C = native.load()
+    ops()
+    spec = C.PlanSpec()
+    spec.key = RECORDER_KEY
+    spec.engine = -1
+    spec.knobs = []
+    spec.tag = ""
+    spec.description = "the recorder (no call has this key)"
+    native.call("starting the recorder", C.load_plans, [spec])
+    set_strict(False)
+    _LOADED[0] = frozenset()
 
 
 def clear_plans() -> None:

@@ -1,0 +1,156 @@
+"""The record and run jobs: a command run unchanged with the start-up hook's variables
+set (startup.py), then what its processes wrote merged into one record or one report.
+
+Note [the command's process group]: the command runs in a session of its own, so that
+a time limit or a Ctrl-C reaches every process it started (torchrun's ranks, their
+subprocesses) at once: SIGTERM for the time limit, SIGINT for Ctrl-C. Each process
+writes its part when it exits, SIGTERM included (pinning/zero_code.py).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+from ..core.errors import UserError
+from ..core.files import read_text
+from ..core.schema import utc_now
+from ..core.version import __version__
+from ..core.zero_code import (ConvRecord, RunReport, merge_records, merge_reports,
+                              settings_from)
+
+__all__ = ["RecordResult", "RunResult", "record", "run_pinned", "read_parts"]
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    """What ``record`` made: the merged record, the command's exit status, and whether
+    the time limit ended it (``stopped``)."""
+
+    record: ConvRecord
+    status: int
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What ``run_pinned`` made: the report merged over the command's processes (None
+    when none ran a convolution), and the command's exit status."""
+
+    report: Optional[RunReport]
+    status: int
+
+
+def _check_command(command: Sequence[str]) -> List[str]:
+    command = list(command)
+    if not command:
+        raise UserError("give the command to run after --, e.g. -- python train.py")
+    if shutil.which(command[0]) is None and not os.path.isfile(command[0]):
+        raise UserError(f"command '{command[0]}': not found on PATH")
+    return command
+
+
+def _execute(command: List[str], env: Dict[str, str], time_limit: Optional[float]):
+    """(exit status, stopped by the time limit): Note [the command's process group]."""
+    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        try:
+            return proc.wait(timeout=time_limit), False
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+            return proc.returncode, True
+    except KeyboardInterrupt:
+        _signal_group(proc, signal.SIGINT)
+        proc.wait()
+        raise
+
+
+def _signal_group(proc, sig) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _status(code: int) -> int:
+    """A shell's exit status for ``code`` (a signal's death: 128 + its number)."""
+    return 128 - code if code < 0 else code
+
+
+def read_parts(folder: str) -> List[ConvRecord]:
+    """The record parts the processes wrote into ``folder``."""
+    return [ConvRecord.read(read_text(p, "record part"), f"record part '{p}'")
+            for p in sorted(glob.glob(os.path.join(folder, "part-*.json")))]
+
+
+def record(command: Sequence[str], steps: int = 0, time_limit: Optional[float] = None,
+           environ: Optional[Dict[str, str]] = None) -> RecordResult:
+    """Run ``command`` with recording on in each of its Python processes; the record of
+    every convolution they ran, merged (what the processes wrote before an interrupt
+    too: KeyboardInterrupt carries it as ``partial``). ``steps``: stop after that many
+    optimizer steps in each process; ``time_limit``: seconds, then SIGTERM."""
+    command = _check_command(command)
+    if steps < 0 or (time_limit is not None and time_limit <= 0):
+        raise UserError(f"steps {steps} / time limit {time_limit}: give positive values")
+    env = dict(os.environ if environ is None else environ)
+    env.pop("CUDNN_EXPLORER_PLANS", None)
+    with tempfile.TemporaryDirectory(prefix="cudnn_explorer-record-") as folder:
+        env["CUDNN_EXPLORER_RECORD"] = folder
+        if steps:
+            env["CUDNN_EXPLORER_STEPS"] = str(steps)
+        settings_from(env)  # a bad variable fails here, before the command runs
+        try:
+            status, stopped = _execute(command, env, time_limit)
+        except KeyboardInterrupt as e:
+            e.partial = _merged(folder, command)
+            raise
+        return RecordResult(record=_merged(folder, command), status=_status(status),
+                            stopped=stopped)
+
+
+def _merged(folder: str, command: List[str]) -> ConvRecord:
+    return merge_records(read_parts(folder), command=command, created=utc_now(),
+                         tool_version=__version__)
+
+
+def run_pinned(command: Sequence[str], plans: str, strict: bool = False, ahead: int = 1,
+               keep: bool = True, allow_environment: bool = False,
+               misses: Optional[str] = None,
+               environ: Optional[Dict[str, str]] = None) -> RunResult:
+    """Run ``command`` with every convolution of its Python processes pinned to the plan
+    file ``plans`` (read and checked first: UserError when it cannot be used); the
+    report merged over the processes. ``misses``: the file the problem-directions that
+    fell back are appended to ("" for none; default: the plan file's path + .misses)."""
+    command = _check_command(command)
+    from ..pinning.modules import plan_file
+
+    plan_file(plans)  # missing or corrupt: UserError now, not once per process
+    env = dict(os.environ if environ is None else environ)
+    env.pop("CUDNN_EXPLORER_RECORD", None)
+    env.update({"CUDNN_EXPLORER_PLANS": plans, "CUDNN_EXPLORER_STRICT": str(int(strict)),
+                "CUDNN_EXPLORER_AHEAD": str(ahead), "CUDNN_EXPLORER_KEEP": str(int(keep)),
+                "CUDNN_EXPLORER_ALLOW_ENVIRONMENT": str(int(allow_environment)),
+                "CUDNN_EXPLORER_MISSES": plans + ".misses" if misses is None else misses})
+    with tempfile.TemporaryDirectory(prefix="cudnn_explorer-run-") as folder:
+        env["CUDNN_EXPLORER_REPORT"] = os.path.join(folder, "report-%p.json")
+        settings_from(env)
+        status, _ = _execute(command, env, None)
+        reports = [RunReport.read(read_text(p, "run report"), f"run report '{p}'")
+                   for p in sorted(glob.glob(os.path.join(folder, "report-*.json")))]
+    return RunResult(report=merge_reports(reports) if reports else None,
+                     status=_status(status))
+
+
+def report_json(report: RunReport) -> str:
+    return json.dumps(report.to_dict(), indent=1) + "\n"

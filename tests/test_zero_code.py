@@ -1,0 +1,326 @@
+"""Zero-code adoption on the CPU: the keys back to problems, the variables, the record and
+report formats and their merges, the start-up hook's cost when unset, and the record and
+run verbs on real programs (on the CPU the op keys no call: those calls are counted as
+"not on a CUDA device"; tests/test_gpu_zero_code.py records real keys)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cudnn_explorer.core.errors import UserError
+from cudnn_explorer.core.pin_report import PinCounts, PinnedDirection
+from cudnn_explorer.core.plans import native_key_of, problem_of_key
+from cudnn_explorer.core.problem import DIRECTIONS, ConvProblem
+from cudnn_explorer.core.zero_code import (ConvRecord, RecordedConv, RunReport, Unkeyed,
+                                           exit_line, merge_records, merge_reports,
+                                           read_convs, settings_from)
+from cudnn_explorer.startup import PTH_LINE
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+PROBLEMS = [
+    ConvProblem.create((2, 3, 9), 4, 3),
+    ConvProblem.create((2, 3, 9), 4, 1, padding=0),
+    ConvProblem.create((1, 2, 1, 9), 4, (1, 3), padding=(0, 1)),  # a 1-D problem's key
+    ConvProblem.create((8, 16, 32, 32), 32, 3),
+    ConvProblem.create((8, 16, 32, 32), 32, 3, stride=2, dilation=2, padding=3),
+    ConvProblem.create((4, 32, 14, 14), 32, 3, groups=32, dtype="float16", layout="nhwc"),
+    ConvProblem.create((4, 32, 14, 14), 64, (1, 3), groups=4, dtype="bfloat16"),
+    ConvProblem.create((4, 8, 7, 7), 8, 5, dtype="float64"),
+    ConvProblem.create((4, 8, 7, 7), 8, 5, tf32=False),
+    ConvProblem.create((2, 4, 8, 8, 8), 6, 3, layout="nhwc", dtype="float16"),
+    ConvProblem.create((2, 4, 5, 6, 7), 6, (1, 2, 3), stride=(1, 2, 1), padding=0),
+]
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.describe()[:50])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_key_back_to_problem(problem, direction):
+    key = native_key_of(problem, direction)
+    back, d = problem_of_key(key)
+    assert d == direction and native_key_of(back, d) == key
+    one_d_form = problem.spatial_dims == 2 and problem.input_shape[2] == 1 and \
+        problem.kernel[0] == 1 and problem.layout == "nchw"
+    if not one_d_form:  # Note [keys back to problems]: that one comes back as 1-D
+        assert back == problem
+    else:
+        assert back.spatial_dims == 1 and back.input_shape == (1, 2, 9)
+
+
+@pytest.mark.parametrize("key, says", [
+    ([1, 0, 0], "not a list of integers"),
+    ([2] + native_key_of(PROBLEMS[3], "fwd")[1:], "not a version-1 key"),
+    (native_key_of(PROBLEMS[3], "fwd")[:-1], "not a version-1 key"),
+    (native_key_of(PROBLEMS[3], "fwd")[:7 + 8] + [9, 9, 9, 9] + native_key_of(
+        PROBLEMS[3], "fwd")[7 + 12:], "not those of one convolution"),
+    ([1, 0, 0, 1, 3] + native_key_of(PROBLEMS[3], "fwd")[5:], "not a convolution"),
+])
+def test_bad_keys(key, says):
+    with pytest.raises(UserError, match=says):
+        problem_of_key(key)
+
+
+def test_settings():
+    assert settings_from({}).mode == ""
+    s = settings_from({"CUDNN_EXPLORER_PLANS": "p.json", "CUDNN_EXPLORER_STRICT": "1",
+                       "CUDNN_EXPLORER_AHEAD": "0", "CUDNN_EXPLORER_REPORT": "r-%p.json"})
+    assert (s.mode, s.plans, s.strict, s.ahead, s.keep, s.report) == \
+        ("run", "p.json", True, 0, True, "r-%p.json")
+    assert settings_from({"CUDNN_EXPLORER_RECORD": "d", "CUDNN_EXPLORER_STEPS": "5"}).steps == 5
+    for name, value, valid in [("CUDNN_EXPLORER_STRICT", "maybe", "valid: 0 or 1"),
+                               ("CUDNN_EXPLORER_AHEAD", "65", "valid: an integer from 0 to 64"),
+                               ("CUDNN_EXPLORER_STEPS", "-1", "valid: an integer from 1 to")]:
+        with pytest.raises(UserError, match=f'^{name}="{value}": {valid}'):
+            settings_from({"CUDNN_EXPLORER_PLANS": "p.json", name: value})
+    with pytest.raises(UserError, match="both set"):
+        settings_from({"CUDNN_EXPLORER_PLANS": "p", "CUDNN_EXPLORER_RECORD": "d"})
+
+
+def _part(pid, calls, host="a"):
+    rows = [RecordedConv(key=native_key_of(p, d), description=f"{d} of {p.describe()}",
+                         calls=calls) for p in PROBLEMS[3:5] for d in DIRECTIONS]
+    return ConvRecord(convs=rows, unkeyed=[Unkeyed("its tensors are not on a CUDA device", 1)],
+                      steps=pid, host=host, pid=pid)
+
+
+def test_record_merge_and_round_trip(tmp_path):
+    merged = merge_records([_part(11, 3), _part(12, 4, "b")], command=["python", "t.py"])
+    assert merged.processes == 2 and merged.steps == 12 and len(merged.convs) == 6
+    assert {c.calls for c in merged.convs} == {7} and merged.calls == 42
+    assert merged.unkeyed == [Unkeyed("its tensors are not on a CUDA device", 2)]
+    for c in merged.convs:  # each key comes with the problem and direction tune explores
+        assert native_key_of(c.problem, c.direction) == c.key and not c.why
+    path = tmp_path / "convs.json"
+    path.write_text(merged.to_json())
+    assert read_convs(str(path)) == merged
+    again = merge_records([merged, _part(13, 1)])
+    assert again.processes == 3 and again.calls == 48
+    # a misses file: one part per line, appended by each process
+    misses = tmp_path / "plans.json.misses"
+    misses.write_text(_part(1, 2).to_json(indent=None) + "\n" + _part(2, 5).to_json(None) + "\n")
+    assert read_convs(str(misses)).calls == 42
+
+
+def test_record_errors(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": "cudnn_explorer.plans", "schema_version": 1}))
+    with pytest.raises(UserError, match="record file '.*bad.json': not a cudnn_explorer "
+                                        "record file: schema is \"cudnn_explorer.plans\""):
+        read_convs(str(bad))
+    d = merge_records([_part(1, 1)]).to_dict()
+    d["convs"][0]["calls"] = -1
+    bad.write_text(json.dumps(d))
+    with pytest.raises(UserError, match=r"convs\[0\].calls: -1 is not an integer >= 0"):
+        read_convs(str(bad))
+    merged = merge_records([ConvRecord(convs=[RecordedConv(key=[1, 0], description="x")])])
+    assert merged.convs[0].problem is None and merged.convs[0].why == \
+        "key [1, 0]: not a list of integers in the op's key order"
+
+
+def _direction(key, covered, pinned, fallback, reason=""):
+    return PinnedDirection(key=key, description=f"fwd of {key}", covered=covered,
+                           pinned_calls=pinned, fallback_calls=fallback, reason=reason)
+
+
+def test_exit_line_and_report_merge():
+    a = RunReport(counts=PinCounts([_direction([1, 1], True, 12000, 0),
+                                    _direction([1, 2], False, 0, 30, "not covered")]), pid=1)
+    b = RunReport(counts=PinCounts([_direction([1, 1], True, 345, 0),
+                                    _direction([1, 3], False, 0, 25, "not covered")]), pid=2)
+    merged = merge_reports([a, b])
+    assert merged.processes == 2
+    assert exit_line(merged) == ("cudnn_explorer: 12,345 of 12,400 convolution calls ran pinned "
+                                 "plans; 55 fell back (2 problem-directions not in the file)")
+    cpu = RunReport(counts=PinCounts([_direction([], False, 0, 3, "its tensors are not on a "
+                                                                   "CUDA device")]))
+    assert exit_line(cpu).endswith("0 of 3 convolution calls ran pinned plans; 3 fell back "
+                                   "(3 calls: its tensors are not on a CUDA device)")
+    assert exit_line(RunReport(not_loaded="gone")).endswith("the plan file was not loaded (gone)")
+    assert RunReport.read(json.dumps(merged.to_dict())) == merged
+
+
+def test_pth_file_is_the_hook_line():
+    with open(os.path.join(ROOT, "cudnn_explorer_hook.pth")) as f:
+        assert f.read() == PTH_LINE + "\n"
+
+
+@pytest.fixture
+def hooked(tmp_path):
+    """An environment whose every Python process runs the .pth line, as an installed
+    hook would (a sitecustomize on PYTHONPATH adds a site dir holding the .pth)."""
+    site_dir, boot = tmp_path / "site", tmp_path / "boot"
+    site_dir.mkdir()
+    boot.mkdir()
+    (site_dir / "cudnn_explorer_hook.pth").write_text(PTH_LINE + "\n")
+    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDNN_EXPLORER_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(boot), ROOT])
+    return env
+
+
+def _python(code, env, timeout=120):
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+LOADED = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in " \
+         "('torch', 'cudnn_explorer')))"
+
+
+def test_hook_costs_nothing_unset(hooked):
+    r = _python(LOADED, hooked)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
+    # set, it still imports no torch itself: only the lean package and the hook
+    r = _python(LOADED, dict(hooked, CUDNN_EXPLORER_RECORD="/nonexistent"))
+    loaded = eval(r.stdout)
+    assert "cudnn_explorer.startup" in loaded and not [m for m in loaded if "torch" in m]
+
+
+TRAIN = """
+import torch, torch.nn.functional as F
+m = torch.nn.Conv2d(3, 4, 3)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for i in range(6):
+    (m(torch.randn(2, 3, 8, 8)).sum() + F.conv2d(torch.randn(1, 3, 5, 5), m.weight).sum()).backward()
+    opt.step()
+    print("step", i, flush=True)
+"""
+
+
+def test_bad_variable_runs_the_program(hooked, tmp_path):
+    r = _python(TRAIN, dict(hooked, CUDNN_EXPLORER_PLANS="p.json", CUDNN_EXPLORER_STRICT="maybe"))
+    assert r.returncode == 0 and "step 5" in r.stdout
+    assert r.stderr.strip() == ("cudnn_explorer: CUDNN_EXPLORER_STRICT=\"maybe\": valid: 0 or 1; "
+                                "the program runs without cudnn_explorer")
+
+
+def test_missing_plan_file_bare(hooked, tmp_path):
+    missing = str(tmp_path / "none.json")
+    r = _python(TRAIN, dict(hooked, CUDNN_EXPLORER_PLANS=missing))
+    assert r.returncode == 0 and "step 5" in r.stdout, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines[0] == (f"cudnn_explorer: CUDNN_EXPLORER_PLANS: plan file '{missing}': No such "
+                        f"file or directory; running unpinned")
+    assert lines[-1].startswith("cudnn_explorer: 0 of ") and "was not loaded" in lines[-1]
+    r = _python(TRAIN, dict(hooked, CUDNN_EXPLORER_PLANS=missing, CUDNN_EXPLORER_STRICT="1"))
+    assert r.returncode == 2 and "step" not in r.stdout
+    assert r.stderr.strip().endswith("(CUDNN_EXPLORER_STRICT=1: stopping)")
+
+
+def _cli(*args, env, timeout=240):
+    return subprocess.run([sys.executable, "-m", "cudnn_explorer", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_record_steps_and_failure(hooked, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN + "import sys; sys.exit(7)\n")
+    out = tmp_path / "convs.json"
+    r = _cli("record", "-o", str(out), "--steps", "2", "--", sys.executable, str(script),
+             env=hooked)
+    assert r.returncode == 0, r.stderr
+    assert "step 0" in r.stdout and "step 1" not in r.stdout  # its 2nd step stops it
+    rec = read_convs(str(out))
+    assert rec.processes == 1 and rec.steps == 2 and rec.unkeyed[0].calls > 0
+    r = _cli("record", "-o", str(out), "--", sys.executable, str(script), env=hooked)
+    assert r.returncode == 7
+    assert r.stderr.strip().splitlines()[-1] == ("cudnn_explorer: the command exited 7; the "
+                                                 "record holds what ran before")
+    assert read_convs(str(out)).steps == 6
+
+
+def test_record_two_gloo_ranks_and_time_limit(hooked, tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text("""
+import os, sys, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+import torch.nn.functional as F
+
+def rank(r):
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=r,
+                            world_size=2)
+    for _ in range(3 + r):
+        F.conv2d(torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3))
+    dist.barrier()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(rank, nprocs=2)
+    if len(sys.argv) > 2:
+        F.conv1d(torch.randn(1, 2, 6), torch.randn(3, 2, 3))
+        print("waiting", flush=True)
+        time.sleep(600)
+""")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    out = tmp_path / "convs.json"
+    r = _cli("record", "-o", str(out), "--", sys.executable, str(script), port, env=hooked)
+    assert r.returncode == 0, r.stderr
+    rec = read_convs(str(out))
+    assert rec.processes == 2 and rec.unkeyed[0].calls == 7  # the parent ran none
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    r = _cli("record", "-o", str(out), "--time-limit", "40", "--", sys.executable, str(script),
+             port, "wait", env=hooked, timeout=300)
+    assert r.returncode == 0 and "waiting" in r.stdout, r.stderr
+    assert "stopped the command after 40 s" in r.stderr
+    assert read_convs(str(out)).unkeyed[0].calls == 8  # the parent's, written on SIGTERM
+
+
+def test_run_verb(hooked, tmp_path):
+    from cudnn_explorer.core.plans import PlanEnvironment, PlanFile
+    from tests.pinning_helpers import entry
+
+    plans = tmp_path / "plans.json"
+    plans.write_text(PlanFile(environment=PlanEnvironment(), entries=[
+        entry(PROBLEMS[3], "fwd", "ConvFwd_eng0")]).to_json())
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    report = tmp_path / "report.json"
+    r = _cli("run", "--plans", str(plans), "--report", str(report), "--", sys.executable,
+             str(script), env=hooked)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stderr.splitlines() if "convolution calls" in ln]
+    assert len(line) == 1 and line[0].startswith("cudnn_explorer: 0 of ")
+    assert "(24 calls: its tensors are not on a CUDA device)" in line[0]
+    assert RunReport.read(report.read_text()).counts.fallback_calls == 24
+    r = _cli("run", "--plans", str(tmp_path / "none.json"), "--", "true", env=hooked)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"cudnn_explorer: error: plan file '{tmp_path / 'none.json'}': No such file or "
+        f"directory")
+    r = _cli("record", "-o", str(tmp_path / "c.json"), "--", sys.executable, str(script),
+             env=dict(hooked, CUDNN_EXPLORER_AHEAD="lots"))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "cudnn_explorer: error: CUDNN_EXPLORER_AHEAD=\"lots\": valid: an integer from 0 to 64")
+    r = _cli("record", "-o", str(tmp_path / "c.json"), "--", "no-such-command-here", env=hooked)
+    assert r.returncode == 2 and "not found on PATH" in r.stderr
+
+
+def test_stale_plan_file_when_cuda_starts(monkeypatch, capsys):
+    """Note [checked when CUDA starts]: a file from another GPU is said once and unloaded
+    (the run goes on unpinned), or ends the program with exit 2 under strict."""
+    from cudnn_explorer.core.zero_code import Settings
+    from cudnn_explorer.pinning import modules, op, zero_code
+
+    unloaded = []
+    monkeypatch.setattr(op, "load_recorder", lambda: unloaded.append(True))
+    monkeypatch.setattr(modules, "_differences", lambda p: ["GPU A here, B in the file"])
+    monkeypatch.setitem(zero_code._STATE, "settings", Settings(mode="run", plans="p.json"))
+    monkeypatch.setitem(zero_code._STATE, "not_loaded", "")
+    zero_code._check_environment()
+    assert unloaded and zero_code._STATE["not_loaded"].startswith("plan file 'p.json' is from")
+    assert capsys.readouterr().err == (
+        "cudnn_explorer: CUDNN_EXPLORER_PLANS: plan file 'p.json' is from another environment: "
+        "GPU A here, B in the file (CUDNN_EXPLORER_ALLOW_ENVIRONMENT=1 uses it anyway); "
+        "running unpinned\n")
+    monkeypatch.setitem(zero_code._STATE, "settings", Settings(mode="run", plans="p.json",
+                                                               strict=True))
+    monkeypatch.setitem(zero_code._STATE, "done", False)
+    with pytest.raises(SystemExit) as e:
+        zero_code._check_environment()
+    assert e.value.code == 2
