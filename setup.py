@@ -160,7 +160,7 @@ def version():
     raise SystemExit("cudnn_explorer: no __version__ in cudnn_explorer/core/version.py")
 
 
-# Note [the start-up hook's .pth]: cudnn_explorer_hook.pth (one line: startup.PTH_LINE)
+# Note [the start-up hook's .pth]: cudnn_explorer_hook.pth (one line, core/zero_code.py's PTH_LINE)
 # goes to the root of site-packages, as coverage.py and pytest-cov install theirs, so
 # that CUDNN_EXPLORER_RECORD / CUDNN_EXPLORER_PLANS reach every Python process with no
 # code change. A wheel gets it through build_py (build_lib's root is site-packages'); an

@@ -16,7 +16,7 @@ from cudnn_explorer.core.problem import DIRECTIONS, ConvProblem
 from cudnn_explorer.core.zero_code import (ConvRecord, RecordedConv, RunReport, Unkeyed,
                                            exit_line, merge_records, merge_reports,
                                            read_convs, settings_from)
-from cudnn_explorer.startup import PTH_LINE
+from cudnn_explorer.core.zero_code import PTH_LINE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -175,7 +175,7 @@ def test_hook_costs_nothing_unset(hooked):
     # set, it still imports no torch itself: only the lean package and the hook
     r = _python(LOADED, dict(hooked, CUDNN_EXPLORER_RECORD="/nonexistent"))
     loaded = eval(r.stdout)
-    assert "cudnn_explorer.startup" in loaded and not [m for m in loaded if "torch" in m]
+    assert "cudnn_explorer.pinning.startup" in loaded and not [m for m in loaded if "torch" in m]
 
 
 TRAIN = """

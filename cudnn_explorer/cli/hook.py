@@ -9,7 +9,7 @@ from typing import List
 
 from ..core.errors import UserError
 from ..core.files import write_atomic
-from ..startup import PTH_LINE
+from ..core.zero_code import PTH_LINE
 from .args import Parser
 
 __all__ = ["build_parser", "run", "hook_path", "ACTIONS"]

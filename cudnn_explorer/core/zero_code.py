@@ -19,9 +19,17 @@ from .plans import problem_of_key
 from .problem import ConvProblem
 from .schema import Record, check_schema, parse_json, shown
 
-__all__ = ["VARIABLES", "Settings", "settings_from", "RecordedConv", "Unkeyed", "ConvRecord",
-           "CONVS_SCHEMA", "CONVS_VERSION", "merge_records", "read_convs", "RunReport",
-           "RUN_SCHEMA", "RUN_VERSION", "merge_reports", "exit_line", "per_process"]
+# The line the .pth file holds (setup.py installs it; tests/test_zero_code.py checks the
+# file against it). With both variables unset it costs two dictionary lookups.
+PTH_LINE = ("import os; (os.environ.get('CUDNN_EXPLORER_RECORD') or "
+            "os.environ.get('CUDNN_EXPLORER_PLANS')) and "
+            "__import__('cudnn_explorer.pinning.startup').pinning.startup.install()")
+
+
+__all__ = ["PTH_LINE", "VARIABLES", "Settings", "settings_from", "RecordedConv", "Unkeyed",
+           "ConvRecord", "CONVS_SCHEMA", "CONVS_VERSION", "merge_records", "read_convs",
+           "RunReport", "RUN_SCHEMA", "RUN_VERSION", "merge_reports", "exit_line",
+           "per_process"]
 
 CONVS_SCHEMA, CONVS_VERSION = "cudnn_explorer.convs", 1
 RUN_SCHEMA, RUN_VERSION = "cudnn_explorer.run", 1

@@ -1,5 +1,5 @@
 """The record and run jobs: a command run unchanged with the start-up hook's variables
-set (startup.py), then what its processes wrote merged into one record or one report.
+set (pinning/startup.py), then what its processes wrote merged into one record or one report.
 
 Note [the command's process group]: the command runs in a session of its own, so that
 a time limit or a Ctrl-C reaches every process it started (torchrun's ranks, their

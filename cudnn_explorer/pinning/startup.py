@@ -14,13 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["install", "PTH_LINE"]
-
-# The line the .pth file holds (setup.py installs it; tests/test_zero_code.py checks the
-# file against it). With both variables unset it costs two dictionary lookups.
-PTH_LINE = ("import os; (os.environ.get('CUDNN_EXPLORER_RECORD') or "
-            "os.environ.get('CUDNN_EXPLORER_PLANS')) and "
-            "__import__('cudnn_explorer.startup').startup.install()")
+__all__ = ["install"]
 
 
 def _say(text: str) -> None:
@@ -63,8 +57,8 @@ def install(environ=None) -> None:
     (Note [hook never breaks the program])."""
     env = os.environ if environ is None else environ
     try:
-        from .core.errors import UserError
-        from .core.zero_code import settings_from
+        from ..core.errors import UserError
+        from ..core.zero_code import settings_from
 
         settings = settings_from(env)
     except UserError as e:
@@ -75,7 +69,7 @@ def install(environ=None) -> None:
 
     def switch_on():
         try:
-            from .pinning.zero_code import activate
+            from .zero_code import activate
 
             activate(settings)
         except Exception as e:  # noqa: BLE001  (Note [hook never breaks the program])
