@@ -693,6 +693,16 @@ int64_t wait_ahead() {
     jobs = t.jobs;
   }
   for (auto& th : threads) th.join();
+  // another thread may have taken the threads to join: wait for every plan itself
+  std::vector<std::shared_ptr<Ahead>> all;
+  {
+    std::lock_guard<std::mutex> lock(t.m);
+    for (const auto& kv : t.plans) all.push_back(kv.second);
+  }
+  for (const auto& a : all) {
+    std::unique_lock<std::mutex> lock(a->m);
+    a->cv.wait(lock, [&a] { return a->done; });
+  }
   return jobs;
 }
 
