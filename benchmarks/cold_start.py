@@ -118,7 +118,7 @@ def child(a) -> int:
         import cudnn_explorer as ce
 
         keep = a.kept if a.child == "pinned kept" else False
-        ce.pin(model, a.plans, ahead=a.child != "pinned", keep=keep)
+        ce.pin(model, a.plan_file, ahead=a.child != "pinned", keep=keep)
     at("mode_set_s")
     _step(model, batch, dtype, fmt, train, at)
     if a.child.startswith("pinned"):
@@ -149,7 +149,7 @@ def setup(a) -> int:
     from cudnn_explorer.measure.tensors import make_tensors, native_problem
 
     prefix = {"fwd": "ConvFwd", "bwd-data": "ConvBwdData", "bwd-filter": "ConvBwdFilter"}
-    if not os.path.exists(a.plans):
+    if not os.path.exists(a.plan_file):
         model, batch, dtype, fmt, train = _model(a.model)
         arch = MODELS[a.model][0]
         cap = ce.capture(ce.ModelSpec.create(
@@ -172,12 +172,12 @@ def setup(a) -> int:
                         break
         env = environment(torch.cuda.current_device())
         plans = PlanFile(environment=PlanEnvironment.of(env), entries=entries,
-                         source=a.plans)
-        with open(a.plans, "w") as f:
+                         source=a.plan_file)
+        with open(a.plan_file, "w") as f:
             f.write(plans.to_json())
         del model
     model, *_ = _model(a.model)
-    ce.pin(model, a.plans, ahead=True, keep=a.kept)
+    ce.pin(model, a.plan_file, ahead=True, keep=a.kept)
     ce.wait_for_plans()
     return 0
 
@@ -186,7 +186,7 @@ def cases(a, places) -> list:
     out = []
     for name in a.models:
         plans, kept = places[name]
-        args = ("--model", name, "--plans", plans, "--kept", kept, "--out", "{out}")
+        args = ("--model", name, "--plan-file", plans, "--kept", kept, "--out", "{out}")
         cache = "{round}" if a.warm_jit else "{tmp}"
         for mode in MODES:
             out.append(Case(name, mode, harness.module_argv(__spec__.name, "--child", mode,
@@ -207,7 +207,7 @@ def parse(argv=None):
                     help="one CUDA JIT cache per repeat, shared by its processes")
     ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     ap.add_argument("--setup", action="store_true", help=argparse.SUPPRESS)
-    for hidden in ("--model", "--out", "--kept"):
+    for hidden in ("--model", "--out", "--kept", "--plan-file"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     a.models = [m for m in a.models.split(",") if m]
@@ -234,7 +234,8 @@ def main(argv=None, runner=harness.run_process, env=None) -> int:
         plans = a.given.get(name) or os.path.join(work, f"{name}.plans.json")
         kept = os.path.join(work, f"{name}.kept")
         rc = subprocess.run([sys.executable, "-m", __spec__.name, "--setup", "--model", name,
-                             "--plans", plans, "--kept", kept], stdout=sys.stderr).returncode
+                             "--plan-file", plans, "--kept", kept],
+                            stdout=sys.stderr).returncode
         if rc != 0:
             print(f"cold_start: the setup of {name} failed (exit {rc})", file=sys.stderr)
             return 1

@@ -276,7 +276,7 @@ def test_cold_start_cases_every_mode_per_model_with_an_empty_or_shared_jit_cache
     assert len(cases) == 10 and all(dict(c.env)["CUDA_CACHE_PATH"] == "{tmp}" for c in cases)
     kept = cases[4].argv
     assert kept[:4] == ("-m", "benchmarks.cold_start", "--child", "pinned kept")
-    assert kept[kept.index("--plans") + 1] == "resnet50-infer-b1.plans"
+    assert kept[kept.index("--plan-file") + 1] == "resnet50-infer-b1.plans"
     assert kept[kept.index("--kept") + 1] == "resnet50-infer-b1.kept"
     warm = cold_start.cases(a_warm, {"decoder-train-b8": ("p", "k")})
     assert {dict(c.env)["CUDA_CACHE_PATH"] for c in warm} == {"{round}"}
@@ -302,3 +302,12 @@ def test_cold_start_decoder_upsamples_with_transposed_convolutions():
     model = cold_start.decoder()
     assert sum(isinstance(m, torch.nn.ConvTranspose2d) for m in model.modules()) == 5
     assert model(torch.zeros(1, 3, 224, 224)).shape == (1, 3, 224, 224)
+
+
+def test_cold_start_setup_and_child_read_one_plan_file():
+    from benchmarks import cold_start
+
+    for role in (["--setup"], ["--child", "pinned kept"]):
+        a = cold_start.parse(role + ["--model", "decoder-train-b8", "--plan-file", "p.json",
+                                     "--kept", "p.kept"])
+        assert a.plan_file == "p.json" and a.kept == "p.kept" and a.model == "decoder-train-b8"

@@ -69,7 +69,18 @@ def _plans():
 
 
 def _file(tmp_path, rank=0, name="plans.json"):
-    plans = heuristic_plans(_plans(), rank=rank)
+    """A plan file of this GPU's environment (pin() refuses another's), with heuristic
+    configs at ``rank`` for every problem-direction."""
+    import dataclasses
+
+    import torch
+
+    from cudnn_explorer.core.plans import PlanEnvironment
+    from cudnn_explorer.measure.pipeline import environment
+
+    plans = dataclasses.replace(
+        heuristic_plans(_plans(), rank=rank),
+        environment=PlanEnvironment.of(environment(torch.cuda.current_device())))
     assert len(plans.entries) == 3 * len(SHAPES)
     path = str(tmp_path / name)
     with open(path, "w") as f:

@@ -51,10 +51,18 @@ class _TorchFinder:
         return spec
 
 
+_INSTALLED: list = []  # install() ran in this process (with the process's variables)
+
+
 def install(environ=None) -> None:
     """Read the variables; where they ask for recording or pinning, switch it on once
     torch is imported (now, where it is imported already). Never raises for a bad value
-    (Note [hook never breaks the program])."""
+    (Note [hook never breaks the program]). Once per process: an installed .pth and
+    another site directory holding one (a test's, a virtual environment's) both call it."""
+    if environ is None:
+        if _INSTALLED:
+            return
+        _INSTALLED.append(True)
     env = os.environ if environ is None else environ
     try:
         from ..core.errors import UserError
