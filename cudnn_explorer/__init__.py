@@ -3,7 +3,8 @@
 ``import cudnn_explorer`` is lean: it loads neither torch, the native extension nor
 CUDA. The jobs (:func:`explore` one problem, :func:`sweep_model` a whole model,
 :func:`advise` benchmark mode on or off for a workload, :func:`capture` a model's
-convolutions) and pinning (:func:`pin` a model to a plan file's engine configs, :func:`unpin`,
+convolutions, :func:`tune` a program's recorded convolutions into a plan file) and pinning
+(:func:`pin` a model to a plan file's engine configs, :func:`unpin`,
 :func:`pinned` for functional code, :func:`pin_counts` for what ran pinned, :func:`prebuild`
 to build a pinned model's plans before its first step, :func:`wait_for_plans` for those
 pin() builds ahead, :func:`plans_made` for how each was made) and the GPU
@@ -36,12 +37,13 @@ __all__ = [
     "Environment", "SCHEMA_NAME", "SCHEMA_VERSION", "ExplorerError", "UserError",
     "MissingDependencyError", "CudnnError", "ResourceError", "GpuError", "ChildError",
     "pin", "unpin", "pinned", "pin_counts", "prebuild", "wait_for_plans", "plans_made",
+    "tune",
 ]
 
 # name -> the module that holds it, imported on first use (the jobs import torch only when
 # they run; the measuring functions import it with their module)
 _LAZY = {"explore": "jobs.explore", "sweep_model": "jobs.sweep", "capture": "jobs.sweep",
-         "advise": "jobs.advise", "run_algorithm": "measure.pipeline",
+         "advise": "jobs.advise", "tune": "jobs.tune", "run_algorithm": "measure.pipeline",
          "reference": "measure.pipeline", "environment": "measure.pipeline",
          "info": "measure.pipeline", "pin": "pinning.modules", "unpin": "pinning.modules",
          "pinned": "pinning.modules", "pin_counts": "pinning.op",

@@ -20,7 +20,7 @@ __all__ = ["main", "console", "VERBS"]
 # problem (the default verb)
 VERBS = {"model": "model", "advise": "advise", "compare": "compare", "history": "history",
          "export": "export", "plot": "plot", "plans": "plans", "record": "record",
-         "run": "run", "hook": "hook"}
+         "tune": "tune", "run": "run", "hook": "hook"}
 DEFAULT = "explore"
 
 
