@@ -292,7 +292,8 @@ _VERB_HEADS = {"model": [["model", "resnet18"], ["model"]],
                          ["plans", "check", "x.json"], ["plans"]],
                "compare": [["compare", "a.json", "b.json"], ["compare"]],
                "history": [["history"]], "export": [["export"]],
-               "plot": [["plot", "a.json"], ["plot"]]}
+               "plot": [["plot", "a.json"], ["plot"]],
+               "tune": [["tune", "convs.json"], ["tune"]]}
 _VERB_VALUES = _NUMBERS + ["", "x", "/nonexistent/f.json", "/proc/version", ".", "a,b",
                            "1:2:3", "0:0:0", "576:320:64", "1:2", "timm:nomodel",
                            "torchvision:resnet18(", "nope.json", "fp8", "all", "-", "x=1",

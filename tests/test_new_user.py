@@ -295,14 +295,21 @@ def test_the_driver_probe_leaves_a_listed_gpu_to_torch_without_cuinit(monkeypatc
 GPU_VERBS = [["--shape", "1,3,8,8"], ["--shape", "1,3,8,8", "--store", "STORE"],
              ["--dump-device-profile", "OUT"], ["model", "resnet50", "--batch", "2"],
              ["model", "resnet50", "--plans", "PLANS"], ["advise", "resnet50", "--batch", "2"],
-             ["plans", "check", "PLANS"]]
+             ["plans", "check", "PLANS"], ["tune", "REC", "-o", "OUT", "--no-store"]]
 
 
 @pytest.mark.parametrize("argv", GPU_VERBS, ids=lambda a: " ".join(a[:2]))
 def test_every_gpu_verb_says_there_is_no_gpu_within_a_second(tmp_path, argv):
     plans = tmp_path / "p.json"
     plans.write_text(write_plans(SWEEP).to_json())
-    argv = [{"PLANS": str(plans), "OUT": str(tmp_path / "o.json"),
+    from cudnn_explorer.core.plans import native_key
+    from cudnn_explorer.core.zero_code import ConvRecord, RecordedConv, merge_records
+
+    rec = tmp_path / "convs.json"  # a record of the sweep's first problem-direction
+    first = PlanFile.read(plans.read_text()).entries[0]
+    rec.write_text(merge_records([ConvRecord(convs=[RecordedConv(
+        key=native_key(first), description="conv", calls=1)], pid=1)]).to_json())
+    argv = [{"PLANS": str(plans), "OUT": str(tmp_path / "o.json"), "REC": str(rec),
              "STORE": str(tmp_path / "s.db")}.get(a, a) for a in argv]
     t = time.perf_counter()
     r = run_cli(*argv, env=NO_GPU)

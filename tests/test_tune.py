@@ -196,3 +196,33 @@ def test_the_job_checks_its_arguments_by_name(tmp_path):
     import cudnn_explorer as ce
 
     assert ce.tune is tune and "tune" in ce.__all__
+
+
+@requires_ext
+def test_ctrl_c_writes_what_finished_beside_out_and_the_same_command_goes_on(
+        tmp_path, monkeypatch, capsys):
+    fake_cli(tmp_path, monkeypatch)
+    real, seen = pipeline.explore, []
+
+    def explore(problem, options, **kw):
+        seen.append(problem)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+        return real(problem, options, **kw)
+
+    monkeypatch.setattr(pipeline, "explore", explore)
+    out, db = tmp_path / "plans.json", str(tmp_path / "s.db")
+    rec = write_record(tmp_path / "convs.json", RECORDED)
+    args = ["tune", rec, "-o", str(out), "--store", db, "--quiet"]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert not out.exists()  # the plan file run loads is never one that lacks problems
+    assert "1 of 3 problems tuned" in err and "plans.json.partial" in err
+    from cudnn_explorer.jobs.plans import read_plans
+
+    assert keys(read_plans(str(out) + ".partial")) == recorded_keys(RECORDED[:2])
+    monkeypatch.setattr(pipeline, "explore", real)
+    seen.clear()
+    assert main(args) == 0
+    assert keys(read_plans(str(out))) == recorded_keys(RECORDED)
+    assert "2 measured, 2 answered from the results store" in capsys.readouterr().err

@@ -51,7 +51,9 @@ def build_parser() -> Parser:
                "  history        what the results store holds\n"
                "  export         the store as JSON or CSV\n"
                "  plot KIND FILE pareto, roofline or gaps, as PNG and SVG\n"
-               "  plans          plan files: the engine config to run per convolution")
+               "  plans          plan files: the engine config to run per convolution\n"
+               "  record, tune, run  any training script: record its convolutions, tune "
+               "them, run it pinned")
     g = p.group("problem")
     g.add("--shape", help="input N,C,L (1-D), N,C,H,W (2-D) or N,C,D,H,W (3-D)")
     g.add("--out-channels", default="64", help="output channels (default 64)")
