@@ -81,8 +81,6 @@ def stamp(doc: dict) -> str:
     parts = [gpu, f"driver {e.get('driver') or '?'}", f"torch {e.get('torch') or '?'}",
              f"cuDNN {e.get('cudnn') or '?'}", f"cudnn-frontend {e.get('cudnn_frontend') or '?'}",
              f"cudnn_explorer {e.get('package') or 'version not recorded'}"]
-    if e.get("commit"):
-        parts.append(f"commit {e['commit'][:12]}")
     runs = doc.get("repeats", 0)
     parts.append(f"{runs} run{'s' if runs != 1 else ''} per cell")
     return "; ".join(parts) + f"; `{e.get('command', '')}`"

@@ -160,27 +160,32 @@ int64_t alignment_of(const at::Tensor& t) {
   return a;
 }
 
-// Note [size-1 strides]: the stride of a size-1 dim is arbitrary (a depthwise 64x1x3x3
-// weight may come as (9, 9, 3, 1) or (9, 1, 3, 1)), and cuDNN reads the layout from the
-// strides. As ATen's fixSizeOneDimStride does, give such a dim the stride it has in a
-// dense tensor of the layout, so that the plan is built for the layout the sweep measured.
-std::vector<int64_t> fixed_strides(const at::Tensor& t, bool nhwc) {
-  std::vector<int64_t> st = strides_of(t);
-  const int64_t dim = t.dim();
-  std::vector<int64_t> order;
+// The strides of `dims` dense in the layout (NCHW, or NHWC with `nhwc`). With `given`,
+// those strides kept but for the size-1 dims'. Note [size-1 strides]: the stride of a
+// size-1 dim is arbitrary (a depthwise 64x1x3x3 weight may come as (9, 9, 3, 1) or (9, 1,
+// 3, 1)), and cuDNN reads the layout from the strides. As ATen's fixSizeOneDimStride does,
+// give such a dim the stride it has in a dense tensor of the layout, so that the plan is
+// built for the layout the sweep measured.
+std::vector<int64_t> layout_strides(const std::vector<int64_t>& dims, bool nhwc,
+                                    const std::vector<int64_t>* given = nullptr) {
+  const int64_t dim = static_cast<int64_t>(dims.size());
+  std::vector<int64_t> order, st = given ? *given : std::vector<int64_t>(dims.size(), 1);
   if (nhwc) order.push_back(1);
   for (int64_t d = dim - 1; d > 1; --d) order.push_back(d);
   if (!nhwc) order.push_back(1);
   order.push_back(0);
   int64_t z = 1;
   for (int64_t d : order) {
-    if (t.size(d) == 1) {
-      st[static_cast<size_t>(d)] = z;
-    } else {
-      z *= t.size(d);
-    }
+    const auto i = static_cast<size_t>(d);
+    if (given == nullptr || dims[i] == 1) st[i] = z;
+    z *= std::max<int64_t>(dims[i], 1);
   }
   return st;
+}
+
+std::vector<int64_t> fixed_strides(const at::Tensor& t, bool nhwc) {
+  const std::vector<int64_t> given = strides_of(t);
+  return layout_strides(dims_of(t), nhwc, &given);
 }
 
 bool deterministic_now() {
@@ -357,22 +362,6 @@ Target target_of_call(const PinnedCall& c, bool det) {
   return t;
 }
 
-// The dense strides of `dims` in the layout (what fixed_strides gives a dense tensor).
-std::vector<int64_t> dense_strides(const std::vector<int64_t>& dims, bool nhwc) {
-  const int64_t dim = static_cast<int64_t>(dims.size());
-  std::vector<int64_t> order, st(dims.size(), 1);
-  if (nhwc) order.push_back(1);
-  for (int64_t d = dim - 1; d > 1; --d) order.push_back(d);
-  if (!nhwc) order.push_back(1);
-  order.push_back(0);
-  int64_t z = 1;
-  for (int64_t d : order) {
-    st[static_cast<size_t>(d)] = z;
-    z *= std::max<int64_t>(dims[static_cast<size_t>(d)], 1);
-  }
-  return st;
-}
-
 // The problem a file's key names (Note [plan keys]), its tensors dense in its layout and
 // 16-byte aligned, as the op's calls give them; false for a key that names none.
 bool target_of_key(const std::vector<int64_t>& k, bool det, Target& t) {
@@ -388,9 +377,9 @@ bool target_of_key(const std::vector<int64_t>& k, bool det, Target& t) {
   t.tp.x_dims = part(x, nd);
   t.tp.w_dims = part(w, nd);
   t.tp.y_dims = part(y, nd);
-  t.tp.x_strides = dense_strides(t.tp.x_dims, nhwc);
-  t.tp.w_strides = dense_strides(t.tp.w_dims, nhwc);
-  t.tp.y_strides = dense_strides(t.tp.y_dims, nhwc);
+  t.tp.x_strides = layout_strides(t.tp.x_dims, nhwc);
+  t.tp.w_strides = layout_strides(t.tp.w_dims, nhwc);
+  t.tp.y_strides = layout_strides(t.tp.y_dims, nhwc);
   t.tp.padding = part(pad, sp);
   t.tp.stride = part(st, sp);
   t.tp.dilation = part(dil, sp);

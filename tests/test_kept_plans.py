@@ -36,7 +36,7 @@ def test_kept_plans_round_trip(tmp_path):
     doc = _doc(path)
     assert doc["schema"] == kept.KEPT_SCHEMA and doc["schema_version"] == 1
     assert [p["runtime_compiled"] for p in doc["plans"]] == [False, True]  # sorted by tag
-    assert not [n for n in os.listdir(tmp_path) if n.startswith(".kept-")]  # no temp left
+    assert os.listdir(tmp_path) == ["p.json.kept"]  # no temporary file left
 
 
 def test_no_kept_file_is_no_plans_and_no_note(tmp_path):
@@ -94,7 +94,7 @@ def test_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         kept.write_kept(path, ENV, PLANS)
     assert open(path, "rb").read() == before
-    assert not [n for n in os.listdir(tmp_path) if n.startswith(".kept-")]
+    assert os.listdir(tmp_path) == ["p.kept"]  # the temporary file removed
 
 
 def test_ahead_and_keep_settings():

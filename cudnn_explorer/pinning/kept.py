@@ -22,11 +22,10 @@ import base64
 import gzip
 import hashlib
 import json
-import os
-import tempfile
 from typing import List, Optional, Tuple
 
 from ..core.errors import UserError
+from ..core.files import write_atomic
 from ..core.schema import check_schema
 
 __all__ = ["KEPT_SCHEMA", "kept_path", "environment", "read_kept", "write_kept"]
@@ -114,17 +113,5 @@ def write_kept(path: str, env: dict, plans) -> int:
             for key, tag, form, rc in sorted(plans, key=lambda p: (p[1], list(p[0])))]
     doc = {"schema": KEPT_SCHEMA, "schema_version": KEPT_VERSION, "environment": env,
            "plans": rows}
-    data = gzip.compress(json.dumps(doc).encode(), mtime=0)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kept-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps(doc), compress=True)
     return len(rows)
