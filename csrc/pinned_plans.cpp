@@ -9,6 +9,7 @@
 #include <ATen/record_function.h>
 #include <c10/core/ScalarType.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -21,6 +22,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -595,15 +598,16 @@ struct AheadJob {
   std::shared_ptr<Slot> slot;
   Target target;
   bool valid = false;
-  const KeptPlan* kept = nullptr;  // into the job list's own copies
+  bool has_kept = false;
+  KeptPlan kept;  // its kept form, where has_kept
 };
 
 struct AheadTable {
   std::mutex m;
   std::unordered_map<std::vector<int64_t>, std::shared_ptr<Ahead>, KeyHash> plans;
   std::vector<std::thread> threads;
-  std::vector<KeptPlan> kept;  // the kept forms given to the running round
   int64_t jobs = 0;
+  std::mutex round;  // held through build_ahead and drop_ahead: one round at a time
 };
 
 AheadTable& ahead_table() {
@@ -621,10 +625,10 @@ void run_ahead_job(AheadJob& j) {
     b->slot = j.slot;
     b->why = "its key names no convolution";
   } else {
-    if (j.kept != nullptr) {
-      b = restore(j.target, j.slot, *j.kept);
+    if (j.has_kept) {
+      b = restore(j.target, j.slot, j.kept);
       if (b) {
-        kept = *j.kept;
+        kept = j.kept;
         kept.runtime_compiled = runtime_compiled(*b->graph);
       }
     }
@@ -659,6 +663,8 @@ std::unique_ptr<Built> take_ahead(const std::vector<int64_t>& key, Slot& s) {
     std::lock_guard<std::mutex> slock(s.m);
     s.waited_ms += ms;
   }
+  // a plan built for the file loaded before (a round that raced a load) is not this one's
+  if (!a->built || a->built->slot.get() != &s) return nullptr;
   return std::move(a->built);
 }
 
@@ -696,17 +702,22 @@ int64_t wait_ahead() {
 }
 
 void drop_ahead() {
-  wait_ahead();
   AheadTable& t = ahead_table();
+  std::lock_guard<std::mutex> round(t.round);
+  wait_ahead();
   std::lock_guard<std::mutex> lock(t.m);
   t.plans.clear();
-  t.kept.clear();
   t.jobs = 0;
 }
 
 void build_ahead(int64_t device, int64_t threads, const std::vector<KeptPlan>& kept) {
   CE_CHECK_ARG(threads >= 1 && threads <= 256, "threads ", threads, ": valid: 1 to 256");
-  wait_ahead();  // one round at a time
+  const int64_t devices = c10::cuda::device_count();
+  CE_CHECK_ARG(device >= 0 && device < devices, "device ", device, ": valid: 0 to ",
+               devices - 1);
+  AheadTable& t = ahead_table();
+  std::lock_guard<std::mutex> round(t.round);  // one round at a time
+  wait_ahead();
   const bool det = deterministic_now();
   std::vector<std::shared_ptr<Slot>> slots;
   {
@@ -716,12 +727,10 @@ void build_ahead(int64_t device, int64_t threads, const std::vector<KeptPlan>& k
       if (kv.second->covered) slots.push_back(kv.second);
     }
   }
-  AheadTable& t = ahead_table();
   auto jobs = std::make_shared<std::vector<AheadJob>>();
   std::lock_guard<std::mutex> lock(t.m);
-  t.kept = kept;  // the jobs point into this copy until the next round
   std::unordered_map<std::vector<int64_t>, const KeptPlan*, KeyHash> by_key;
-  for (const auto& k : t.kept) by_key[k.key] = &k;
+  for (const auto& k : kept) by_key[k.key] = &k;
   // forward directions first: a step's first calls are its forward's
   std::stable_sort(slots.begin(), slots.end(), [](const auto& a, const auto& b) {
     return a->spec.key[1] < b->spec.key[1];
@@ -734,31 +743,49 @@ void build_ahead(int64_t device, int64_t threads, const std::vector<KeptPlan>& k
     j.slot = s;
     j.valid = target_of_key(s->spec.key, det, j.target);
     const auto it = by_key.find(s->spec.key);
-    if (it != by_key.end() && !it->second->blob.empty()) j.kept = it->second;
+    if (it != by_key.end() && !it->second->blob.empty()) {
+      j.has_kept = true;
+      j.kept = *it->second;
+    }
     t.plans.emplace(std::move(key), j.ahead);
     jobs->push_back(std::move(j));
   }
   t.jobs = static_cast<int64_t>(jobs->size());
   auto next = std::make_shared<std::atomic<size_t>>(0);
   const size_t n = std::min(static_cast<size_t>(threads), jobs->size());
+  auto finish = [](AheadJob& j) {  // never leave a first call waiting
+    {
+      std::lock_guard<std::mutex> lock(j.ahead->m);
+      j.ahead->done = true;
+    }
+    j.ahead->cv.notify_all();
+  };
   for (size_t i = 0; i < n; ++i) {
-    t.threads.emplace_back([jobs, next, device] {
-      c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-      cudaThreadExchangeStreamCaptureMode(&mode);
-      for (size_t k = (*next)++; k < jobs->size(); k = (*next)++) {
+    try {
+      t.threads.emplace_back([jobs, next, device, finish] {
+        bool ready = true;
+        std::optional<c10::cuda::CUDAGuard> guard;
         try {
-          run_ahead_job((*jobs)[k]);
-        } catch (...) {  // never leave a first call waiting
-          auto& a = *(*jobs)[k].ahead;
-          {
-            std::lock_guard<std::mutex> lock(a.m);
-            a.done = true;
-          }
-          a.cv.notify_all();
+          guard.emplace(static_cast<c10::DeviceIndex>(device));
+          cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+          cudaThreadExchangeStreamCaptureMode(&mode);
+        } catch (...) {
+          ready = false;  // its jobs end unbuilt: their first calls build their own
         }
-      }
-    });
+        for (size_t k = (*next)++; k < jobs->size(); k = (*next)++) {
+          try {
+            if (ready) run_ahead_job((*jobs)[k]);
+          } catch (...) {
+          }
+          finish((*jobs)[k]);
+        }
+      });
+    } catch (const std::system_error&) {
+      break;  // no more threads: those started take every job
+    }
+  }
+  if (t.threads.empty()) {
+    for (auto& j : *jobs) finish(j);
   }
 }
 

@@ -338,10 +338,12 @@ class SweepRun:
         """End the processes started ahead that are still there, and the engine worker
         where no bench took it (an error before the problems), and close the store."""
         try:
-            if self.starts is not None:
-                self.starts.close()
-            if self.worker is not None:
-                self.worker.close()
+            try:
+                if self.starts is not None:
+                    self.starts.close()
+            finally:
+                if self.worker is not None:
+                    self.worker.close()
         finally:
             self._stack.close()
 

@@ -49,19 +49,21 @@ def kept_file_of(keep: Union[bool, str], source: Optional[str]) -> Optional[str]
 
 def _wait_at_exit() -> None:
     """Builders still running when the interpreter exits would call cuDNN while the CUDA
-    context goes away: wait for them."""
+    context goes away, and a short process would exit before its kept plans are written:
+    wait for both."""
     try:
-        op.wait_ahead()
+        wait_for_plans()
     except Exception:  # noqa: BLE001  (exiting: nothing more to say)
         pass
 
 
-def _write_back(path: str, env: dict, had: set) -> None:
-    """Once the builds are done, write the kept plans where they differ from what was
-    read (``had``: (key, tag, form) of each)."""
+def _write_back(path: str, env: dict, had: set, keys: frozenset) -> None:
+    """Once the builds are done, write the kept plans of the file whose keys are ``keys``
+    where they differ from what was read (``had``: (key, tag, form) of each). Plans of
+    another file (pinned since) are left out, and nothing is written where none is left."""
     op.wait_ahead()
-    now = op.kept_plans()
-    if {(tuple(k), t, f) for k, t, f, _ in now} <= had and now:
+    now = [p for p in op.kept_plans() if tuple(p[0]) in keys]
+    if not now or {(tuple(k), t, f) for k, t, f, _ in now} <= had:
         return
     try:
         kept.write_kept(path, env, now)
@@ -87,7 +89,8 @@ def start(device: int, threads: int, kept_file: Optional[str]) -> None:
     op.build_ahead(device, threads, forms)
     if kept_file:
         had = {(tuple(k), t, f) for k, t, f in forms}
-        writer = threading.Thread(target=_write_back, args=(kept_file, env, had),
+        writer = threading.Thread(target=_write_back,
+                                  args=(kept_file, env, had, op.loaded_keys()),
                                   name="cudnn_explorer kept plans", daemon=True)
         writer.start()
         _WRITERS.append(writer)

@@ -21,7 +21,7 @@ from ..measure.tensors import cudnn_memory_format
 
 __all__ = ["ops", "load_plans", "load_recorder", "clear_plans", "set_strict", "strict", "uncovered",
            "pin_counts", "reset_counts", "conv_keys", "build_ahead", "wait_ahead",
-           "kept_plans", "plans_made"]
+           "kept_plans", "plans_made", "loaded_keys"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,6 +132,11 @@ def clear_plans() -> None:
     native.call("clearing the plans", C.load_plans, [])
     set_strict(False)
     _LOADED[0] = frozenset()
+
+
+def loaded_keys() -> frozenset:
+    """The keys (tuples) of the plans loaded now."""
+    return _LOADED[0]
 
 
 def set_strict(on: bool) -> None:

@@ -146,6 +146,8 @@ def _check_environment() -> None:
         _build_ahead(None, s.ahead, kept_file_of(s.keep, s.plans))
     except ExplorerError as e:
         _unload(str(e))
+    except Exception as e:  # noqa: BLE001  (inside torch's lazy CUDA init: Note [hook never
+        _unload(f"internal error: {type(e).__name__}: {e}")  # breaks the program])
 
 
 def _unload(why: str) -> None:
