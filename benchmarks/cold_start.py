@@ -44,6 +44,7 @@ FIGURES = [Figure("torch_imported_s", "torch imported", "s", better=""),
            Figure("first_step_s", "end of first training step", "s"),
            Figure("plans_ms", "making the plans (op's count, all threads)", "ms"),
            Figure("waited_ms", "first calls waiting for plans built ahead", "ms")]
+BENCH = harness.Benchmark("cold_start", QUESTION, FIGURES, baseline="benchmark off")
 
 
 def decoder():
@@ -205,9 +206,9 @@ def parse(argv=None):
                     help="a plan file for a model (default: cuDNN's heuristic configs)")
     ap.add_argument("--warm-jit", action="store_true",
                     help="one CUDA JIT cache per repeat, shared by its processes")
-    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    harness.child_args(ap, MODES)
     ap.add_argument("--setup", action="store_true", help=argparse.SUPPRESS)
-    for hidden in ("--model", "--out", "--kept", "--plan-file"):
+    for hidden in ("--model", "--kept", "--plan-file"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     a.models = [m for m in a.models.split(",") if m]
@@ -240,13 +241,10 @@ def main(argv=None, runner=harness.run_process, env=None) -> int:
             print(f"cold_start: the setup of {name} failed (exit {rc})", file=sys.stderr)
             return 1
         places[name] = (plans, kept)
-    samples = harness.measure(cases(a, places), a.repeats, runner)
     notes = ["plans: " + ("as given" if a.given else "cuDNN's first heuristic config (mode A) "
                           "that builds, per problem-direction"),
              "JIT cache: " + ("shared per repeat" if a.warm_jit else "empty in every process")]
-    doc = harness.result("cold_start", QUESTION, samples, FIGURES, baseline="benchmark off",
-                         env=env, notes=notes)
-    return harness.finish(doc, a.json, samples)
+    return BENCH.run(cases(a, places), a, runner, env, notes=notes)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ QUESTION = __doc__.split("\n\n")[0].replace("\n", " ")
 MODES = ("heuristic", "benchmark", "deterministic")
 FIGURES = [Figure("fwd_ms", "first forward call", "ms"),
            Figure("bwd_ms", "first backward call (both gradients)", "ms")]
+BENCH = harness.Benchmark("first_calls", QUESTION, FIGURES, baseline="heuristic")
 
 
 def child(a) -> int:
@@ -65,8 +66,7 @@ def parse(argv=None):
     ap.add_argument("--kernel", type=int, default=3)
     ap.add_argument("--out-channels", type=int, default=64)
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
-    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
+    harness.child_args(ap, MODES)
     return ap.parse_args(argv)
 
 
@@ -74,10 +74,7 @@ def main(argv=None, runner=harness.run_process, env=None) -> int:
     a = parse(argv)
     if a.child:
         return child(a)
-    samples = harness.measure(cases(a), a.repeats, runner)
-    doc = harness.result("first_calls", QUESTION, samples, FIGURES, baseline="heuristic",
-                         env=env)
-    return harness.finish(doc, a.json, samples)
+    return BENCH.run(cases(a), a, runner, env)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ A case's arguments and environment may hold ``{out}`` (a fresh file per run, rea
 as the run's figures), ``{tmp}`` (a fresh empty folder per run: e.g. an empty CUDA JIT
 cache) and ``{round}`` (a fresh empty folder per repeat, shared by that repeat's runs).
 """
+import argparse
 import datetime
 import json
 import os
@@ -324,6 +325,37 @@ def common_args(parser, default_json: str, repeats: int) -> None:
                         help=f"runs of every case, in turns (default {repeats})")
 
 
+def child_args(parser, choices) -> None:
+    """The hidden options a benchmark's own child processes take: which mode it is
+    (``--child``) and where its figures go (``--out``)."""
+    parser.add_argument("--child", choices=list(choices), help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark: its name (its results file's ``benchmark``), the question it
+    answers, the figures its runs report and the mode the others are compared with."""
+
+    name: str
+    question: str
+    figures: Sequence[Figure]
+    baseline: Optional[str] = None
+
+    def run(self, cases: Sequence[Case], a, runner: Runner = run_process,
+            env: Optional[dict] = None, warmup: int = 0, notes: Sequence[str] = (),
+            after: Optional[Callable] = None) -> int:
+        """Measure ``cases`` (``a``: the parsed options, ``--repeats`` and ``--json``),
+        hand the samples to ``after`` where given, write the result and print its table;
+        the exit status of finish()."""
+        samples = measure(cases, a.repeats, runner, warmup=warmup)
+        if after is not None:
+            after(samples)
+        doc = result(self.name, self.question, samples, self.figures, baseline=self.baseline,
+                     env=env, notes=notes)
+        return finish(doc, a.json, samples)
+
+
 def finish(doc: dict, path: str, samples) -> int:
     """Write the result, print its table; 1 where a run failed, else 0."""
     from .render import render
@@ -341,5 +373,6 @@ def module_argv(module: str, *args: str) -> Tuple[str, ...]:
     return ("-m", module) + tuple(args)
 
 
-__all__ = ["Case", "Figure", "measure", "run_process", "result", "environment", "spread",
-           "write", "finish", "common_args", "module_argv", "cudnn_text", "failed"]
+__all__ = ["Benchmark", "Case", "Figure", "child_args", "measure", "run_process", "result",
+           "environment", "spread", "write", "finish", "common_args", "module_argv",
+           "cudnn_text", "failed"]

@@ -20,6 +20,7 @@ PROBLEM = ("--shape", "32,3,224,224", "--kernel", "3")
 FIGURES = [Figure("wall_s", "the process, start to end", "s"),
            Figure("report_wall_s", "the exploration (the report's wall time)", "s"),
            Figure("pytorch_wall_s", "PyTorch's children", "s")]
+BENCH = harness.Benchmark("main_job", QUESTION, FIGURES, baseline="cold")
 
 
 def report_times(path: str, wall_s: float) -> dict:
@@ -48,9 +49,7 @@ def parse(argv=None):
 
 def main(argv=None, runner=harness.run_process, env=None) -> int:
     a = parse(argv)
-    samples = harness.measure(cases(a), a.repeats, runner, warmup=1)
-    doc = harness.result("main_job", QUESTION, samples, FIGURES, baseline="cold", env=env)
-    return harness.finish(doc, a.json, samples)
+    return BENCH.run(cases(a), a, runner, env, warmup=1)
 
 
 if __name__ == "__main__":

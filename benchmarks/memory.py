@@ -27,6 +27,7 @@ FIGURES = [Figure("own_mib", "the process's GPU memory", "MiB", better=""),
            Figure("job_rc", "the main job's exit status", "", better=""),
            Figure("directions_done", "directions finished", "of 3", better=""),
            Figure("job_s", "the main job's wall time", "s")]
+BENCH = harness.Benchmark("memory", QUESTION, FIGURES)
 
 
 def own_mib() -> float:
@@ -88,8 +89,7 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=QUESTION)
     harness.common_args(ap, "data/benchmarks/memory.json", repeats=1)
     ap.add_argument("--leave-free", type=int, default=2048, metavar="MiB")
-    ap.add_argument("--child", choices=list(COSTS.values()) + ["job"], help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
+    harness.child_args(ap, list(COSTS.values()) + ["job"])
     return ap.parse_args(argv)
 
 
@@ -101,9 +101,7 @@ def main(argv=None, runner=harness.run_process, env=None) -> int:
         with open(a.out, "w") as f:
             json.dump(figures, f)
         return 0
-    samples = harness.measure(cases(a), a.repeats, runner)
-    doc = harness.result("memory", QUESTION, samples, FIGURES, env=env)
-    return harness.finish(doc, a.json, samples)
+    return BENCH.run(cases(a), a, runner, env)
 
 
 if __name__ == "__main__":

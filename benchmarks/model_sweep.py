@@ -13,6 +13,7 @@ before. Goals (ResNet-50 b32 AMP fp16 channels_last): at most 60 s on a fresh ma
 reserved + 2 GiB.
 """
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -29,6 +30,7 @@ FIGURES = [Figure("wall_s", "whole sweep", "s"),
            Figure("to_first_iteration", "whole sweep / first iteration", "x"),
            Figure("gpu_peak_gib", "the tool's peak GPU memory", "GiB"),
            Figure("model_reserved_gib", "the model's first peak reserved", "GiB")]
+BENCH = harness.Benchmark("model_sweep", QUESTION, FIGURES)
 
 
 def sweep_figures(path: str, wall_s: float) -> dict:
@@ -80,10 +82,7 @@ def parse(argv=None):
 def main(argv=None, runner=harness.run_process, env=None) -> int:
     a = parse(argv)
     cs = cases(a)
-    samples = harness.measure(cs, a.repeats, runner)
-    doc = harness.result("model_sweep", QUESTION, samples, FIGURES, baseline=cs[0].mode,
-                         env=env)
-    return harness.finish(doc, a.json, samples)
+    return dataclasses.replace(BENCH, baseline=cs[0].mode).run(cs, a, runner, env)
 
 
 if __name__ == "__main__":

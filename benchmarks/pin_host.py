@@ -25,6 +25,7 @@ PROBLEM = ["--shape", "1,8,8,8", "--out-channels", "8", "--kernel", "3", "--dtyp
 MODES = ("aten", "pinned")
 FIGURES = [Figure("nograd_us", "nn.Conv2d, no gradients", "µs"),
            Figure("train_us", "nn.Conv2d, forward and backward", "µs")]
+BENCH = harness.Benchmark("pin_host", QUESTION, FIGURES, baseline="aten")
 
 
 def plan_file() -> str:
@@ -84,8 +85,7 @@ def parse(argv=None):
     harness.common_args(ap, "data/benchmarks/pin_host.json", repeats=3)
     ap.add_argument("--calls", type=int, default=3000, help="calls a block (default 3000)")
     ap.add_argument("--plans", default=None, help="the tiny problem's plan file")
-    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
+    harness.child_args(ap, MODES)
     return ap.parse_args(argv)
 
 
@@ -100,9 +100,7 @@ def main(argv=None, runner=harness.run_process, env=None) -> int:
     if a.child:
         return child(a)
     plans = a.plans or plan_file()
-    samples = harness.measure(cases(a, plans), a.repeats, runner)
-    doc = harness.result("pin_host", QUESTION, samples, FIGURES, baseline="aten", env=env)
-    return harness.finish(doc, a.json, samples)
+    return BENCH.run(cases(a, plans), a, runner, env)
 
 
 if __name__ == "__main__":

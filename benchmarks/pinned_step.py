@@ -28,6 +28,7 @@ MODES = ("off", "on", "pinned")
 FIGURES = [Figure("first_ms", "first iteration", "ms"),
            Figure("step_ms", "steady step, eager median", "ms"),
            Figure("reserved_mib", "first peak reserved", "MiB")]
+BENCH = harness.Benchmark("pinned_step", QUESTION, FIGURES, baseline="off")
 
 
 def model_args(a) -> list:
@@ -116,8 +117,7 @@ def parse(argv=None):
     ap.add_argument("--no-channels-last", dest="channels_last", action="store_false")
     ap.add_argument("--eval", action="store_true", help="inference: forward only")
     ap.add_argument("--steps", type=int, default=20, help="timed steady steps (default 20)")
-    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
+    harness.child_args(ap, MODES)
     return ap.parse_args(argv)
 
 
@@ -126,9 +126,7 @@ def main(argv=None, runner=harness.run_process, env=None) -> int:
     if a.child:
         return child(a)
     plans = a.plans or plan_file(a)
-    samples = harness.measure(cases(a, plans), a.repeats, runner)
-    doc = harness.result("pinned_step", QUESTION, samples, FIGURES, baseline="off", env=env)
-    return harness.finish(doc, a.json, samples)
+    return BENCH.run(cases(a, plans), a, runner, env)
 
 
 if __name__ == "__main__":

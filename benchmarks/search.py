@@ -40,6 +40,7 @@ FIGURES = [Figure("wall_s", "the exploration's process", "s")] + \
     [Figure(f"best_ms_{d}", f"{d}: the best config's median", "ms") for d in DIRECTIONS] + \
     [Figure(f"quick_in_thorough_{d}", f"{d}: quick's best in thorough", "x")
      for d in DIRECTIONS]
+BENCH = harness.Benchmark("search", QUESTION, FIGURES, baseline="thorough")
 
 
 def timed_configs(path: str, wall_s: float) -> dict:
@@ -99,10 +100,7 @@ def parse(argv=None):
 
 def main(argv=None, runner=harness.run_process, env=None) -> int:
     a = parse(argv)
-    samples = harness.measure(cases(a), a.repeats, runner)
-    pair(samples)
-    doc = harness.result("search", QUESTION, samples, FIGURES, baseline="thorough", env=env)
-    return harness.finish(doc, a.json, samples)
+    return BENCH.run(cases(a), a, runner, env, after=pair)
 
 
 if __name__ == "__main__":

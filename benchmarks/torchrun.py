@@ -16,6 +16,7 @@ from .harness import Case, Figure
 QUESTION = __doc__.split("\n\n")[0].replace("\n", " ")
 FIGURES = [Figure("wall_s", "whole sweep", "s"),
            Figure("problems", "unique problems in the result", "", better="")]
+BENCH = harness.Benchmark("torchrun", QUESTION, FIGURES, baseline="1 GPU")
 
 
 def problems(path: str, wall_s: float) -> dict:
@@ -48,9 +49,7 @@ def main(argv=None, runner=harness.run_process, env=None) -> int:
     a = parse(argv)
     if a.gpus < 2:
         raise SystemExit(f"--gpus {a.gpus}: valid: 2 or more")
-    samples = harness.measure(cases(a), a.repeats, runner)
-    doc = harness.result("torchrun", QUESTION, samples, FIGURES, baseline="1 GPU", env=env)
-    return harness.finish(doc, a.json, samples)
+    return BENCH.run(cases(a), a, runner, env)
 
 
 if __name__ == "__main__":
