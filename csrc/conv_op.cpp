@@ -298,6 +298,23 @@ Tensor sum_defined(const Tensor& a, const Tensor& b) {
 
 bool has_tangent(const Tensor& t) { return t.defined() && t._fw_grad(0).defined(); }
 
+// An autograd node of the op: the call's arguments, kept for the convolutions it runs.
+struct ConvNode : public torch::autograd::Node {
+  std::vector<int64_t> stride, padding, dilation, output_padding;
+  bool transposed = false;
+  int64_t groups = 1;
+
+  void set_args(IntArrayRef s, IntArrayRef p, IntArrayRef d, bool t, IntArrayRef op,
+                int64_t g) {
+    stride = s.vec();
+    padding = p.vec();
+    dilation = d.vec();
+    output_padding = op.vec();
+    transposed = t;
+    groups = g;
+  }
+};
+
 // Note [double backward]: the convolution y = conv(x, w) + b is bilinear in x and w, and
 // so is its backward: gI = gI(gO, w) (the backward-data of gO), gW = gW(gO, x) (the
 // backward-filter of gO against x), gb = the sum of gO. The backward of conv_backward,
@@ -309,11 +326,8 @@ bool has_tangent(const Tensor& t) { return t.defined() && t._fw_grad(0).defined(
 // Each is a call of the pinned op through the dispatcher, with its own autograd: it runs
 // the file's plan where the file covers that problem-direction and PyTorch's own call
 // otherwise (counted either way), and it can be differentiated again.
-struct PinnedConvBackwardBackward : public torch::autograd::Node {
+struct PinnedConvBackwardBackward : public ConvNode {
   torch::autograd::SavedVariable grad_output_, input_, weight_;
-  std::vector<int64_t> stride, padding, dilation, output_padding;
-  bool transposed = false;
-  int64_t groups = 1;
 
   std::string name() const override { return "PinnedConvBackwardBackward"; }
 
@@ -357,11 +371,9 @@ struct PinnedConvBackwardBackward : public torch::autograd::Node {
   }
 };
 
-struct PinnedConvBackward : public torch::autograd::Node {
+struct PinnedConvBackward : public ConvNode {
   torch::autograd::SavedVariable input_, weight_;
-  std::vector<int64_t> stride, padding, dilation, output_padding;
-  bool transposed = false, bias = false;
-  int64_t groups = 1;
+  bool bias = false;
 
   std::string name() const override { return "PinnedConvBackward"; }
 
@@ -410,13 +422,8 @@ Tensor conv_autograd(const Tensor& input, const Tensor& weight, const std::optio
     n.set_next_edges(torch::autograd::collect_next_edges(input, weight, bias));
     n.input_ = torch::autograd::SavedVariable(input, false);
     n.weight_ = torch::autograd::SavedVariable(weight, false);
-    n.stride = stride.vec();
-    n.padding = padding.vec();
-    n.dilation = dilation.vec();
-    n.output_padding = output_padding.vec();
-    n.transposed = transposed;
+    n.set_args(stride, padding, dilation, transposed, output_padding, groups);
     n.bias = bias.has_value() && bias->defined();
-    n.groups = groups;
   }
   Tensor out;
   {
@@ -463,12 +470,7 @@ Grads conv_backward_autograd(const Tensor& grad_output, const Tensor& input, con
     n.grad_output_ = torch::autograd::SavedVariable(grad_output, false);
     n.input_ = torch::autograd::SavedVariable(input, false);
     n.weight_ = torch::autograd::SavedVariable(weight, false);
-    n.stride = stride.vec();
-    n.padding = padding.vec();
-    n.dilation = dilation.vec();
-    n.output_padding = output_padding.vec();
-    n.transposed = transposed;
-    n.groups = groups;
+    n.set_args(stride, padding, dilation, transposed, output_padding, groups);
   }
   Grads r;
   {
