@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 from . import harness
 from .harness import Case, Figure
@@ -42,8 +43,16 @@ FIGURES = [Figure("torch_imported_s", "torch imported", "s", better=""),
            Figure("mode_set_s", "mode set (plans loaded, builds started)", "s", better=""),
            Figure("first_output_s", "first output", "s"),
            Figure("first_step_s", "end of first training step", "s"),
-           Figure("plans_ms", "making the plans (op's count, all threads)", "ms"),
-           Figure("waited_ms", "first calls waiting for plans built ahead", "ms")]
+           Figure("output_after_model_s", "first output, from the model built", "s"),
+           Figure("step_after_model_s", "first training step, from the model built", "s"),
+           Figure("warm_step_ms", "a third step, warm", "ms"),
+           Figure("compiled_plans", "plans of run-time compiled engines", "plans", better=""),
+           Figure("compiled_ms", "making those (op's count)", "ms"),
+           Figure("precompiled_plans", "plans of precompiled engines", "plans", better=""),
+           Figure("precompiled_ms", "making those (op's count)", "ms"),
+           Figure("restored", "plans restored from kept forms", "plans", better=""),
+           Figure("waited_ms", "first calls waiting for plans built ahead", "ms"),
+           Figure("rest_ms", "first step's rest: not plans, not the warm step", "ms")]
 BENCH = harness.Benchmark("cold_start", QUESTION, FIGURES, baseline="benchmark off")
 
 
@@ -76,21 +85,59 @@ def _model(name):
 
 
 def _step(model, batch, dtype, fmt, train, at):
-    """The first output, then (training) the rest of the step; ``at`` hears the moments."""
+    """The first output, then (training) the rest of the step; ``at`` hears the moments.
+    Returns the step's closure, to time a warm step after."""
     import torch
 
     x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
-    with torch.autocast("cuda", dtype=dtype), torch.set_grad_enabled(train):
-        out = model(x)
-    torch.cuda.synchronize()
-    at("first_output_s")
-    if train:
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        loss = out.float().square().mean()
-        loss.backward()
-        opt.step()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01) if train else None
+
+    def step(at):
+        with torch.autocast("cuda", dtype=dtype), torch.set_grad_enabled(train):
+            out = model(x)
         torch.cuda.synchronize()
-        at("first_step_s")
+        at("first_output_s")
+        if train:
+            out.float().square().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            at("first_step_s")
+
+    step(at)
+    return step
+
+
+def made_figures(step_ms: float, warm_ms: float, on_first_call: bool) -> dict:
+    """What the op's counts say of the plans made so far: how many and how long (ms, summed
+    over the threads that made them), for run-time compiled engines and precompiled ones,
+    restored from kept forms, first calls' waits; and the first step's rest (ms): its time
+    less a warm step's and less what it spent on plans (building them, ``on_first_call``,
+    or waiting for those built ahead). Per engine, one line on stderr each."""
+    from cudnn_explorer.core.logs import parse_tag
+    from cudnn_explorer.pinning import op
+
+    made = op.plans_made()
+    compiled = [m for m in made if m.runtime_compiled]
+    pre = [m for m in made if not m.runtime_compiled]
+    per_engine: dict = {}
+    for m in made:
+        e = per_engine.setdefault((parse_tag(m.tag).engine, m.runtime_compiled), [0, 0.0])
+        e[0] += 1
+        e[1] += m.build_ms
+    for (engine, rc), (n, ms) in sorted(per_engine.items(), key=lambda kv: -kv[1][1]):
+        print(f"cold_start: engine {engine} ({'run-time compiled' if rc else 'precompiled'}):"
+              f" {n} plan(s), {ms:,.1f} ms made", file=sys.stderr)
+    counts = op.pin_counts()
+    figures = {"compiled_plans": len(compiled), "compiled_ms": sum(m.build_ms for m in compiled),
+               "precompiled_plans": len(pre), "precompiled_ms": sum(m.build_ms for m in pre),
+               "restored": sum(m.restored for m in made),
+               "waited_ms": sum(m.waited_ms for m in made),
+               "pinned_calls": counts.pinned_calls, "fallback_calls": counts.fallback_calls}
+    on_plans = (figures["compiled_ms"] + figures["precompiled_ms"] if on_first_call
+                else figures["waited_ms"])
+    figures["rest_ms"] = step_ms - warm_ms - on_plans
+    return figures
 
 
 def process_age_s() -> float:
@@ -121,17 +168,19 @@ def child(a) -> int:
         keep = a.kept if a.child == "pinned kept" else False
         ce.pin(model, a.plan_file, ahead=a.child != "pinned", keep=keep)
     at("mode_set_s")
-    _step(model, batch, dtype, fmt, train, at)
+    step = _step(model, batch, dtype, fmt, train, at)
+    last = "first_step_s" if train else "first_output_s"  # the end of the first step
+    figures["output_after_model_s"] = figures["first_output_s"] - figures["model_built_s"]
+    if train:
+        figures["step_after_model_s"] = figures["first_step_s"] - figures["model_built_s"]
+    step(lambda key: None)  # the second step
+    t0 = time.perf_counter()
+    step(lambda key: None)  # the third, warm: every plan made, every kernel loaded
+    figures["warm_step_ms"] = (time.perf_counter() - t0) * 1e3
     if a.child.startswith("pinned"):
-        from cudnn_explorer.pinning import op
-
-        made = op.plans_made()
-        counts = op.pin_counts()
-        figures.update(plans_ms=sum(m.build_ms for m in made),
-                       waited_ms=sum(m.waited_ms for m in made),
-                       builds=sum(m.builds for m in made),
-                       restored=sum(m.restored for m in made),
-                       pinned_calls=counts.pinned_calls, fallback_calls=counts.fallback_calls)
+        step_ms = (figures[last] - figures["mode_set_s"]) * 1e3
+        figures.update(made_figures(step_ms, figures["warm_step_ms"],
+                                    on_first_call=a.child == "pinned"))
     with open(a.out, "w") as f:
         json.dump(figures, f)
     return 0

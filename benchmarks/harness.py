@@ -146,15 +146,19 @@ def visible_index() -> int:
 
 
 def measure(cases: Sequence[Case], repeats: int = 1, runner: Runner = run_process,
-            warmup: int = 0) -> Dict[Tuple[str, str], List[Dict[str, float]]]:
+            warmup: int = 0, samples: Optional[dict] = None
+            ) -> Dict[Tuple[str, str], List[Dict[str, float]]]:
     """Run every case ``repeats`` times, all cases in turn each repeat (reversed every
     other repeat), each run in its own process with fresh ``{out}`` / ``{tmp}`` places,
     after ``warmup`` rounds of the same whose figures are dropped. Returns per (row, mode)
-    each counted run's figures, in the order they ran."""
+    each counted run's figures, in the order they ran; they go into ``samples`` as each
+    run ends, where given (an interrupted caller keeps the runs that finished)."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats {repeats}, warmup {warmup}: valid: 1 or more, 0 or more")
-    samples: Dict[Tuple[str, str], List[Dict[str, float]]] = {(c.row, c.mode): []
-                                                               for c in cases}
+    if samples is None:
+        samples = {}
+    for c in cases:
+        samples[(c.row, c.mode)] = []
     for r in range(-warmup, repeats):
         order = list(cases) if r % 2 == 0 else list(reversed(cases))
         shared = tempfile.mkdtemp(prefix="bench_round_")
@@ -348,7 +352,19 @@ class Benchmark:
         """Measure ``cases`` (``a``: the parsed options, ``--repeats`` and ``--json``),
         hand the samples to ``after`` where given, write the result and print its table;
         the exit status of finish()."""
-        samples = measure(cases, a.repeats, runner, warmup=warmup)
+        samples: dict = {}
+        try:
+            measure(cases, a.repeats, runner, warmup=warmup, samples=samples)
+        except KeyboardInterrupt:  # the runs that finished are kept, the result says so
+            done = sum(len(v) for v in samples.values())
+            print(f"{self.name}: interrupted; {done} of {len(cases) * a.repeats} runs "
+                  "finished, written", file=sys.stderr)
+            doc = result(self.name, self.question, samples, self.figures,
+                         baseline=self.baseline, env=env,
+                         notes=list(notes) + [f"interrupted: {done} of "
+                                              f"{len(cases) * a.repeats} runs finished"])
+            finish(dict(doc, complete=False), a.json, samples)
+            return 130
         if after is not None:
             after(samples)
         doc = result(self.name, self.question, samples, self.figures, baseline=self.baseline,

@@ -220,7 +220,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("build_ms", &ce::PinStat::build_ms)
       .def_readonly("restored", &ce::PinStat::restored)
       .def_readonly("waited_ms", &ce::PinStat::waited_ms)
-      .def_readonly("kept_error", &ce::PinStat::kept_error);
+      .def_readonly("kept_error", &ce::PinStat::kept_error)
+      .def_readonly("runtime_compiled", &ce::PinStat::runtime_compiled);
   // a kept plan's bytes cross as Python bytes, not str (they are UBJSON, not UTF-8)
   m.def("build_ahead",
         [](int64_t device, int64_t threads, const std::vector<py::tuple>& kept) {

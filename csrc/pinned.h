@@ -53,6 +53,7 @@ struct PinStat {
   double build_ms = 0.0;   // building and restoring, on whichever thread did it
   double waited_ms = 0.0;  // first calls waiting for a plan built ahead (Note [plans built ahead])
   std::string kept_error;  // why the last kept form was not used ("" when none was refused)
+  bool runtime_compiled = false;  // its plan's engine is compiled at run time (RUNTIME_COMPILATION)
 };
 
 // A plan in the form cudnn-frontend serializes it (Graph::serialize), to keep between

@@ -51,6 +51,7 @@ struct Slot {
   mutable std::mutex m;  // guards the strings and the times
   std::string reason, ran, kept_error;
   double build_ms = 0.0, waited_ms = 0.0;
+  bool runtime_compiled = false;  // the plan made last: its engine compiles at run time
 };
 
 struct Registry {
@@ -265,6 +266,7 @@ std::vector<PinStat> pin_stats() {
     p.build_ms = s.build_ms;
     p.waited_ms = s.waited_ms;
     p.kept_error = s.kept_error;
+    p.runtime_compiled = s.runtime_compiled;
     out.push_back(std::move(p));
   };
   for (const auto& kv : r.slots) add(*kv.second);
@@ -473,9 +475,11 @@ std::unique_ptr<Built> build(const Target& t, std::shared_ptr<Slot> slot,
           kept->runtime_compiled = runtime_compiled(*g);
         }
       }
+      const bool compiled = runtime_compiled(*g);
       b->graph = std::move(g);
       std::lock_guard<std::mutex> lock(s.m);
       s.ran = name;
+      s.runtime_compiled = compiled;
     }
   } catch (const std::exception& e) {
     b->graph.reset();
@@ -543,7 +547,8 @@ std::unique_ptr<Built> restore(const Target& t, std::shared_ptr<Slot> slot,
                                const KeptPlan& kept) {
   Slot& s = *slot;
   const auto t0 = std::chrono::steady_clock::now();
-  std::string error;
+  std::string error, name;
+  bool compiled = false;
   auto b = std::make_unique<Built>();
   b->slot = std::move(slot);
   try {
@@ -551,13 +556,14 @@ std::unique_ptr<Built> restore(const Target& t, std::shared_ptr<Slot> slot,
     auto g = std::make_unique<Graph>();
     const std::vector<uint8_t> bytes(kept.blob.begin(), kept.blob.end());
     fe_check(g->deserialize(h, bytes, false, /*run_warmup=*/false), "restoring its plan");
-    const std::string name = g->plan_tag();
+    name = g->plan_tag();
     if (!same_config(s.spec, name)) {
       error = "its kept plan is " + name + ", not the file's " + s.spec.tag;
     } else if (!(b->why = refusal(g->plan_notes(), t, s.spec.tag, "")).empty()) {
       error = "its kept plan is refused: " + b->why;
     } else {
       fe_check(g->get_workspace_size_plan_at_index(0, b->workspace), "its workspace");
+      compiled = runtime_compiled(*g);
       b->graph = std::move(g);
     }
   } catch (const std::exception& e) {
@@ -571,7 +577,8 @@ std::unique_ptr<Built> restore(const Target& t, std::shared_ptr<Slot> slot,
     return nullptr;
   }
   s.restored.fetch_add(1);
-  s.ran = s.spec.tag;
+  s.ran = name;  // cudnn-frontend's name, as a built plan's (plans_ran agrees either way)
+  s.runtime_compiled = compiled;
   return b;
 }
 

@@ -156,6 +156,18 @@ def test_a_failed_run_makes_the_exit_status_1(tmp_path):
     assert rc == 1 and doc["cells"]
 
 
+def test_ctrl_c_writes_the_runs_that_finished_and_exits_130(tmp_path):
+    def values(case, n):
+        if n == 4:
+            raise KeyboardInterrupt
+        return {"wall_s": 10.0 + n, "rc": 0.0}
+    rc, doc, calls = written(main_job, ["--repeats", "2"], tmp_path, values)
+    assert rc == 130 and doc["complete"] is False and len(calls) == 4
+    # calls 1-2 are the warm-up round, call 3 the one that finished
+    assert [c["median"] for c in doc["cells"] if c["figure"] == "wall_s"] == [13.0]
+    assert "interrupted: 1 of 4 runs finished" in doc["notes"]
+
+
 def sweep_file(tmp_path, modes):
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps({"wall_s": 20.0, "pytorch_run": {"modes": modes}}))
@@ -311,3 +323,28 @@ def test_cold_start_setup_and_child_read_one_plan_file():
         a = cold_start.parse(role + ["--model", "decoder-train-b8", "--plan-file", "p.json",
                                      "--kept", "p.kept"])
         assert a.plan_file == "p.json" and a.kept == "p.kept" and a.model == "decoder-train-b8"
+
+
+def test_cold_start_splits_plans_made_by_engine_kind_and_leaves_the_rest(monkeypatch, capsys):
+    from benchmarks import cold_start
+    from types import SimpleNamespace
+
+    from cudnn_explorer.core.pin_report import PlanMade
+    from cudnn_explorer.pinning import op
+
+    made = [PlanMade("a", "ConvFwd_eng71_k2=1", builds=1, build_ms=400.0, runtime_compiled=True),
+            PlanMade("b", "ConvBwdData_eng71_k2=3", builds=1, build_ms=300.0,
+                     runtime_compiled=True),
+            PlanMade("c", "ConvFwd_eng0", builds=1, build_ms=5.0),
+            PlanMade("d", "ConvFwd_eng57_k2=5", restored=1, build_ms=2.0, waited_ms=1.5)]
+    monkeypatch.setattr(op, "plans_made", lambda: made)
+    monkeypatch.setattr(op, "pin_counts", lambda: SimpleNamespace(pinned_calls=9,
+                                                                 fallback_calls=0))
+    first = cold_start.made_figures(1000.0, 100.0, on_first_call=True)
+    assert (first["compiled_plans"], first["compiled_ms"]) == (2, 700.0)
+    assert (first["precompiled_plans"], first["precompiled_ms"]) == (2, 7.0)
+    assert first["restored"] == 1 and first["rest_ms"] == 1000.0 - 100.0 - 707.0
+    ahead = cold_start.made_figures(1000.0, 100.0, on_first_call=False)
+    assert ahead["rest_ms"] == 1000.0 - 100.0 - 1.5  # only the waits are on its path
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "cold_start: engine 71 (run-time compiled): 2 plan(s), 700.0 ms made"

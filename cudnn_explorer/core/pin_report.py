@@ -82,7 +82,9 @@ class PlanMade(Record):
     why the last kept form was refused, so that it was built instead), ``build_ms`` the
     wall time of both (ms, on whichever thread made it: the caller's, or a builder's for
     plans built ahead), and ``waited_ms`` the time its first calls waited for a plan
-    being built ahead (Note [plans built ahead] in csrc/pinned_plans.cpp)."""
+    being built ahead (Note [plans built ahead] in csrc/pinned_plans.cpp);
+    ``runtime_compiled``: its engine is compiled at run time (cuDNN's RUNTIME_COMPILATION
+    note), so that building it compiles a kernel."""
 
     description: str
     tag: str
@@ -91,3 +93,4 @@ class PlanMade(Record):
     build_ms: float = 0.0
     waited_ms: float = 0.0
     kept_error: str = ""
+    runtime_compiled: bool = False

@@ -214,7 +214,7 @@ def plans_made() -> List[PlanMade]:
     long, how long first calls waited), for those made so far."""
     return sorted((PlanMade(description=s.description, tag=s.tag, builds=s.builds,
                             restored=s.restored, build_ms=s.build_ms, waited_ms=s.waited_ms,
-                            kept_error=s.kept_error)
+                            kept_error=s.kept_error, runtime_compiled=s.runtime_compiled)
                    for s in native.load().pin_stats()
                    if s.covered and (s.builds or s.restored or s.kept_error)),
                   key=lambda m: m.description)
