@@ -348,3 +348,54 @@ def test_cold_start_splits_plans_made_by_engine_kind_and_leaves_the_rest(monkeyp
     assert ahead["rest_ms"] == 1000.0 - 100.0 - 1.5  # only the waits are on its path
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "cold_start: engine 71 (run-time compiled): 2 plan(s), 700.0 ms made"
+
+
+def test_zero_code_runs_the_script_per_mode_and_pairs_losses_with_benchmark_off(tmp_path):
+    from benchmarks import zero_code
+
+    def set_up(a, config, work, store):
+        return {"plans": f"{config}.plans.json", "record_s": 12.0, "record_steady_ms": 5.5,
+                "tune_s": 40.0}
+
+    def values(case, n):
+        loss = {"benchmark off": 1.0, "benchmark on": 1.01, "pinned": 0.98}[case.mode]
+        return {"wall_s": 9.0, "rc": 0.0, "steady_step_ms": 5.0, "loss_0": loss,
+                "loss_1": loss / 2, **({"coverage_pct": 100.0} if case.mode == "pinned" else {})}
+    path = tmp_path / "r.json"
+    run = fake_runner(values)
+    rc = zero_code.main(["--repeats", "1", "--json", str(path)], runner=run, env=ENV,
+                        set_up=set_up)
+    doc = json.loads(path.read_text())
+    assert rc == 0 and doc["rows"] == ["eager", "compiled"] and len(run.calls) == 6
+    by = {(c["row"], c["mode"], c["figure"]): c["median"] for c in doc["cells"]}
+    assert by[("eager", "pinned", "loss_vs_off")] == pytest.approx(0.02)
+    assert by[("eager", "benchmark on", "loss_vs_off")] == pytest.approx(0.01)
+    assert ("eager", "benchmark off", "loss_vs_off") not in by
+    assert by[("compiled", "pinned", "tune_s")] == 40.0 and by[("eager", "pinned",
+                                                              "coverage_pct")] == 100.0
+    cases = zero_code.cases(zero_code.parse(["--configs", "compiled"]),
+                            {"compiled": "p.json"})
+    pinned = cases[2].argv
+    assert pinned[:5] == ("-m", "cudnn_explorer", "run", "--plans", "p.json")
+    assert "--compile" in pinned and "--cudnn-benchmark" in cases[0].argv
+    assert dict(cases[1].env)["TORCHINDUCTOR_CACHE_DIR"] == "{tmp}/inductor"
+    with pytest.raises(SystemExit):
+        zero_code.parse(["--configs", "jit"])
+
+
+def test_zero_code_reads_the_scripts_figures_and_the_run_report(tmp_path):
+    from benchmarks import zero_code
+    from cudnn_explorer.core.pin_report import PinCounts, PinnedDirection
+    from cudnn_explorer.core.zero_code import RunReport
+
+    out = tmp_path / "o.json"
+    out.write_text(json.dumps({"first_step_s": 1.5, "first_step_peak_gib": 0.25,
+                               "steady_step_ms": 4.0, "losses": [2.0, 1.0], "step_ms": [1.0]}))
+    plain = zero_code.read_run(str(out), 3.0)
+    assert plain == {"first_step_s": 1.5, "first_step_peak_gib": 0.25, "steady_step_ms": 4.0,
+                     "loss_0": 2.0, "loss_1": 1.0}
+    report = RunReport(processes=1, counts=PinCounts(directions=[
+        PinnedDirection(key=[1, 2], description="d", covered=True, pinned_calls=9,
+                        fallback_calls=1)]))
+    (tmp_path / "o.json.report").write_text(json.dumps(report.to_dict()))
+    assert zero_code.read_run(str(out), 3.0)["coverage_pct"] == 90.0

@@ -189,8 +189,8 @@ def test_a_corrupt_or_stale_kept_plan_is_built_instead_and_counted(tmp_path):
 
     # the plan file changed: the same problems with other engine configs
     other, other_plans = _file(tmp_path, rank=1, name="other.json")
-    before = {e.key: e.tag for e in plans.entries}
-    changed = [e.tag for e in other_plans.entries if before[e.key] != e.tag]  # per problem
+    before = {repr(e.key): e.tag for e in plans.entries}
+    changed = [e.tag for e in other_plans.entries if before[repr(e.key)] != e.tag]  # per key
     assert changed
     _, _, counts, made = _pinned_step(other, keep=kept_path)
     stale = [m for m in made if m.kept_error]
