@@ -83,6 +83,9 @@ def stamp(doc: dict) -> str:
              f"cudnn_explorer {e.get('package') or 'version not recorded'}"]
     runs = doc.get("repeats", 0)
     parts.append(f"{runs} run{'s' if runs != 1 else ''} per cell")
+    if doc.get("complete") is False:  # interrupted: the notes say how many runs finished
+        parts.append(next((n for n in doc.get("notes", []) if n.startswith("interrupted")),
+                          "interrupted"))
     return "; ".join(parts) + f"; `{e.get('command', '')}`"
 
 

@@ -282,6 +282,16 @@ part_cold-start() {
     > "$LOG/cold-start.txt" 2>&1
 }
 
+# A training script recorded, tuned and run pinned with no change to its code, against
+# benchmark on and off (benchmarks/zero_code.py; ZERO_CODE_ARGS picks configs and repeats).
+# record and run need the start-up hook: installed into this Python first.
+part_zero-code() {
+  "$PY" -m cudnn_explorer hook install > "$LOG/zero-code.txt" 2>&1 || return 1
+  # shellcheck disable=SC2086
+  "$PY" -m benchmarks.zero_code ${ZERO_CODE_ARGS:-} --json "$LOG/zero-code.json" \
+    >> "$LOG/zero-code.txt" 2>&1
+}
+
 part_fuzz() {
   # Random valid and invalid problems through the API: only the project's errors, no crash.
   timeout -s INT "${FUZZ_TIMEOUT_S:-400}" "$PY" scripts/fuzz_api.py --count "${FUZZ_COUNT:-10000}" \
@@ -312,7 +322,7 @@ show_part() {  # what each part's log says, for the call's output
     fuzz) grep -v '^fuzz: ' "$LOG/fuzz.txt" | tail -25 ;;
     targets) tail -4 "$LOG/targets.txt" ;;
     model) tail -40 "$LOG/model.txt" ;;
-    memory|first-calls|search|pin-host|main-job-bench|cold-start) tail -30 "$LOG/$1.txt" ;;
+    memory|first-calls|search|pin-host|main-job-bench|cold-start|zero-code) tail -30 "$LOG/$1.txt" ;;
     torchrun) tail -30 "$LOG/torchrun.txt" ;;
   esac
 }
