@@ -137,7 +137,12 @@ def main(argv=None, runner=harness.run_process, env=None, set_up=setup) -> int:
     a = parse(argv)
     work = tempfile.mkdtemp(prefix="zero_code_")
     store = os.path.join(work, "results.db")
-    made = {config: set_up(a, config, work, store) for config in a.configs}
+    try:
+        made = {config: set_up(a, config, work, store) for config in a.configs}
+    except KeyboardInterrupt:  # nothing measured yet: nothing to write
+        print("zero_code: interrupted while recording and tuning; nothing written",
+              file=sys.stderr)
+        return 130
 
     def after(samples):
         loss_differences(samples)

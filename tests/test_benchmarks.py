@@ -399,3 +399,30 @@ def test_zero_code_reads_the_scripts_figures_and_the_run_report(tmp_path):
                         fallback_calls=1)]))
     (tmp_path / "o.json.report").write_text(json.dumps(report.to_dict()))
     assert zero_code.read_run(str(out), 3.0)["coverage_pct"] == 90.0
+
+
+def test_train_example_trains_every_size_with_a_penalty_through_every_convolution():
+    torch = pytest.importorskip("torch")
+    from benchmarks import train_example
+
+    assert sorted(set(train_example.schedule([48, 64, 96], 7, 0))) == [48, 64, 96]
+    model = train_example.Net(width=8)
+    x = torch.randn(2, 3, 48, 48, requires_grad=True)
+    (grad,) = torch.autograd.grad(model(x).square().mean(), x, create_graph=True)
+    grad.square().sum().backward()  # double backward reaches every convolution's weight
+    convs = [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d,
+                                                          torch.nn.ConvTranspose2d))]
+    assert len(convs) == 8 and all(m.weight.grad is not None and m.weight.grad.abs().sum() > 0
+                                   for m in convs)
+    assert model(torch.zeros(1, 3, 64, 64)).shape == (1, 3, 64, 64)
+
+
+def test_zero_code_ctrl_c_while_setting_up_writes_nothing(tmp_path):
+    from benchmarks import zero_code
+
+    def set_up(*_):
+        raise KeyboardInterrupt
+    path = tmp_path / "r.json"
+    assert zero_code.main(["--json", str(path)], runner=fake_runner(lambda c, n: {}), env=ENV,
+                          set_up=set_up) == 130
+    assert not path.exists()
