@@ -44,6 +44,8 @@ def _entries():
 
 _torch, CONV, _EAGER, _PLAIN, _MISSING = _entries()
 _WARNED = []
+# A recording's observer of each eager call's arguments (pinning/layer_names.py), or None
+OBSERVER: list = [None]
 
 
 def _unpinned(input, weight, bias, stride, padding, dilation, transposed, output_padding,
@@ -65,11 +67,7 @@ def _check_strict(input, weight, stride, padding, dilation, transposed, output_p
             wanted.append("input gradient")
         if weight.requires_grad:
             wanted.append("weight gradient")
-    if input.is_cuda and _torch.is_autocast_enabled("cuda"):  # the op casts as
-        to = _torch.get_autocast_dtype("cuda")                  # aten::convolution does
-        if input.dtype not in (to, _torch.float64) and input.is_floating_point():
-            input = _torch.empty_like(input, dtype=to, device="meta")
-            weight = _torch.empty_like(weight, dtype=to, device="meta")
+    input, weight = op.as_the_op_sees(input, weight)
     why = op.uncovered(input, weight, stride, padding, dilation, transposed, output_padding,
                        groups, wanted)
     if why:
@@ -90,6 +88,9 @@ def call(input, weight, bias, stride, padding, dilation, transposed, output_padd
     if op.STRICT[0] and not _torch.compiler.is_compiling():
         _check_strict(input, weight, stride, padding, dilation, transposed, output_padding,
                       groups)
+    if OBSERVER[0] is not None and not _torch.compiler.is_compiling():
+        OBSERVER[0](input, weight, stride, padding, dilation, transposed, output_padding,
+                    groups)
     if not _torch.compiler.is_compiling() and type(input) in _PLAIN and \
             type(weight) in _PLAIN and (bias is None or type(bias) in _PLAIN) and \
             not _torch._C._is_torch_function_mode_enabled():

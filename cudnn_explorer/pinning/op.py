@@ -19,9 +19,9 @@ from ..core.plans import KEY_VERSION, PlanFile, native_key
 from ..measure import native
 from ..measure.tensors import cudnn_memory_format
 
-__all__ = ["ops", "load_plans", "load_recorder", "clear_plans", "set_strict", "strict", "uncovered",
-           "pin_counts", "reset_counts", "conv_keys", "build_ahead", "wait_ahead",
-           "kept_plans", "plans_made", "loaded_keys"]
+__all__ = ["ops", "load_plans", "load_recorder", "clear_plans", "set_strict", "strict",
+           "uncovered", "pin_counts", "reset_counts", "as_the_op_sees", "conv_keys",
+           "build_ahead", "wait_ahead", "kept_plans", "plans_made", "loaded_keys"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -218,6 +218,20 @@ def plans_made() -> List[PlanMade]:
                    for s in native.load().pin_stats()
                    if s.covered and (s.builds or s.restored or s.kept_error)),
                   key=lambda m: m.description)
+
+
+def as_the_op_sees(input, weight):
+    """(input, weight) as the op keys them: under CUDA autocast, a floating-point input
+    that is not already autocast's dtype (nor float64) is cast, as ``aten::convolution``
+    casts it; here as meta tensors of the same shape and strides, so nothing is copied."""
+    import torch
+
+    if input.is_cuda and input.is_floating_point() and torch.is_autocast_enabled("cuda"):
+        to = torch.get_autocast_dtype("cuda")
+        if input.dtype not in (to, torch.float64):
+            return (torch.empty_like(input, dtype=to, device="meta"),
+                    torch.empty_like(weight, dtype=to, device="meta"))
+    return input, weight
 
 
 def conv_keys(input, weight, stride, padding, dilation, transposed: bool = False,

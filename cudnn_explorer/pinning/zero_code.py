@@ -29,11 +29,12 @@ from ..core.pin_report import PinCounts
 from ..core.zero_code import (ConvRecord, RecordedConv, RunReport, Settings, Unkeyed,
                               exit_line, per_process, pid_host)
 from . import functional, op
+from .layer_names import LayerNames
 
 __all__ = ["activate", "counts_since_start", "part_record"]
 
 _STATE = {"settings": None, "mode": None, "baseline": None, "steps": 0, "not_loaded": "",
-          "done": False, "plans": None}
+          "done": False, "plans": None, "names": None}
 _LOCK = threading.Lock()
 
 
@@ -60,12 +61,15 @@ def counts_since_start() -> PinCounts:
     return PinCounts(directions=rows)
 
 
-def part_record(counts: PinCounts, steps: int) -> ConvRecord:
-    """This process's part of the record, from the op's counts."""
+def part_record(counts: PinCounts, steps: int, layers: Optional[dict] = None) -> ConvRecord:
+    """This process's part of the record, from the op's counts, with the layers that ran
+    each key where known (``layers``: per key tuple, names)."""
     pid, host = pid_host()
+    layers = layers or {}
     return ConvRecord(
         convs=[RecordedConv(key=list(d.key), description=d.description,
-                            calls=d.pinned_calls + d.fallback_calls)
+                            calls=d.pinned_calls + d.fallback_calls,
+                            layers=list(layers.get(tuple(d.key), ())))
                for d in counts.directions if d.key],
         unkeyed=[Unkeyed(reason=d.reason, calls=d.fallback_calls)
                  for d in counts.directions if not d.key],
@@ -94,7 +98,8 @@ def _finish() -> None:
     try:
         counts = counts_since_start()
         if _STATE["mode"] == "record":
-            part = part_record(counts, _STATE["steps"])
+            names = _STATE.get("names")
+            part = part_record(counts, _STATE["steps"], names.by_key() if names else None)
             if part.convs or part.unkeyed:  # a worker that ran none writes nothing
                 os.makedirs(s.record_dir, exist_ok=True)
                 write_atomic(os.path.join(s.record_dir, f"part-{part.host}-{part.pid}.json"),
@@ -189,6 +194,10 @@ def activate(s: Settings) -> None:
     try:
         if s.mode == "record":
             op.load_recorder()
+            names = LayerNames()  # Note [layer names without the model]
+            names.install()
+            functional.OBSERVER[0] = names.observe
+            _STATE["names"] = names
             warnings.filterwarnings("ignore", message=r"cudnn_explorer: .* runs PyTorch's own "
                                                       r"convolution")
         else:

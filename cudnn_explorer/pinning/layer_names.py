@@ -1,0 +1,135 @@
+"""The layer names a recording gives each convolution it records, where known.
+
+Note [layer names without the model]: the recorded program builds its models however it
+likes, and never hands one to us. torch calls a global hook whenever a module gets a
+submodule or a parameter (``__setattr__``, ``add_module``, ``register_parameter``), so
+from the moment the start-up hook switches recording on, every module built knows its
+parent and the name it has there, and every parameter its owner: a convolution's weight
+names its layer as ``named_modules`` would ("encoder.0.conv1"), walked up to the module
+that has no parent. Nothing holds a module or a parameter alive (weak references). A
+weight that was never registered (a bare ``F.conv2d`` weight, a model unpickled whole,
+which sets attributes without the hooks) names no layer. A call is named in eager
+execution only: under torch.compile the functions run once, while tracing, on fake
+tensors.
+
+Each named call's keys are the op's (Note [plan keys]), computed once per layer and call
+shape: the weight's layer and the call's geometry (autocast's dtype included, since the
+op casts as ``aten::convolution`` does) are the cache's key, so a step repeats no work
+but a dictionary lookup.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Dict, List, Optional, Set, Tuple
+
+from . import op
+
+__all__ = ["LayerNames"]
+
+
+class _ByTensor:
+    """A map from live tensors to values, by identity (a tensor's ``==`` is elementwise,
+    so a WeakKeyDictionary of tensors cannot compare its keys); an entry goes when its
+    tensor does."""
+
+    def __init__(self):
+        self._d: Dict[int, tuple] = {}
+
+    def get(self, tensor, default=None):
+        hit = self._d.get(id(tensor))
+        return hit[1] if hit is not None and hit[0]() is tensor else default
+
+    def setdefault(self, tensor, value):
+        hit = self._d.get(id(tensor))
+        if hit is not None and hit[0]() is tensor:
+            return hit[1]
+        key, d = id(tensor), self._d
+
+        def gone(ref):
+            if d.get(key, (None,))[0] is ref:
+                del d[key]
+        self._d[key] = (weakref.ref(tensor, gone), value)
+        return value
+
+
+class LayerNames:
+    """Parents and parameter owners, from the moment ``install()`` is called, and per key
+    the layers whose calls had it (``observe``, then ``by_key``)."""
+
+    def __init__(self):
+        self._parent: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._owner = _ByTensor()  # parameter: a weak reference to its module
+        self._seen = _ByTensor()   # weight: the call shapes whose keys are noted
+        self._names: Dict[Tuple[int, ...], Set[str]] = {}
+        self._handles: list = []
+
+    def install(self) -> None:
+        """Hear every module and parameter registered from now on."""
+        from torch.nn.modules import module as m
+
+        def on_module(parent, name, child):
+            if child is not None and child not in self._parent:
+                self._parent[child] = (weakref.ref(parent), name)
+
+        def on_parameter(owner, name, param):
+            if param is not None:
+                self._owner.setdefault(param, weakref.ref(owner))
+
+        self._handles = [m.register_module_module_registration_hook(on_module),
+                         m.register_module_parameter_registration_hook(on_parameter)]
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def name_of(self, weight) -> Optional[str]:
+        """The qualified name of the module that owns ``weight``, or None."""
+        ref = self._owner.get(weight)
+        module = ref() if ref is not None else None
+        if module is None:
+            return None
+        parts: List[str] = []
+        seen = set()
+        while module is not None and id(module) not in seen:
+            seen.add(id(module))
+            up = self._parent.get(module)
+            if up is None:
+                break
+            parent, name = up[0](), up[1]
+            parts.append(name)
+            module = parent
+        return ".".join(reversed(parts)) or type(module).__name__
+
+    def observe(self, input, weight, stride, padding, dilation, transposed, output_padding,
+                groups) -> None:
+        """Note the call's keys under its layer's name (a weight that names none: nothing)."""
+        import torch
+
+        cast = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+        shape = (tuple(input.shape), input.stride(), input.dtype, weight.dtype,
+                 weight.stride(), cast, tuple(stride), tuple(padding), tuple(dilation),
+                 bool(transposed), tuple(output_padding), int(groups),
+                 torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic)
+        try:
+            seen = self._seen.setdefault(weight, set())
+        except TypeError:  # not weakly referable: not a tensor we can name
+            return
+        if shape in seen:
+            return
+        seen.add(shape)
+        name = self.name_of(weight)
+        if name is None:
+            return
+        try:
+            input, weight = op.as_the_op_sees(input, weight)
+            keys = op.conv_keys(input, weight, stride, padding, dilation, transposed,
+                                output_padding, groups)
+        except Exception:  # noqa: BLE001  (a name is only where known: the call goes on,
+            return         # and the op says what is wrong with it)
+        for k in keys:
+            self._names.setdefault(tuple(k), set()).add(name)
+
+    def by_key(self) -> Dict[Tuple[int, ...], List[str]]:
+        """Per key, the names of the layers whose calls had it, sorted."""
+        return {k: sorted(v) for k, v in self._names.items()}

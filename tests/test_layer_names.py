@@ -1,0 +1,111 @@
+"""Layer names a recording gives the convolutions it records (Note [layer names without
+the model] in pinning/layer_names.py): from torch's global registration hooks, with no
+model handed to us; keys as the op computes them, once per layer and call shape."""
+import pytest
+
+from conftest import requires_ext
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+pytestmark = requires_ext
+
+
+class Down(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def _model():
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Sequential(Down(), Down()),
+                         nn.ConvTranspose2d(8, 4, 2, stride=2))
+
+
+@pytest.fixture
+def names():
+    from cudnn_explorer.pinning import functional
+    from cudnn_explorer.pinning.layer_names import LayerNames
+
+    n = LayerNames()
+    n.install()
+    functional.OBSERVER[0] = n.observe
+    yield n
+    functional.OBSERVER[0] = None
+    n.remove()
+
+
+def _run(model, x):
+    from cudnn_explorer.pinning.functional import pinned_functions
+
+    with pinned_functions():
+        return model(x)
+
+
+def test_each_layer_is_named_as_named_modules_names_it_under_its_keys(names):
+    from cudnn_explorer.pinning import op
+
+    model = _model()
+    x = torch.randn(2, 3, 10, 10)
+    _run(model, x)
+    by_key = names.by_key()
+    conv0 = model[0]
+    keys0 = op.conv_keys(x, conv0.weight, [1, 1], [0, 0], [1, 1])
+    assert all(by_key[tuple(k)] == ["0"] for k in keys0)
+    h = torch.randn(2, 8, 8, 8)
+    keys_down = op.conv_keys(h, model[2][0].conv.weight, [1, 1], [1, 1], [1, 1])
+    # both Down blocks share a problem: the key names both layers
+    assert by_key[tuple(keys_down[0])] == ["2.0.conv", "2.1.conv"]
+    keys_t = op.conv_keys(h, model[3].weight, [2, 2], [0, 0], [1, 1], True, [0, 0])
+    assert by_key[tuple(keys_t[0])] == ["3"]
+    assert {n for v in by_key.values() for n in v} == {"0", "2.0.conv", "2.1.conv", "3"}
+
+
+def test_keys_are_computed_once_per_layer_and_call_shape(names, monkeypatch):
+    from cudnn_explorer.pinning import op
+
+    model = _model()
+    real, calls = op.conv_keys, []
+    monkeypatch.setattr(op, "conv_keys", lambda *a: calls.append(1) or real(*a))
+    for _ in range(3):
+        _run(model, torch.randn(2, 3, 10, 10))
+    assert len(calls) == 4
+    _run(model, torch.randn(2, 3, 12, 12))  # a new size: each layer's keys once more
+    assert len(calls) == 8
+
+
+def test_unregistered_weights_and_models_built_before_name_nothing():
+    import torch.nn.functional as F
+
+    from cudnn_explorer.pinning import functional
+    from cudnn_explorer.pinning.layer_names import LayerNames
+
+    before = nn.Conv2d(3, 4, 3)
+    n = LayerNames()
+    n.install()
+    functional.OBSERVER[0] = n.observe
+    try:
+        x = torch.randn(1, 3, 8, 8)
+        _run(before, x)
+        _run(lambda t: F.conv2d(t, torch.randn(4, 3, 3, 3)), x)
+        assert n.by_key() == {} and n.name_of(torch.zeros(1)) is None
+        solo = nn.Conv2d(3, 4, 3)  # a layer that is its own model: its class names it
+        _run(solo, x)
+        assert {v[0] for v in n.by_key().values()} == {"Conv2d"}
+    finally:
+        functional.OBSERVER[0] = None
+        n.remove()
+
+
+def test_the_record_part_carries_the_layers_of_its_keys():
+    from cudnn_explorer.core.pin_report import PinCounts, PinnedDirection
+    from cudnn_explorer.pinning.zero_code import part_record
+
+    counts = PinCounts(directions=[
+        PinnedDirection(key=[1, 2, 3], description="a", covered=False, fallback_calls=4),
+        PinnedDirection(key=[4, 5], description="b", covered=False, fallback_calls=1)])
+    part = part_record(counts, 3, {(1, 2, 3): ["enc.0", "enc.1"]})
+    assert [c.layers for c in part.convs] == [["enc.0", "enc.1"], []]
