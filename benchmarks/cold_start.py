@@ -13,7 +13,13 @@ every convolution layer to the plan file: "pinned" builds each plan on its first
 setup process kept (pinning/kept.py). Without ``--plans``, a setup process writes a plan
 file of cuDNN's first heuristic config (mode A) that builds for every problem-direction of
 the model: the kernels benchmark off runs, so that the pinned modes differ from it by
-their start alone. Figures also say what making the plans cost (the op's own counts).
+their start alone. The same two times are also counted from the model built on the GPU
+(the part a mode changes), beside a third step's, warm. Pinned processes add the op's
+own counts: plans of run-time compiled and of precompiled engines, how many and what
+making them took (summed over the threads that made them; per engine, a line on
+stderr), plans restored from kept forms, first calls' waits for plans built ahead, and
+the first step's rest: its time less the warm step's and less what it spent on plans
+on its own path (library and kernel-module loads, the allocator, all outside the plans).
 """
 import argparse
 import json

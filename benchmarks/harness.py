@@ -359,6 +359,8 @@ class Benchmark:
             done = sum(len(v) for v in samples.values())
             print(f"{self.name}: interrupted; {done} of {len(cases) * a.repeats} runs "
                   "finished, written", file=sys.stderr)
+            if after is not None:
+                after(samples)
             doc = result(self.name, self.question, samples, self.figures,
                          baseline=self.baseline, env=env,
                          notes=list(notes) + [f"interrupted: {done} of "

@@ -76,7 +76,16 @@ def parse(argv=None):
     ap.add_argument("--penalty-every", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None)
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    try:
+        a.size_list = [int(v) for v in a.sizes.split(",")]
+    except ValueError:
+        ap.error(f"--sizes {a.sizes}: valid: sizes divisible by 4, comma-separated")
+    if not a.size_list or any(v < 4 or v % 4 for v in a.size_list):
+        ap.error(f"--sizes {a.sizes}: valid: sizes divisible by 4 (the model halves twice)")
+    if a.steps < 1 or a.penalty_every < 1:
+        ap.error(f"--steps {a.steps}, --penalty-every {a.penalty_every}: valid: 1 or more")
+    return a
 
 
 def schedule(sizes, steps, seed):
@@ -99,7 +108,7 @@ def main(argv=None):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     amp = dict(device_type="cuda", dtype=torch.bfloat16, enabled=a.amp == "bf16")
     gen = torch.Generator(device="cuda").manual_seed(a.seed)
-    sizes = schedule([int(s) for s in a.sizes.split(",")], a.steps, a.seed)
+    sizes = schedule(a.size_list, a.steps, a.seed)
     times, losses, first_peak = [], [], 0
     for step, size in enumerate(sizes):
         clean = torch.randn(a.batch, 3, size, size, device="cuda", generator=gen)

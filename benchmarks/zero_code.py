@@ -36,7 +36,7 @@ FIGURES = [Figure("coverage_pct", "convolution calls that ran pinned", "%", bett
            Figure("steady_step_ms", "steady step (median of the second half)", "ms"),
            Figure("loss_vs_off", "loss: largest relative difference from benchmark off",
                   "ratio", better=""),
-           Figure("wall_s", "the process, start to end", "s"),
+           Figure("wall_s", "start to end (pinned: run's process, then the script's)", "s"),
            Figure("record_s", "record: one recorded run of the script", "s", better=""),
            Figure("record_steady_ms", "steady step while recorded", "ms", better=""),
            Figure("tune_s", "tune, one GPU", "s", better="")]

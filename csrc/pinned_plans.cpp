@@ -468,14 +468,14 @@ std::unique_ptr<Built> build(const Target& t, std::shared_ptr<Slot> slot,
       fe_check(g->build_plan_at_index(h, 0), "building the plan " + s.spec.tag);
       fe_check(g->get_workspace_size_plan_at_index(0, b->workspace),
                "the workspace of " + s.spec.tag);
+      const bool compiled = runtime_compiled(*g);
       if (kept != nullptr) {
         std::vector<uint8_t> bytes;
         if (g->serialize(bytes, false).is_good()) {
           kept->blob.assign(bytes.begin(), bytes.end());
-          kept->runtime_compiled = runtime_compiled(*g);
+          kept->runtime_compiled = compiled;
         }
       }
-      const bool compiled = runtime_compiled(*g);
       b->graph = std::move(g);
       std::lock_guard<std::mutex> lock(s.m);
       s.ran = name;

@@ -383,6 +383,26 @@ def test_zero_code_runs_the_script_per_mode_and_pairs_losses_with_benchmark_off(
         zero_code.parse(["--configs", "jit"])
 
 
+def test_an_interrupted_zero_code_run_still_pairs_the_losses_it_has(tmp_path):
+    from benchmarks import zero_code
+
+    def set_up(a, config, work, store):
+        return {"plans": "p.json", "record_s": 12.0, "record_steady_ms": 5.5, "tune_s": 40.0}
+
+    def values(case, n):
+        if n == 4:
+            raise KeyboardInterrupt
+        return {"wall_s": 9.0, "rc": 0.0, "loss_0": {"benchmark on": 1.5}.get(case.mode, 1.0)}
+    path = tmp_path / "r.json"
+    rc = zero_code.main(["--repeats", "1", "--json", str(path)], runner=fake_runner(values),
+                        env=ENV, set_up=set_up)
+    doc = json.loads(path.read_text())
+    by = {(c["row"], c["mode"], c["figure"]): c["median"] for c in doc["cells"]}
+    assert rc == 130 and doc["complete"] is False
+    assert by[("eager", "benchmark on", "loss_vs_off")] == 0.5
+    assert by[("eager", "pinned", "tune_s")] == 40.0
+
+
 def test_zero_code_reads_the_scripts_figures_and_the_run_report(tmp_path):
     from benchmarks import zero_code
     from cudnn_explorer.core.pin_report import PinCounts, PinnedDirection

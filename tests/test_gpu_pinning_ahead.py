@@ -159,9 +159,13 @@ def test_kept_plans_round_trip_and_restore_instead_of_building(tmp_path):
         assert a.equal(b)
     err = max(_rel(a, b) for a, b in zip(built[1], restored[1]))
     assert err <= 1e-3, err
+    ref_outs, ref_grads = _aten_step()  # restored plans against PyTorch's own convolutions
+    aten_err = max(_rel(a, b) for a, b in zip(restored[0] + list(restored[1]),
+                                              ref_outs + list(ref_grads)))
+    assert aten_err <= 2e-2, aten_err
     print(f"\nahead check: kept plans: built {sum(m.build_ms for m in built[3]):.0f} ms, "
           f"restored {sum(m.build_ms for m in made):.1f} ms (thread time, 12 plans); "
-          f"outputs bit-equal, grads rel {err:.1e}")
+          f"outputs bit-equal, grads rel {err:.1e}; vs ATen {aten_err:.1e}")
 
 
 def test_a_corrupt_or_stale_kept_plan_is_built_instead_and_counted(tmp_path):

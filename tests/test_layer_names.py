@@ -109,3 +109,24 @@ def test_the_record_part_carries_the_layers_of_its_keys():
         PinnedDirection(key=[4, 5], description="b", covered=False, fallback_calls=1)])
     part = part_record(counts, 3, {(1, 2, 3): ["enc.0", "enc.1"]})
     assert [c.layers for c in part.convs] == [["enc.0", "enc.1"], []]
+
+
+def test_a_wrapped_model_keeps_its_own_names(names):
+    model = _model()
+    torch.compile(model)  # wraps it (as _orig_mod) without compiling anything yet
+    nn.DataParallel(model)  # as "module"
+    _run(model, torch.randn(2, 3, 10, 10))  # an eager call, as a penalty step makes
+    assert {n for v in names.by_key().values() for n in v} == {"0", "2.0.conv", "2.1.conv",
+                                                              "3"}
+
+
+def test_a_call_that_cannot_be_named_never_raises(names, monkeypatch):
+    from cudnn_explorer.pinning import op
+
+    def broken(*a):
+        raise RuntimeError("no keys")
+    monkeypatch.setattr(op, "conv_keys", broken)
+    model = _model()
+    assert _run(model, torch.randn(2, 3, 10, 10)).shape == (2, 4, 16, 16)
+    assert names.by_key() == {}
+    names.observe(None, None, None, None, None, None, None, None)  # nothing a tensor: no raise

@@ -27,6 +27,13 @@ from . import op
 __all__ = ["LayerNames"]
 
 
+# Modules that wrap a whole model and add a prefix to its names (torch.compile's
+# OptimizedModule: "_orig_mod."; DistributedDataParallel and DataParallel: "module."): the
+# model keeps its own names, as its named_modules gives them
+WRAPPERS = {("OptimizedModule", "_orig_mod"), ("DistributedDataParallel", "module"),
+            ("DataParallel", "module")}
+
+
 class _ByTensor:
     """A map from live tensors to values, by identity (a tensor's ``==`` is elementwise,
     so a WeakKeyDictionary of tensors cannot compare its keys); an entry goes when its
@@ -68,8 +75,10 @@ class LayerNames:
         from torch.nn.modules import module as m
 
         def on_module(parent, name, child):
-            if child is not None and child not in self._parent:
-                self._parent[child] = (weakref.ref(parent), name)
+            if child is None or child in self._parent or \
+                    (type(parent).__name__, name) in WRAPPERS:
+                return
+            self._parent[child] = (weakref.ref(parent), name)
 
         def on_parameter(owner, name, param):
             if param is not None:
@@ -103,7 +112,17 @@ class LayerNames:
 
     def observe(self, input, weight, stride, padding, dilation, transposed, output_padding,
                 groups) -> None:
-        """Note the call's keys under its layer's name (a weight that names none: nothing)."""
+        """Note the call's keys under its layer's name (a weight that names none: nothing).
+        Never raises: a name is only where known, and the call goes on either way (the op
+        says what is wrong with a call)."""
+        try:
+            self._observe(input, weight, stride, padding, dilation, transposed,
+                          output_padding, groups)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _observe(self, input, weight, stride, padding, dilation, transposed, output_padding,
+                 groups) -> None:
         import torch
 
         cast = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
@@ -111,22 +130,18 @@ class LayerNames:
                  weight.stride(), cast, tuple(stride), tuple(padding), tuple(dilation),
                  bool(transposed), tuple(output_padding), int(groups),
                  torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic)
-        try:
+        seen = self._seen.get(weight)
+        if seen is None:
             seen = self._seen.setdefault(weight, set())
-        except TypeError:  # not weakly referable: not a tensor we can name
-            return
-        if shape in seen:
+        elif shape in seen:
             return
         seen.add(shape)
         name = self.name_of(weight)
         if name is None:
             return
-        try:
-            input, weight = op.as_the_op_sees(input, weight)
-            keys = op.conv_keys(input, weight, stride, padding, dilation, transposed,
-                                output_padding, groups)
-        except Exception:  # noqa: BLE001  (a name is only where known: the call goes on,
-            return         # and the op says what is wrong with it)
+        input, weight = op.as_the_op_sees(input, weight)
+        keys = op.conv_keys(input, weight, stride, padding, dilation, transposed,
+                            output_padding, groups)
         for k in keys:
             self._names.setdefault(tuple(k), set()).add(name)
 
