@@ -4,6 +4,7 @@ what the file lacks, the results store answers a second run, and each bad input 
 line with exit 2."""
 import dataclasses
 import json
+import os
 
 import pytest
 
@@ -226,3 +227,77 @@ def test_ctrl_c_writes_what_finished_beside_out_and_the_same_command_goes_on(
     assert main(args) == 0
     assert keys(read_plans(str(out))) == recorded_keys(RECORDED)
     assert "2 measured, 2 answered from the results store" in capsys.readouterr().err
+
+
+def _tune_rank(rank, port, tmp, out_dir, fail):
+    """One rank of `tune` under torchrun, through the command line, measuring through a
+    FakeBench (as fake_cli, without pytest's monkeypatch in a spawned process); ``fail``:
+    rank 1 cannot explore any problem (out of memory)."""
+    import pathlib
+    import types
+
+    from cudnn_explorer.model import distributed
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    patch = types.SimpleNamespace(setenv=os.environ.__setitem__)
+    bench = FakeBench(pathlib.Path(tmp) / f"fake{rank}", patch)
+    pipeline.environment = lambda device=0: bench.environment()
+    pipeline.GpuBench = lambda device, keep_worker=None: bench
+    lazy_measure.require_driver = lambda: None
+    lazy_measure.frontend_built = lambda device: True
+    distributed.device_id = lambda local_rank: f"GPU-{local_rank} on host"
+    if fail and rank == 1:
+        from cudnn_explorer.core.errors import ResourceError
+
+        def oom(*a, **k):
+            raise ResourceError("out of GPU memory (fake)")
+        pipeline.explore = oom
+    code = main(["tune", os.path.join(tmp, "convs.json"), "-o", os.path.join(tmp, "plans.json"),
+                 "--store", os.path.join(tmp, "s.db"), "--quiet"])
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"code": code, "labs": len([c for c in bench.calls if c[0] == "hold"])}, f)
+
+
+@requires_ext
+@pytest.mark.parametrize("fail", [False, True], ids=["ok", "rank1-fails"])
+def test_under_torchrun_the_ranks_share_the_problems_and_rank_0_writes_one_file(tmp_path,
+                                                                                 fail):
+    import multiprocessing
+    import socket
+
+    (tmp_path / "fake0").mkdir()
+    (tmp_path / "fake1").mkdir()
+    write_record(tmp_path / "convs.json", RECORDED)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_tune_rank, args=(r, port, str(tmp_path), str(tmp_path),
+                                                  fail)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+    assert [p.exitcode for p in procs] == [0, 0]
+    res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    if fail:  # rank 1 says it failed; rank 0's pass measures its share: one complete file
+        assert [r["code"] for r in res] == [0, 3]
+        assert res[0]["labs"] == len(RECORDED) and res[1]["labs"] == 0
+    else:
+        # every recorded direction explored once, split between the ranks (hold: one per
+        # direction explored), none again in rank 0's pass over the whole record
+        assert [r["code"] for r in res] == [0, 0]
+        assert res[0]["labs"] + res[1]["labs"] == len(RECORDED) and res[1]["labs"] > 0
+    from cudnn_explorer.jobs.plans import read_plans
+
+    assert keys(read_plans(str(tmp_path / "plans.json"))) == recorded_keys(RECORDED)
+
+
+def test_under_torchrun_the_store_is_needed(tmp_path):
+    from cudnn_explorer.jobs.tune import tune_rank
+    from cudnn_explorer.model.distributed import World
+
+    rec = write_record(tmp_path / "convs.json", RECORDED[:1])
+    with pytest.raises(UserError, match="--no-store: under torchrun"):
+        tune_rank(rec, World(0, 0, 2), store=False)

@@ -105,17 +105,34 @@ def run(argv: List[str]) -> int:
     a, flags = build_parser().parse_given(argv, "tune: give the record file and -o FILE")
     check_rules(RULES, flags)
     options = _checked(a)
-    from ..jobs.tune import tune
+    from ..jobs.tune import tune, tune_rank
+    from ..model import distributed
 
+    world = distributed.world_from_env()
     progress, done = progress_lines(a.verbose, a.quiet)
+    kw = dict(policy=a.policy, max_workspace_mib=a.max_workspace,
+              deterministic=a.deterministic or None, profile=a.profile,
+              store=store_choice(a), add=a.out if a.add else None, notify=notify,
+              progress=progress if world is None or progress is None else
+              (lambda m: progress(f"[rank {world.rank}] {m}")))
     try:
-        result = tune(a.record, options, policy=a.policy, max_workspace_mib=a.max_workspace,
-                      deterministic=a.deterministic or None, profile=a.profile,
-                      store=store_choice(a), add=a.out if a.add else None,
-                      progress=progress, notify=notify)
+        if world is None:
+            result = tune(a.record, options, **kw)
+        else:  # Note [tune spread over ranks]
+            result, trouble = tune_rank(a.record, world, options, **kw)
+            if trouble:
+                done()
+                say(f"[rank {world.rank}] {trouble}")
+            if world.rank != 0:
+                done()
+                if result is not None:
+                    say(f"[rank {world.rank}] tuned {result.done} problem(s) of its share "
+                        f"into the results store; rank 0 writes '{a.out}'")
+                return 3 if trouble or result is None or result.failed else 0
     except KeyboardInterrupt as e:
         done()  # the progress line cleared before the last word
-        _interrupted(a, getattr(e, "partial", None))
+        if world is None or world.rank == 0:  # one rank writes what finished
+            _interrupted(a, getattr(e, "partial", None))
         return 130
     finally:
         done()

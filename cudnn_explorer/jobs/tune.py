@@ -28,7 +28,7 @@ from . import lazy_measure
 from .events import Notify, notifier
 from .stores import StoreChoice, opened, saver
 
-__all__ = ["tune", "TuneResult", "TuneProblem", "problems_of"]
+__all__ = ["tune", "tune_rank", "TuneResult", "TuneProblem", "problems_of"]
 
 # Errors that stop one problem but not the others: cuDNN refusing it, its memory, a child.
 _PER_PROBLEM = (CudnnError, ResourceError, ChildError, UserError)
@@ -151,7 +151,7 @@ def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreO
          deterministic: Optional[bool] = None, profile: str = "quick", store=True,
          refresh: bool = False, add: Optional[str] = None,
          progress: Optional[Callable[[str], None]] = None, notify: Optional[Notify] = None,
-         bench=None) -> TuneResult:
+         bench=None, only: Optional[Sequence[int]] = None) -> TuneResult:
     """Explore every problem-direction of ``record`` (a record or misses file's path, or a
     ConvRecord) and return the TuneResult, whose ``plans`` is the plan file (times in ms,
     sizes in bytes); the caller writes it.
@@ -167,7 +167,9 @@ def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreO
     are kept (given ones that differ are refused), and a file from another environment
     is refused. ``progress`` hears "problem i/N: ..." lines. Ctrl-C raises
     KeyboardInterrupt with ``partial``: the TuneResult of what finished (``complete``
-    False). ``bench``: the measuring bench (tests give a fake one)."""
+    False). ``bench``: the measuring bench (tests give a fake one). ``only``: explore
+    only the record's problems at these positions (of ``problems_of``'s list), the plans
+    then hold those: a rank's share under torchrun (tune_rank)."""
     rec, name = _record(record)
     old = None
     if add is not None:
@@ -228,6 +230,8 @@ def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreO
                                 f"{'; '.join(diff)}; tune into a new -o here")
         with opened(choice, notify) as db:
             for i, tp in enumerate(problems):
+                if only is not None and i not in only:
+                    continue
                 head = f"problem {i + 1}/{len(problems)}: {tp.problem.describe()}"
                 say(head)
                 try:
@@ -296,3 +300,52 @@ def _plan_file(items, env: Optional[Environment], old: Optional[PlanFile], name:
                                source=f"{old.source}; tune --add '{name}'" if old.source
                                else f"tune --add '{name}'",
                                skipped=list(old.skipped) + list(new.skipped))
+
+
+# Note [tune spread over ranks]: under torchrun each rank tunes a share of the record's
+# problems (distributed.shard: the costliest first, onto the least loaded rank) on its own
+# GPU, into the results store, which the ranks share as a model sweep's do; after a gloo
+# barrier rank 0 tunes the whole record once more. That pass answers every problem a rank
+# stored (same environment: identical GPUs) and measures here only what is missing (a rank
+# that failed, or a GPU of another kind), so the one plan file is complete either way,
+# as a second run of the same command would be.
+DAY_S = 24 * 3600.0
+
+
+def tune_rank(record, world, options: Optional[ExploreOptions] = None, *,
+              init_method: Optional[str] = None, **kw) -> Tuple[Optional[TuneResult], str]:
+    """This rank's part of a tune under torchrun (``world``: distributed.World), on the
+    GPU of its local rank (Note [tune spread over ranks]). ``kw``: tune()'s keywords; the
+    results store is needed. Returns (rank 0: the whole record's TuneResult, whose plans
+    the caller writes; another rank: its share's, nothing to write, or None where its
+    share failed; what went wrong: this rank's error, or on rank 0 why not every rank
+    reached the barrier; "" when nothing did)."""
+    from ..model import distributed
+
+    choice = StoreChoice.of(kw.get("store", True), kw.get("refresh", False))
+    if not choice.use:
+        raise UserError("--no-store: under torchrun the ranks' results travel through the "
+                        "results store; give --store PATH (on a shared filesystem across "
+                        "nodes)")
+    rec, _ = _record(record)
+    old = None
+    if kw.get("add") is not None:
+        from .plans import read_plans
+
+        old = read_plans(kw["add"])
+    problems, _ = problems_of(rec, [native_key(e) for e in old.entries] if old else ())
+    options = (options or ExploreOptions.create(pytorch=kw.get("policy") == "pytorch")
+               ).updated(device=world.local_rank)
+    share = distributed.shard(problems, world.size)[world.rank]
+    mine: List[TuneResult] = []
+    distributed.init(world, DAY_S, init_method)
+    try:  # the process group is closed on every way out (else gloo aborts the process)
+        distributed.check_devices(world, distributed.device_id(world.local_rank))
+        error = distributed.run_share(world, share, lambda s: mine.append(
+            tune(record, options, only=s, **kw)))
+        why = distributed.barrier(world, DAY_S, "the end of the ranks' shares")
+        if world.rank != 0:
+            return (mine[0] if mine else None), error
+        return tune(record, options, **kw), error or why
+    finally:
+        distributed.finish()
