@@ -66,13 +66,15 @@ def test_the_parent_refuses_a_malformed_childs_result(tmp_path, monkeypatch):
                   child_module="bad_child")
 
 
-def test_the_store_keeps_a_models_per_problem_records_with_their_version(tmp_path):
+def test_the_store_keeps_a_models_per_problem_picks_as_they_were_built(tmp_path):
+    from cudnn_explorer.core.records import PyTorchPick
     from cudnn_explorer.store.db import Store
     from fakes import ENV
 
-    r = ProblemChildResult.read(_fixture("default_benchmark.result.json"), "result")
+    pick = PyTorchPick(label="benchmark", mode="benchmark", api="engine", benchmark_limit=10,
+                       first_call_ms=12.5, engine_tag="eng0_k2=1", candidates=[{"tag": "x"}],
+                       timed=[["eng0_k2=1", 0.5]], numeric_notes=["TENSOR_CORE"])
     with Store(str(tmp_path / "s.db")) as store:
-        store.save_model_run("k", ENV, "m", "benchmark", {}, {"0": r.to_dict()})
+        store.save_model_run("k", ENV, "m", "benchmark", {}, {"0": {"fwd": pick.to_dict()}})
         _, per, _ = store.lookup_model_run("k", ENV)
-    assert per["0"]["schema_version"] == 1
-    assert ProblemChildResult.read(per["0"], "stored") == r
+    assert PyTorchPick.from_dict(per["0"]["fwd"], "stored") == pick

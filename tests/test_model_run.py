@@ -3,6 +3,7 @@ call timed, the backward split per direction, the gradients unchanged), the reco
 from a child's result and a real cudnn-frontend log from the H200, PyTorch's picks per
 problem from them, the report, the sweep file (version 2, version 1 still loading), and a
 child that fails or hangs."""
+import dataclasses
 import json
 import os
 import stat
@@ -13,7 +14,8 @@ from cudnn_explorer.core.errors import UserError
 torch = pytest.importorskip("torch")
 
 from cudnn_explorer.core import logs  # noqa: E402
-from cudnn_explorer.core.child_records import ModelChildResult, SizeResult  # noqa: E402
+from cudnn_explorer.core.child_records import (ModelChildResult, ProblemChildResult,  # noqa: E402
+                                               SizeResult)
 from cudnn_explorer.core.capture import Capture, ModelSpec, UniqueConv  # noqa: E402
 from cudnn_explorer.core.model_run import ModelRun  # noqa: E402
 from cudnn_explorer.core.options import ExploreOptions  # noqa: E402
@@ -119,10 +121,18 @@ def test_a_problem_both_passes_run_is_searched_once_per_pass():
     assert plans_needed(cap) == ((3, 4), (3, 4))
     assert Capture.from_json_dict(json.loads(cap.to_json())).problems == cap.problems
     # PyTorch's pick of a direction both passes searched is the first search's
-    result = {"settings": {}, "sizes": [{"input_shape": [3, 8, 8], "calls": probe.calls}]}
-    per = run_modes._per_problem(_typed(result),
-                                   {p.problem: i for i, p in enumerate(cap.problems)}, b"")
-    assert [d.direction for d in per[1].directions] == ["fwd", "bwd-data", "bwd-filter"]
+    result = _typed({"settings": {}, "sizes": [{"input_shape": [3, 8, 8],
+                                                "calls": probe.calls}]})
+    per = run_modes._picks(result, {p.problem: i for i, p in enumerate(cap.problems)},
+                           run_modes.searches_of(result, b""), run_modes.model_modes()[0])
+    assert list(per[1]) == ["fwd", "bwd-data", "bwd-filter"]
+    first = [c for c in probe.calls if ConvProblem.from_dict(c["problem"]) == shared]
+    assert per[1]["fwd"].first_call_ms == first[0]["ms"]  # the forward pass's first call
+
+
+def _fixture_json(name: str) -> dict:
+    with open(os.path.join(FIX, name)) as f:
+        return json.load(f)
 
 
 def _typed(result: dict) -> ModelChildResult:
@@ -132,6 +142,12 @@ def _typed(result: dict) -> ModelChildResult:
 
 def _size(d: dict) -> SizeResult:
     return SizeResult.from_dict(d, "test size")
+
+
+def _size_run(d: dict, index, log: bytes):
+    """A size's SizeRun, its calls' searches parsed out of ``log`` first."""
+    raw = _size(d)
+    return run_modes._size_run(raw, index, run_modes._searches(raw, log))
 
 
 def _fixture_child_result():
@@ -164,7 +180,8 @@ def _fixture_child_result():
 def test_child_result_becomes_records_and_picks():
     problem, result, log = _fixture_child_result()
     index = {problem: 0}
-    size = run_modes._size_run(_size(result["sizes"][0]), index, log)
+    found = run_modes.searches_of(_typed(result), log)
+    size = run_modes._size_run(_size(result["sizes"][0]), index, found[0])
     searches = {s.direction: s for s in logs.parse_frontend_log(log.decode())}
     assert [c.plan for c in size.calls] == [searches[d].winner for d in
                                           ("fwd", "bwd-data", "bwd-filter")]
@@ -175,22 +192,34 @@ def test_child_result_becomes_records_and_picks():
     assert size.peak_call.direction == "bwd-filter"
     assert size.peak_call.peak_above_bytes == 1543904256
     assert size.steady.median_ms == pytest.approx(10.05)
-    per = run_modes._per_problem(_typed(result), index, log)
     mode = run_modes.model_modes()[0]
-    run = run_modes.ModeRun(mode, per[0])
+    per = run_modes._picks(_typed(result), index, found, mode)
+    run = run_modes.ModeRun(mode, None, picks=per[0])
     for d in ("fwd", "bwd-data", "bwd-filter"):
         pick = pick_of(run, d)
         assert pick.ok and pick.engine_tag == searches[d].winner, pick.error
         assert pick.steady is None and pick.first_call_ms > 0
+        assert pick.candidates and len(pick.timed) == len(searches[d].timed)
+    # the same picks a per-problem child's record of these calls gives
+    child = ProblemChildResult.read(_fixture_json("default_benchmark.result.json"), "r")
+    child = dataclasses.replace(child, log_text=log.decode())
+    for d in ("fwd", "bwd-data", "bwd-filter"):
+        theirs = pick_of(run_modes.ModeRun(mode, child), d)
+        assert (theirs.engine_tag, theirs.candidates, theirs.timed,
+                theirs.plan_workspace_bytes, theirs.heuristic_candidates) == (
+            per[0][d].engine_tag, per[0][d].candidates, per[0][d].timed,
+            per[0][d].plan_workspace_bytes, per[0][d].heuristic_candidates)
+    assert pick_of(run_modes.ModeRun(mode, None, picks={}), "fwd").error == \
+        "the run made no fwd call of this problem"
     # a peak outside every convolution call names no call
     result["sizes"][0]["other_peak_alloc"] = 5 * GIB
-    assert run_modes._size_run(_size(result["sizes"][0]), index, log).peak_call is None
+    assert run_modes._size_run(_size(result["sizes"][0]), index, found[0]).peak_call is None
 
 
 def _model_run():
     problem, result, log = _fixture_child_result()
     index = {problem: 0}
-    bench = run_modes._size_run(_size(result["sizes"][0]), index, log)
+    bench = _size_run(result["sizes"][0], index, log)
     heur = json.loads(json.dumps(result["sizes"][0]))
     heur.update(first_ms=900.0, first_peak_alloc=3 * GIB + 200 * 2**20)
     for c in heur["calls"]:
@@ -200,7 +229,7 @@ def _model_run():
     run = ModelRun(modes=[
         ModelModeRun("benchmark", "benchmark", 10, sizes=[bench]),
         ModelModeRun("heuristics (benchmark off)", "heuristic",
-                     sizes=[run_modes._size_run(_size(heur), index, log)]),
+                     sizes=[_size_run(heur, index, log)]),
         ModelModeRun("deterministic", "deterministic", error="PyTorch's run of the model "
                      "(deterministic) failed (exit code 1): RuntimeError: boom")],
         iterations=4, warmup=5)
@@ -586,17 +615,19 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
                   problems=[UniqueConv(problem, {"fwd": 1, "bwd-data": 1, "bwd-filter": 1},
                                        ["conv1"])], conv_calls=3)
     index = {problem: 0}
-    size = run_modes._size_run(_size(result["sizes"][0]), index, log)
+    size = _size_run(result["sizes"][0], index, log)
     from cudnn_explorer.core.model_run import ModelModeRun
 
     opts = ExploreOptions.create()
     mode = run_modes.model_modes()[0]
-    per = run_modes._per_problem(_typed(result), index, log)
+    typed = _typed(result)
+    per = run_modes._picks(typed, index, run_modes.searches_of(typed, log), mode)
     with Store(str(tmp_path / "r.db")) as store:
         cache = run_modes.StoreCache(store, ENV, "onelayer", warn=lambda e: None)
         key = run_modes.run_key(cap, mode, 0, opts, 20, 5, None)
         cache.save(key, mode.label, ModelModeRun(mode.label, mode.mode, 10, sizes=[size])
-                   .to_dict(), {str(i): r.to_dict() for i, r in per.items()})
+                   .to_dict(), {str(i): {d: p.to_dict() for d, p in ps.items()}
+                                for i, ps in per.items()})
         never = tmp_path / "python"  # a child would fail loudly
         never.write_text("#!/bin/sh\nexit 99\n")
         never.chmod(0o755)
@@ -606,6 +637,7 @@ def test_a_stored_run_of_the_model_answers_without_a_child(tmp_path):
         assert m.ok and m.stored and m.sizes[0] == size
         pick = pick_of(picks[problem][0], "fwd")
         assert pick.ok and pick.engine_tag == size.calls[0].plan
+        assert pick == per[0]["fwd"]  # every field back from the store as it was built
         assert "from the results store" in render_model_run(run, cap)
         (row,) = store.model_runs()
         assert row["mode"] == mode.label and row["model"] == "onelayer"

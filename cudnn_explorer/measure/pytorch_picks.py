@@ -11,12 +11,12 @@ import json
 import os
 import subprocess
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, List, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from ..core import logs
 from ..core.errors import ChildError
 from ..core.knobs import match_kernels
-from ..core.child_records import Checked, ProblemChildResult
+from ..core.child_records import Checked, FirstCall, ProblemChildResult
 from ..core.errors import UserError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
@@ -25,7 +25,7 @@ from .prestart import StartedChild, last_line
 from .procs import describe_rc
 
 __all__ = ["ModeSpec", "ModeRun", "default_modes", "run_child", "run_children", "pick_of",
-           "start_children"]
+           "engine_pick", "start_children"]
 CHILD_MODULE = "cudnn_explorer.measure.problem_child"
 PRELOAD = ("torch,cudnn_explorer.measure.tensors,cudnn_explorer.measure.timing,"
            "cudnn_explorer.measure.kernels,cudnn_explorer._C")  # what our child imports
@@ -143,11 +143,15 @@ def run_child(problem: ConvProblem, spec: ModeSpec, options: ExploreOptions,
 
 
 class ModeRun(NamedTuple):
-    """One mode's child: its result (None when it failed) or the error."""
+    """One mode's run for one problem: its child's result (None when it failed, or where
+    ``picks`` holds the picks already built) or the error. ``picks``: PyTorch's pick per
+    direction, built once from a model's run (model/run_modes.py), which pick_of returns
+    as they are."""
 
     spec: ModeSpec
     result: Optional[ProblemChildResult]
     error: str = ""
+    picks: Optional[Dict[str, PyTorchPick]] = None
 
 
 def start_children(problem: ConvProblem, options: ExploreOptions,
@@ -194,61 +198,91 @@ def run_children(problem: ConvProblem, options: ExploreOptions,
 
 
 def pick_of(run: ModeRun, direction: str, legacy_rows: Sequence[AlgoResult] = ()) -> PyTorchPick:
-    """PyTorch's pick for one direction in one mode, built once from the child's result,
-    its log and our legacy rows (with .kernels): what ran, what it cost, which of our rows
-    launch the same kernels, and its check against the reference."""
+    """PyTorch's pick for one direction in one mode, from the child's result, its log and
+    our legacy rows (with .kernels): what ran, what it cost, which of our rows launch the
+    same kernels, and its check against the reference. A run whose ``picks`` were built
+    already (a model's run) gives them as they are."""
     spec = run.spec
     base = dict(label=spec.label, mode=spec.mode, api=spec.api)
+    if run.picks is not None:
+        return run.picks.get(direction) or PyTorchPick(
+            **base, benchmark_limit=spec.benchmark_limit,
+            error=run.error or f"the run made no {direction} call of this problem")
     if run.result is None:
         return PyTorchPick(**base, benchmark_limit=spec.benchmark_limit, error=run.error)
     result = run.result
-    limit = result.settings.get("benchmark_limit")
-    base["benchmark_limit"] = limit if spec.mode == "benchmark" else None
     dres = result.direction(direction)
-    if dres is None:
-        return PyTorchPick(**base, error=f"the child measured no {direction}")
-    text = result.log_text
-    found: dict = {}
-    error = ""
-    if spec.legacy:
-        c = logs.legacy_choice(logs.parse_api_log(text), direction)
-        if c is None:
-            error = "the cuDNN API log shows no convolution call for this direction"
-        else:
-            algo = f"{c.algo_name} ({c.math_type})"
-            row = next((r for r in legacy_rows if f"{r.algo_name} ({r.math_type})" == algo),
-                       None)
-            found = dict(legacy_algo=algo, plan_workspace_bytes=c.workspace_bytes,
-                         deterministic=row.deterministic if row else None)
-    else:
+    if not spec.legacy:
         # The first search of this direction is the one written during the first call
         # (later calls hit PyTorch's cache and log no search).
-        s = next((x for x in logs.parse_frontend_log(text) if x.direction == direction), None)
-        if s is None:
-            error = ("no plan search for this direction in the cudnn-frontend log (was the "
-                     "shape already cached?)")
-        else:
-            w = s.candidate(s.winner) if s.winner else None
-            found = dict(
-                engine_tag=s.winner, heuristic_candidates=s.heuristic_count,
-                fallback_candidates=s.fallback_count,
-                candidates=[dict(tag=c.tag, numeric_notes=c.numeric_notes,
-                                 behavior_notes=c.behavior_notes,
-                                 workspace_bytes=c.workspace_bytes, source=c.source)
-                            for c in s.candidates],
-                timed=[[t, ms] for t, ms in s.timed])
-            if w is not None:
-                found.update(plan_workspace_bytes=w.workspace_bytes,
-                             numeric_notes=w.numeric_notes, behavior_notes=w.behavior_notes,
-                             deterministic=w.deterministic)
-            elif s.winner is None:
-                error = "the log shows no plan that ran"
-    check = dres.check or Checked()
+        s = None if dres is None else next(
+            (x for x in logs.parse_frontend_log(result.log_text) if x.direction == direction),
+            None)
+        return engine_pick(spec, result.settings, direction, dres, s, legacy_rows)
+    base["benchmark_limit"] = _limit(spec, result.settings)
+    if dres is None:
+        return PyTorchPick(**base, error=f"the child measured no {direction}")
+    found: dict = {}
+    error = ""
+    c = logs.legacy_choice(logs.parse_api_log(result.log_text), direction)
+    if c is None:
+        error = "the cuDNN API log shows no convolution call for this direction"
+    else:
+        algo = f"{c.algo_name} ({c.math_type})"
+        row = next((r for r in legacy_rows if f"{r.algo_name} ({r.math_type})" == algo),
+                   None)
+        found = dict(legacy_algo=algo, plan_workspace_bytes=c.workspace_bytes,
+                     deterministic=row.deterministic if row else None)
+    return _pick(base, dres, legacy_rows, error, found)
+
+
+def engine_pick(spec: ModeSpec, settings: dict, direction: str, call: Optional[FirstCall],
+                search: Optional["logs.FrontendSearch"],
+                legacy_rows: Sequence[AlgoResult] = ()) -> PyTorchPick:
+    """PyTorch's pick for one direction in one engine-API mode, from its first call's
+    measurements (``call``, None: it made none) and the plan search that call logged
+    (``search``, parsed once by the caller; None: none in the log)."""
+    base = dict(label=spec.label, mode=spec.mode, api=spec.api,
+                benchmark_limit=_limit(spec, settings))
+    if call is None:
+        return PyTorchPick(**base, error=f"the child measured no {direction}")
+    found: dict = {}
+    error = ""
+    if search is None:
+        error = ("no plan search for this direction in the cudnn-frontend log (was the "
+                 "shape already cached?)")
+    else:
+        s = search
+        w = s.candidate(s.winner) if s.winner else None
+        found = dict(
+            engine_tag=s.winner, heuristic_candidates=s.heuristic_count,
+            fallback_candidates=s.fallback_count,
+            candidates=[dict(tag=c.tag, numeric_notes=c.numeric_notes,
+                             behavior_notes=c.behavior_notes,
+                             workspace_bytes=c.workspace_bytes, source=c.source)
+                        for c in s.candidates],
+            timed=[[t, ms] for t, ms in s.timed])
+        if w is not None:
+            found.update(plan_workspace_bytes=w.workspace_bytes,
+                         numeric_notes=w.numeric_notes, behavior_notes=w.behavior_notes,
+                         deterministic=w.deterministic)
+        elif s.winner is None:
+            error = "the log shows no plan that ran"
+    return _pick(base, call, legacy_rows, error, found)
+
+
+def _limit(spec: ModeSpec, settings: dict) -> Optional[int]:
+    """The benchmark limit the child ran with (benchmark mode only)."""
+    return settings.get("benchmark_limit") if spec.mode == "benchmark" else None
+
+
+def _pick(base: dict, call: FirstCall, legacy_rows, error: str, found: dict) -> PyTorchPick:
+    check = call.check or Checked()
     return PyTorchPick(
-        **base, error=error, first_call_ms=dres.first_call_ms,
-        first_peak_alloc_bytes=dres.first_peak_alloc_bytes,
-        first_reserved_growth_bytes=dres.first_reserved_growth_bytes,
-        steady=dres.steady, steady_peak_alloc_bytes=dres.steady_peak_alloc_bytes,
-        kernels=list(dres.kernels), same_kernels_as=match_kernels(dres.kernels, legacy_rows),
+        **base, error=error, first_call_ms=call.first_call_ms,
+        first_peak_alloc_bytes=call.first_peak_alloc_bytes,
+        first_reserved_growth_bytes=call.first_reserved_growth_bytes,
+        steady=call.steady, steady_peak_alloc_bytes=call.steady_peak_alloc_bytes,
+        kernels=list(call.kernels), same_kernels_as=match_kernels(call.kernels, legacy_rows),
         max_error=check.max_error, tolerance=check.tolerance,
         output_finite=check.output_finite, **found)

@@ -8,11 +8,11 @@ cudnn-frontend's log on. From its result and its log this builds, once:
   time and peak memory, each convolution's first call (the plan PyTorch cached, the
   search's candidates, its cost), the call that set the memory peak, the steady
   iterations;
-* per unique problem, a ModeRun per mode holding the ProblemChildResult record a
-  per-problem child sends (core/child_records.py), so that the exploration pipeline
-  names PyTorch's pick per direction (measure.pytorch_picks.pick_of) exactly as it does for
-  one problem. Its steady time is our re-timing of the engine
-  config with the same tag (DirectionResult.pick_timing).
+* per unique problem, a ModeRun per mode holding PyTorch's pick per direction
+  (measure.pytorch_picks.engine_pick, as a per-problem child's is built), from the
+  searches parsed out of the log for the ModelRun's calls: the log is parsed once. The
+  exploration pipeline takes them as they are (pick_of). A pick's steady time is our
+  re-timing of the engine config with the same tag (DirectionResult.pick_timing).
 """
 from __future__ import annotations
 
@@ -23,16 +23,15 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core import logs
 from ..core.capture import Capture
-from ..core.child_records import (CallResult, FirstCall, ModelChildResult, ProblemChildResult,
-                                  SizeResult)
+from ..core.child_records import CallResult, FirstCall, ModelChildResult, SizeResult
 from ..core.stability import Stability
 from ..core.errors import ChildError, ExplorerError, UserError
 from ..core.model_run import ConvCall, IterationTiming, ModelModeRun, ModelRun, SizeRun
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
-from ..core.records import rankable
+from ..core.records import PyTorchPick, rankable
 from ..measure.prestart import StartedChild
-from ..measure.pytorch_picks import ModeRun, ModeSpec, default_modes
+from ..measure.pytorch_picks import ModeRun, ModeSpec, default_modes, engine_pick
 from ..measure.pipeline import GpuBench
 from .mode_runner import ModeStarts, ModeTiming, run_mode, shapes, start_mode
 
@@ -56,18 +55,35 @@ def modes_of(options: ExploreOptions) -> List[ModeSpec]:
     return model_modes(options.benchmark_limit, options.every_candidate_mode)
 
 
+# One size's calls' plan searches, in call order (None: not a first call, or none logged)
+Searches = List[Optional[logs.FrontendSearch]]
+
+
 def _search(log: bytes, span, direction: str) -> Optional[logs.FrontendSearch]:
     text = log[span[0]:span[1]].decode("utf-8", "replace")
     return next((s for s in logs.parse_frontend_log(text) if s.direction == direction), None)
 
 
-def _conv_call(raw: CallResult, index: Dict[ConvProblem, int], log: bytes) -> ConvCall:
+def searches_of(result: ModelChildResult, log: bytes) -> List[Searches]:
+    """Per input size, each call's plan search from the log, parsed once: the first
+    search of its direction in the log its first call wrote (later calls hit PyTorch's
+    cache and log none). Both the ModelRun's calls and PyTorch's picks are built from
+    these."""
+    return [_searches(size, log) for size in result.sizes]
+
+
+def _searches(size: SizeResult, log: bytes) -> Searches:
+    return [_search(log, c.log_span, c.direction) if c.first and log.strip() else None
+            for c in size.calls]
+
+
+def _conv_call(raw: CallResult, index: Dict[ConvProblem, int],
+               s: Optional[logs.FrontendSearch]) -> ConvCall:
     found = dict(problem=index.get(raw.problem, -1), direction=raw.direction,
                  layer=raw.layer or "", first=raw.first, ms=raw.ms,
                  alloc_before_bytes=raw.alloc_before, peak_alloc_bytes=raw.peak_alloc,
                  reserved_before_bytes=raw.reserved_before,
                  reserved_after_bytes=raw.reserved_after)
-    s = _search(log, raw.log_span, raw.direction) if raw.first else None
     if s is not None:
         w = s.candidate(s.winner) if s.winner else None
         big = s.largest_workspace()
@@ -77,11 +93,11 @@ def _conv_call(raw: CallResult, index: Dict[ConvProblem, int], log: bytes) -> Co
     return ConvCall(**found)
 
 
-def _size_run(raw: SizeResult, index: Dict[ConvProblem, int], log: bytes) -> SizeRun:
+def _size_run(raw: SizeResult, index: Dict[ConvProblem, int], searches: Searches) -> SizeRun:
     if raw.first_ms is None:
         raise ChildError(f"PyTorch's run of the model sent input "
                          f"{'x'.join(map(str, raw.input_shape))} without its first iteration")
-    calls = [_conv_call(c, index, log) for c in raw.calls]
+    calls = [_conv_call(c, index, s) for c, s in zip(raw.calls, searches)]
     if raw.pinned_first is not None:  # the pinned mode: the plan each call ran, by its key
         from ..core.plans import native_key_of
 
@@ -108,30 +124,24 @@ def _size_run(raw: SizeResult, index: Dict[ConvProblem, int], log: bytes) -> Siz
         steady_peak_reserved_bytes=raw.steady_peak_reserved, pinned=raw.pinned_first)
 
 
-def _per_problem(result: ModelChildResult, index: Dict[ConvProblem, int],
-                 log: bytes) -> Dict[int, ProblemChildResult]:
-    """Per unique problem, its first calls as the record a per-problem child sends
-    (ProblemChildResult), with the log those calls wrote. A direction that both passes
-    search (a transposed convolution's problem, see _Probe.call) is the first search's."""
-    calls: Dict[int, List[FirstCall]] = {}
-    texts: Dict[int, List[str]] = {}
-    for size in result.sizes:
-        for c in size.calls:
+def _picks(result: ModelChildResult, index: Dict[ConvProblem, int],
+           searches: List[Searches], mode: ModeSpec) -> Dict[int, Dict[str, PyTorchPick]]:
+    """Per unique problem, PyTorch's pick per direction in ``mode``, built once from the
+    first calls' measurements and the searches already parsed out of the log
+    (searches_of). A direction that both passes search (a transposed convolution's
+    problem, see _Probe.call) is the first search's."""
+    picks: Dict[int, Dict[str, PyTorchPick]] = {}
+    for size, found in zip(result.sizes, searches):
+        for c, s in zip(size.calls, found):
             i = index.get(c.problem)
-            if i is None or not c.first:
+            if i is None or not c.first or c.direction in picks.get(i, {}):
                 continue
-            mine = calls.setdefault(i, [])
-            if any(d.direction == c.direction for d in mine):
-                continue
-            mine.append(FirstCall(
-                direction=c.direction, first_call_ms=c.ms,
-                first_peak_alloc_bytes=max(c.peak_alloc - c.alloc_before, 0),
-                first_reserved_growth_bytes=c.reserved_after - c.reserved_before))
-            a, b = c.log_span
-            texts.setdefault(i, []).append(log[a:b].decode("utf-8", "replace"))
-    return {i: ProblemChildResult(directions=ds, settings=dict(result.settings),
-                                  log_text="".join(texts[i]))
-            for i, ds in calls.items()}
+            call = FirstCall(direction=c.direction, first_call_ms=c.ms,
+                             first_peak_alloc_bytes=max(c.peak_alloc - c.alloc_before, 0),
+                             first_reserved_growth_bytes=c.reserved_after - c.reserved_before)
+            picks.setdefault(i, {})[c.direction] = engine_pick(mode, result.settings,
+                                                               c.direction, call, s)
+    return picks
 
 
 def run_model(capture: Capture, options: ExploreOptions, timing: ModeTiming = ModeTiming(),
@@ -178,7 +188,7 @@ def run_model(capture: Capture, options: ExploreOptions, timing: ModeTiming = Mo
             for u in capture.problems:
                 i = turns.index[u.problem]
                 if i in per:
-                    runs[u.problem].append(ModeRun(mode, per[i]))
+                    runs[u.problem].append(ModeRun(mode, None, picks=per[i]))
                 else:
                     runs[u.problem].append(ModeRun(mode, None, turns.done[-1].error or (
                         f"{mode.label}: the model's run reached no call of this problem")))
@@ -205,9 +215,9 @@ class _Turns:
         if timing.target_ci is not None:
             self.timeout_s += 60.0 * len(shapes(capture))
 
-    def run(self, mode: ModeSpec, key: str, hit, ahead) -> Dict[int, ProblemChildResult]:
+    def run(self, mode: ModeSpec, key: str, hit, ahead) -> Dict[int, Dict[str, PyTorchPick]]:
         """One mode: its run appended to ``done`` (from the results store when ``hit``,
-        else from its processes ``ahead``), and its per-problem results."""
+        else from its processes ``ahead``), and per problem its picks per direction."""
         say, done = self.say, self.done
         if hit is not None:  # answered from the results store
             stored, per = hit
@@ -220,9 +230,10 @@ class _Turns:
         result, log, error = run_mode(self.capture, mode, self.options, self.timing,
                                       self.timeout_s, say, ahead)
         t1 = time.perf_counter()
-        sizes = [_size_run(s, self.index, log) for s in result.sizes]
+        searches = searches_of(result, log)
+        sizes = [_size_run(s, self.index, f) for s, f in zip(result.sizes, searches)]
         # without a log nothing says what PyTorch chose; a later failure keeps the rest
-        per = _per_problem(result, self.index, log) if log.strip() else {}
+        per = _picks(result, self.index, searches, mode) if log.strip() else {}
         if mode.mode == "pinned":  # not PyTorch's choice: no problem's pick
             per = {}
         t2 = time.perf_counter()
@@ -234,22 +245,23 @@ class _Turns:
                                                **{LOG_READ: round(t2 - t1, 3)})))
         if self.cache is not None and done[-1].ok and not error:
             self.cache.save(key, mode.label, done[-1].to_dict(),
-                            {str(i): r.to_dict() for i, r in per.items()})
+                            {str(i): {d: p.to_dict() for d, p in ps.items()}
+                             for i, ps in per.items()})
         return per
 
 
-def _stored(hit, say) -> Optional[Tuple[ModelModeRun, Dict[int, ProblemChildResult]]]:
+def _stored(hit, say) -> Optional[Tuple[ModelModeRun, Dict[int, Dict[str, PyTorchPick]]]]:
     """A stored mode's run as records: (its ModelModeRun, marked stored, and per problem
-    its ProblemChildResult), or None when there is none or it does not read (then the
+    its picks per direction), or None when there is none or it does not read (then the
     mode runs again)."""
     if hit is None:
         return None
     run_dict, per_raw, created = hit
     try:
         run = replace(ModelModeRun.from_dict(run_dict, "stored model run"), stored=created)
-        return run, {int(i): ProblemChildResult.read(r, f"stored model run, problem {i}")
-                     for i, r in per_raw.items()}
-    except (UserError, ValueError) as e:
+        return run, {int(i): {str(d): PyTorchPick.from_dict(p, f"stored pick {i} {d}")
+                              for d, p in ps.items()} for i, ps in per_raw.items()}
+    except (UserError, ValueError, TypeError, AttributeError) as e:
         say(f"a stored run of the model does not read ({e}); it runs again")
         return None
 
@@ -267,7 +279,10 @@ def run_key(capture: Capture, mode: ModeSpec, position: int, options: ExploreOpt
            "mode": [mode.label, mode.mode, mode.benchmark_limit, position],
            **({"plans": [mode.plans_sha, mode.benchmark]} if mode.mode == "pinned" else {}),
            "iterations": iterations, "warmup": warmup, "target_ci": target_ci,
-           "seed": options.seed}
+           "seed": options.seed,
+           # what the store keeps per problem: PyTorch's picks (a key without it named
+           # the per-problem child records kept before, which are not read)
+           "per_problem": "picks"}
     if graph:  # (eager runs keep the keys they were stored under; runs whose graph was
         # captured in the probed process, before Note [steady process], are not reused)
         doc["graph"] = "own process"
