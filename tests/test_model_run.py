@@ -196,10 +196,21 @@ def test_child_result_becomes_records_and_picks():
     per = run_modes._picks(_typed(result), index, found, mode)
     run = run_modes.ModeRun(mode, None, picks=per[0])
     for d in ("fwd", "bwd-data", "bwd-filter"):
-        pick = pick_of(run, d)
-        assert pick.ok and pick.engine_tag == searches[d].winner, pick.error
+        pick, s = pick_of(run, d), searches[d]
+        assert pick.ok and pick.engine_tag == s.winner, pick.error
         assert pick.steady is None and pick.first_call_ms > 0
-        assert pick.candidates and len(pick.timed) == len(searches[d].timed)
+        # every field the search gives, against the log parsed here on its own
+        assert pick.candidates == [dict(tag=c.tag, numeric_notes=c.numeric_notes,
+                                        behavior_notes=c.behavior_notes,
+                                        workspace_bytes=c.workspace_bytes, source=c.source)
+                                   for c in s.candidates]
+        assert [tuple(t) for t in pick.timed] == [tuple(t) for t in s.timed] and s.timed
+        w = s.candidate(s.winner)
+        assert (pick.plan_workspace_bytes, pick.numeric_notes, pick.deterministic) == (
+            w.workspace_bytes, w.numeric_notes, w.deterministic)
+        assert (pick.heuristic_candidates, pick.fallback_candidates) == (
+            s.heuristic_count, s.fallback_count)
+        assert pick.benchmark_limit == result["settings"].get("benchmark_limit")
     # the same picks a per-problem child's record of these calls gives
     child = ProblemChildResult.read(_fixture_json("default_benchmark.result.json"), "r")
     child = dataclasses.replace(child, log_text=log.decode())

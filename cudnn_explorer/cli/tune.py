@@ -24,6 +24,14 @@ RULES = [
     Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store"),
     Refuse("--quiet", ("--verbose",), "--quiet turns progress off"),
 ]
+UNDER_TORCHRUN = [  # checked under torchrun, with the pseudo-flag TORCHRUN
+    Refuse("TORCHRUN", ("--device",), "", text="--device would be ignored: under torchrun "
+                                               "each rank uses the GPU of its LOCAL_RANK"),
+    Refuse("TORCHRUN", ("--no-store",), "", text="--no-store: under torchrun the ranks' "
+                                                 "results travel through the results store; "
+                                                 "give --store PATH (on a shared filesystem "
+                                                 "across nodes)"),
+]
 
 
 def build_parser() -> Parser:
@@ -109,6 +117,8 @@ def run(argv: List[str]) -> int:
     from ..model import distributed
 
     world = distributed.world_from_env()
+    if world is not None:
+        check_rules(UNDER_TORCHRUN, ["TORCHRUN"] + flags)
     progress, done = progress_lines(a.verbose, a.quiet)
     kw = dict(policy=a.policy, max_workspace_mib=a.max_workspace,
               deterministic=a.deterministic or None, profile=a.profile,
@@ -122,13 +132,15 @@ def run(argv: List[str]) -> int:
             result, trouble = tune_rank(a.record, world, options, **kw)
             if trouble:
                 done()
-                say(f"[rank {world.rank}] {trouble}")
+                say(trouble if trouble.startswith("rank ") else f"[rank {world.rank}] {trouble}")
             if world.rank != 0:
+                # exit 0 even where the share failed: torchrun would stop rank 0, which
+                # measures what this rank could not, then writes the file and says
                 done()
-                if result is not None:
-                    say(f"[rank {world.rank}] tuned {result.done} problem(s) of its share "
-                        f"into the results store; rank 0 writes '{a.out}'")
-                return 3 if trouble or result is None or result.failed else 0
+                say(f"[rank {world.rank}] tuned {result.done if result else 0} problem(s) of "
+                    f"its share into the results store ({len(result.failed) if result else 0}"
+                    f" failed; rank 0 measures those); rank 0 writes '{a.out}'")
+                return 0
     except KeyboardInterrupt as e:
         done()  # the progress line cleared before the last word
         if world is None or world.rank == 0:  # one rank writes what finished

@@ -322,7 +322,7 @@ def tune_rank(record, world, options: Optional[ExploreOptions] = None, *,
     reached the barrier; "" when nothing did)."""
     from ..model import distributed
 
-    choice = StoreChoice.of(kw.get("store", True), kw.get("refresh", False))
+    choice = StoreChoice.of(kw.pop("store", True), kw.pop("refresh", False))
     if not choice.use:
         raise UserError("--no-store: under torchrun the ranks' results travel through the "
                         "results store; give --store PATH (on a shared filesystem across "
@@ -338,14 +338,17 @@ def tune_rank(record, world, options: Optional[ExploreOptions] = None, *,
                ).updated(device=world.local_rank)
     share = distributed.shard(problems, world.size)[world.rank]
     mine: List[TuneResult] = []
+    lazy_measure.measuring().native.require_gpu(world.local_rank)  # one line, exit 3
     distributed.init(world, DAY_S, init_method)
     try:  # the process group is closed on every way out (else gloo aborts the process)
         distributed.check_devices(world, distributed.device_id(world.local_rank))
         error = distributed.run_share(world, share, lambda s: mine.append(
-            tune(record, options, only=s, **kw)))
+            tune(record, options, only=s, store=choice, **kw)) if s else None)
         why = distributed.barrier(world, DAY_S, "the end of the ranks' shares")
         if world.rank != 0:
             return (mine[0] if mine else None), error
-        return tune(record, options, **kw), error or why
+        # every problem: what the ranks stored is read (--refresh measured it anew already)
+        final = dataclasses.replace(choice, refresh=False)
+        return tune(record, options, store=final, **kw), error or why
     finally:
         distributed.finish()

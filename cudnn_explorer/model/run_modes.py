@@ -283,9 +283,8 @@ def run_key(capture: Capture, mode: ModeSpec, position: int, options: ExploreOpt
            # what the store keeps per problem: PyTorch's picks (a key without it named
            # the per-problem child records kept before, which are not read)
            "per_problem": "picks"}
-    if graph:  # (eager runs keep the keys they were stored under; runs whose graph was
-        # captured in the probed process, before Note [steady process], are not reused)
-        doc["graph"] = "own process"
+    if graph:  # runs whose graph was captured in the probed process, before Note [steady
+        doc["graph"] = "own process"  # process], are not reused
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
