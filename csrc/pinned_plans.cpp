@@ -201,18 +201,29 @@ bool deterministic_now() {
 
 std::string describe_plan_key(const std::vector<int64_t>& key) { return describe_key(key); }
 
-std::vector<int64_t> call_key(const PinnedCall& c) {
+namespace {
+
+// The file's key of a call into ``k`` (cleared first; its capacity kept, so a thread that
+// reuses one vector allocates nothing per call: Note [no allocation per pinned call]).
+void fill_call_key(const PinnedCall& c, std::vector<int64_t>& k) {
   const at::Tensor& x = *c.x;
   const int64_t dtype = dtype_code(x.scalar_type());
   const bool tf32 = dtype != 0 || at::globalContext().allowTF32CuDNN(at::Float32Op::CONV);
-  std::vector<int64_t> k;
-  k.reserve(static_cast<size_t>(7 + 6 * x.dim()));  // run_pinned appends 5 more
+  k.clear();
+  k.reserve(static_cast<size_t>(12 + 6 * x.dim()));  // run_pinned appends 5 more
   k.insert(k.end(), {kKeyVersion, static_cast<int64_t>(c.direction), dtype, tf32 ? 1 : 0,
                      c.groups, c.channels_last ? 1 : 0, x.dim()});
   for (const at::Tensor* t : {c.x, c.w, c.y}) {
     for (int64_t v : t->sizes()) k.push_back(v);
   }
   for (const auto* v : {&c.padding, &c.stride, &c.dilation}) k.insert(k.end(), v->begin(), v->end());
+}
+
+}  // namespace
+
+std::vector<int64_t> call_key(const PinnedCall& c) {
+  std::vector<int64_t> k;
+  fill_call_key(c, k);
   return k;
 }
 
@@ -841,7 +852,12 @@ std::string run_pinned(const PinnedCall& c) {
     tp.clear();
     tp.generation = gen;
   }
-  std::vector<int64_t> key = call_key(c);
+  // Note [no allocation per pinned call]: a steady call allocates nothing on the host:
+  // the key is built in a vector this thread reuses, and the plan's tensor pointers go in
+  // a map this thread reuses (its three entries made once, their values set per call).
+  // Neither is touched by another call before this one returns (nothing here reenters).
+  thread_local std::vector<int64_t> key;
+  fill_call_key(c, key);
   const size_t file_key = key.size();
   const bool det = deterministic_now();
   key.push_back(det ? 1 : 0);
@@ -888,8 +904,11 @@ std::string run_pinned(const PinnedCall& c) {
       return why;
     }
   }
-  std::unordered_map<int64_t, void*> pack{
-      {kX, c.x->data_ptr()}, {kW, c.w->data_ptr()}, {kY, c.y->data_ptr()}};
+  thread_local std::unordered_map<int64_t, void*> pack{{kX, nullptr}, {kW, nullptr},
+                                                       {kY, nullptr}};
+  pack[kX] = c.x->data_ptr();
+  pack[kW] = c.w->data_ptr();
+  pack[kY] = c.y->data_ptr();
   // a scope of its own in profiles (a flag's check when no profiler runs)
   RECORD_FUNCTION("cudnn_explorer::execute_plan", c10::ArrayRef<const c10::IValue>{});
   // (no capture runs on the default stream: the query, a driver call, is made elsewhere)
