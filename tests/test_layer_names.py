@@ -120,6 +120,30 @@ def test_a_wrapped_model_keeps_its_own_names(names):
                                                               "3"}
 
 
+def test_fsdp_and_checkpoint_wrappers_of_a_part_keep_the_parts_own_name(names):
+    class FullyShardedDataParallel(nn.Module):  # named as torch's, registering as it does
+        def __init__(self, inner):
+            super().__init__()
+            self._fsdp_wrapped_module = inner
+
+        def forward(self, x):
+            return self._fsdp_wrapped_module(x)
+
+    class CheckpointWrapper(FullyShardedDataParallel):
+        def __init__(self, inner):
+            nn.Module.__init__(self)
+            self._checkpoint_wrapped_module = inner
+
+        def forward(self, x):
+            return self._checkpoint_wrapped_module(x)
+
+    down = Down()
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), CheckpointWrapper(down))
+    outer = FullyShardedDataParallel(model)
+    _run(outer, torch.randn(2, 3, 10, 10))
+    assert {n for v in names.by_key().values() for n in v} == {"0", "1.conv"}
+
+
 def test_a_call_that_cannot_be_named_never_raises(names, monkeypatch):
     from cudnn_explorer.pinning import op
 

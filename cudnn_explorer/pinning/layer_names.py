@@ -27,11 +27,13 @@ from . import op
 __all__ = ["LayerNames"]
 
 
-# Modules that wrap a whole model and add a prefix to its names (torch.compile's
-# OptimizedModule: "_orig_mod."; DistributedDataParallel and DataParallel: "module."): the
-# model keeps its own names, as its named_modules gives them
+# Modules that wrap a model (or a part) and add a prefix to its names (torch.compile's
+# OptimizedModule: "_orig_mod."; DistributedDataParallel and DataParallel: "module.";
+# FSDP: "_fsdp_wrapped_module."; activation checkpointing: "_checkpoint_wrapped_module."):
+# what they wrap keeps its own names, as the wrapped model's named_modules gives them
 WRAPPERS = {("OptimizedModule", "_orig_mod"), ("DistributedDataParallel", "module"),
-            ("DataParallel", "module")}
+            ("DataParallel", "module"), ("FullyShardedDataParallel", "_fsdp_wrapped_module"),
+            ("CheckpointWrapper", "_checkpoint_wrapped_module")}
 
 
 class _ByTensor:
@@ -75,9 +77,10 @@ class LayerNames:
         from torch.nn.modules import module as m
 
         def on_module(parent, name, child):
-            if child is None or child in self._parent or \
-                    (type(parent).__name__, name) in WRAPPERS:
+            if child is None or child in self._parent:
                 return
+            if (type(parent).__name__, name) in WRAPPERS:
+                name = ""  # the wrapped module takes the wrapper's place and name
             self._parent[child] = (weakref.ref(parent), name)
 
         def on_parameter(owner, name, param):
@@ -95,7 +98,7 @@ class LayerNames:
     def name_of(self, weight) -> Optional[str]:
         """The qualified name of the module that owns ``weight``, or None."""
         ref = self._owner.get(weight)
-        module = ref() if ref is not None else None
+        owner = module = ref() if ref is not None else None
         if module is None:
             return None
         parts: List[str] = []
@@ -105,10 +108,10 @@ class LayerNames:
             up = self._parent.get(module)
             if up is None:
                 break
-            parent, name = up[0](), up[1]
-            parts.append(name)
-            module = parent
-        return ".".join(reversed(parts)) or type(module).__name__
+            if up[1]:
+                parts.append(up[1])
+            module = up[0]()
+        return ".".join(reversed(parts)) or type(owner).__name__
 
     def observe(self, input, weight, stride, padding, dilation, transposed, output_padding,
                 groups) -> None:
