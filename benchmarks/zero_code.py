@@ -11,7 +11,8 @@ then ``tune`` explores what it recorded (timed, one GPU, its own results store s
 the configs, as a user's default store would be). Then per config and repeat, in turns,
 each in a fresh process with empty CUDA and Inductor caches: the script with
 ``--cudnn-benchmark`` (benchmark on), without (off), and under ``run --plans`` (pinned:
-the share of calls pinned from its report). The script times its own steps
+the share of calls pinned from its report; plans built ahead, none kept between runs,
+so that every repeat starts alike). The script times its own steps
 (synchronised); the loss figure is the largest relative difference of a step's loss
 from benchmark off's in the same repeat.
 """
@@ -110,7 +111,10 @@ def cases(a, plans) -> list:
     for config in a.configs:
         script = script_argv(a, config, "{out}")
         argv = {"benchmark on": (*script, "--cudnn-benchmark"), "benchmark off": tuple(script),
-                "pinned": ("-m", "cudnn_explorer", "run", "--plans", plans[config],
+                # --no-keep: every repeat builds its plans ahead, as a first run does (a
+                # kept plan file would make the first repeat differ from the others;
+                # benchmarks.cold_start measures kept plans)
+                "pinned": ("-m", "cudnn_explorer", "run", "--plans", plans[config], "--no-keep",
                            "--report", "{out}.report", "--", sys.executable, *script)}
         for mode in MODES:
             out.append(Case(config, mode, argv[mode], env=env, timeout_s=600, read=read_run))
