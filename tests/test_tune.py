@@ -250,18 +250,30 @@ def _tune_rank(rank, port, tmp, out_dir, fail):
     pipeline.native.require_gpu = lambda device=0: None
     if fail and rank == 1:
         from cudnn_explorer.core.errors import ResourceError
+        from cudnn_explorer.jobs import tune as tune_job
 
         def oom(*a, **k):
             raise ResourceError("out of GPU memory (fake)")
-        pipeline.explore = oom
-    code = main(["tune", os.path.join(tmp, "convs.json"), "-o", os.path.join(tmp, "plans.json"),
-                 "--store", os.path.join(tmp, "s.db"), "--quiet"])
+        if fail == "share":  # the whole share stops at once (not problem by problem)
+            tune_job.tune = oom
+        else:
+            pipeline.explore = oom
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["tune", os.path.join(tmp, "convs.json"), "-o",
+                     os.path.join(tmp, "plans.json"), "--store", os.path.join(tmp, "s.db"),
+                     "--quiet"])
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump({"code": code, "labs": len([c for c in bench.calls if c[0] == "hold"])}, f)
+        json.dump({"code": code, "labs": len([c for c in bench.calls if c[0] == "hold"]),
+                   "err": err.getvalue()}, f)
 
 
 @requires_ext
-@pytest.mark.parametrize("fail", [False, True], ids=["ok", "rank1-fails"])
+@pytest.mark.parametrize("fail", ["", "problems", "share"],
+                         ids=["ok", "rank1-problems-fail", "rank1-share-fails"])
 def test_under_torchrun_the_ranks_share_the_problems_and_rank_0_writes_one_file(tmp_path,
                                                                                  fail):
     import multiprocessing
@@ -290,6 +302,8 @@ def test_under_torchrun_the_ranks_share_the_problems_and_rank_0_writes_one_file(
     if fail:  # rank 1 says it failed (exit 0: torchrun would stop rank 0); rank 0's pass
         assert [r["code"] for r in res] == [0, 0]  # measures its share: one complete file
         assert res[0]["labs"] == len(RECORDED) and res[1]["labs"] == 0
+        assert "out of GPU memory (fake)" in res[1]["err"] or "1 failed" in res[1]["err"]
+        assert "rank 0 writes" in res[1]["err"]
     else:
         # every recorded direction explored once, split between the ranks (hold: one per
         # direction explored), none again in rank 0's pass over the whole record
