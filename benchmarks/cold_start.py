@@ -266,10 +266,7 @@ def parse(argv=None):
     for hidden in ("--model", "--kept", "--plan-file"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    a.models = [m for m in a.models.split(",") if m]
-    bad = [m for m in a.models if m not in MODELS]
-    if bad:
-        ap.error(f"--models {','.join(bad)}: valid: {', '.join(MODELS)}")
+    a.models = harness.listed(ap, a.models, "--models", MODELS)
     given = dict(p.split("=", 1) for p in a.plans if "=" in p)
     if a.child is None and not a.setup:
         a.given = given

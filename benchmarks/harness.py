@@ -329,6 +329,16 @@ def common_args(parser, default_json: str, repeats: int) -> None:
                         help=f"runs of every case, in turns (default {repeats})")
 
 
+def listed(parser, text: str, flag: str, valid) -> List[str]:
+    """A comma-separated option's items, each one of ``valid``; otherwise the parser's
+    one-line error (exit 2) naming the bad items and the valid ones."""
+    items = [v for v in text.split(",") if v]
+    bad = [v for v in items if v not in valid]
+    if bad or not items:
+        parser.error(f"{flag} {','.join(bad) or repr(text)}: valid: {', '.join(valid)}")
+    return items
+
+
 def child_args(parser, choices) -> None:
     """The hidden options a benchmark's own child processes take: which mode it is
     (``--child``) and where its figures go (``--out``)."""
@@ -391,6 +401,6 @@ def module_argv(module: str, *args: str) -> Tuple[str, ...]:
     return ("-m", module) + tuple(args)
 
 
-__all__ = ["Benchmark", "Case", "Figure", "child_args", "measure", "run_process", "result",
-           "environment", "spread", "write", "finish", "common_args", "module_argv",
+__all__ = ["Benchmark", "Case", "Figure", "child_args", "listed", "measure", "run_process",
+           "result", "environment", "spread", "write", "finish", "common_args", "module_argv",
            "cudnn_text", "failed"]

@@ -128,10 +128,7 @@ def parse(argv=None):
                     help=f"comma-separated, of: {', '.join(CONFIGS)}")
     ap.add_argument("--steps", type=int, default=16, help="the script's steps (default 16)")
     a = ap.parse_args(argv)
-    a.configs = [c for c in a.configs.split(",") if c]
-    bad = [c for c in a.configs if c not in CONFIGS]
-    if bad or not a.configs:
-        ap.error(f"--configs {','.join(bad)}: valid: {', '.join(CONFIGS)}")
+    a.configs = harness.listed(ap, a.configs, "--configs", CONFIGS)
     if a.steps < 2:
         ap.error(f"--steps {a.steps}: valid: 2 or more")
     return a
