@@ -439,3 +439,46 @@ def test_a_channels_last_mobilenet_runs_every_call_pinned():
     assert counts.fallback_calls <= cap.conv_calls // 50, counts.fallbacks
     close(got, want, TOL["float16"] * 4, "AMP loss")
     modules.unpin(pinned)
+
+
+def test_pinned_calls_on_several_threads_at_once_each_run_their_own_plan():
+    """Four threads call pinned convolutions of four different problems at once, many
+    times (Note [no allocation per pinned call]: each thread reuses its own key and
+    pointer map): every call runs its own pinned plan, and every result equals PyTorch's."""
+    import threading
+
+    import torch
+
+    from cudnn_explorer.pinning import op
+
+    names = ["fp16-nhwc", "fp16-nchw-1x1", "fp32-groups", "fp16-depthwise-nhwc"]
+    with tf32_mode(None):
+        made = {n: tensors(CASES[n]) for n in names}
+        op.load_plans(heuristic_plans([made[n][3] for n in names]))
+        op.reset_counts()
+        want = {n: run(aten(made[n][4]), *made[n][:3]) for n in names}
+        got, errors = {}, []
+
+        def work(n):
+            try:
+                x, w, b, _, args = made[n]
+                for _ in range(20):
+                    got[n] = run(pinned_op(args), x, w, b)
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001  (said below, with the thread's case)
+                errors.append(f"{n}: {type(e).__name__}: {e}")
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        counts = op.pin_counts(reset=True)
+    assert not errors, errors
+    assert counts.fallback_calls == 0, [(d.description, d.reason) for d in counts.fallbacks]
+    assert counts.pinned_calls == 4 * 20 * 3
+    for n in names:
+        tol = TOL["tf32" if CASES[n][7] == "float32" else CASES[n][7]]
+        for what, a, ref in zip(("output", "input gradient", "weight gradient"), got[n],
+                                want[n]):
+            close(a, ref, tol, f"{n} on its own thread: {what}")
