@@ -116,6 +116,11 @@ def add_plans_args(g, what: str) -> None:
                "cudnn-frontend or torch")
 
 
+# Under torchrun each rank uses the GPU of its LOCAL_RANK (checked with the pseudo-flag
+# TORCHRUN)
+TORCHRUN_DEVICE = Refuse("TORCHRUN", ("--device",), "", text="--device would be ignored: under "
+                         "torchrun each rank uses the GPU of its LOCAL_RANK")
+
 PLANS_RULES = [
     Needs("--uncovered", ("--plans",), "--uncovered needs --plans (it sets benchmark mode "
                                        "for what the plan file does not cover)"),

@@ -10,7 +10,7 @@ from ..core.options import parse_int, profile_name
 from .args import Needs, Parser, Refuse, check_rules
 from .groups import (HARMLESS, PLANS_RULES, RUN_FLAGS, add_model_args, add_plans_args,
                      add_run_args, checked_plans, model_spec_from_args, options_from_args,
-                     positional, run_rules, store_choice, store_read)
+                     positional, run_rules, store_choice, store_read, TORCHRUN_DEVICE)
 from .output import (check_output_path, distinct_outputs, error, process_age_s, say,
                      write_output)
 
@@ -44,8 +44,7 @@ RULES = [
     *PLANS_RULES,
 ]
 UNDER_TORCHRUN = [  # checked under torchrun, with the pseudo-flag TORCHRUN
-    Refuse("TORCHRUN", ("--device",), "", text="--device would be ignored: under torchrun "
-                                               "each rank uses the GPU of its LOCAL_RANK"),
+    TORCHRUN_DEVICE,
     Refuse("TORCHRUN", ("--plans",), "", text="--plans: the pinned mode of a sweep under "
                                               "torchrun is not supported yet; run it without "
                                               "torchrun"),

@@ -11,7 +11,7 @@ from ..core.errors import UserError
 from ..core.options import ExploreOptions, parse_int, profile_name
 from ..core.plans import POLICIES
 from .args import Parser, Refuse, check_rules
-from .groups import add_store_args, store_choice, store_read
+from .groups import TORCHRUN_DEVICE, add_store_args, store_choice, store_read
 from .output import check_output_path, notify, progress_lines, say, write_output
 
 __all__ = ["build_parser", "run", "RULES"]
@@ -24,14 +24,7 @@ RULES = [
     Refuse("--no-store", ("--store", "--refresh"), "--no-store uses no store"),
     Refuse("--quiet", ("--verbose",), "--quiet turns progress off"),
 ]
-UNDER_TORCHRUN = [  # checked under torchrun, with the pseudo-flag TORCHRUN
-    Refuse("TORCHRUN", ("--device",), "", text="--device would be ignored: under torchrun "
-                                               "each rank uses the GPU of its LOCAL_RANK"),
-    Refuse("TORCHRUN", ("--no-store",), "", text="--no-store: under torchrun the ranks' "
-                                                 "results travel through the results store; "
-                                                 "give --store PATH (on a shared filesystem "
-                                                 "across nodes)"),
-]
+UNDER_TORCHRUN = [TORCHRUN_DEVICE]  # --no-store: the job's own line (stores.py)
 
 
 def build_parser() -> Parser:

@@ -12,16 +12,15 @@ from typing import Callable, List, Optional
 from ..core.capture import ModelSpec
 from ..core.errors import ResourceError, UserError
 from ..core.files import read_bytes, write_atomic
-from ..core.options import ExploreOptions
+from ..core.options import DAY_S, ExploreOptions
 from ..core.model_sweep import ModelSweep
 from .events import Notify, notifier, quiet_progress
 from . import lazy_measure
-from .stores import StoreChoice
+from .stores import StoreChoice, needed_under_torchrun
 from .sweep import SweepRun, SweepSettings
 
 __all__ = ["RankOutcome", "rank_sweep", "rank_file"]
 
-DAY_S = 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -67,10 +66,7 @@ def rank_sweep(spec: ModelSpec, world, options: ExploreOptions,
     from ..model import distributed
 
     settings = settings or SweepSettings(store=StoreChoice())
-    if not settings.store.use:
-        raise UserError("--no-store: under torchrun the ranks' results travel through the "
-                        "results store; give --store PATH (on a shared filesystem across "
-                        "nodes)")
+    needed_under_torchrun(settings.store)
     if consistency and not json_path:
         raise UserError("--consistency needs --json PATH: each rank writes PATH.rankN.json "
                         "and rank 0 compares them")

@@ -14,8 +14,8 @@ from ..core.problem import ConvProblem
 from ..core.records import rankable
 from .events import Notify
 
-__all__ = ["StoreChoice", "opened", "saver", "existing", "stored_config_times",
-           "without_store"]
+__all__ = ["StoreChoice", "needed_under_torchrun", "opened", "saver", "existing",
+           "stored_config_times", "without_store"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,15 @@ class StoreChoice:
 
 def without_store(notify: Notify, e: Exception) -> None:
     notify("warning", f"{e}; going on without the store")
+
+
+def needed_under_torchrun(choice: StoreChoice) -> None:
+    """Under torchrun the ranks' results travel through the results store: a choice of
+    none is one line, naming what to give instead."""
+    if not choice.use:
+        raise UserError("--no-store: under torchrun the ranks' results travel through the "
+                        "results store; give --store PATH (on a shared filesystem across "
+                        "nodes)")
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 from ..core.errors import (ChildError, CudnnError, MissingDependencyError, ResourceError,
                            UserError)
 from ..core.exploration import Environment
-from ..core.options import ExploreOptions, given_options, profile_name
+from ..core.options import DAY_S, ExploreOptions, given_options, profile_name
 from ..core.plans import POLICIES, PlanEnvironment, PlanFile, native_key, plans_from
 from ..core.problem import DIRECTIONS, ConvProblem
 from ..core.schema import utc_now
@@ -26,7 +26,7 @@ from ..core.version import __version__
 from ..core.zero_code import ConvRecord, read_convs
 from . import lazy_measure
 from .events import Notify, notifier
-from .stores import StoreChoice, opened, saver
+from .stores import StoreChoice, needed_under_torchrun, opened, saver
 
 __all__ = ["tune", "tune_rank", "TuneResult", "TuneProblem", "problems_of"]
 
@@ -309,7 +309,6 @@ def _plan_file(items, env: Optional[Environment], old: Optional[PlanFile], name:
 # stored (same environment: identical GPUs) and measures here only what is missing (a rank
 # that failed, or a GPU of another kind), so the one plan file is complete either way,
 # as a second run of the same command would be.
-DAY_S = 24 * 3600.0
 
 
 def tune_rank(record, world, options: Optional[ExploreOptions] = None, *,
@@ -323,10 +322,7 @@ def tune_rank(record, world, options: Optional[ExploreOptions] = None, *,
     from ..model import distributed
 
     choice = StoreChoice.of(kw.pop("store", True), kw.pop("refresh", False))
-    if not choice.use:
-        raise UserError("--no-store: under torchrun the ranks' results travel through the "
-                        "results store; give --store PATH (on a shared filesystem across "
-                        "nodes)")
+    needed_under_torchrun(choice)
     rec, _ = _record(record)
     old = None
     if kw.get("add") is not None:
