@@ -1,5 +1,7 @@
 """How long until a fresh process's first output, and the end of its first training step,
-with benchmark mode on, off, and pinned plans built on first call, ahead, or kept?
+with benchmark mode on, off, and pinned plans built on first call, ahead, or kept; and
+(``--first-calls``) what do PyTorch's first calls of one convolution cost in each cuDNN
+mode, with an empty CUDA JIT cache and with one that a run before filled?
 
 ``python -m benchmarks.cold_start [--models resnet50-infer-b1,...] [--repeats 3]
 [--plans NAME=FILE ...] [--warm-jit]``: per model, every mode in a fresh process, the
@@ -20,6 +22,18 @@ making them took (summed over the threads that made them; per engine, a line on
 stderr), plans restored from kept forms, first calls' waits for plans built ahead, and
 the first step's rest: its time less the warm step's and less what it spent on plans
 on its own path (library and kernel-module loads, the allocator, all outside the plans).
+
+``python -m benchmarks.cold_start --first-calls [--shape 32,3,224,224] [--kernel 3]
+[--out-channels 64] [--dtype float32] [--repeats 3]``: one convolution instead of the
+models, in each of PyTorch's cuDNN modes ("heuristic": benchmark off; "benchmark";
+"deterministic") in a fresh process, in turns. Each process loads cuDNN with a tiny
+convolution, then times its first forward and first backward call of the problem
+(synchronised). Row "empty cache": every process its own empty ``CUDA_CACHE_PATH``; row
+"shared cache": a repeat's processes share one, so a mode may reuse what a mode before it
+compiled (the order turns every repeat). The problem command's verdict "benchmark mode
+cost N ms once" is benchmark's first calls less the heuristic mode's. The result goes to
+data/benchmarks/cold_start-first_calls.json unless ``--json`` says otherwise; the models'
+options (``--models``, ``--plans``, ``--warm-jit``) do not go with it.
 """
 import argparse
 import json
@@ -60,6 +74,20 @@ FIGURES = [Figure("torch_imported_s", "torch imported", "s", better=""),
            Figure("waited_ms", "first calls waiting for plans built ahead", "ms"),
            Figure("rest_ms", "first step's rest: not plans, not the warm step", "ms")]
 BENCH = harness.Benchmark("cold_start", QUESTION, FIGURES, baseline="benchmark off")
+# --first-calls: one convolution's first calls in each of PyTorch's cuDNN modes, named as
+# the tool names them ("heuristic": benchmark off)
+CALL_MODES = ("heuristic", "benchmark", "deterministic")
+CALL_FIGURES = [Figure("fwd_ms", "first forward call", "ms"),
+                Figure("bwd_ms", "first backward call (both gradients)", "ms")]
+CALLS = harness.Benchmark("cold_start", QUESTION, CALL_FIGURES, baseline="heuristic")
+CALL_DEFAULTS = {"shape": "32,3,224,224", "kernel": 3, "out_channels": 64, "dtype": "float32"}
+JSON = "data/benchmarks/cold_start.json"
+CALLS_JSON = "data/benchmarks/cold_start-first_calls.json"
+# (flag, dest) of the options of one kind of run: the models' (not with --first-calls) and
+# the one convolution's (only with it)
+MODELS_ONLY = (("--models", "models"), ("--plans", "plans"), ("--warm-jit", "warm_jit"))
+CALLS_ONLY = (("--shape", "shape"), ("--kernel", "kernel"), ("--out-channels", "out_channels"),
+              ("--dtype", "dtype"))
 
 
 def decoder():
@@ -238,6 +266,44 @@ def setup(a) -> int:
     return 0
 
 
+def call_child(a) -> int:
+    """One mode's process of ``--first-calls``: the first forward and backward call of the
+    convolution (ms, synchronised), after a tiny convolution loaded cuDNN, to ``--out``."""
+    import torch
+
+    torch.backends.cudnn.benchmark = a.child == "benchmark"
+    torch.backends.cudnn.deterministic = a.child == "deterministic"
+    dtype = getattr(torch, a.dtype)
+    tiny = torch.ones(1, 1, 4, 4, device="cuda")
+    torch.nn.functional.conv2d(tiny, torch.ones(1, 1, 1, 1, device="cuda"))
+    shape = [int(s) for s in a.shape.split(",")]
+    x = torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(a.out_channels, shape[1], a.kernel, a.kernel, device="cuda", dtype=dtype,
+                    requires_grad=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    y = torch.nn.functional.conv2d(x, w, padding=a.kernel // 2)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    y.backward(torch.ones_like(y))
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    with open(a.out, "w") as f:
+        json.dump({"fwd_ms": (t1 - t0) * 1e3, "bwd_ms": (t2 - t1) * 1e3}, f)
+    return 0
+
+
+def call_cases(a) -> list:
+    """``--first-calls``: per row (each process its own empty JIT cache, or one shared by a
+    repeat's processes) every cuDNN mode's process."""
+    args = ["--first-calls", "--shape", a.shape, "--kernel", str(a.kernel), "--out-channels",
+            str(a.out_channels), "--dtype", a.dtype, "--out", "{out}"]
+    return [Case(row, m, harness.module_argv(__spec__.name, "--child", m, *args),
+                 env=(("CUDA_CACHE_PATH", cache),))
+            for row, cache in (("empty cache", "{tmp}"), ("shared cache", "{round}"))
+            for m in CALL_MODES]
+
+
 def cases(a, places) -> list:
     out = []
     for name in a.models:
@@ -254,19 +320,37 @@ def cases(a, places) -> list:
 
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=QUESTION)
-    harness.common_args(ap, "data/benchmarks/cold_start.json", repeats=3)
-    ap.add_argument("--models", default=",".join(DEFAULT),
-                    help=f"comma-separated, of: {', '.join(MODELS)}")
+    harness.common_args(ap, JSON, repeats=3)
+    ap.set_defaults(json=None)  # the models' JSON, or with --first-calls CALLS_JSON
+    ap.add_argument("--models", help=f"comma-separated, of: {', '.join(MODELS)} (default: all)")
     ap.add_argument("--plans", action="append", default=[], metavar="NAME=FILE",
                     help="a plan file for a model (default: cuDNN's heuristic configs)")
     ap.add_argument("--warm-jit", action="store_true",
                     help="one CUDA JIT cache per repeat, shared by its processes")
-    harness.child_args(ap, MODES)
+    ap.add_argument("--first-calls", action="store_true",
+                    help="one convolution's first calls per cuDNN mode instead of the models "
+                         f"(result by default to {CALLS_JSON})")
+    for flag, dest in CALLS_ONLY:
+        ap.add_argument(flag, type=type(CALL_DEFAULTS[dest]),
+                        choices=("float32", "float16", "bfloat16") if dest == "dtype" else None,
+                        help=f"--first-calls: default {CALL_DEFAULTS[dest]}")
+    harness.child_args(ap, MODES + CALL_MODES)
     ap.add_argument("--setup", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--model", "--kept", "--plan-file"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    a.models = harness.listed(ap, a.models, "--models", MODELS)
+    other = [flag for flag, dest in (MODELS_ONLY if a.first_calls else CALLS_ONLY)
+             if getattr(a, dest) != ap.get_default(dest)]
+    if other:
+        ap.error(f"{', '.join(other)}: {'not' if a.first_calls else 'only'} with --first-calls")
+    if a.json is None:
+        a.json = CALLS_JSON if a.first_calls else JSON
+    if a.first_calls:
+        for dest, value in CALL_DEFAULTS.items():
+            if getattr(a, dest) is None:
+                setattr(a, dest, value)
+        return a
+    a.models = harness.listed(ap, a.models or ",".join(DEFAULT), "--models", MODELS)
     given = dict(p.split("=", 1) for p in a.plans if "=" in p)
     if a.child is None and not a.setup:
         a.given = given
@@ -276,9 +360,13 @@ def parse(argv=None):
 def main(argv=None, runner=harness.run_process, env=None) -> int:
     a = parse(argv)
     if a.child:
-        return child(a)
+        return call_child(a) if a.first_calls else child(a)
     if a.setup:
         return setup(a)
+    if a.first_calls:
+        problem = (f"problem: --shape {a.shape} --kernel {a.kernel} --out-channels "
+                   f"{a.out_channels} --dtype {a.dtype}")
+        return CALLS.run(call_cases(a), a, runner, env, notes=[problem])
     import subprocess
 
     work = tempfile.mkdtemp(prefix="cold_start_")

@@ -64,7 +64,8 @@ def render(doc: dict) -> str:
             if not found:
                 continue
             best = best_mode(found, fig.get("better", "lower"))
-            parts = ([row] if len(rows) > 1 else []) + [f"{fig['label']} ({fig['unit']})"]
+            label = f"{fig['label']} ({fig['unit']})" if fig["unit"] else fig["label"]
+            parts = ([row] if len(rows) > 1 else []) + [label]
             parts += [cell_text(found.get(m), m == best) for m in modes]
             parts += [f"{ratio[(row, m, fig['key'])]:.3f}" if (row, m, fig["key"]) in ratio
                       else "" for m in others]

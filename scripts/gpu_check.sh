@@ -259,18 +259,22 @@ part_pin-host() {
 
 part_torchrun() {
   # Needs every GPU of the machine, so run it alone (GPU_CHECK_PARTS=torchrun): the
-  # ResNet-50 sweep on one GPU and under torchrun on all (benchmarks/torchrun.py).
-  env -u CUDA_VISIBLE_DEVICES "$PY" -m benchmarks.torchrun \
-    --gpus "$(nvidia-smi -L | grep -c '^GPU')" --json "$LOG/torchrun.json" \
-    >> "$LOG/torchrun.txt" 2>&1
+  # ResNet-50 sweep on one GPU and under torchrun on all (benchmarks/model_sweep.py --gpus).
+  local n; n=$(nvidia-smi -L | grep -c '^GPU')
+  if [ "$n" -lt 2 ]; then
+    echo "torchrun: needs 2 GPUs or more, this machine has $n" >> "$LOG/torchrun.txt"; return 2
+  fi
+  env -u CUDA_VISIBLE_DEVICES "$PY" -m benchmarks.model_sweep --gpus "$n" \
+    --json "$LOG/torchrun.json" >> "$LOG/torchrun.txt" 2>&1
 }
 
-# PyTorch's first calls per mode, each process its own empty JIT cache or one shared per
-# round (benchmarks/first_calls.py; FIRST_CALLS_ARGS picks the problem and repeats).
+# PyTorch's first calls of one convolution per mode, each process its own empty JIT cache
+# or one shared per round (benchmarks/cold_start.py --first-calls; FIRST_CALLS_ARGS picks
+# the problem and repeats).
 part_first-calls() {
   # shellcheck disable=SC2086
-  "$PY" -m benchmarks.first_calls ${FIRST_CALLS_ARGS:-} --json "$LOG/first-calls.json" \
-    > "$LOG/first-calls.txt" 2>&1
+  "$PY" -m benchmarks.cold_start --first-calls ${FIRST_CALLS_ARGS:-} \
+    --json "$LOG/first-calls.json" > "$LOG/first-calls.txt" 2>&1
 }
 
 # A fresh process's first output and first training step per mode: benchmark on and off,

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from benchmarks import (first_calls, harness, main_job, memory, model_sweep, pin_host,
-                        pinned_step, render, search, torchrun)
+from benchmarks import (cold_start, harness, main_job, memory, model_sweep, pin_host,
+                        pinned_step, render, search)
 from benchmarks.harness import Case, Figure
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,6 +101,8 @@ def test_render_numbers_and_a_case_column_for_several_rows():
     samples = {("x", "a"): [{"t": 1.0}], ("y", "a"): [{"t": 2.0}]}
     lines = render.render(doc_of(samples, [Figure("t", "time", "s")], None)).splitlines()
     assert lines[0] == "| case | figure | a |" and lines[3] == "| y | time (s) | 2.00 |"
+    unitless = render.render(doc_of(samples, [Figure("t", "exit status", "")], None))
+    assert unitless.splitlines()[3] == "| y | exit status | 2.00 |"
 
 
 def test_render_command_and_stamp(tmp_path):
@@ -223,34 +225,70 @@ def test_search_result_leaves_the_config_tables_out_of_the_json(tmp_path):
 @pytest.mark.parametrize("module,argv,modes", [
     (pinned_step, ["--plans", "p.json"], ["off", "on", "pinned"]),
     (pin_host, ["--plans", "p.json"], ["aten", "pinned"]),
-    (first_calls, [], ["heuristic", "benchmark", "deterministic"]),
+    (cold_start, ["--first-calls"], ["heuristic", "benchmark", "deterministic"]),
 ])
 def test_child_benchmarks_run_their_own_module_per_mode(tmp_path, module, argv, modes):
     rc, doc, calls = written(module, argv + ["--repeats", "1"], tmp_path,
                              lambda c, n: {"rc": 0.0, "wall_s": 1.0})
     assert rc == 0 and doc["modes"] == modes and doc["baseline"] == modes[0]
-    case = module.cases(module.parse(argv), "p.json") if module is not first_calls \
-        else module.cases(module.parse(argv))
+    case = module.cases(module.parse(argv), "p.json") if module is not cold_start \
+        else module.call_cases(module.parse(argv))
     assert case[0].argv[:4] == ("-m", module.__name__, "--child", modes[0])
     assert "{out}" in case[0].argv
 
 
-def test_first_calls_rows_share_a_cache_within_a_repeat_or_not():
+def test_cold_start_first_calls_rows_share_a_cache_within_a_repeat_or_not():
     envs = {(c.row, c.mode): dict(c.env)["CUDA_CACHE_PATH"]
-            for c in first_calls.cases(first_calls.parse([]))}
+            for c in cold_start.call_cases(cold_start.parse(["--first-calls"]))}
     assert envs[("empty cache", "benchmark")] == "{tmp}"
     assert envs[("shared cache", "benchmark")] == "{round}"
 
 
-def test_memory_and_torchrun_cases():
+def test_cold_start_first_calls_options_belong_to_it_and_its_child():
+    a = cold_start.parse(["--first-calls", "--kernel", "5", "--dtype", "float16"])
+    assert (a.shape, a.kernel, a.out_channels, a.dtype) == ("32,3,224,224", 5, 64, "float16")
+    assert a.json == cold_start.CALLS_JSON and cold_start.parse([]).json == cold_start.JSON
+    case = cold_start.call_cases(a)[0]
+    child = cold_start.parse(list(case.argv[2:]))  # what the child process parses
+    assert child.first_calls and child.child == "heuristic" and child.kernel == 5
+    for bad in (["--first-calls", "--models", "decoder-train-b8"], ["--first-calls", "--warm-jit"],
+                ["--kernel", "5"], ["--shape", "1,3,8,8"]):
+        with pytest.raises(SystemExit):
+            cold_start.parse(bad)
+
+
+def test_memory_cases():
     rows = [c.row for c in memory.cases(memory.parse(["--leave-free", "256"]))]
     assert rows[-1] == "the main job with 256 MiB free" and len(rows) == 4
-    one, many = torchrun.cases(torchrun.parse(["--gpus", "4"]))
+
+
+def test_model_sweep_gpus_adds_the_sweep_under_torchrun_beside_a_one_gpu_sweep_with_a_store(
+        tmp_path):
+    one, many = model_sweep.cases(model_sweep.parse(["--gpus", "4"]))
+    assert (one.mode, many.mode) == ("quick", "quick on 4 GPUs") and one.row == many.row
     assert many.argv[:6] == ("-m", "torch.distributed.run", "--standalone",
                              "--nproc-per-node", "4", "-m")
-    assert "{tmp}/results.db" in one.argv and dict(one.env)["CUDA_VISIBLE_DEVICES"] == "0"
+    assert many.argv[5:] == one.argv and "--profile" in many.argv
+    assert "{tmp}/results.db" in one.argv and "--no-store" not in one.argv
+    assert dict(one.env)["CUDA_VISIBLE_DEVICES"] == "0" and many.env == ()
+    assert one.watch_memory and not many.watch_memory
+    (tmp_path / "s.json").write_text(json.dumps({"entries": [{}, {}, {}]}))
+    assert many.read(str(tmp_path / "s.json"), 1.0) == {"problems": 3.0}
+    assert one.read(str(tmp_path / "s.json"), 1.0) == {"problems": 3.0}
+    # without --gpus, or with --gpus 1, nothing changes
+    assert model_sweep.cases(model_sweep.parse(["--gpus", "1"])) == \
+        model_sweep.cases(model_sweep.parse([]))
     with pytest.raises(SystemExit):
-        torchrun.main(["--gpus", "1"], runner=fake_runner(lambda c, n: {}), env=ENV)
+        model_sweep.parse(["--gpus", "0"])
+    rc, doc, calls = written(model_sweep, ["--gpus", "2"], tmp_path,
+                             lambda c, n: {"rc": 0.0, "wall_s": 100.0 if n == 1 else 55.0,
+                                           "problems": 23.0})
+    assert rc == 0 and doc["modes"] == ["quick", "quick on 2 GPUs"]
+    assert doc["baseline"] == "quick" and "problems" in [f["key"] for f in doc["figures"]]
+    ratio = {(r["mode"], r["figure"]): r["ratio"] for r in doc["ratios"]}
+    assert ratio[("quick on 2 GPUs", "wall_s")] == pytest.approx(0.55)
+    _, plain, _ = written(model_sweep, [], tmp_path, lambda c, n: {"rc": 0.0, "wall_s": 1.0})
+    assert "problems" not in [f["key"] for f in plain["figures"]]
 
 
 def shipped():
