@@ -271,7 +271,9 @@ class FakeBench:
 
     def engines(self, problem, direction, options, legacy_rows, preferred_tags, say,
                 finalist_tags=None, held=None):
-        from cudnn_explorer.measure.engines import explore_engines
+        from cudnn_explorer.measure.engines import PreparedSearch, explore_engines
+        from cudnn_explorer.measure.search_inputs import (DirectionData, SearchSettings,
+                                                          Supervision)
 
         self.preferred = getattr(self, "preferred", {})
         self.preferred[direction] = list(preferred_tags)
@@ -279,13 +281,14 @@ class FakeBench:
         self.legacy_seen[direction] = [f"{r.algo_name} ({r.math_type})" for r in legacy_rows
                                        if r.kernels]
 
-        return explore_engines(problem, direction, None,
-                               {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
-                               legacy_rows=legacy_rows, max_per_engine=options.engine_configs,
-                               time_budget_s=options.engine_budget_s, timing=options.timing,
-                               kernels=False, preferred_tags=preferred_tags, progress=say,
-                               search=FakeSearch(self.seen), staged=options.staged,
-                               finalist_tags=finalist_tags)
+        return explore_engines(
+            DirectionData(problem, direction, None,
+                          {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None),
+            SearchSettings(legacy_rows=legacy_rows, max_per_engine=options.engine_configs,
+                           time_budget_s=options.engine_budget_s, timing=options.timing,
+                           kernels=False, preferred_tags=preferred_tags,
+                           staged=options.staged, finalist_tags=finalist_tags),
+            Supervision(progress=say), PreparedSearch(FakeSearch(self.seen)))
 
     def scope(self):
         return contextlib.nullcontext()

@@ -8,6 +8,7 @@ import pytest
 
 from cudnn_explorer.core.options import ExploreOptions
 from cudnn_explorer.core.problem import ConvProblem
+from cudnn_explorer.core.search_preferences import SearchPreferences
 from cudnn_explorer.measure import engine_worker
 
 from test_engine_worker import WORKER_HEAD, WORKER_TAIL
@@ -119,8 +120,9 @@ def test_a_held_job_that_no_longer_matches_is_done_afresh(ahead):
         held = engine_worker.hold_isolated(P, "fwd", opts, worker=w)
         lines(ahead, "build eng1_k2=0")
         os.remove(ahead)
-        sp = engine_worker.explore_isolated(P, "fwd", opts, worker=w, held=held,
-                                            preferred_tags=["ConvFwd_eng1_k2=1"])
+        sp = engine_worker.explore_isolated(
+            P, "fwd", opts, SearchPreferences(preferred_tags=["ConvFwd_eng1_k2=1"]),
+            worker=w, held=held)
     got = lines(ahead)
     assert got[0] == "setup" and got[1] == "build eng1_k2=1"
     assert ("ConvFwd_eng1_k2=1", "OK") in outcome(sp)

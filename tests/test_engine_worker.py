@@ -8,6 +8,7 @@ from cudnn_explorer.measure import engine_worker
 from cudnn_explorer.core.problem import ConvProblem
 from cudnn_explorer.core.errors import ChildError
 from cudnn_explorer.core.options import ExploreOptions
+from cudnn_explorer.core.search_preferences import SearchPreferences
 from fakes import WORKER_HEAD, WORKER_TAIL
 
 # A worker with a fake EngineSearch: engine 0 has no knobs; engine 1 has knob 2 (TILE_SIZE)
@@ -55,8 +56,9 @@ def test_hung_and_crashed_configs_are_recorded_and_the_rest_explored(fake_worker
     legacy.timing, legacy.kernels = timing(0.2), ["some_kernel"]
     sp = engine_worker.explore_isolated(
         ConvProblem.create("1,8,8,8", out_channels=8), "fwd",
-        ExploreOptions.create(engine_config_timeout_s=1.0), legacy_rows=[legacy],
-        progress=said.append, worker=engine_worker.EngineWorker("fake_engine_worker"))
+        ExploreOptions.create(engine_config_timeout_s=1.0),
+        SearchPreferences(legacy_rows=[legacy]), progress=said.append,
+        worker=engine_worker.EngineWorker("fake_engine_worker"))
     by_tag = {c.tag: c for c in sp.configs}
     assert by_tag["ConvFwd_eng0"].status == "OK"
     assert by_tag["ConvFwd_eng1_k2=2"].status == "OK"
@@ -341,19 +343,20 @@ def test_the_launches_limit_needs_a_cutoff_and_grows_with_it():
 
 
 def test_only_the_preferred_configs_reach_the_worker_when_asked(fake_worker):
-    """explore_isolated(only_preferred=True) through a real worker process: the given
-    plans are timed, and neither the heuristics' config nor the sampling's."""
+    """explore_isolated with SearchPreferences(only_preferred=True) through a real worker
+    process: the given plans are timed, and neither the heuristics' config nor the
+    sampling's."""
     opts = ExploreOptions.create(engine_sampling=False)
     with engine_worker.EngineWorker("fake_engine_worker") as w:
         sp = engine_worker.explore_isolated(
             ConvProblem.create("1,8,8,8", out_channels=8), "fwd", opts,
-            preferred_tags=["ConvFwd_eng0", "ConvFwd_eng1_k2=0"], worker=w,
-            only_preferred=True)
+            SearchPreferences(preferred_tags=["ConvFwd_eng0", "ConvFwd_eng1_k2=0"],
+                              only_preferred=True), worker=w)
         assert sorted(c.tag for c in sp.configs) == ["ConvFwd_eng0", "ConvFwd_eng1_k2=0"]
         assert all(c.status == "OK" for c in sp.configs)
         sp = engine_worker.explore_isolated(  # the default: the heuristics' one too
             ConvProblem.create("1,8,8,8", out_channels=8), "fwd", opts,
-            preferred_tags=["ConvFwd_eng0"], worker=w)
+            SearchPreferences(preferred_tags=["ConvFwd_eng0"]), worker=w)
         assert sorted(c.tag for c in sp.configs) == ["ConvFwd_eng0", "ConvFwd_eng1_k2=2"]
 
 

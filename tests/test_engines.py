@@ -166,6 +166,7 @@ def test_legacy_configs_are_searched_before_the_knob_space_is_sampled(monkeypatc
 
     from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure import engines as eng
+    from cudnn_explorer.measure.search_inputs import DirectionData, SearchSettings
     from fakes import FakeOut, exploration
 
     kernels = {"eng1_k2=0": "conv_tilesize128x64", "eng1_k2=3": "conv_tilesize256x128"}
@@ -201,10 +202,12 @@ def test_legacy_configs_are_searched_before_the_knob_space_is_sampled(monkeypatc
         fn(), (kernels.get(search.last, "other_kernel"),))[1])
     legacy = exploration().directions[0].find[0]
     legacy.kernels = ["conv_tilesize256x128"]
-    sp = eng.explore_engines(exploration().problem, "fwd", None,
-                             {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
-                             legacy_rows=[legacy], max_per_engine=4, time_budget_s=None,
-                             timing=TimingSpec(retime=False), kernels=True, search=search)
+    sp = eng.explore_engines(
+        DirectionData(exploration().problem, "fwd", None,
+                      {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None),
+        SearchSettings(legacy_rows=[legacy], max_per_engine=4, time_budget_s=None,
+                       timing=TimingSpec(retime=False), kernels=True),
+        prepared=eng.PreparedSearch(search))
     found = order.index("eng1_k2=3")
     assert order[0] == "eng1_k2=0"
     assert all(not n.startswith("eng0") for n in order[:found]), order
@@ -216,15 +219,18 @@ def test_a_retiming_of_given_plans_times_those_plans_and_no_listed_config():
     tags are built and timed, and the configs cuDNN's heuristics list are not."""
     from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure import engines as eng
+    from cudnn_explorer.measure.search_inputs import DirectionData, SearchSettings
     from fakes import FakeOut, FakeSearch, exploration
 
     def built(only):
         seen = []
-        sp = eng.explore_engines(exploration().problem, "fwd", None,
-                                 {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
-                                 time_budget_s=None, timing=TimingSpec(budget_ms=1.0),
-                                 kernels=False, preferred_tags=["ConvFwd_eng0"],
-                                 sample=False, search=FakeSearch(seen), only_preferred=only)
+        sp = eng.explore_engines(
+            DirectionData(exploration().problem, "fwd", None,
+                          {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None),
+            SearchSettings(time_budget_s=None, timing=TimingSpec(budget_ms=1.0),
+                           kernels=False, preferred_tags=["ConvFwd_eng0"], sample=False,
+                           only_preferred=only),
+            prepared=eng.PreparedSearch(FakeSearch(seen)))
         return [c.tag for c in sp.configs], {name for name, *_ in seen}
 
     tags, timed = built(True)
@@ -241,6 +247,7 @@ def test_without_sampling_only_the_modes_pytorch_lists_from_are_queried(sample, 
     direction and is not asked."""
     from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure import engines as eng
+    from cudnn_explorer.measure.search_inputs import DirectionData, SearchSettings
     from fakes import FakeOut, FakeSearch, exploration
 
     asked = []
@@ -250,10 +257,12 @@ def test_without_sampling_only_the_modes_pytorch_lists_from_are_queried(sample, 
             asked.append(mode)
             return super().heuristics(mode)
 
-    eng.explore_engines(exploration().problem, "fwd", None,
-                        {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
-                        time_budget_s=None, timing=TimingSpec(budget_ms=1.0), kernels=False,
-                        sample=sample, search=Asking([]))
+    eng.explore_engines(
+        DirectionData(exploration().problem, "fwd", None,
+                      {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None),
+        SearchSettings(time_budget_s=None, timing=TimingSpec(budget_ms=1.0), kernels=False,
+                       sample=sample),
+        prepared=eng.PreparedSearch(Asking([])))
     assert asked == modes
 
 
@@ -303,6 +312,7 @@ def test_a_config_known_to_hang_is_recorded_skipped_not_built(staged):
     engine's configs, and a restarted worker (prior) keeps it skipped."""
     from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure import engines as eng
+    from cudnn_explorer.measure.search_inputs import DirectionData, SearchSettings, Supervision
     from fakes import FakeOut, exploration
 
     def hang(e, ch):
@@ -310,14 +320,14 @@ def test_a_config_known_to_hang_is_recorded_skipped_not_built(staged):
 
     def explored(prior=None, events=None):
         seen = []
-        sp = eng.explore_engines(exploration().problem, "fwd", None,
-                                 {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
-                                 time_budget_s=None, max_per_engine=8,
-                                 timing=TimingSpec(budget_ms=1.0), kernels=False,
-                                 search=Knob17Search(seen, 7, ["eng1_k17=1"]),
-                                 staged=staged, known_hang=hang,
-                                 prior=prior, on_event=(events.append if events is not None
-                                                        else None))
+        sp = eng.explore_engines(
+            DirectionData(exploration().problem, "fwd", None,
+                          {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None),
+            SearchSettings(time_budget_s=None, max_per_engine=8,
+                           timing=TimingSpec(budget_ms=1.0), kernels=False, staged=staged),
+            Supervision(known_hang=hang, prior=prior,
+                        on_event=(events.append if events is not None else None)),
+            eng.PreparedSearch(Knob17Search(seen, 7, ["eng1_k17=1"])))
         return sp, {name for name, *_ in seen}
 
     events = []
@@ -360,13 +370,15 @@ def _rejecting_knob17_search(measured, builds, rejects):
 def _explored_with_hangs(search, hang):
     from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure import engines as eng
+    from cudnn_explorer.measure.search_inputs import DirectionData, SearchSettings, Supervision
     from fakes import FakeOut, exploration
 
-    return eng.explore_engines(exploration().problem, "fwd", None,
-                               {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None,
-                               time_budget_s=None, max_per_engine=8,
-                               timing=TimingSpec(budget_ms=1.0), kernels=False,
-                               search=search, staged=True, known_hang=hang)
+    return eng.explore_engines(
+        DirectionData(exploration().problem, "fwd", None,
+                      {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, None),
+        SearchSettings(time_budget_s=None, max_per_engine=8,
+                       timing=TimingSpec(budget_ms=1.0), kernels=False, staged=True),
+        Supervision(known_hang=hang), eng.PreparedSearch(search))
 
 
 def _hang_3_or_5(e, ch):

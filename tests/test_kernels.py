@@ -47,6 +47,7 @@ def _result(read):
 @pytest.mark.parametrize("read", [True, False])
 def test_an_engine_config_takes_its_kernels_from_its_timing_graph(monkeypatch, read):
     from cudnn_explorer.measure import engines as eng
+    from cudnn_explorer.measure.search_inputs import ConfigRun, DirectionData
 
     asked = []
 
@@ -62,8 +63,9 @@ def test_an_engine_config_takes_its_kernels_from_its_timing_graph(monkeypatch, r
             pass
 
     monkeypatch.setattr(eng, "kernel_names", lambda fn: ("profiled_kernel",))
-    cfg, _ = eng._run_config(Search(), TimingSpec(budget_ms=1.0), exploration().problem,
-                             "fwd", {"y": FakeOut()}, None, 1, ((2, 0),), {}, True)
+    data = DirectionData(exploration().problem, "fwd", None, {"y": FakeOut()}, None)
+    cfg, _ = eng._run_config(Search(), data, 1, ((2, 0),), {},
+                             ConfigRun(TimingSpec(budget_ms=1.0), kernels=True))
     assert asked == [True]  # the timing was asked to read them
     assert cfg.kernels == (["conv_a", "conv_b"] if read else ["profiled_kernel"])
 

@@ -337,16 +337,18 @@ def test_failing_child_keeps_its_error_per_mode_and_per_problem(tmp_path, monkey
 def test_quick_profile_times_only_the_listed_engine_configs(sample):
     """--profile quick: the configs PyTorch listed and cuDNN's heuristic modes list, no
     sampling of the knob space."""
-    from cudnn_explorer.measure.engines import explore_engines
+    from cudnn_explorer.measure.engines import PreparedSearch, explore_engines
+    from cudnn_explorer.measure.search_inputs import DirectionData, SearchSettings
     from fakes import FakeOut, FakeSearch
 
     problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
     seen = []
-    space = explore_engines(problem, "fwd", None, {"x": FakeOut(), "w": FakeOut(),
-                                                   "y": FakeOut()}, None,
-                            timing=ExploreOptions.create(budget_ms=1).timing, kernels=False,
-                            preferred_tags=["ConvFwd_eng0"], search=FakeSearch(seen),
-                            sample=sample)
+    space = explore_engines(
+        DirectionData(problem, "fwd", None, {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()},
+                      None),
+        SearchSettings(timing=ExploreOptions.create(budget_ms=1).timing, kernels=False,
+                       preferred_tags=["ConvFwd_eng0"], sample=sample),
+        prepared=PreparedSearch(FakeSearch(seen)))
     tags = sorted(c.tag for c in space.configs)
     listed = ["ConvFwd_eng0", "ConvFwd_eng1_k2=1"]  # PyTorch's, heuristic mode A's
     if sample:  # the engine's default and the rest of its knob space too
@@ -603,15 +605,18 @@ def test_a_failed_capture_is_tried_once_more_in_a_fresh_process_from_that_size()
 def test_pytorchs_configs_are_timed_first_whatever_their_engine():
     """A time budget must never cut PyTorch's own configs: they go before every other
     engine's listed ones."""
-    from cudnn_explorer.measure.engines import explore_engines
+    from cudnn_explorer.measure.engines import PreparedSearch, explore_engines
+    from cudnn_explorer.measure.search_inputs import DirectionData, SearchSettings
     from fakes import FakeOut, FakeSearch
 
     problem = ConvProblem.create("2,3,8,8", out_channels=8, kernel=3, padding=1)
     seen = []
-    explore_engines(problem, "fwd", None, {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()},
-                    None, timing=ExploreOptions.create(budget_ms=1).timing, kernels=False,
-                    preferred_tags=["ConvFwd_eng1_k2=0", "ConvFwd_eng0"],
-                    search=FakeSearch(seen), sample=False)
+    explore_engines(
+        DirectionData(problem, "fwd", None, {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()},
+                      None),
+        SearchSettings(timing=ExploreOptions.create(budget_ms=1).timing, kernels=False,
+                       preferred_tags=["ConvFwd_eng1_k2=0", "ConvFwd_eng0"], sample=False),
+        prepared=PreparedSearch(FakeSearch(seen)))
     # in PyTorch's order, though engine 0 comes before engine 1 in cuDNN's
     assert [s[0] for s in seen[:2]] == ["eng1_k2=0", "eng0"]
 
@@ -705,12 +710,13 @@ def test_plans_pytorch_picked_are_retimed_in_full(monkeypatch):
     """advise's re-timing of the plans PyTorch picked times every one of them in full: no
     staged search (the default profile's) between them, and no other configs sampled."""
     from cudnn_explorer.core.errors import ChildError
+    from cudnn_explorer.core.search_preferences import SearchPreferences
     from cudnn_explorer.measure import engine_worker
 
     seen = []
 
-    def fake(problem, direction, options, preferred_tags=(), **kw):
-        seen.append((direction, options, list(preferred_tags)))
+    def fake(problem, direction, options, preferences=SearchPreferences(), **kw):
+        seen.append((direction, options, list(preferences.preferred_tags)))
         raise ChildError("no GPU here")
 
     monkeypatch.setattr(engine_worker, "explore_isolated", fake)

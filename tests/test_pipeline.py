@@ -389,11 +389,14 @@ class ShortOfMemoryBench(FakeBench):
 
     def engines(self, problem, direction, options, legacy_rows, preferred_tags, say,
                 finalist_tags=None, held=None):
+        from cudnn_explorer.core.search_preferences import SearchPreferences
         from cudnn_explorer.measure.engine_worker import explore_isolated
 
-        return explore_isolated(problem, direction, options, legacy_rows=legacy_rows,
-                                preferred_tags=preferred_tags, progress=say,
-                                worker=self.worker, finalist_tags=finalist_tags)
+        return explore_isolated(problem, direction, options,
+                                SearchPreferences(legacy_rows=legacy_rows,
+                                                  preferred_tags=preferred_tags,
+                                                  finalist_tags=finalist_tags),
+                                progress=say, worker=self.worker)
 
     def close(self):
         self.worker.close()

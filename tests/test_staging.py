@@ -9,6 +9,7 @@ import pytest
 from cudnn_explorer.core.options import TimingSpec
 from cudnn_explorer.core.staging import (CUT_FLOOR_MS, FINAL_WARMUP_MS, ROUNDS, Timed, cutoff_ms,
                                          survivors)
+from cudnn_explorer.measure.search_inputs import DirectionData, SearchSettings, Supervision
 from fakes import FakeOut, exploration
 
 FULL = TimingSpec(budget_ms=25.0)
@@ -95,11 +96,13 @@ def explore(search, monkeypatch, wrong=(), finalists=None, budget_s=None, staged
         return NS(max_error=1.0 if bad else 1e-4, tolerance=1e-2, output_finite=True)
 
     monkeypatch.setattr(eng, "check_output", check)
-    sp = eng.explore_engines(exploration().problem, "fwd", None,
-                             {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, ref=object(),
-                             max_per_engine=16, time_budget_s=budget_s, timing=FULL,
-                             kernels=False, search=search, staged=staged,
-                             preferred_tags=finalists or (), finalist_tags=finalists)
+    sp = eng.explore_engines(
+        DirectionData(exploration().problem, "fwd", None,
+                      {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, ref=object()),
+        SearchSettings(max_per_engine=16, time_budget_s=budget_s, timing=FULL, kernels=False,
+                       staged=staged, preferred_tags=finalists or (),
+                       finalist_tags=finalists),
+        prepared=eng.PreparedSearch(search))
     return sp, checked
 
 
@@ -299,17 +302,19 @@ def test_a_restarted_worker_stages_the_configs_an_earlier_one_timed(monkeypatch)
                                                            output_finite=True))
     events = []
     first = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
-    kw = dict(max_per_engine=16, time_budget_s=None, timing=FULL, kernels=False, staged=True)
-    tensors = {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}
-    eng.explore_engines(exploration().problem, "fwd", None, tensors, object(), search=first,
-                        on_event=events.append, **kw)
+    settings = SearchSettings(max_per_engine=16, time_budget_s=None, timing=FULL,
+                              kernels=False, staged=True)
+    data = DirectionData(exploration().problem, "fwd", None,
+                         {"x": FakeOut(), "w": FakeOut(), "y": FakeOut()}, object())
+    eng.explore_engines(data, settings, Supervision(on_event=events.append),
+                        eng.PreparedSearch(first))
     attempts = [e["attempt"] for e in events if "attempt" in e]
     hung = {"engine": 0, "knobs": [[2, 2]], "tag": "ConvFwd_eng0_k2=2", "status": "hung",
             "message": "timed out in round 2"}
     second = Search([1.50, 1.00, 1.05, 1.20, 1.40, 3.00])
-    sp = eng.explore_engines(exploration().problem, "fwd", None, tensors, object(),
-                             search=second, prior={"attempts": attempts, "failed": [hung]},
-                             **kw)
+    sp = eng.explore_engines(data, settings,
+                             Supervision(prior={"attempts": attempts, "failed": [hung]}),
+                             eng.PreparedSearch(second))
     tags = [c.tag for c in sp.configs]
     assert len(tags) == len(set(tags)) == 6  # the hung one once, as failed
     assert by_tag(sp)["eng0_k2=2"].status == "hung"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from ..core.errors import ExplorerError, ResourceError
@@ -15,8 +15,32 @@ from ..core.options import TimingSpec
 from ..core.problem import ConvProblem
 from ..core.records import AlgoResult, EngineSpace
 from .procs import quick_exit
+from .search_inputs import DirectionData, SearchSettings, Supervision
 
-__all__ = ["run", "main"]
+__all__ = ["run", "main", "JobFields"]
+
+
+@dataclass(frozen=True)
+class JobFields:
+    """What a worker job's spec says of its data, read once (run() and _ahead() work
+    from it; a held job's go changes none of it, engine_worker.HELD_FIELDS): the
+    ``problem`` and its ``direction``, the GPU (``device``) and the ``seed`` its tensors
+    are made with, whether its configs are checked (``check``: a reference is made) and
+    whether its search samples the knob space (``sample``)."""
+
+    problem: ConvProblem
+    direction: str
+    device: int
+    seed: int
+    check: bool
+    sample: bool
+
+    @classmethod
+    def read(cls, spec: dict) -> "JobFields":
+        """The fields of ``spec``, with their defaults where it has none."""
+        return cls(ConvProblem.from_dict(spec["problem"]), spec["direction"],
+                   int(spec.get("device", 0)), int(spec.get("seed", 0)),
+                   bool(spec.get("check", True)), bool(spec.get("sample", True)))
 
 
 def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
@@ -38,17 +62,14 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
     if hangs is None and search is None:  # before a held job makes its own search
         hangs = _known_hangs
 
-    problem = ConvProblem.from_dict(spec["problem"])
-    d, device, seed = spec["direction"], int(spec.get("device", 0)), int(spec.get("seed", 0))
-    sample = bool(spec.get("sample", True))
-    check = bool(spec.get("check", True))
+    job = JobFields.read(spec)
+    d, sample = job.direction, job.sample
     kernels = search is None and sample
-    listing = prebuilt = None
+    prepared = engines.PreparedSearch(search)
     ahead_s = None
     if spec.get("hold") and go is not None:
         t0 = time.perf_counter()
-        search, listing, prebuilt, ready = _ahead(problem, d, device, seed, check, sample,
-                                                  spec, emit, setup, search)
+        prepared, ready = _ahead(job, spec, emit, setup, search)
         ahead_s = time.perf_counter() - t0
         more = go()
         if more is None:
@@ -56,21 +77,23 @@ def run(spec: dict, emit: Callable[[dict], None], setup=None, search=None,
         spec = {**spec, **more}
         native, tensors, ref = ready()
     else:
-        native, tensors, ref = (setup or _gpu_setup)(problem, d, device, seed, check)
-    space = engines.explore_engines(
-        problem, d, native, tensors, ref,
+        native, tensors, ref = (setup or _gpu_setup)(job.problem, d, job.device, job.seed,
+                                                     job.check)
+    settings = SearchSettings(
         legacy_rows=[AlgoResult.from_dict(r) for r in spec.get("legacy_rows", [])],
         max_per_engine=int(spec.get("max_per_engine", 8)),
         time_budget_s=spec.get("time_budget_s"), timing=TimingSpec(**spec["timing"]),
         # Without sampling (a model's quick profile) kernels are not read: that profile
         # maps no legacy algorithm to configs (docs/method.md).
-        kernels=kernels, listing=listing, prebuilt=prebuilt,
-        preferred_tags=spec.get("preferred_tags", []), sample=sample,
-        progress=lambda m: emit({"say": m}), prior=spec.get("prior"), on_event=emit,
-        search=search, staged=bool(spec.get("staged", False)),
-        finalist_tags=spec.get("finalist_tags"), only_preferred=bool(spec.get("only_preferred")),
-        known_hang=hangs(d, device) if hangs is not None and sample else None,
+        kernels=kernels, preferred_tags=spec.get("preferred_tags", []), sample=sample,
+        staged=bool(spec.get("staged", False)), finalist_tags=spec.get("finalist_tags"),
+        only_preferred=bool(spec.get("only_preferred")),
         skip_known_hangs=bool(spec.get("staged", False)))
+    supervision = Supervision(
+        progress=lambda m: emit({"say": m}), on_event=emit, prior=spec.get("prior"),
+        known_hang=hangs(d, job.device) if hangs is not None and sample else None)
+    space = engines.explore_engines(DirectionData(job.problem, d, native, tensors, ref),
+                                    settings, supervision, prepared)
     if ref is not None and ref.device.type == "cpu":  # Note [reference on the CPU]
         space = replace(space, reference_on_cpu=True)
     return space if ahead_s is None else replace(space, ahead_s=ahead_s)
@@ -101,14 +124,16 @@ def _known_hangs(direction: str, device: int):
 # build that hangs or crashes is seen, and recorded, once the parent reads the events
 # after its go. The parent holds a job only while the GPU has room for both directions'
 # tensors beside KEEP_WORKER_FREE_BYTES (measure/pipeline.py).
-def _ahead(problem, d: str, device: int, seed: int, check: bool, sample: bool, spec: dict,
-           emit, setup, search):
-    """A held job's work ahead of its go (run()'s job ``spec``, its fields as read there):
-    (search, listing, prebuilt plans, ready), where ready() fills the tensors and makes
-    the reference: (native problem, tensors, ref)."""
+def _ahead(job: JobFields, spec: dict, emit, setup, search):
+    """A held job's work ahead of its go (run()'s job ``spec``, ``job`` its fields as read
+    there): (engines.PreparedSearch: the search, its listing and prebuilt plans, ready),
+    where ready() fills the tensors and makes the reference: (native problem, tensors,
+    ref)."""
     from . import engines
     from .tensors import filled_direction_data, make_tensors, native_problem
 
+    problem, d, device, seed, check = (job.problem, job.direction, job.device, job.seed,
+                                       job.check)
     tensors = prob = None
     if search is None:
         import torch
@@ -121,7 +146,7 @@ def _ahead(problem, d: str, device: int, seed: int, check: bool, sample: bool, s
         emit({"say": f"{d}: building the operation graph"})
         search = native.engine_search(d, prob)
     listing = engines.list_space(search, d, spec.get("preferred_tags", []),
-                                 int(spec.get("max_per_engine", 8)), sample,
+                                 int(spec.get("max_per_engine", 8)), job.sample,
                                  lambda m: emit({"say": m}))
     prebuilt = engines.prebuild(search, d, listing, bool(spec.get("only_preferred")), emit)
     emit({"held": True})
@@ -131,7 +156,7 @@ def _ahead(problem, d: str, device: int, seed: int, check: bool, sample: bool, s
             return setup(problem, d, device, seed, check)
         ref, _ = filled_direction_data(problem, d, tensors, device, seed, check)
         return prob, tensors, ref
-    return search, listing, prebuilt, ready
+    return engines.PreparedSearch(search, listing, prebuilt), ready
 
 
 def _gpu_setup(problem, direction, device, seed, check):

@@ -44,14 +44,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
-from typing import Callable, Dict, List, Optional, Sequence
+from dataclasses import asdict, replace
+from typing import Callable, Dict, List, Optional
 
 from ..core.engine_prior import stopped_space
 from ..core.errors import ChildError, ResourceError
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
-from ..core.records import AlgoResult, EngineSpace
+from ..core.records import EngineSpace
+from ..core.search_preferences import SearchPreferences
 from ..core import hangs, staging
 from .procs import child_env, describe_rc
 
@@ -184,33 +185,32 @@ def _close_pipe(proc: subprocess.Popen) -> None:
 
 
 def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptions,
-                     legacy_rows: Sequence[AlgoResult] = (), preferred_tags: Sequence[str] = (),
+                     preferences: SearchPreferences = SearchPreferences(),
                      start_timeout_s: float = 300.0,
                      progress: Optional[Callable[[str], None]] = None,
                      worker: Optional[EngineWorker] = None,
-                     finalist_tags: Optional[Sequence[str]] = None,
-                     only_preferred: bool = False,
                      held: Optional["HeldJob"] = None) -> EngineSpace:
     """Explore one direction's engine configs in worker processes (see the module doc),
     timed and checked as ``options`` say (options.timing unchanged), at most
-    ``options.engine_configs`` valid configs per engine within ``options.engine_budget_s``.
+    ``options.engine_configs`` valid configs per engine within ``options.engine_budget_s``,
+    searched as ``preferences`` ask (core/search_preferences.py: its preferred tags first).
     ``worker``: the EngineWorker to use, kept for the caller's next direction (default: a
     new one, ended on return). Raises ChildError when a worker fails outside any config
     (e.g. it cannot start, or makes no progress within ``start_timeout_s``), and
     ResourceError when the direction's tensors do not fit in its memory or a worker dies
     out of GPU memory (Note [a worker short of memory]); either error's ``partial`` holds
     the configs tried before it.
-    ``options.staged``: a staged search, ``finalist_tags`` in its final round (default:
-    every preferred tag; measure/engines.py). ``only_preferred`` (without
-    ``options.engine_sampling``): only the preferred tags, a re-timing of given plans.
-    ``held``: this direction's job, handed to ``worker`` ahead by hold_isolated with the
-    same arguments (Note [engine search ahead]); it goes on from there (cancelled and
-    done afresh where it does not match, or its process is gone)."""
+    ``options.staged``: a staged search, ``preferences.finalist_tags`` in its final round
+    (default: every preferred tag; measure/engines.py). ``preferences.only_preferred``
+    (without ``options.engine_sampling``): only the preferred tags, a re-timing of given
+    plans. ``held``: this direction's job, handed to ``worker`` ahead by hold_isolated
+    with the same arguments, the legacy rows aside (Note [engine search ahead]); it goes
+    on from there (cancelled and done afresh where it does not match, or its process is
+    gone)."""
     if worker is None:
         with EngineWorker() as own:
-            return explore_isolated(problem, direction, options, legacy_rows, preferred_tags,
-                                    start_timeout_s, progress, own, finalist_tags,
-                                    only_preferred)
+            return explore_isolated(problem, direction, options, preferences,
+                                    start_timeout_s, progress, own)
     say = progress or (lambda m: None)
     time_budget_s = options.engine_budget_s
     config_timeout_s = options.engine_config_timeout_s
@@ -221,8 +221,7 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
         for _ in range(MAX_RESTARTS + 1):
             left = None if time_budget_s is None else \
                 max(time_budget_s - (time.perf_counter() - t0), 0.0)
-            spec = _spec(problem, direction, options, legacy_rows, preferred_tags, left,
-                         finalist_tags, only_preferred, prior)
+            spec = _spec(problem, direction, options, preferences, left, prior)
             ahead, held = held, None  # the first job only
             if ahead is not None and not ahead.serves(spec, worker):
                 ahead.cancel()
@@ -256,18 +255,19 @@ def explore_isolated(problem: ConvProblem, direction: str, options: ExploreOptio
         raise
 
 
-def _spec(problem: ConvProblem, direction: str, options: ExploreOptions, legacy_rows,
-          preferred_tags, time_budget_s, finalist_tags, only_preferred: bool,
+def _spec(problem: ConvProblem, direction: str, options: ExploreOptions,
+          preferences: SearchPreferences, time_budget_s: Optional[float],
           prior: dict) -> dict:
-    """One worker job's spec (what run() reads)."""
+    """One worker job's spec (what run() reads), within ``time_budget_s``."""
+    finalist_tags = preferences.finalist_tags
     return {"problem": problem.to_dict(), "direction": direction,
             "device": options.device, "seed": options.seed,
-            "legacy_rows": [r.to_dict() for r in legacy_rows],
-            "preferred_tags": list(preferred_tags),
+            "legacy_rows": [r.to_dict() for r in preferences.legacy_rows],
+            "preferred_tags": list(preferences.preferred_tags),
             "max_per_engine": options.engine_configs, "time_budget_s": time_budget_s,
             "sample": options.engine_sampling, "staged": options.staged,
             "finalist_tags": None if finalist_tags is None else list(finalist_tags),
-            "only_preferred": only_preferred,
+            "only_preferred": preferences.only_preferred,
             "timing": asdict(options.timing), "check": options.check, "prior": prior}
 
 
@@ -336,16 +336,16 @@ class HeldJob(_Job):
 
 
 def hold_isolated(problem: ConvProblem, direction: str, options: ExploreOptions,
-                  preferred_tags: Sequence[str] = (),
-                  finalist_tags: Optional[Sequence[str]] = None,
-                  only_preferred: bool = False,
+                  preferences: SearchPreferences = SearchPreferences(),
                   worker: Optional[EngineWorker] = None) -> HeldJob:
     """Hand ``worker`` this direction's engine job ahead (Note [engine search ahead]): it
     lists the engines and builds the plans it will time, and waits. Give the result to
-    explore_isolated (``held``, with the same arguments) or cancel() it."""
-    return HeldJob(worker, _spec(problem, direction, options, (), preferred_tags,
-                                 options.engine_budget_s, finalist_tags, only_preferred,
-                                 {"attempts": [], "failed": []}))
+    explore_isolated (``held``, with the same arguments) or cancel() it. The legacy rows
+    of ``preferences`` are not sent ahead: they come with the go, from explore_isolated's
+    ``preferences``."""
+    return HeldJob(worker, _spec(problem, direction, options,
+                                 replace(preferences, legacy_rows=()),
+                                 options.engine_budget_s, {"attempts": [], "failed": []}))
 
 
 def short_of_memory(message: str) -> bool:

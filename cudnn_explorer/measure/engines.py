@@ -5,8 +5,8 @@ hang or crash the process. The knob space itself is pure (core/knobs.py)."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..core.engine_prior import SKIPPED, heuristic_ranks, key, listed_event, replay
 from ..core.knobs import (ATTEMPTS_PER_CONFIG, OPERATION_OF, Knobs, allowed_by_pytorch,
@@ -18,38 +18,42 @@ from ..core.staging import (ROUNDS, Timed, bar_ms, cutoff_ms, decided, final_tim
                              is_record, round_timing, skipped_round, survivors)
 from . import native
 from .kernels import distinct, kernel_names
+from .search_inputs import ConfigRun, DirectionData, SearchSettings, Supervision
 from .tensors import OUTPUT_OF, check_output
 from .timing import timing_from_native
 
-__all__ = ["explore_engines", "list_space", "prebuild", "Listing", "SKIPPED"]
+__all__ = ["explore_engines", "list_space", "prebuild", "Listing", "PreparedSearch",
+           "SKIPPED"]
 
-def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
-                engine: int, knobs: Knobs, heuristic_ranks: Dict[str, int], kernels: bool,
-                stage: Callable[[str], None] = lambda s: None, built=None,
-                cutoff_ms: float = 0.0, records_over: Optional[float] = None,
-                records: bool = False):
-    """Build (unless ``built``, a plan build() made earlier), time (when ``spec.retime``;
-    a launch slower than ``cutoff_ms`` > 0 ends it, Note [cut launches] in
-    csrc/timing.cpp) and check (against ``ref``, when given; with ``records``, only when
-    its time beats ``records_over``, Note [records checked] in core/staging.py) one
-    config: (its record, the build result, for timing it again). ``stage`` hears
-    "running" between building the plan and running it (a watchdog tells which hung)."""
+
+def _run_config(search, data: DirectionData, engine: int, knobs: Knobs,
+                heuristic_ranks: Dict[str, int], run: ConfigRun,
+                stage: Callable[[str], None] = lambda s: None, built=None):
+    """Build (unless ``built``, a plan build() made earlier), time (as ``run`` says: when
+    ``run.timing.retime``; a launch slower than ``run.cutoff_ms`` > 0 ends it, Note [cut
+    launches] in csrc/timing.cpp) and check (against ``data.ref``, when given; with
+    ``run.records``, only when its time beats ``run.records_over``, Note [records
+    checked] in core/staging.py) one config of ``data``'s direction: (its record, the
+    build result, for timing it again). ``stage`` hears "running" between building the
+    plan and running it (a watchdog tells which hung)."""
+    problem, direction, tensors, ref = data.problem, data.direction, data.tensors, data.ref
     out_name = OUTPUT_OF[direction]
     tensors[out_name].fill_(float("nan"))
     made = built if built is not None else search.build(engine, [list(k) for k in knobs])
     res = made
     if res.status == "built":
         stage("running")
-        res = search.measure(res, spec.retime,
-                             native.timing_options(spec, cutoff_ms, kernels=kernels))
+        res = search.measure(res, run.timing.retime,
+                             native.timing_options(run.timing, run.cutoff_ms,
+                                                   kernels=run.kernels))
     op = OPERATION_OF[direction]
     tag = config_tag(direction, engine, knobs)
     if res.name:
         tag = res.name if res.name.startswith(op) else f"{op}_{res.name}"
     timing = timing_from_native(res.timing) if res.timed else None
     checked, check_ms = None, None
-    leads = not records or is_record(
-        timing.median_ms if res.status == "OK" and timing else None, records_over)
+    leads = not run.records or is_record(
+        timing.median_ms if res.status == "OK" and timing else None, run.records_over)
     if res.status == "OK" and ref is not None and leads:
         # TENSOR_CORE configs on float32 use TF32: hold them to the TF32 bound.
         math_type = "DEFAULT_MATH" if "TENSOR_CORE" in res.numeric_notes else problem.math_type
@@ -57,7 +61,7 @@ def _run_config(search, spec: TimingSpec, problem, direction: str, tensors, ref,
         checked = check_output(problem, tensors[out_name], ref, math_type)
         check_ms = (time.perf_counter() - t0) * 1e3
     names = None
-    if res.status == "OK" and kernels:
+    if res.status == "OK" and run.kernels:
         if res.timed and res.timing.kernels_read:
             names = list(distinct(res.timing.kernels))  # as its timing's graph named them
         else:
@@ -143,7 +147,7 @@ def prebuild(search, direction: str, listing: Listing, only_preferred: bool = Fa
              emit=lambda ev: None) -> Dict[Tuple[int, Knobs], object]:
     """Build, ahead of their timing, the plans of the configs a search always tries (PyTorch's,
     then those listed, in explore_engines' order): {(engine, knobs): build result}, for
-    explore_engines' ``prebuilt``. No GPU work: Note [engine search ahead] in
+    PreparedSearch's ``prebuilt``. No GPU work: Note [engine search ahead] in
     measure/engine_serve.py. ``emit`` hears {"start": config} before each build and
     {"prebuilt": tag} after it (a watchdog tells which one hung)."""
     out: Dict[Tuple[int, Knobs], object] = {}
@@ -157,65 +161,73 @@ def prebuild(search, direction: str, listing: Listing, only_preferred: bool = Fa
     return out
 
 
-def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
-                    legacy_rows: Sequence = (), max_per_engine: int = 8,
-                    time_budget_s: Optional[float] = 120.0,
-                    timing: TimingSpec = TimingSpec(), kernels: bool = True,
-                    preferred_tags: Sequence[str] = (), sample: bool = True,
-                    progress: Optional[Callable[[str], None]] = None,
-                    prior: Optional[dict] = None,
-                    on_event: Optional[Callable[[dict], None]] = None,
-                    search=None, staged: bool = False,
-                    finalist_tags: Optional[Sequence[str]] = None,
-                    only_preferred: bool = False, listing: Optional[Listing] = None,
-                    prebuilt: Optional[dict] = None,
-                    known_hang: Optional[Callable[[int, Knobs], Optional[str]]] = None,
-                    skip_known_hangs: bool = True) -> EngineSpace:
-    """In this process: enumerate every engine of one direction, build, time and check up to
-    ``max_per_engine`` valid knob configs per engine (trying at most ATTEMPTS_PER_CONFIG
-    times as many candidates, see candidate_configs), time each as ``timing`` says (the
-    options of the legacy rows, unchanged), check each output against ``ref``,
-    and map legacy rows (with .kernels) to configs by the kernels they launch.
-    ``preferred_tags`` (PyTorch's pick and the plans it timed) are tried first, then the
-    configs cuDNN's heuristics list, for every engine, so that a time budget cuts the
-    sampling rather than the configs that matter most. ``sample`` False stops after
-    those listed configs: no sampling of the knob space, no search for the config of a
-    legacy algorithm. ``only_preferred`` (a re-timing of given plans, with ``sample``
-    False) stops after the preferred tags.
+@dataclass(frozen=True)
+class PreparedSearch:
+    """What a worker made of a direction's search ahead of its timing (Note [engine search
+    ahead] in measure/engine_serve.py): ``search``, the native EngineSearch (or a test's
+    fake; None: explore_engines makes one), ``listing`` (list_space's, made on ``search``;
+    None: explore_engines lists) and ``prebuilt`` (prebuild's plans; None: none)."""
+
+    search: Any = None
+    listing: Optional[Listing] = None
+    prebuilt: Optional[Dict[Tuple[int, Knobs], object]] = None
+
+
+def explore_engines(data: DirectionData, settings: SearchSettings = SearchSettings(),
+                    supervision: Supervision = Supervision(),
+                    prepared: PreparedSearch = PreparedSearch()) -> EngineSpace:
+    """In this process: enumerate every engine of ``data``'s direction, build, time and
+    check up to ``settings.max_per_engine`` valid knob configs per engine (trying at most
+    ATTEMPTS_PER_CONFIG times as many candidates, see candidate_configs), time each as
+    ``settings.timing`` says (the options of the legacy rows, unchanged), check each
+    output against ``data.ref``, and map ``settings.legacy_rows`` (with .kernels) to
+    configs by the kernels they launch, within ``settings.time_budget_s``.
+    ``settings.preferred_tags`` (PyTorch's pick and the plans it timed) are tried first,
+    then the configs cuDNN's heuristics list, for every engine, so that a time budget cuts
+    the sampling rather than the configs that matter most. ``settings.sample`` False stops
+    after those listed configs: no sampling of the knob space, no search for the config of
+    a legacy algorithm. ``settings.only_preferred`` (a re-timing of given plans, with
+    ``sample`` False) stops after the preferred tags; ``settings.kernels`` False reads no
+    kernels (and maps no legacy row).
 
     A config can hang or crash the process on the GPU, so callers normally run this in a
-    worker process (measure/engine_worker.py): ``on_event`` receives {"listed": ...}
-    once the engines are listed (core/engine_prior.py), then {"start": ...} before and
-    {"attempt": ...} after every config (a staged
-    search's later rounds: {"start": ...} and {"retimed": tag}); ``prior``
-    ({"attempts": [...], "failed": [...]}, as a supervisor collected them from earlier
-    workers) is taken as already done, so a restarted worker carries on where the last one
-    stopped. ``search`` replaces the native EngineSearch (tests).
+    worker process (measure/engine_worker.py): ``supervision.on_event`` receives
+    {"listed": ...} once the engines are listed (core/engine_prior.py), then {"start": ...}
+    before and {"attempt": ...} after every config (a staged search's later rounds:
+    {"start": ...} and {"retimed": tag}), and ``supervision.progress`` the messages;
+    ``supervision.prior`` ({"attempts": [...], "failed": [...]}, as a supervisor collected
+    them from earlier workers) is taken as already done, so a restarted worker carries on
+    where the last one stopped. ``prepared.search`` replaces the native EngineSearch
+    (tests).
 
-    ``staged`` (with ``timing.retime``): every config is first timed briefly, and only the
-    finalists get ``timing`` and the check (Note [staged search] in core/staging.py);
-    ``finalist_tags`` always reach the final round (default: every preferred tag).
-    ``listing`` (list_space's, made on ``search``) and ``prebuilt`` (prebuild's plans)
-    are what a worker did ahead of the job's timing (Note [engine search ahead] in
-    measure/engine_serve.py). ``known_hang(engine, knobs)``: why a config is known to hang
-    (core/hangs.py), or None; with ``skip_known_hangs`` such a config is not sampled (nor
-    searched for a legacy algorithm) but recorded as "skipped" with the reason, once its
-    engine is known to accept the problem (Note [hangs of engines that accept] in
-    core/hangs.py); one that is tried (listed, or not skipped) has its launches' limit
-    said in its stage events (Note [known hangs])."""
-    say = progress or (lambda m: None)
-    emit = on_event or (lambda ev: None)
+    ``settings.staged`` (with ``timing.retime``): every config is first timed briefly, and
+    only the finalists get ``timing`` and the check (Note [staged search] in
+    core/staging.py); ``settings.finalist_tags`` always reach the final round (default:
+    every preferred tag). ``prepared.listing`` (list_space's, made on
+    ``prepared.search``) and ``prepared.prebuilt`` (prebuild's plans) are what a worker did
+    ahead of the job's timing (Note [engine search ahead] in measure/engine_serve.py).
+    ``supervision.known_hang(engine, knobs)``: why a config is known to hang
+    (core/hangs.py), or None; with ``settings.skip_known_hangs`` such a config is not
+    sampled (nor searched for a legacy algorithm) but recorded as "skipped" with the
+    reason, once its engine is known to accept the problem (Note [hangs of engines that
+    accept] in core/hangs.py); one that is tried (listed, or not skipped) has its
+    launches' limit said in its stage events (Note [known hangs])."""
+    direction, timing = data.direction, settings.timing
+    kernels, sample = settings.kernels, settings.sample
+    say, emit, known_hang = supervision.say, supervision.emit, supervision.known_hang
+    search, listing = prepared.search, prepared.listing
     t0 = time.perf_counter()
     op = OPERATION_OF[direction]
     if listing is None:
         if search is None:
             say(f"{direction}: building the operation graph")
-            search = native.engine_search(direction, native_problem)
-        listing = list_space(search, direction, preferred_tags, max_per_engine, sample, say)
+            search = native.engine_search(direction, data.native)
+        listing = list_space(search, direction, settings.preferred_tags,
+                             settings.max_per_engine, sample, say)
     count, heur = listing.count, listing.heur
     attempts, queues, wanted, engines = (listing.attempts, listing.queues, listing.wanted,
                                          listing.engines)
-    prebuilt = dict(prebuilt or {})
+    prebuilt = dict(prepared.prebuilt or {})
     exhausted = False
 
     def ranks(e: int, ch: Knobs) -> Dict[str, int]:
@@ -234,28 +246,29 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     # What earlier workers did (a restart after a config hung or crashed one of them);
     # the parent keeps the listing, to show what was tried if the search stops early
     emit(listed_event(count, attempts, engines, heur))
-    configs, done = replay(direction, engines, prior, heur)
+    configs, done = replay(direction, engines, supervision.prior, heur)
 
-    staging = staged and timing.retime
+    staging = settings.staged and timing.retime
     first = round_timing(timing, ROUNDS[0]) if staging else timing
     built: Dict[int, object] = {}  # configs' index -> their build result, to time again
 
     def over_budget() -> bool:
         nonlocal exhausted
-        if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
+        budget = settings.time_budget_s
+        if budget is not None and time.perf_counter() - t0 > budget:
             exhausted = True
         return exhausted
 
     def attempt(e: int, ch: Knobs, sampled: bool = False) -> Optional[EngineConfig]:
         """Build, time and check one config (None: cuDNN rejects it). A ``sampled`` one
-        known to hang is recorded as skipped instead, with skip_known_hangs, once its
-        engine accepts the problem (None too; Note [hangs of engines that accept] in
+        known to hang is recorded as skipped instead, with settings.skip_known_hangs, once
+        its engine accepts the problem (None too; Note [hangs of engines that accept] in
         core/hangs.py)."""
         entry = engines[e]
         done[e].add(ch)
         tag = config_tag(direction, e, ch)
         why = known_hang(e, ch) if known_hang is not None else None
-        skipping = bool(why and sampled and skip_known_hangs)
+        skipping = bool(why and sampled and settings.skip_known_hangs)
         if skipping and accepts(e):
             return skipped(e, ch, tag, why)
         say(f"{direction}: engine {e}/{count - 1} {tag} ({time.perf_counter() - t0:.1f} s)")
@@ -272,11 +285,11 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
         best = _bar(configs) if staging else None
         cut = cutoff_ms(best) if staging else 0.0
         known = {"known_hang": why} if why else {}
-        cfg, made = _run_config(search, first, problem, direction, tensors, ref, e, ch,
-                                ranks(e, ch), kernels,
-                                stage=lambda st: emit({"stage": st, "cutoff_ms": cut, **known}),
-                                built=prebuilt.pop((e, ch), None),
-                                cutoff_ms=cut, records_over=best, records=staging)
+        cfg, made = _run_config(search, data, e, ch, ranks(e, ch),
+                                ConfigRun(first, kernels, cutoff_ms=cut, records_over=best,
+                                          records=staging),
+                                stage=lambda s: emit({"stage": s, "cutoff_ms": cut, **known}),
+                                built=prebuilt.pop((e, ch), None))
         entry["tried"] += 1
         if cfg.status == "config rejected":  # an invalid knob combination: counted only
             entry["rejected"] += 1
@@ -303,7 +316,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     def find_legacy() -> None:
         # A legacy algorithm whose kernels no config ran yet: search on through the
         # engines that ran kernels of the same family (name up to its tile size).
-        for r in legacy_rows if kernels and sample else ():
+        for r in settings.legacy_rows if kernels and sample else ():
             if not r.kernels or any(same_kernels(c.kernels, r.kernels) for c in configs):
                 continue
             fam = {kernel_family(k) for k in r.kernels}
@@ -328,7 +341,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     # the configs of the legacy algorithms, searched near the engines run so far; phase 3:
     # sampling, engine by engine, then phase 2 again for an algorithm whose kernel family
     # only the sampling ran. The time budget cuts the later phases first.
-    for e, ch in listing.listed(only_preferred):  # phases 0 and 1
+    for e, ch in listing.listed(settings.only_preferred):  # phases 0 and 1
         if ch in done[e]:
             continue
         if over_budget():
@@ -337,7 +350,7 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
     find_legacy()
     for e in range(count) if sample else ():
         for ch in [c for c in queues[e] if c not in wanted[e] and c not in done[e]]:
-            if engines[e]["configs"] >= max_per_engine or over_budget():
+            if engines[e]["configs"] >= settings.max_per_engine or over_budget():
                 break
             attempt(e, ch, sampled=True)
     find_legacy()
@@ -346,18 +359,20 @@ def explore_engines(problem, direction: str, native_problem, tensors, ref=None,
             engines[e].get("skipped", 0)
     rounds: List[dict] = []
     if staging:
-        named = preferred_tags if finalist_tags is None else finalist_tags
+        named = (settings.preferred_tags if settings.finalist_tags is None
+                 else settings.finalist_tags)
         keep = {(t.engine, t.knobs) for t in parse_tags(named) if t.operation == op}
         keep |= set(heur["A"][:1])
-        rounds = _rounds(search, timing, problem, direction, tensors, ref, configs, built,
-                         keep, say, emit, time.perf_counter() - t0)
+        rounds = _rounds(search, data, timing, configs, built, keep, supervision,
+                         time.perf_counter() - t0)
     return EngineSpace(
-        engine_count=count, engines=engines, configs=configs, max_per_engine=max_per_engine,
-        attempts_per_engine=attempts, time_budget_s=time_budget_s, budget_exhausted=exhausted,
+        engine_count=count, engines=engines, configs=configs,
+        max_per_engine=settings.max_per_engine, attempts_per_engine=attempts,
+        time_budget_s=settings.time_budget_s, budget_exhausted=exhausted,
         sampled=sample, rounds=rounds,
         legacy_map={f"{r.algo_name} ({r.math_type})": [
             c.tag for c in configs if same_kernels(c.kernels, r.kernels)]
-            for r in legacy_rows if r.kernels and kernels})  # none when kernels were not read
+            for r in settings.legacy_rows if r.kernels and kernels})  # none: kernels not read
 
 
 def _bar(configs: Iterable[EngineConfig]) -> Optional[float]:
@@ -381,13 +396,15 @@ def _always(configs: List[EngineConfig], live: Sequence[int], keep: set) -> set:
     return out
 
 
-def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
-            configs: List[EngineConfig], built: Dict[int, object], keep: set, say,
-            emit, first_s: float) -> List[dict]:
-    """The staged search after its first round (timed as the configs were tried, in
-    ``first_s`` seconds with the listing and builds): selection, round 2, then the
-    finalists timed with ``full`` and checked against ``ref``; ``configs`` is updated in
-    place. Returns the rounds' record, each round's wall seconds with it."""
+def _rounds(search, data: DirectionData, full: TimingSpec, configs: List[EngineConfig],
+            built: Dict[int, object], keep: set, supervision: Supervision,
+            first_s: float) -> List[dict]:
+    """The staged search of ``data``'s direction after its first round (timed as the
+    configs were tried, in ``first_s`` seconds with the listing and builds): selection,
+    round 2, then the finalists timed with ``full`` and checked against ``data.ref``;
+    ``configs`` is updated in place; ``supervision`` hears its messages and events.
+    Returns the rounds' record, each round's wall seconds with it."""
+    direction, say, emit = data.direction, supervision.say, supervision.emit
     out: List[dict] = []
     t = time.perf_counter()
 
@@ -405,10 +422,10 @@ def _rounds(search, full: TimingSpec, problem, direction: str, tensors, ref,
         b = built.get(i)
         if b is None:  # recorded by an earlier worker: build it here
             b = built[i] = search.build(c.engine, [list(k) for k in knobs])
-        cfg, _ = _run_config(search, spec, problem, direction, tensors,
-                             ref if check else None, c.engine, knobs, c.heuristic_ranks,
-                             False, stage=lambda st: emit({"stage": st}), built=b,
-                             records_over=best, records=records)
+        cfg, _ = _run_config(search, data if check else replace(data, ref=None), c.engine,
+                             knobs, c.heuristic_ranks,
+                             ConfigRun(spec, False, records_over=best, records=records),
+                             stage=lambda st: emit({"stage": st}), built=b)
         if cfg.correct is None:  # not checked now: the check it had stands
             cfg = replace(cfg, max_error=c.max_error, tolerance=c.tolerance,
                           output_finite=c.output_finite)

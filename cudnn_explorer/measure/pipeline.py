@@ -21,6 +21,7 @@ from ..core.version import __version__
 from ..core.exploration import ChildWall, Environment, Exploration, Measurement
 from ..core.records import DirectionResult, EngineSpace
 from ..core.schema import utc_now
+from ..core.search_preferences import SearchPreferences
 from . import native
 from .pytorch_picks import ModeRun, pick_of, run_children, start_children
 from .engine_worker import EngineWorker, HeldJob, explore_isolated, hold_isolated
@@ -111,8 +112,10 @@ class GpuBench:
         if free is None or free < need:
             return None
         try:
-            return hold_isolated(problem, direction, options, preferred_tags=preferred_tags,
-                                 finalist_tags=finalist_tags, worker=self.worker)
+            return hold_isolated(problem, direction, options,
+                                 SearchPreferences(preferred_tags=preferred_tags,
+                                                   finalist_tags=finalist_tags),
+                                 worker=self.worker)
         except ChildError:  # a worker that cannot start: engines() says so, in its turn
             return None
 
@@ -120,10 +123,11 @@ class GpuBench:
                 legacy_rows, preferred_tags, say, finalist_tags=None,
                 held: Optional[HeldJob] = None) -> EngineSpace:
         try:
-            return explore_isolated(problem, direction, options, legacy_rows=legacy_rows,
-                                    preferred_tags=preferred_tags, progress=say,
-                                    worker=self.worker, finalist_tags=finalist_tags,
-                                    held=held)
+            return explore_isolated(problem, direction, options,
+                                    SearchPreferences(legacy_rows=legacy_rows,
+                                                      preferred_tags=preferred_tags,
+                                                      finalist_tags=finalist_tags),
+                                    progress=say, worker=self.worker, held=held)
         finally:
             if not self._keep():
                 self.worker.close()

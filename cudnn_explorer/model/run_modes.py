@@ -30,6 +30,7 @@ from ..core.model_run import ConvCall, IterationTiming, ModelModeRun, ModelRun, 
 from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.records import PyTorchPick, rankable
+from ..core.search_preferences import SearchPreferences
 from ..measure.prestart import StartedChild
 from ..measure.pytorch_picks import ModeRun, ModeSpec, default_modes, engine_pick
 from ..measure.pipeline import GpuBench
@@ -361,7 +362,8 @@ def _retimed(capture: Capture, problem: int, direction: str, counts: Dict[str, i
     one = options.updated(directions=(direction,), engine_sampling=False, staged=False)
     say(f"re-timing the {len(counts)} plans PyTorch picked for #{problem + 1} {direction}")
     try:
-        space = explore_isolated(u.problem, direction, one, preferred_tags=list(counts),
+        space = explore_isolated(u.problem, direction, one,
+                                 SearchPreferences(preferred_tags=list(counts)),
                                  progress=say, worker=worker)
     except ExplorerError as e:
         say(f"#{problem + 1} {direction}: {e}")
