@@ -229,13 +229,14 @@ def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreO
                 raise UserError(f"--add: the plan file '{add}' is from another environment: "
                                 f"{'; '.join(diff)}; tune into a new -o here")
         with opened(choice, notify) as db:
+            stored = _stored(db, env, choice.refresh, notify)
             for i, tp in enumerate(problems):
                 if only is not None and i not in only:
                     continue
                 head = f"problem {i + 1}/{len(problems)}: {tp.problem.describe()}"
                 say(head)
                 try:
-                    exp = _explored(pipeline, bench, db, env, tp, options, choice, notify,
+                    exp = _explored(pipeline, bench, stored, tp, options,
                                     lambda m, h=head: say(f"{h}: {m}"), counts)
                 except _PER_PROBLEM as e:
                     failed.append(f"{tp.problem.describe()}: {type(e).__name__}: {e}")
@@ -252,19 +253,36 @@ def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreO
     return result(True)
 
 
-def _explored(pipeline, bench, db, env, tp: TuneProblem, options: ExploreOptions,
-              choice: StoreChoice, notify: Notify, progress, counts):
-    """``tp``'s exploration in its recorded directions: the store's answer, the rest
-    measured now (each direction kept in the store as it finishes)."""
-    one = options.updated(directions=tp.directions)
-    have = {}
-    if db is not None and not choice.refresh:
-        found = db.lookup(tp.problem, env, one, partial=True)
-        if (found is None or len(found.directions) < len(tp.directions)) and not one.pytorch:
-            wider = db.lookup(tp.problem, env, one.updated(pytorch=True), partial=True)
+def _stored(db, env: Environment, refresh: bool, notify: Notify):
+    """Where tune's problems are kept, as a model sweep's are (a
+    model.explore_problems.StoredProblems): ``lookup(problem, options)`` gives the
+    directions the store ``db`` holds for ``problem`` measured on ``env`` with
+    ``options``, or with the same and PyTorch's children where those hold more (Note
+    [tune without PyTorch's children]); None with no store, or with ``refresh``.
+    ``saver(problem, options)`` keeps each direction as it finishes (jobs.stores.saver,
+    whose warnings go to ``notify``)."""
+    from ..model.explore_problems import StoredProblems
+
+    def lookup(problem: ConvProblem, one: ExploreOptions):
+        if db is None or refresh:
+            return None
+        found = db.lookup(problem, env, one, partial=True)
+        if (found is None or len(found.directions) < len(one.directions)) and not one.pytorch:
+            wider = db.lookup(problem, env, one.updated(pytorch=True), partial=True)
             found = wider if wider is not None and (
                 found is None or len(wider.directions) > len(found.directions)) else found
-        have = {d.direction: d for d in (found.directions if found else [])}
+        return found
+
+    return StoredProblems(lookup, lambda problem, one: saver(db, problem, one, notify))
+
+
+def _explored(pipeline, bench, stored, tp: TuneProblem, options: ExploreOptions, progress,
+              counts):
+    """``tp``'s exploration in its recorded directions: what ``stored`` (_stored) holds,
+    the rest measured now (each direction kept there as it finishes)."""
+    one = options.updated(directions=tp.directions)
+    found = stored.lookup(tp.problem, one)
+    have = {d.direction: d for d in (found.directions if found else [])}
     missing = tuple(d for d in tp.directions if d not in have)
     counts["answered"] += len(tp.directions) - len(missing)
     if not missing:
@@ -272,7 +290,7 @@ def _explored(pipeline, bench, db, env, tp: TuneProblem, options: ExploreOptions
         return found
     rest = one.updated(directions=missing)
     new = pipeline.explore(tp.problem, rest, progress=progress, bench=bench,
-                           on_direction=saver(db, tp.problem, rest, notify))
+                           on_direction=stored.saver(tp.problem, rest))
     counts["measured"] += len([d for d in new.directions if not d.error])
     have.update({d.direction: d for d in new.directions})
     return dataclasses.replace(new, directions=[have[d] for d in tp.directions if d in have])

@@ -10,6 +10,7 @@ seam CPU tests replace with a fake (tests/fakes.py); it also keeps where its tim
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..core import analysis
@@ -188,8 +189,8 @@ def measure_legacy(problem: ConvProblem, direction: str, lab, options: ExploreOp
         keep = set(finalists)
         if rep.heuristics:
             keep.add(f"{rep.heuristics[0].algo_name} ({rep.heuristics[0].math_type})")
-        left, rounds = _rounds(lab, found, timings, checks, notes, options, keep, direction,
-                               say, time.perf_counter() - t_first)
+        left, rounds = _rounds(lab, RowsSoFar(found, timings, checks, notes), options, keep,
+                               direction, say, time.perf_counter() - t_first)
     rows = []
     for n, r in enumerate(found):
         ok = r.status_code == 0
@@ -229,18 +230,33 @@ def _bar(timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]
                   for n in rows)
 
 
-def _rounds(lab, found, timings: Dict[int, Optional[Timing]], checks: Dict[int, Optional[Check]],
-            notes: Dict[int, str], options: ExploreOptions, keep: set, direction: str,
+@dataclass(frozen=True)
+class RowsSoFar:
+    """Find's rows of one direction (``found``: unique_rows', successful or not) and what
+    is known of each so far, by its index in ``found``: its ``timings`` and ``checks``
+    (None: not timed, or not checked) and its ``notes`` (why Find's row failed, or why it
+    could not be timed: the memory it lacked). The staged search's later rounds fill the
+    dicts in place (_rounds)."""
+
+    found: Sequence
+    timings: Dict[int, Optional[Timing]]
+    checks: Dict[int, Optional[Check]]
+    notes: Dict[int, str]
+
+
+def _rounds(lab, rows: RowsSoFar, options: ExploreOptions, keep: set, direction: str,
             say, first_s: float) -> Tuple[Dict[int, Tuple[int, Optional[float]]], List[dict]]:
-    """The legacy rows' staged search after its first round (``timings`` and ``checks``
-    updated in place as rows are timed again; ``first_s``, round 1's wall time): ({row
-    that left: (its round, its median over the round's best)}, each round's {"round",
-    "timed", "left", "wall_s"} and the finalists' {"round": "final", "timed", "wall_s"}).
-    A row found WRONG (when it led a round, or in the final one: Note [records checked] in
-    core/staging.py) never sets the best and cannot rank; it leaves in the round it was
-    found in, unless named (``keep``: PyTorch's legacy pick is then timed in full and
-    shown WRONG). A row that no longer fits in memory when timed again keeps its last
-    time, leaves in the round it was in, and its note says why (``notes``)."""
+    """The legacy rows' staged search after its first round (``rows.timings`` and
+    ``rows.checks`` updated in place as rows are timed again; ``first_s``, round 1's wall
+    time): ({row that left: (its round, its median over the round's best)}, each round's
+    {"round", "timed", "left", "wall_s"} and the finalists' {"round": "final", "timed",
+    "wall_s"}). A row found WRONG (when it led a round, or in the final one: Note [records
+    checked] in core/staging.py) never sets the best and cannot rank; it leaves in the
+    round it was found in, unless named (``keep``: PyTorch's legacy pick is then timed in
+    full and shown WRONG). A row that no longer fits in memory when timed again keeps its
+    last time, leaves in the round it was in, and its note says why (``rows.notes``)."""
+    found, timings, checks, notes = rows.found, rows.timings, rows.checks, rows.notes
+
     def name(n: int) -> str:
         return f"{found[n].algo_name} ({found[n].math_type})"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Callable, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ..core import analysis
 from ..core.errors import (ChildError, GpuError, Interrupted, MissingDependencyError,
@@ -19,7 +20,7 @@ from ..core.options import ExploreOptions
 from ..core.problem import ConvProblem
 from ..core.version import __version__
 from ..core.exploration import ChildWall, Environment, Exploration, Measurement
-from ..core.records import DirectionResult, EngineSpace
+from ..core.records import DirectionResult, EngineSpace, PyTorchPick
 from ..core.schema import utc_now
 from ..core.search_preferences import SearchPreferences
 from . import native
@@ -265,6 +266,20 @@ def _child_walls(runs: List[ModeRun]) -> List[ChildWall]:
             for r in runs if r.result is not None]
 
 
+@dataclass(frozen=True)
+class DirectionStart:
+    """What _direction did before a direction's legacy rows, for _measured: when it began
+    (``t0``, time.perf_counter() seconds), PyTorch's picks as the searches need them
+    (``picks``: pick_of without the legacy rows), the engine search's ``preferences``
+    (_engine_preferences: its preferred and finalist tags) and ``held``, its engine job
+    handed to the worker ahead (None: none was)."""
+
+    t0: float
+    picks: Sequence[PyTorchPick]
+    preferences: SearchPreferences
+    held: Optional[HeldJob] = None
+
+
 def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs,
                env: Environment, say) -> DirectionResult:
     """One direction, built once. Out of GPU memory, it keeps what finished: the legacy
@@ -274,34 +289,36 @@ def _direction(problem: ConvProblem, d: str, options: ExploreOptions, bench, run
     t0 = time.perf_counter()
     # PyTorch's picks as the searches need them: what the legacy rows do not change
     picks = [pick_of(run, d) for run in runs]
-    tags = _engine_tags(picks)
+    wishes = _engine_preferences(picks)
     # Note [engine search ahead]: the engine job goes to the worker now, and waits there
-    held = bench.hold_engines(problem, d, options, *tags)
+    held = bench.hold_engines(problem, d, options, wishes.preferred_tags,
+                              wishes.finalist_tags)
     try:
-        return _measured(problem, d, options, bench, runs, env, say, t0, picks, tags, held)
+        return _measured(problem, d, options, bench, runs, env, say,
+                         DirectionStart(t0, picks, wishes, held))
     finally:
         if held is not None:
             held.cancel()  # a no-op once it went; else (an error, Ctrl-C) it is dropped
 
 
-def _engine_tags(picks) -> tuple:
-    """(the preferred tags, the finalist tags) of a direction's engine search, from
-    PyTorch's picks: each pick and the plans it timed compete; a staged search times
-    each pick in full."""
+def _engine_preferences(picks) -> SearchPreferences:
+    """A direction's engine search as PyTorch's picks ask for it: each pick and the plans
+    it timed compete (the preferred tags); a staged search times each pick in full (the
+    finalist tags). It has no legacy rows yet."""
     preferred = [t for p in picks for t in (p.engine_tag, *(t for t, _ in p.timed)) if t]
-    return preferred, [p.engine_tag for p in picks if p.engine_tag]
+    return SearchPreferences(preferred_tags=preferred,
+                             finalist_tags=[p.engine_tag for p in picks if p.engine_tag])
 
 
 def _measured(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs,
-              env: Environment, say, t0: float, early, tags, held) -> DirectionResult:
-    """_direction's work: ``early``, PyTorch's picks before the legacy rows, and ``tags``,
-    the engine search's (_engine_tags); ``held``, its engine job, handed to the worker
-    ahead."""
+              env: Environment, say, start: DirectionStart) -> DirectionResult:
+    """_direction's work, after what ``start`` holds: PyTorch's picks before the legacy
+    rows, the engine search's preferences and its held job."""
     try:
         lab = bench.lab(problem, d, options)
         try:
             # a staged search times PyTorch's legacy pick in full
-            legacy_picks = [p.legacy_algo for p in early if p.legacy_algo]
+            legacy_picks = [p.legacy_algo for p in start.picks if p.legacy_algo]
             leg = measure_legacy(problem, d, lab, options, env.gpu_name,
                                  want_kernels=options.pytorch or options.engines, say=say,
                                  finalists=legacy_picks)
@@ -322,12 +339,13 @@ def _measured(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs
                                min_bytes=analysis.min_bytes(problem, d), error=str(e))
     picks = [pick_of(run, d, leg.ok) for run in runs]
     space, error = None, ""
-    legacy_s, engines_s = time.perf_counter() - t0, None
+    legacy_s, engines_s = time.perf_counter() - start.t0, None
     if options.engines:
         t1 = time.perf_counter()
+        wishes = start.preferences
         try:
-            space = bench.engines(problem, d, options, leg.ok, tags[0], say, tags[1],
-                                  held=held)
+            space = bench.engines(problem, d, options, leg.ok, wishes.preferred_tags, say,
+                                  wishes.finalist_tags, held=start.held)
         except (ResourceError, ChildError, GpuError) as e:
             # the legacy rows stay: a worker that cannot start (a GPU short of memory for
             # its CUDA context) or dies outside any config loses only the engine configs,

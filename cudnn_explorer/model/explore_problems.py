@@ -32,7 +32,8 @@ class StoredProblems:
     """Where a sweep's problems are kept: ``lookup(problem, options)`` gives the
     directions already measured (the results store, also an interrupted run's part of a
     problem), ``saver(problem, options)`` explore()'s on_direction, which keeps each
-    direction as soon as it is done. The default keeps nothing."""
+    direction as soon as it is done. The default keeps nothing. The tune job keeps its
+    problems the same way (jobs/tune.py)."""
 
     lookup: Callable[[ConvProblem, ExploreOptions], Optional[Exploration]] = \
         lambda p, o: None
