@@ -361,7 +361,16 @@ class Benchmark:
             after: Optional[Callable] = None) -> int:
         """Measure ``cases`` (``a``: the parsed options, ``--repeats`` and ``--json``),
         hand the samples to ``after`` where given, write the result and print its table;
-        the exit status of finish()."""
+        the exit status of finish(). The environment (``env``, else environment()) is
+        read before the first run, so that a Ctrl-C or a deadline's SIGINT at any moment
+        of the measuring keeps every run that finished."""
+        if env is None:
+            try:
+                env = environment()
+            except KeyboardInterrupt:
+                print(f"{self.name}: interrupted before the first run; nothing written",
+                      file=sys.stderr)
+                return 130
         samples: dict = {}
         try:
             measure(cases, a.repeats, runner, warmup=warmup, samples=samples)

@@ -170,6 +170,31 @@ def test_ctrl_c_writes_the_runs_that_finished_and_exits_130(tmp_path):
     assert "interrupted: 1 of 4 runs finished" in doc["notes"]
 
 
+def test_the_environment_is_read_before_the_first_run(tmp_path, monkeypatch, capsys):
+    """A deadline's SIGINT after the last run must not lose the runs to the environment's
+    read (an H200 run lost every figure that way): it comes first."""
+    order = []
+    monkeypatch.setattr(harness, "environment", lambda: order.append("env") or ENV)
+
+    def values(case, n):
+        order.append("run")
+        if n == 3:
+            raise KeyboardInterrupt
+        return {"wall_s": 1.0, "rc": 0.0}
+    path = tmp_path / "result.json"
+    rc = main_job.main(["--repeats", "1", "--json", str(path)], runner=fake_runner(values))
+    assert rc == 130 and order[0] == "env" and order.count("env") == 1
+    assert json.loads(path.read_text())["environment"] == ENV
+
+    def interrupted():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(harness, "environment", interrupted)
+    other = tmp_path / "other.json"
+    assert main_job.main(["--json", str(other)], runner=fake_runner(values)) == 130
+    assert not other.exists()
+    assert "interrupted before the first run; nothing written" in capsys.readouterr().err
+
+
 def sweep_file(tmp_path, modes):
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps({"wall_s": 20.0, "pytorch_run": {"modes": modes}}))
