@@ -8,6 +8,7 @@ baseline mode.
 """
 import argparse
 import json
+import re
 import sys
 from typing import Optional
 
@@ -87,7 +88,9 @@ def stamp(doc: dict) -> str:
     if doc.get("complete") is False:  # interrupted: the notes say how many runs finished
         parts.append(next((n for n in doc.get("notes", []) if n.startswith("interrupted")),
                           "interrupted"))
-    return "; ".join(parts) + f"; `{e.get('command', '')}`"
+    # where the run wrote its result is no condition of it: --json PATH is left out
+    command = re.sub(r" --json(=| )\S+", "", e.get("command", ""))
+    return "; ".join(parts) + f"; `{command}`"
 
 
 def main(argv=None) -> int:

@@ -105,6 +105,15 @@ def test_render_numbers_and_a_case_column_for_several_rows():
     assert unitless.splitlines()[3] == "| y | exit status | 2.00 |"
 
 
+def test_the_stamp_leaves_out_where_the_result_was_written():
+    doc = doc_of({("r", "a"): [{"t": 1.0}]}, [Figure("t", "time", "s")])
+    for command in ("python -m benchmarks.zero_code --repeats 1 --json /tmp/x/z.json --steps 12",
+                    "python -m benchmarks.zero_code --repeats 1 --json=z.json --steps 12"):
+        doc["environment"] = dict(doc["environment"], command=command)
+        assert render.stamp(doc).endswith("; `python -m benchmarks.zero_code --repeats 1 "
+                                          "--steps 12`")
+
+
 def test_render_command_and_stamp(tmp_path):
     samples = {("r", "a"): [{"t": 1.0}]}
     path = tmp_path / "r.json"
