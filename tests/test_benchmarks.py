@@ -426,23 +426,28 @@ def test_zero_code_runs_the_script_per_mode_and_pairs_losses_with_benchmark_off(
     from benchmarks import zero_code
 
     def set_up(a, config, work, store):
-        return {"plans": f"{config}.plans.json", "record_s": 12.0, "record_steady_ms": 5.5,
-                "tune_s": 40.0}
+        return {"plans": f"{config}.plans.json", "record_s": 12.0, "tune_s": 40.0}
 
     def values(case, n):
-        loss = {"benchmark off": 1.0, "benchmark on": 1.01, "pinned": 0.98}[case.mode]
-        return {"wall_s": 9.0, "rc": 0.0, "steady_step_ms": 5.0, "loss_0": loss,
+        loss = {"benchmark off": 1.0, "benchmark on": 1.01, "pinned": 0.98,
+                "recorded": 1.0}[case.mode]
+        steady = 5.4 if case.mode == "recorded" else 5.0
+        return {"wall_s": 9.0, "rc": 0.0, "steady_step_ms": steady, "loss_0": loss,
                 "loss_1": loss / 2, **({"coverage_pct": 100.0} if case.mode == "pinned" else {})}
     path = tmp_path / "r.json"
     run = fake_runner(values)
     rc = zero_code.main(["--repeats", "1", "--json", str(path)], runner=run, env=ENV,
                         set_up=set_up)
     doc = json.loads(path.read_text())
-    assert rc == 0 and doc["rows"] == ["eager", "compiled"] and len(run.calls) == 6
+    assert rc == 0 and doc["rows"] == ["eager", "compiled"] and len(run.calls) == 8
     by = {(c["row"], c["mode"], c["figure"]): c["median"] for c in doc["cells"]}
     assert by[("eager", "pinned", "loss_vs_off")] == pytest.approx(0.02)
     assert by[("eager", "benchmark on", "loss_vs_off")] == pytest.approx(0.01)
     assert ("eager", "benchmark off", "loss_vs_off") not in by
+    assert by[("eager", "recorded", "loss_vs_off")] == 0.0
+    # the recording's cost: its steady step beside off's, in the same run
+    ratio = {(r["row"], r["mode"], r["figure"]): r["ratio"] for r in doc["ratios"]}
+    assert ratio[("eager", "recorded", "steady_step_ms")] == pytest.approx(1.08)
     assert by[("compiled", "pinned", "tune_s")] == 40.0 and by[("eager", "pinned",
                                                               "coverage_pct")] == 100.0
     cases = zero_code.cases(zero_code.parse(["--configs", "compiled"]),
@@ -450,6 +455,10 @@ def test_zero_code_runs_the_script_per_mode_and_pairs_losses_with_benchmark_off(
     pinned = cases[2].argv
     assert pinned[:5] == ("-m", "cudnn_explorer", "run", "--plans", "p.json")
     assert "--compile" in pinned and "--cudnn-benchmark" in cases[0].argv
+    recorded = cases[3].argv
+    assert cases[3].mode == "recorded" and recorded[:6] == ("-m", "cudnn_explorer", "record",
+                                                            "-o", "{tmp}/convs.json", "--")
+    assert "--compile" in recorded and "--cudnn-benchmark" not in recorded
     assert dict(cases[1].env)["TORCHINDUCTOR_CACHE_DIR"] == "{tmp}/inductor"
     with pytest.raises(SystemExit):
         zero_code.parse(["--configs", "jit"])
@@ -459,7 +468,7 @@ def test_an_interrupted_zero_code_run_still_pairs_the_losses_it_has(tmp_path):
     from benchmarks import zero_code
 
     def set_up(a, config, work, store):
-        return {"plans": "p.json", "record_s": 12.0, "record_steady_ms": 5.5, "tune_s": 40.0}
+        return {"plans": "p.json", "record_s": 12.0, "tune_s": 40.0}
 
     def values(case, n):
         if n == 4:
