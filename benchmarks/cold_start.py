@@ -4,7 +4,7 @@ with benchmark mode on, off, and pinned plans built on first call, ahead, or kep
 mode, with an empty CUDA JIT cache and with one that a run before filled?
 
 ``python -m benchmarks.cold_start [--models resnet50-infer-b1,...] [--repeats 3]
-[--plans NAME=FILE ...] [--warm-jit]``: per model, every mode in a fresh process, the
+[--plans NAME=FILE ...] [--warm-jit] [--profile]``: per model, every mode in a fresh process, the
 modes in turns, each process with an empty CUDA JIT cache (a fresh machine or container;
 ``--warm-jit``: one cache per repeat, shared, as on a machine that ran before). Times are
 from the process's start (the kernel's count: Python's start and imports included)
@@ -22,6 +22,10 @@ making them took (summed over the threads that made them; per engine, a line on
 stderr), plans restored from kept forms, first calls' waits for plans built ahead, and
 the first step's rest: its time less the warm step's and less what it spent on plans
 on its own path (library and kernel-module loads, the allocator, all outside the plans).
+``--profile`` adds a process per model, pinned with kept plans, whose first step runs
+under torch.profiler: the rest split by the host time of the CUDA calls (kernel launches,
+with the lazy loads of kernel modules inside them; allocations; synchronisations), and
+its top events on stderr. The profiler's start is in that process's times: read its split.
 
 ``python -m benchmarks.cold_start --first-calls [--shape 32,3,224,224] [--kernel 3]
 [--out-channels 64] [--dtype float32] [--repeats 3]``: one convolution instead of the
@@ -72,7 +76,21 @@ FIGURES = [Figure("torch_imported_s", "torch imported", "s", better=""),
            Figure("precompiled_ms", "making those (op's count)", "ms"),
            Figure("restored", "plans restored from kept forms", "plans", better=""),
            Figure("waited_ms", "first calls waiting for plans built ahead", "ms"),
-           Figure("rest_ms", "first step's rest: not plans, not the warm step", "ms")]
+           Figure("rest_ms", "first step's rest: not plans, not the warm step", "ms"),
+           Figure("launch_ms", "profiled: kernel launches, lazy module loads within", "ms",
+                  better=""),
+           Figure("malloc_ms", "profiled: cudaMalloc and cudaFree, the allocator's growth", "ms",
+                  better=""),
+           Figure("sync_ms", "profiled: synchronisations, waiting for the GPU", "ms",
+                  better="")]
+# --profile: one more process per model, pinned with kept plans, its first step under
+# torch.profiler (CUPTI's start and the profiler's own cost are in its times, so only its
+# split is read): where the first step's rest goes, by the CUDA runtime calls' host time
+PROFILED = "pinned kept, profiled"
+# figure: the CUDA runtime and driver calls whose host time it sums (names as they start)
+SPLIT = {"launch_ms": ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel"),
+         "malloc_ms": ("cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaMallocHost"),
+         "sync_ms": ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")}
 BENCH = harness.Benchmark("cold_start", QUESTION, FIGURES, baseline="benchmark off")
 # --first-calls: one convolution's first calls in each of PyTorch's cuDNN modes, named as
 # the tool names them ("heuristic": benchmark off)
@@ -85,7 +103,8 @@ JSON = "data/benchmarks/cold_start.json"
 CALLS_JSON = "data/benchmarks/cold_start-first_calls.json"
 # (flag, dest) of the options of one kind of run: the models' (not with --first-calls) and
 # the one convolution's (only with it)
-MODELS_ONLY = (("--models", "models"), ("--plans", "plans"), ("--warm-jit", "warm_jit"))
+MODELS_ONLY = (("--models", "models"), ("--plans", "plans"), ("--warm-jit", "warm_jit"),
+               ("--profile", "profile"))
 CALLS_ONLY = (("--shape", "shape"), ("--kernel", "kernel"), ("--out-channels", "out_channels"),
               ("--dtype", "dtype"))
 
@@ -174,6 +193,21 @@ def made_figures(step_ms: float, warm_ms: float, on_first_call: bool) -> dict:
     return figures
 
 
+def profile_split(events, top: int = 12) -> dict:
+    """The profiled first step's split: per SPLIT figure, the summed host time (ms) of the
+    calls it names, from ``events`` ((name, self CPU µs) pairs, the profiler's averages);
+    and the ``top`` events by self time, one line each on stderr."""
+    figures = {key: 0.0 for key in SPLIT}
+    for name, self_us in events:
+        for key, prefixes in SPLIT.items():
+            if name.startswith(prefixes):
+                figures[key] += self_us / 1e3
+    for name, self_us in sorted(events, key=lambda e: -e[1])[:top]:
+        print(f"cold_start: profiled first step: {self_us / 1e3:10,.1f} ms  {name[:90]}",
+              file=sys.stderr)
+    return figures
+
+
 def process_age_s() -> float:
     """Seconds since this process started (the kernel's own count, 10 ms ticks)."""
     with open("/proc/self/stat") as f:
@@ -199,10 +233,18 @@ def child(a) -> int:
     else:
         import cudnn_explorer as ce
 
-        keep = a.kept if a.child == "pinned kept" else False
+        keep = a.kept if a.child in ("pinned kept", PROFILED) else False
         ce.pin(model, a.plan_file, ahead=a.child != "pinned", keep=keep)
     at("mode_set_s")
-    step = _step(model, batch, dtype, fmt, train, at)
+    if a.child == PROFILED:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            step = _step(model, batch, dtype, fmt, train, at)
+        figures.update(profile_split([(e.key, e.self_cpu_time_total)
+                                      for e in prof.key_averages()]))
+    else:
+        step = _step(model, batch, dtype, fmt, train, at)
     last = "first_step_s" if train else "first_output_s"  # the end of the first step
     figures["output_after_model_s"] = figures["first_output_s"] - figures["model_built_s"]
     if train:
@@ -310,7 +352,7 @@ def cases(a, places) -> list:
         plans, kept = places[name]
         args = ("--model", name, "--plan-file", plans, "--kept", kept, "--out", "{out}")
         cache = "{round}" if a.warm_jit else "{tmp}"
-        for mode in MODES:
+        for mode in MODES + ((PROFILED,) if a.profile else ()):
             out.append(Case(name, mode, harness.module_argv(__spec__.name, "--child", mode,
                                                             *args),
                             env=(("CUDA_CACHE_PATH", cache),),
@@ -327,6 +369,9 @@ def parse(argv=None):
                     help="a plan file for a model (default: cuDNN's heuristic configs)")
     ap.add_argument("--warm-jit", action="store_true",
                     help="one CUDA JIT cache per repeat, shared by its processes")
+    ap.add_argument("--profile", action="store_true",
+                    help=f"one more process per model, '{PROFILED}': its first step's host "
+                         "time split by CUDA calls (launches, allocations, synchronisations)")
     ap.add_argument("--first-calls", action="store_true",
                     help="one convolution's first calls per cuDNN mode instead of the models "
                          f"(result by default to {CALLS_JSON})")
@@ -334,7 +379,7 @@ def parse(argv=None):
         ap.add_argument(flag, type=type(CALL_DEFAULTS[dest]),
                         choices=("float32", "float16", "bfloat16") if dest == "dtype" else None,
                         help=f"--first-calls: default {CALL_DEFAULTS[dest]}")
-    harness.child_args(ap, MODES + CALL_MODES)
+    harness.child_args(ap, MODES + (PROFILED,) + CALL_MODES)
     ap.add_argument("--setup", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--model", "--kept", "--plan-file"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)

@@ -348,6 +348,28 @@ def test_no_benchmark_edits_sys_path():
                     assert not re.search(r"sys\.path\.(insert|append)", f.read()), name
 
 
+def test_cold_start_profile_adds_a_profiled_kept_process_and_splits_its_calls(capsys):
+    from benchmarks import cold_start
+
+    a = cold_start.parse(["--models", "decoder-train-b8", "--profile"])
+    cases = cold_start.cases(a, {"decoder-train-b8": ("p.plans", "p.kept")})
+    assert [c.mode for c in cases] == list(cold_start.MODES) + [cold_start.PROFILED]
+    assert cases[-1].argv[3] == cold_start.PROFILED
+    plain = cold_start.cases(cold_start.parse(["--models", "decoder-train-b8"]),
+                             {"decoder-train-b8": ("p.plans", "p.kept")})
+    assert [c.mode for c in plain] == list(cold_start.MODES)
+    events = [("cudaLaunchKernel", 3_000_000.0), ("cudaLaunchKernelExC", 500.0),
+              ("cuLaunchKernelEx", 500.0), ("cudaMalloc", 2_000.0), ("cudaFree", 1_000.0),
+              ("cudaStreamSynchronize", 4_000.0), ("aten::convolution", 9_000.0)]
+    split = cold_start.profile_split(events, top=2)
+    assert split == {"launch_ms": pytest.approx(3001.0), "malloc_ms": pytest.approx(3.0),
+                     "sync_ms": pytest.approx(4.0)}
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].endswith("cudaLaunchKernel") and "3,000.0 ms" in err[0]
+    with pytest.raises(SystemExit):
+        cold_start.parse(["--first-calls", "--profile"])
+
+
 def test_cold_start_cases_every_mode_per_model_with_an_empty_or_shared_jit_cache():
     from benchmarks import cold_start
 
