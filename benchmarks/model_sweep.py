@@ -117,6 +117,10 @@ def parse(argv=None):
     a = ap.parse_args(argv)
     if a.gpus < 1:
         ap.error(f"--gpus {a.gpus}: valid: 1 or more")
+    if a.gpus > 1 and "," in a.profiles:
+        # every ratio is to the first mode: a second profile's N GPUs would be read against
+        # the first profile's one GPU
+        ap.error(f"--profiles {a.profiles} with --gpus {a.gpus}: valid: one profile")
     return a
 
 

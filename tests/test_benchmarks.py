@@ -314,6 +314,8 @@ def test_model_sweep_gpus_adds_the_sweep_under_torchrun_beside_a_one_gpu_sweep_w
         model_sweep.cases(model_sweep.parse([]))
     with pytest.raises(SystemExit):
         model_sweep.parse(["--gpus", "0"])
+    with pytest.raises(SystemExit):  # a second profile's ratio would be to the first's
+        model_sweep.parse(["--gpus", "2", "--profiles", "quick,thorough"])
     rc, doc, calls = written(model_sweep, ["--gpus", "2"], tmp_path,
                              lambda c, n: {"rc": 0.0, "wall_s": 100.0 if n == 1 else 55.0,
                                            "problems": 23.0})
