@@ -74,8 +74,15 @@ def searches_of(result: ModelChildResult, log: bytes) -> List[Searches]:
 
 
 def _searches(size: SizeResult, log: bytes) -> Searches:
-    return [_search(log, c.log_span, c.direction) if c.first and log.strip() else None
+    logged = _logged(log)
+    return [_search(log, c.log_span, c.direction) if c.first and logged else None
             for c in size.calls]
+
+
+def _logged(log: bytes) -> bool:
+    """Whether the log holds anything but blanks (without copying it, as strip() would:
+    a model run's log can be tens of MB)."""
+    return bool(log) and not log.isspace()
 
 
 def _conv_call(raw: CallResult, index: Dict[ConvProblem, int],
@@ -233,10 +240,10 @@ class _Turns:
         t1 = time.perf_counter()
         searches = searches_of(result, log)
         sizes = [_size_run(s, self.index, f) for s, f in zip(result.sizes, searches)]
-        # without a log nothing says what PyTorch chose; a later failure keeps the rest
-        per = _picks(result, self.index, searches, mode) if log.strip() else {}
-        if mode.mode == "pinned":  # not PyTorch's choice: no problem's pick
-            per = {}
+        # without a log nothing says what PyTorch chose; a later failure keeps the rest.
+        # A pinned run is not PyTorch's choice: no problem's pick
+        per = (_picks(result, self.index, searches, mode)
+               if _logged(log) and mode.mode != "pinned" else {})
         t2 = time.perf_counter()
         limit = result.settings.get("benchmark_limit", mode.benchmark_limit)
         done.append(ModelModeRun(label=mode.label, mode=mode.mode,
