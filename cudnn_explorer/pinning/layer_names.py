@@ -36,39 +36,17 @@ WRAPPERS = {("OptimizedModule", "_orig_mod"), ("DistributedDataParallel", "modul
             ("CheckpointWrapper", "_checkpoint_wrapped_module")}
 
 
-class _ByTensor:
-    """A map from live tensors to values, by identity (a tensor's ``==`` is elementwise,
-    so a WeakKeyDictionary of tensors cannot compare its keys); an entry goes when its
-    tensor does."""
-
-    def __init__(self):
-        self._d: Dict[int, tuple] = {}
-
-    def get(self, tensor, default=None):
-        hit = self._d.get(id(tensor))
-        return hit[1] if hit is not None and hit[0]() is tensor else default
-
-    def setdefault(self, tensor, value):
-        hit = self._d.get(id(tensor))
-        if hit is not None and hit[0]() is tensor:
-            return hit[1]
-        key, d = id(tensor), self._d
-
-        def gone(ref):
-            if d.get(key, (None,))[0] is ref:
-                del d[key]
-        self._d[key] = (weakref.ref(tensor, gone), value)
-        return value
-
-
 class LayerNames:
     """Parents and parameter owners, from the moment ``install()`` is called, and per key
     the layers whose calls had it (``observe``, then ``by_key``)."""
 
     def __init__(self):
+        # tensors by identity (a tensor's == is elementwise), each entry gone with its tensor
+        from torch.utils.weak import WeakIdKeyDictionary
+
         self._parent: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self._owner = _ByTensor()  # parameter: a weak reference to its module
-        self._seen = _ByTensor()   # weight: the call shapes whose keys are noted
+        self._owner = WeakIdKeyDictionary()  # parameter: a weak reference to its module
+        self._seen = WeakIdKeyDictionary()   # weight: the call shapes whose keys are noted
         self._names: Dict[Tuple[int, ...], Set[str]] = {}
         self._handles: list = []
 
