@@ -852,10 +852,12 @@ std::string run_pinned(const PinnedCall& c) {
     tp.clear();
     tp.generation = gen;
   }
-  // Note [no allocation per pinned call]: a steady call allocates nothing on the host:
-  // the key is built in a vector this thread reuses, and the plan's tensor pointers go in
-  // a map this thread reuses (its three entries made once, their values set per call).
-  // Neither is touched by another call before this one returns (nothing here reenters).
+  // Note [no allocation per pinned call]: a steady call allocates nothing here, in
+  // run_pinned: the key is built in a vector this thread reuses, and the plan's tensor
+  // pointers go in a map this thread reuses (its three entries made once, their values set
+  // per call). Neither is touched by another call before this one returns (nothing here
+  // reenters). The op's caller still allocates: geometry() and make_call (conv_op.cpp)
+  // build the call's small vectors per direction.
   thread_local std::vector<int64_t> key;
   fill_call_key(c, key);
   const size_t file_key = key.size();
