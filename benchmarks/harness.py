@@ -372,24 +372,22 @@ class Benchmark:
                       file=sys.stderr)
                 return 130
         samples: dict = {}
+        notes, interrupted = list(notes), False
         try:
             measure(cases, a.repeats, runner, warmup=warmup, samples=samples)
         except KeyboardInterrupt:  # the runs that finished are kept, the result says so
             done = sum(len(v) for v in samples.values())
             print(f"{self.name}: interrupted; {done} of {len(cases) * a.repeats} runs "
                   "finished, written", file=sys.stderr)
-            if after is not None:
-                after(samples)
-            doc = result(self.name, self.question, samples, self.figures,
-                         baseline=self.baseline, env=env,
-                         notes=list(notes) + [f"interrupted: {done} of "
-                                              f"{len(cases) * a.repeats} runs finished"])
-            finish(dict(doc, complete=False), a.json, samples)
-            return 130
+            notes.append(f"interrupted: {done} of {len(cases) * a.repeats} runs finished")
+            interrupted = True
         if after is not None:
             after(samples)
         doc = result(self.name, self.question, samples, self.figures, baseline=self.baseline,
                      env=env, notes=notes)
+        if interrupted:
+            finish(dict(doc, complete=False), a.json, samples)
+            return 130
         return finish(doc, a.json, samples)
 
 
