@@ -75,15 +75,12 @@ def rank_sweep(spec: ModelSpec, world, options: ExploreOptions,
     pipeline.native.require_gpu(world.local_rank)
     if consistency:  # each GPU measures every problem anew: none read from the store
         settings = replace(settings, store=replace(settings.store, refresh=True))
-    distributed.init(world, DAY_S)
-    try:  # the process group is closed on every way out (else gloo aborts the process)
-        say = quiet_progress(progress)
-        with SweepRun(spec, options, settings, notify=notify, say=say, start=False,
-                      progress=lambda done, total, msg: msg and say(f"{done}/{total} {msg}")
-                      ) as run:
-            return _in_group(run, world, consistency, json_path, say)
-    finally:
-        distributed.finish()
+    say = quiet_progress(progress)
+    with distributed.group(world, DAY_S), \
+            SweepRun(spec, options, settings, notify=notify, say=say, start=False,
+                     progress=lambda done, total, msg: msg and say(f"{done}/{total} {msg}")
+                     ) as run:
+        return _in_group(run, world, consistency, json_path, say)
 
 
 def _in_group(run: SweepRun, world, consistency: bool, json_path: Optional[str],
@@ -92,7 +89,6 @@ def _in_group(run: SweepRun, world, consistency: bool, json_path: Optional[str],
     from ..model.run_modes import modes_of
 
     rank, notify = world.rank, run.notify
-    distributed.check_devices(world, distributed.device_id(world.local_rank))
     cap = run.capture(f"cuda:{world.local_rank}")
     db = run.store()
     if db is None:

@@ -329,8 +329,8 @@ def _plan_file(items, env: Optional[Environment], old: Optional[PlanFile], name:
 # as a second run of the same command would be.
 
 
-def tune_rank(record, world, options: Optional[ExploreOptions] = None, *,
-              init_method: Optional[str] = None, **kw) -> Tuple[Optional[TuneResult], str]:
+def tune_rank(record, world, options: Optional[ExploreOptions] = None,
+              **kw) -> Tuple[Optional[TuneResult], str]:
     """This rank's part of a tune under torchrun (``world``: distributed.World), on the
     GPU of its local rank (Note [tune spread over ranks]). ``kw``: tune()'s keywords; the
     results store is needed. Returns (rank 0: the whole record's TuneResult, whose plans
@@ -353,9 +353,7 @@ def tune_rank(record, world, options: Optional[ExploreOptions] = None, *,
     share = distributed.shard(problems, world.size)[world.rank]
     mine: List[TuneResult] = []
     lazy_measure.measuring().native.require_gpu(world.local_rank)  # one line, exit 3
-    distributed.init(world, DAY_S, init_method)
-    try:  # the process group is closed on every way out (else gloo aborts the process)
-        distributed.check_devices(world, distributed.device_id(world.local_rank))
+    with distributed.group(world, DAY_S):
         error = distributed.run_share(world, share, lambda s: mine.append(
             tune(record, options, only=s, store=choice, **kw)) if s else None)
         why = distributed.barrier(world, DAY_S, "the end of the ranks' shares")
@@ -364,5 +362,3 @@ def tune_rank(record, world, options: Optional[ExploreOptions] = None, *,
         # every problem: what the ranks stored is read (--refresh measured it anew already)
         final = dataclasses.replace(choice, refresh=False)
         return tune(record, options, store=final, **kw), error or why
-    finally:
-        distributed.finish()

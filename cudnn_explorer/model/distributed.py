@@ -15,6 +15,7 @@ and writes its own sweep file; rank 0 compares identical GPUs.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
@@ -82,6 +83,19 @@ def init(world: World, timeout_s: float, init_method: Optional[str] = None) -> N
     dist.init_process_group("gloo", init_method=init_method or "env://", rank=world.rank,
                             world_size=world.size,
                             timeout=datetime.timedelta(seconds=timeout_s))
+
+
+@contextlib.contextmanager
+def group(world: World, timeout_s: float, init_method: Optional[str] = None):
+    """This rank inside the gloo process group (init()), the ranks' GPUs checked to be
+    distinct (check_devices), the group closed on every way out (finish(): else gloo's
+    threads abort the process at exit)."""
+    init(world, timeout_s, init_method)
+    try:
+        check_devices(world, device_id(world.local_rank))
+        yield
+    finally:
+        finish()
 
 
 def finish() -> None:
