@@ -323,6 +323,23 @@ def test_under_torchrun_the_store_is_needed(tmp_path):
         tune_rank(rec, World(0, 0, 2), store=False)
 
 
+def test_under_torchrun_an_adds_policy_is_resolved_before_the_ranks_meet(tmp_path, monkeypatch):
+    """tune_rank reads the policy as tune() does (an add's own): a given one that differs
+    is the one-line refusal, before any process group is started."""
+    from cudnn_explorer.jobs.tune import tune_rank
+    from cudnn_explorer.model import distributed
+    from cudnn_explorer.model.distributed import World
+
+    fake_cli(tmp_path, monkeypatch)
+    out, db = tmp_path / "plans.json", str(tmp_path / "s.db")
+    rec = write_record(tmp_path / "convs.json", RECORDED[:1])
+    assert main(["tune", rec, "-o", str(out), "--store", db, "--quiet"]) == 0
+    monkeypatch.setattr(distributed, "group", lambda *a, **k: pytest.fail("group started"))
+    with pytest.raises(UserError, match="--policy pytorch: the plan file .* was written with "
+                                        "--policy best"):
+        tune_rank(rec, World(0, 0, 2), store=db, add=str(out), policy="pytorch")
+
+
 @pytest.mark.parametrize("flag", [["--device", "1"], ["--no-store"]])
 def test_under_torchrun_device_and_no_store_are_one_line_exit_2(tmp_path, monkeypatch, capsys,
                                                                 flag):

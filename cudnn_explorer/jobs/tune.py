@@ -146,6 +146,24 @@ def _settings(old: PlanFile, policy: Optional[str], cap_mib: Optional[float],
     return old.policy, old_cap, old.deterministic_only
 
 
+def _resolved(add: Optional[str], policy: Optional[str], cap_mib: Optional[float],
+              deterministic: Optional[bool]) -> Tuple[Optional[PlanFile], str,
+                                                      Optional[float], Optional[bool]]:
+    """The plan file ``add`` names (or None), and the policy and filters a tune writes
+    with: an ``add``'s own (_settings), else as given, the policy "best" by default."""
+    old = None
+    if add is not None:
+        from .plans import read_plans
+
+        old = read_plans(add)
+        policy, cap_mib, deterministic = _settings(old, policy, cap_mib, deterministic,
+                                                   os.fspath(add))
+    policy = "best" if policy is None else policy
+    if policy not in POLICIES:
+        raise UserError(f"policy {policy!r}: valid: {', '.join(POLICIES)}")
+    return old, policy, cap_mib, deterministic
+
+
 def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreOptions] = None,
          *, policy: Optional[str] = None, max_workspace_mib: Optional[float] = None,
          deterministic: Optional[bool] = None, profile: str = "quick", store=True,
@@ -171,16 +189,8 @@ def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreO
     only the record's problems at these positions (of ``problems_of``'s list), the plans
     then hold those: a rank's share under torchrun (tune_rank)."""
     rec, name = _record(record)
-    old = None
-    if add is not None:
-        from .plans import read_plans
-
-        old = read_plans(add)
-        policy, max_workspace_mib, deterministic = _settings(
-            old, policy, max_workspace_mib, deterministic, os.fspath(add))
-    policy = "best" if policy is None else policy
-    if policy not in POLICIES:
-        raise UserError(f"policy {policy!r}: valid: {', '.join(POLICIES)}")
+    old, policy, max_workspace_mib, deterministic = _resolved(add, policy, max_workspace_mib,
+                                                              deterministic)
     if max_workspace_mib is not None:  # checked as the option is (a number >= 0)
         max_workspace_mib = ExploreOptions.create(
             max_workspace_mib=max_workspace_mib).max_workspace_mib
@@ -342,13 +352,12 @@ def tune_rank(record, world, options: Optional[ExploreOptions] = None,
     choice = StoreChoice.of(kw.pop("store", True), kw.pop("refresh", False))
     needed_under_torchrun(choice)
     rec, _ = _record(record)
-    old = None
-    if kw.get("add") is not None:
-        from .plans import read_plans
-
-        old = read_plans(kw["add"])
+    old, policy, _, _ = _resolved(kw.get("add"), kw.get("policy"),
+                                  kw.get("max_workspace_mib"), kw.get("deterministic"))
     problems, _ = problems_of(rec, [native_key(e) for e in old.entries] if old else ())
-    options = (options or ExploreOptions.create(pytorch=kw.get("policy") == "pytorch")
+    # the default options as tune() makes them: PyTorch's children for the policy in force
+    # (an add's own, where given)
+    options = (options or ExploreOptions.create(pytorch=policy == "pytorch")
                ).updated(device=world.local_rank)
     share = distributed.shard(problems, world.size)[world.rank]
     mine: List[TuneResult] = []
