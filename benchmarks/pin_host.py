@@ -1,13 +1,17 @@
-"""What does a pinned convolution cost on the host per call, against PyTorch's own?
+"""What does a pinned convolution cost on the host per call, against PyTorch's own, when
+pinned by ``pin()`` and by the zero-code hook, and while the hook records?
 
 ``python -m benchmarks.pin_host [--calls 3000] [--repeats 3]``: first the plan file of a
 tiny problem (1x8x8x8 float16 channels_last, 3x3, 8 out: launch-bound), as a user makes
 it (``python -m cudnn_explorer --shape 1,8,8,8 --out-channels 8 --kernel 3 --dtype float16
---layout nhwc --no-store --json FILE``, ``plans write FILE -o PLANS``). Then ATen and
-pinned in fresh processes, in turns: an ``nn.Conv2d`` called without gradients, and a
-training call (forward with autograd, backward to the input and the weight: three cuDNN
-directions); each the best of 5 blocks of ``--calls`` calls, µs per call. Goal
-(docs/pinning.md): at most ATen's + 3 µs without gradients.
+--layout nhwc --no-store --json FILE``, ``plans write FILE -o PLANS``). Then, in fresh
+processes, in turns: ATen; pinned by ``cudnn_explorer.pin``; pinned by the start-up hook
+(``CUDNN_EXPLORER_PLANS``: every functional convolution routed, as ``run`` does); and
+recorded by the hook (``CUDNN_EXPLORER_RECORD``: each call counted and its layer named, as
+``record`` does). Each times an ``nn.Conv2d`` called without gradients, and a training
+call (forward with autograd, backward to the input and the weight: three cuDNN
+directions); each the best of 5 blocks of ``--calls`` calls, µs per call. Goals
+(docs/pinning.md, docs/zero-code.md): pinned at most ATen's; recording at most 10% above.
 """
 import argparse
 import os
@@ -22,7 +26,10 @@ from .harness import Case, Figure
 QUESTION = __doc__.split("\n\n")[0].replace("\n", " ")
 PROBLEM = ["--shape", "1,8,8,8", "--out-channels", "8", "--kernel", "3", "--dtype", "float16",
            "--layout", "nhwc"]
-MODES = ("aten", "pinned")
+MODES = ("aten", "pinned", "pinned by the hook", "recorded by the hook")
+# mode: the start-up hook's variables it runs under ({out}: the run's own file)
+HOOK_ENV = {"pinned by the hook": (("CUDNN_EXPLORER_PLANS", "{plans}"),),
+            "recorded by the hook": (("CUDNN_EXPLORER_RECORD", "{out}.record"),)}
 FIGURES = [Figure("nograd_us", "nn.Conv2d, no gradients", "µs"),
            Figure("train_us", "nn.Conv2d, forward and backward", "µs")]
 BENCH = harness.Benchmark("pin_host", QUESTION, FIGURES, baseline="aten")
@@ -54,6 +61,10 @@ def per_call_us(torch, fn, calls: int, blocks: int = 5) -> float:
 def child(a) -> int:
     import json
 
+    if a.child in HOOK_ENV:  # as the installed hook would (a no-op where it already ran)
+        from cudnn_explorer.pinning import startup
+
+        startup.install()
     import torch
 
     import cudnn_explorer
@@ -92,7 +103,8 @@ def parse(argv=None):
 def cases(a, plans: str) -> list:
     return [Case("1x8x8x8 fp16 nhwc 3x3", m, harness.module_argv(
         __spec__.name, "--child", m, "--calls", str(a.calls), "--plans", plans, "--out",
-        "{out}")) for m in MODES]
+        "{out}"), env=tuple((k, v.replace("{plans}", plans)) for k, v in HOOK_ENV.get(m, ())))
+        for m in MODES]
 
 
 def main(argv=None, runner=harness.run_process, env=None) -> int:

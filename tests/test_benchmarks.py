@@ -258,7 +258,8 @@ def test_search_result_leaves_the_config_tables_out_of_the_json(tmp_path):
 
 @pytest.mark.parametrize("module,argv,modes", [
     (pinned_step, ["--plans", "p.json"], ["off", "on", "pinned"]),
-    (pin_host, ["--plans", "p.json"], ["aten", "pinned"]),
+    (pin_host, ["--plans", "p.json"], ["aten", "pinned", "pinned by the hook",
+                                       "recorded by the hook"]),
     (cold_start, ["--first-calls"], ["heuristic", "benchmark", "deterministic"]),
 ])
 def test_child_benchmarks_run_their_own_module_per_mode(tmp_path, module, argv, modes):
@@ -269,6 +270,17 @@ def test_child_benchmarks_run_their_own_module_per_mode(tmp_path, module, argv, 
         else module.call_cases(module.parse(argv))
     assert case[0].argv[:4] == ("-m", module.__name__, "--child", modes[0])
     assert "{out}" in case[0].argv
+
+
+def test_pin_host_hook_modes_run_under_the_hooks_variables_and_the_others_under_none():
+    env = {c.mode: dict(c.env) for c in pin_host.cases(pin_host.parse([]), "/p/plans.json")}
+    assert env["aten"] == {} and env["pinned"] == {}
+    assert env["pinned by the hook"] == {"CUDNN_EXPLORER_PLANS": "/p/plans.json"}
+    assert env["recorded by the hook"] == {"CUDNN_EXPLORER_RECORD": "{out}.record"}
+    for mode, variables in env.items():  # what the hook reads in the child
+        from cudnn_explorer.core.zero_code import settings_from
+        want = {"pinned by the hook": "run", "recorded by the hook": "record"}.get(mode, "")
+        assert settings_from(variables).mode == want
 
 
 def test_cold_start_first_calls_rows_share_a_cache_within_a_repeat_or_not():
