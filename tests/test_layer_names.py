@@ -77,6 +77,20 @@ def test_keys_are_computed_once_per_layer_and_call_shape(names, monkeypatch):
     assert len(calls) == 8
 
 
+def test_a_dead_layers_cache_entry_goes_with_it_and_a_new_layer_is_observed_afresh(names):
+    import gc
+
+    model = _model()
+    _run(model, torch.randn(2, 3, 10, 10))
+    assert len(names._seen) == 4  # one entry per convolution's weight
+    del model
+    gc.collect()
+    assert names._seen == {}  # nothing of a dead layer is kept
+    again = _model()  # may reuse the dead weights' ids: its calls are still noted
+    _run(again, torch.randn(2, 3, 10, 10))
+    assert len(names._seen) == 4 and len(names.by_key()) > 0
+
+
 def test_unregistered_weights_and_models_built_before_name_nothing():
     import torch.nn.functional as F
 
