@@ -1,5 +1,5 @@
 """What does a pinned convolution cost on the host per call, against PyTorch's own, when
-pinned by ``pin()`` and by the zero-code hook, and while the hook records?
+pinned by pin() and by the zero-code hook, and while the hook records?
 
 ``python -m benchmarks.pin_host [--calls 3000] [--repeats 3]``: first the plan file of a
 tiny problem (1x8x8x8 float16 channels_last, 3x3, 8 out: launch-bound), as a user makes

@@ -2,7 +2,7 @@
 run pinned with no change to its code, how do its first step, steady step, memory and
 loss compare with benchmark mode on and off, and what does recording it cost?
 
-``python -m benchmarks.zero_code [--configs eager,compiled] [--repeats 3] [--steps 16]``:
+``python -m benchmarks.zero_code [--configs eager,compiled] [--repeats 3] [--steps 48]``:
 the script is benchmarks/train_example.py (a model built in the script, input sizes
 varying per step, AMP bf16, channels_last, a gradient penalty every fourth step; the
 "compiled" config compiles the model for the main loss). Per config, once: ``record``
@@ -128,7 +128,8 @@ def parse(argv=None):
     harness.common_args(ap, "data/benchmarks/zero_code.json", repeats=3)
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help=f"comma-separated, of: {', '.join(CONFIGS)}")
-    ap.add_argument("--steps", type=int, default=16, help="the script's steps (default 16)")
+    ap.add_argument("--steps", type=int, default=48,
+                    help="the script's steps (default 48: the steady step is the median of 24)")
     a = ap.parse_args(argv)
     a.configs = harness.listed(ap, a.configs, "--configs", CONFIGS)
     if a.steps < 2:
