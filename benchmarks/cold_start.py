@@ -25,7 +25,9 @@ on its own path (library and kernel-module loads, the allocator, all outside the
 ``--profile`` adds a process per model, pinned with kept plans, whose first step runs
 under torch.profiler: the rest split by the host time of the CUDA calls (kernel launches,
 with the lazy loads of kernel modules inside them; allocations; synchronisations), and
-its top events on stderr. The profiler's start is in that process's times: read its split.
+its top events on stderr; and under cProfile, whose top Python-level calls by own time
+(stderr) show what no profiler event covers (imports, waits in torch's C++ outside an
+operator). The profilers' start is in that process's times: read its split.
 
 ``python -m benchmarks.cold_start --first-calls [--shape 32,3,224,224] [--kernel 3]
 [--out-channels 64] [--dtype float32] [--repeats 3]``: one convolution instead of the
@@ -210,6 +212,20 @@ def profile_split(events, top: int = 12) -> dict:
     return figures
 
 
+def python_split(python, top: int = 8) -> None:
+    """The profiled first step's ``top`` Python-level calls by their own time (a call
+    into torch's C++ counts whole, the imports and waits it makes included), one line
+    each on stderr."""
+    import pstats
+
+    stats = pstats.Stats(python).stats  # (file, line, name): (calls, _, own s, total s, _)
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    for (file, line, name), (calls, _, own_s, total_s, _) in rows:
+        where = name if file == "~" else f"{os.path.basename(file)}:{line} {name}"
+        print(f"cold_start: profiled first step (Python): {own_s * 1e3:10,.1f} ms own, "
+              f"{total_s * 1e3:10,.1f} ms in all, {calls} call(s)  {where[:60]}", file=sys.stderr)
+
+
 def process_age_s() -> float:
     """Seconds since this process started (the kernel's own count, 10 ms ticks)."""
     with open("/proc/self/stat") as f:
@@ -239,12 +255,18 @@ def child(a) -> int:
         ce.pin(model, a.plan_file, ahead=a.child != "pinned", keep=keep)
     at("mode_set_s")
     if a.child == PROFILED:
+        import cProfile
+
         from torch.profiler import ProfilerActivity, profile
 
+        python = cProfile.Profile()  # what no profiler event covers: Python, imports, waits
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            python.enable()
             step = _step(model, batch, dtype, fmt, train, at)
+            python.disable()
         figures.update(profile_split([(e.key, e.self_cpu_time_total)
                                       for e in prof.key_averages()]))
+        python_split(python)
     else:
         step = _step(model, batch, dtype, fmt, train, at)
     last = "first_step_s" if train else "first_output_s"  # the end of the first step

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -382,6 +383,26 @@ def test_cold_start_profile_adds_a_profiled_kept_process_and_splits_its_calls(ca
     assert len(err) == 2 and err[0].endswith("cudaLaunchKernel") and "3,000.0 ms" in err[0]
     with pytest.raises(SystemExit):
         cold_start.parse(["--first-calls", "--profile"])
+
+
+def test_cold_start_python_split_names_the_calls_that_took_the_time(capsys):
+    import cProfile
+
+    from benchmarks import cold_start
+
+    def slow():
+        time.sleep(0.05)
+
+    python = cProfile.Profile()
+    python.enable()
+    slow()
+    sum(range(10))
+    python.disable()
+    cold_start.python_split(python, top=2)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].endswith("<built-in method time.sleep>")
+    own = float(err[0].split("(Python):")[1].split("ms own")[0].replace(",", ""))
+    assert 45 <= own < 1000
 
 
 def test_cold_start_cases_every_mode_per_model_with_an_empty_or_shared_jit_cache():
