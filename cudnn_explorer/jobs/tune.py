@@ -226,11 +226,7 @@ def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreO
         return result(True)
     pipeline = lazy_measure.measuring()
     if own:
-        if not lazy_measure.frontend_built(options.device):
-            raise MissingDependencyError("tune pins engine configs, and this build of the "
-                                         "extension has no cudnn-frontend: pip install "
-                                         "nvidia-cudnn-frontend, then rebuild")
-        bench = pipeline.GpuBench(options.device, keep_worker=True)
+        bench = _gpu_bench(options.device)
     try:
         env = bench.environment()
         if old is not None:
@@ -261,6 +257,17 @@ def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreO
         if own:
             bench.close()
     return result(True)
+
+
+def _gpu_bench(device: int):
+    """The bench a tune owns on GPU ``device``, its engine worker kept for every
+    direction until it is closed; MissingDependencyError where the extension has no
+    cudnn-frontend (a plan pins an engine config)."""
+    if not lazy_measure.frontend_built(device):
+        raise MissingDependencyError("tune pins engine configs, and this build of the "
+                                     "extension has no cudnn-frontend: pip install "
+                                     "nvidia-cudnn-frontend, then rebuild")
+    return lazy_measure.measuring().GpuBench(device, keep_worker=True)
 
 
 def _stored(db, env: Environment, refresh: bool, notify: Notify):
@@ -362,12 +369,20 @@ def tune_rank(record, world, options: Optional[ExploreOptions] = None,
     share = distributed.shard(problems, world.size)[world.rank]
     mine: List[TuneResult] = []
     lazy_measure.measuring().native.require_gpu(world.local_rank)  # one line, exit 3
-    with distributed.group(world, DAY_S):
-        error = distributed.run_share(world, share, lambda s: mine.append(
-            tune(record, options, only=s, store=choice, **kw)) if s else None)
-        why = distributed.barrier(world, DAY_S, "the end of the ranks' shares")
-        if world.rank != 0:
-            return (mine[0] if mine else None), error
-        # every problem: what the ranks stored is read (--refresh measured it anew already)
-        final = dataclasses.replace(choice, refresh=False)
-        return tune(record, options, store=final, **kw), error or why
+    # one bench for rank 0's two passes: its engine worker starts once, where needed
+    own = kw.get("bench") is None
+    if own:
+        kw["bench"] = _gpu_bench(world.local_rank)
+    try:
+        with distributed.group(world, DAY_S):
+            error = distributed.run_share(world, share, lambda s: mine.append(
+                tune(record, options, only=s, store=choice, **kw)) if s else None)
+            why = distributed.barrier(world, DAY_S, "the end of the ranks' shares")
+            if world.rank != 0:
+                return (mine[0] if mine else None), error
+            # every problem: what the ranks stored is read (--refresh measured it anew)
+            final = dataclasses.replace(choice, refresh=False)
+            return tune(record, options, store=final, **kw), error or why
+    finally:
+        if own:
+            kw["bench"].close()
