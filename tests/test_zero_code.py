@@ -231,6 +231,37 @@ def test_record_steps_and_failure(hooked, tmp_path):
     assert read_convs(str(out)).steps == 6
 
 
+def test_a_python_without_the_hook_is_refused_before_the_script_runs(tmp_path):
+    """Note [the hook checked first]: a Python the hook does not reach (here the base
+    interpreter under another name, with no site dir holding the .pth) gets one line and
+    exit 2 from record and run, and its script never starts; a command that is no Python
+    is not probed."""
+    from cudnn_explorer.core.errors import UserError
+    from cudnn_explorer.jobs import zero_code as jobs
+
+    bare = tmp_path / "python3"
+    bare.symlink_to(os.path.realpath(sys.executable))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDNN_EXPLORER_")}
+    env["PYTHONPATH"] = ROOT
+    ran = tmp_path / "ran"
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(ran)!r}, 'w').close()\n")
+    from cudnn_explorer.core.plans import PlanEnvironment, PlanFile
+    from tests.pinning_helpers import entry
+
+    plans = tmp_path / "plans.json"
+    plans.write_text(PlanFile(environment=PlanEnvironment(), entries=[
+        entry(PROBLEMS[3], "fwd", "ConvFwd_eng0")]).to_json())
+    for verb in (["record", "-o", str(tmp_path / "convs.json")], ["run", "--plans", str(plans)]):
+        r = _cli(*verb, "--", str(bare), str(script), env=env)
+        assert r.returncode == 2 and not ran.exists(), r.stderr
+        line = r.stderr.strip().splitlines()
+        assert len(line) == 1 and "hook does not run in" in line[0] and "hook install" in line[0]
+    with pytest.raises(UserError, match="does not run in"):
+        jobs._check_hook([str(bare), str(script)], env)
+    jobs._check_hook(["true", str(script)], env)  # no Python: not probed, nothing raised
+
+
 def test_record_two_gloo_ranks_and_time_limit(hooked, tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text("""

@@ -1,6 +1,13 @@
 """The record and run jobs: a command run unchanged with the start-up hook's variables
 set (pinning/startup.py), then what its processes wrote merged into one record or one report.
 
+Note [the hook checked first]: where the command is a Python interpreter (``python``,
+``python3.11``, a path to one), that interpreter is asked first, in a process of its own
+with the command's environment, whether the start-up hook runs in it: a Python without
+the hook's .pth would run the whole script, perhaps for hours, and record or pin nothing.
+Other commands (torchrun, a shell script) start Pythons we cannot name: their processes
+are checked after the fact (the record verb says when none recorded anything).
+
 Note [the command's process group]: the command runs in a session of its own, so that
 a time limit or a Ctrl-C reaches every process it started (torchrun's ranks, their
 subprocesses) at once: SIGTERM for the time limit, SIGINT for Ctrl-C. Each process
@@ -11,6 +18,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -54,6 +62,29 @@ def _check_command(command: Sequence[str]) -> List[str]:
     if shutil.which(command[0]) is None and not os.path.isfile(command[0]):
         raise UserError(f"command '{command[0]}': not found on PATH")
     return command
+
+
+_PYTHON = re.compile(r"python[0-9.]*$")
+# exits 0 where the start-up hook ran in this Python (it imports the lean package only)
+_PROBE = "import sys; sys.exit(0 if 'cudnn_explorer.pinning.startup' in sys.modules else 83)"
+
+
+def _check_hook(command: List[str], env: Dict[str, str]) -> None:
+    """UserError where the command is a Python that would not run the start-up hook
+    (Note [the hook checked first]); a probe that cannot tell (the interpreter fails to
+    start, or hangs) lets the command run and say so itself."""
+    if not _PYTHON.match(os.path.basename(command[0])):
+        return
+    try:
+        probe = subprocess.run([command[0], "-c", _PROBE], env=env, stdin=subprocess.DEVNULL,
+                               capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    if probe.returncode == 83:
+        raise UserError(f"the start-up hook does not run in '{command[0]}' (no "
+                        f"cudnn_explorer_hook.pth in its site-packages): run "
+                        f"'{command[0]} -m cudnn_explorer hook install', or install "
+                        f"cudnn_explorer into that Python")
 
 
 def _execute(command: List[str], env: Dict[str, str], time_limit: Optional[float]):
@@ -110,6 +141,7 @@ def record(command: Sequence[str], steps: int = 0, time_limit: Optional[float] =
         if steps:
             env["CUDNN_EXPLORER_STEPS"] = str(steps)
         settings_from(env)  # a bad variable fails here, before the command runs
+        _check_hook(command, env)
         try:
             status, stopped = _execute(command, env, time_limit)
         except KeyboardInterrupt as e:
@@ -145,6 +177,7 @@ def run_pinned(command: Sequence[str], plans: str, strict: bool = False, ahead: 
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer-run-") as folder:
         env["CUDNN_EXPLORER_REPORT"] = os.path.join(folder, "report-%p.json")
         settings_from(env)
+        _check_hook(command, env)
         status, _ = _execute(command, env, None)
         reports = [RunReport.read(read_text(p, "run report"), f"run report '{p}'")
                    for p in sorted(glob.glob(os.path.join(folder, "report-*.json")))]
