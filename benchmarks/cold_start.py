@@ -218,9 +218,10 @@ def python_split(python, top: int = 8) -> None:
     each on stderr."""
     import pstats
 
-    stats = pstats.Stats(python).stats  # (file, line, name): (calls, _, own s, total s, _)
+    # (file, line, name): (primitive calls, calls, own s, total s, callers)
+    stats = pstats.Stats(python).stats
     rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
-    for (file, line, name), (calls, _, own_s, total_s, _) in rows:
+    for (file, line, name), (_, calls, own_s, total_s, _) in rows:
         where = name if file == "~" else f"{os.path.basename(file)}:{line} {name}"
         print(f"cold_start: profiled first step (Python): {own_s * 1e3:10,.1f} ms own, "
               f"{total_s * 1e3:10,.1f} ms in all, {calls} call(s)  {where[:60]}", file=sys.stderr)
@@ -262,8 +263,10 @@ def child(a) -> int:
         python = cProfile.Profile()  # what no profiler event covers: Python, imports, waits
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             python.enable()
-            step = _step(model, batch, dtype, fmt, train, at)
-            python.disable()
+            try:
+                step = _step(model, batch, dtype, fmt, train, at)
+            finally:
+                python.disable()
         figures.update(profile_split([(e.key, e.self_cpu_time_total)
                                       for e in prof.key_averages()]))
         python_split(python)

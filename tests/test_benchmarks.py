@@ -275,9 +275,13 @@ def test_child_benchmarks_run_their_own_module_per_mode(tmp_path, module, argv, 
 
 def test_pin_host_hook_modes_run_under_the_hooks_variables_and_the_others_under_none():
     env = {c.mode: dict(c.env) for c in pin_host.cases(pin_host.parse([]), "/p/plans.json")}
-    assert env["aten"] == {} and env["pinned"] == {}
-    assert env["pinned by the hook"] == {"CUDNN_EXPLORER_PLANS": "/p/plans.json"}
-    assert env["recorded by the hook"] == {"CUDNN_EXPLORER_RECORD": "{out}.record"}
+    off = {"CUDNN_EXPLORER_PLANS": "", "CUDNN_EXPLORER_RECORD": ""}
+    assert env["aten"] == off and env["pinned"] == off  # a shell's own variables unset
+    assert env["pinned by the hook"] == {"CUDNN_EXPLORER_PLANS": "/p/plans.json",
+                                         "CUDNN_EXPLORER_RECORD": "",
+                                         "CUDNN_EXPLORER_STRICT": "1", "CUDNN_EXPLORER_KEEP": "0"}
+    assert env["recorded by the hook"] == {"CUDNN_EXPLORER_PLANS": "",
+                                           "CUDNN_EXPLORER_RECORD": "{out}.record"}
     for mode, variables in env.items():  # what the hook reads in the child
         from cudnn_explorer.core.zero_code import settings_from
         want = {"pinned by the hook": "run", "recorded by the hook": "record"}.get(mode, "")

@@ -245,6 +245,8 @@ def _tune_rank(rank, port, tmp, out_dir, fail):
     pipeline.environment = lambda device=0: bench.environment()
     made = []  # the benches the rank opened: one, for rank 0's two passes too
     pipeline.GpuBench = lambda device, keep_worker=None: made.append(device) or bench
+    closed, close = [], bench.close
+    bench.close = lambda: closed.append(1) or close()
     lazy_measure.require_driver = lambda: None
     lazy_measure.frontend_built = lambda device: True
     distributed.device_id = lambda local_rank: f"GPU-{local_rank} on host"
@@ -269,7 +271,7 @@ def _tune_rank(rank, port, tmp, out_dir, fail):
                      "--quiet"])
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"code": code, "labs": len([c for c in bench.calls if c[0] == "hold"]),
-                   "err": err.getvalue(), "benches": made}, f)
+                   "err": err.getvalue(), "benches": made, "closed": len(closed)}, f)
 
 
 @requires_ext
@@ -301,6 +303,7 @@ def test_under_torchrun_the_ranks_share_the_problems_and_rank_0_writes_one_file(
     assert [p.exitcode for p in procs] == [0, 0]
     res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["benches"] for r in res] == [[0], [1]]  # one bench a rank, on its own GPU
+    assert [r["closed"] for r in res] == [1, 1]  # and closed once, failed share or not
     if fail:  # rank 1 says it failed (exit 0: torchrun would stop rank 0); rank 0's pass
         assert [r["code"] for r in res] == [0, 0]  # measures its share: one complete file
         assert res[0]["labs"] == len(RECORDED) and res[1]["labs"] == 0

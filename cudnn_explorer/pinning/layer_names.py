@@ -20,7 +20,8 @@ recording pays it, so the weights' cache is a plain dictionary by ``id`` (each e
 holding a weak reference that removes it when its weight dies), not a
 WeakIdKeyDictionary, whose lookup builds a reference object per call; and cuDNN's flags
 are read from torch._C, not through torch.backends' properties. On this project's CPU
-machine a seen call's observation went from 4.2 us to 1.9 us.
+machine a seen call's observation takes 1.9 us (4.2 us through a
+WeakIdKeyDictionary).
 """
 from __future__ import annotations
 
