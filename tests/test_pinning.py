@@ -225,6 +225,103 @@ def test_the_functional_context_routes_functional_calls_and_layers():
     assert op.pin_counts().calls == 0
 
 
+def test_routing_reaches_every_thread_and_no_other_function():
+    """Note [routing by the functions' names]: a convolution in another thread runs
+    through the op too; other torch functions are PyTorch's own, with no mode between."""
+    import threading
+
+    import torch.nn.functional as F
+
+    from cudnn_explorer.pinning import functional, op
+
+    relu, x, w = F.relu, torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)
+    op.reset_counts()
+    with functional.pinned_functions():
+        assert functional.routed() and F.relu is relu
+        assert not torch._C._is_torch_function_mode_enabled()
+        t = threading.Thread(target=lambda: (F.conv2d(x, w),
+                                             F.conv_transpose2d(x, w.transpose(0, 1))))
+        t.start()
+        t.join()
+        assert op.pin_counts(reset=True).fallback_calls == 2  # CPU tensors: the op's fallback
+    assert not functional.routed()
+
+
+def test_routing_contexts_nest_and_the_last_one_gives_torch_its_functions_back():
+    import torch.nn.functional as F
+
+    from cudnn_explorer.pinning import functional
+
+    own = (F.conv2d, torch.conv2d, F.conv_transpose3d, torch.conv_transpose3d)
+    with functional.pinned_functions():
+        routed = F.conv2d
+        assert routed is not own[0] and torch.conv2d is own[1]  # torch's names: its own
+        with functional.pinned_functions():
+            assert F.conv2d is routed
+        assert F.conv2d is routed  # the outer context is still open
+    assert (F.conv2d, torch.conv2d, F.conv_transpose3d, torch.conv_transpose3d) == own
+
+
+def test_routing_leaves_a_function_that_another_patcher_put_in_its_place():
+    import torch.nn.functional as F
+
+    from cudnn_explorer.pinning import functional
+
+    own, own2d = F.conv1d, F.conv2d
+
+    def theirs(*a, **k):
+        return own(*a, **k)
+    with functional.pinned_functions():
+        F.conv1d = theirs
+    try:  # theirs stays; every other name is PyTorch's own again
+        assert F.conv1d is theirs and torch.conv1d is own and F.conv2d is own2d
+    finally:
+        F.conv1d = own
+
+
+def test_compiled_calls_under_routing_run_through_the_op():
+    """torch.compile traces the routes by name: its graph holds the op (aot_eager here;
+    the op's fallback for CPU tensors counts each call), with no graph break."""
+    import torch.nn.functional as F  # noqa: F401
+
+    from cudnn_explorer.pinning import functional, op
+
+    torch._dynamo.reset()
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.ConvTranspose2d(4, 2, 2, stride=2))
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    want = m(x)
+    with functional.pinned_functions():
+        compiled = torch.compile(m, backend="aot_eager", fullgraph=True)
+        op.reset_counts()
+        got = compiled(x)
+        got.sum().backward()
+        counts = op.pin_counts(reset=True)
+    torch._dynamo.reset()
+    torch.testing.assert_close(got, want)
+    assert counts.fallback_calls == 6  # 2 forward, 2 input gradients, 2 weight gradients
+
+
+def test_script_and_a_later_compile_see_pytorchs_own_convolution_around_routing():
+    """Note [routing and TorchScript]: torch.jit.script of a layer under routing compiles
+    (the route is known as its aten op); and once routing ends, torch.compile takes
+    PyTorch's own conv2d into its graph again, with no graph break."""
+    from cudnn_explorer.pinning import functional
+
+    x = torch.randn(1, 3, 8, 8)
+    layer = nn.Conv2d(3, 4, 3)
+    with functional.pinned_functions():
+        scripted = torch.jit.script(nn.Sequential(layer, nn.ReLU()))
+        torch._dynamo.reset()
+        from torch._dynamo import trace_rules
+
+        trace_rules.get_torch_obj_rule_map.cache_clear()  # made anew, while routed
+        torch.compile(layer, backend="aot_eager")(x)
+    torch.testing.assert_close(scripted(x), torch.relu(layer(x)))
+    explained = torch._dynamo.explain(layer)(x)
+    torch._dynamo.reset()
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
 def test_layers_with_a_convolution_of_their_own_are_skipped_with_the_reason():
     import cudnn_explorer
 

@@ -10,13 +10,14 @@ padded on the right first, as ATen's ``_convolution_mode`` does.
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from typing import List
 
 from ..core.errors import MissingDependencyError
 from . import op
 
-__all__ = ["conv", "conv_transpose", "pinned_functions", "StrictPinError"]
+__all__ = ["conv", "conv_transpose", "pinned_functions", "routed", "StrictPinError"]
 
 ZEROS = {1: (0,), 2: (0, 0), 3: (0, 0, 0)}
 
@@ -161,34 +162,97 @@ def conv_transpose(input, weight, bias=None, stride=1, padding=0, output_padding
     return out if batched else out.squeeze(0)
 
 
-def _routes():
+# Note [routing by the functions' names]: the context below puts its route functions in
+# the place of ``torch.nn.functional.conv*d`` / ``conv_transpose*d`` for the whole
+# process, while any context is open. A TorchFunctionMode did it before: it saw every
+# torch function the program called (2.9 us a call on this project's CPU machine, some
+# 190 calls a training step of a small model) and held only in the thread that entered
+# it (a DataParallel replica, a serving thread pool ran unpinned). Looked up by name at
+# each call, as nn.Conv*'s forward and torch.compile's tracing do, the routes reach every
+# thread and cost nothing elsewhere. Left as they are: the same builtins under ``torch``
+# (``torch.conv2d``), since torch.compile knows its in-graph functions by what those
+# names hold when it first compiles (a route there would be taken for one, and PyTorch's
+# own refused once routing ends), so a direct ``torch.conv2d`` call runs unpinned; and a
+# reference taken before routing began (``from torch.nn.functional import conv2d`` run
+# first). The zero-code hook routes from the moment the program has imported torch,
+# before its own imports.
+_NAMES = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+          "conv_transpose3d")
+_ROUTING = {"depth": 0, "saved": []}  # open contexts; (namespace, name, original) replaced
+_ROUTING_LOCK = threading.Lock()
+
+
+def _route_for(name: str):
+    """The route that takes ``torch.nn.functional.<name>``'s place: its signature, through
+    the op."""
+    if "transpose" in name:
+        def route(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                  dilation=1):
+            return conv_transpose(input, weight, bias, stride, padding, output_padding,
+                                  groups, dilation)
+    else:
+        def route(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+            return conv(input, weight, bias, stride, padding, dilation, groups)
+    route.__name__ = route.__qualname__ = name
+    route.__doc__ = f"torch.nn.functional.{name} through cudnn_explorer's pinned op"
+    return route
+
+
+# One function per name, made once and never freed: TorchScript knows each by its id as
+# its aten op (Note [routing and TorchScript])
+_ROUTES = {name: _route_for(name) for name in _NAMES}
+
+
+def _script_knows_routes() -> None:
+    """Note [routing and TorchScript]: torch.jit.script resolves ``F.conv2d`` through a
+    table of builtins by object id; a Python function in its place would be compiled as
+    TorchScript and fail. Each route is entered as its aten op, so scripted code calls
+    ATen's convolution (unpinned, as it did under the TorchFunctionMode before)."""
+    try:
+        from torch.jit._builtins import _register_builtin
+    except ImportError:  # a torch without the table: scripting a routed call fails there
+        return
+    for name, route in _ROUTES.items():
+        _register_builtin(route, f"aten::{name}")
+
+
+def _route_on() -> None:
     import torch.nn.functional as F
 
-    def conv_fn(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-        return conv(input, weight, bias, stride, padding, dilation, groups)
+    _script_knows_routes()
+    for name in _NAMES:
+        original = getattr(F, name, None)
+        if original is not None:
+            _ROUTING["saved"].append((F, name, original, _ROUTES[name]))
+            setattr(F, name, _ROUTES[name])
 
-    def transpose_fn(input, weight, bias=None, stride=1, padding=0, output_padding=0,
-                     groups=1, dilation=1):
-        return conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
-                              dilation)
 
-    return {F.conv1d: conv_fn, F.conv2d: conv_fn, F.conv3d: conv_fn,
-            F.conv_transpose1d: transpose_fn, F.conv_transpose2d: transpose_fn,
-            F.conv_transpose3d: transpose_fn}
+def _route_off() -> None:
+    for space, name, original, route in reversed(_ROUTING["saved"]):
+        if getattr(space, name, None) is route:  # not replaced since by another patcher
+            setattr(space, name, original)
+    _ROUTING["saved"] = []
+
+
+def routed() -> bool:
+    """Whether the functional convolutions run through the op now."""
+    return _ROUTING["depth"] > 0
 
 
 @contextlib.contextmanager
 def pinned_functions():
     """Inside it, ``torch.nn.functional.conv*d`` and ``conv_transpose*d`` calls (those of
-    ``nn.Conv*`` layers included) run through the pinned op (a TorchFunctionMode)."""
-    from torch.overrides import TorchFunctionMode
-
-    routes = _routes()
-
-    class _Pinned(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            route = routes.get(func)
-            return (route or func)(*args, **(kwargs or {}))
-
-    with _Pinned():
+    ``nn.Conv*`` layers included), in every thread, run through the pinned op (Note
+    [routing by the functions' names]). Contexts nest; the functions are PyTorch's own
+    again when the last one closes."""
+    with _ROUTING_LOCK:
+        if _ROUTING["depth"] == 0:
+            _route_on()
+        _ROUTING["depth"] += 1
+    try:
         yield
+    finally:
+        with _ROUTING_LOCK:
+            _ROUTING["depth"] -= 1
+            if _ROUTING["depth"] == 0:
+                _route_off()
