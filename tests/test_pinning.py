@@ -248,6 +248,8 @@ def test_routing_reaches_every_thread_and_no_other_function():
 
 
 def test_routing_contexts_nest_and_the_last_one_gives_torch_its_functions_back():
+    import pickle
+
     import torch.nn.functional as F
 
     from cudnn_explorer.pinning import functional
@@ -259,7 +261,10 @@ def test_routing_contexts_nest_and_the_last_one_gives_torch_its_functions_back()
         with functional.pinned_functions():
             assert F.conv2d is routed
         assert F.conv2d is routed  # the outer context is still open
+        pickled = pickle.dumps(F.conv2d)  # by reference, as torch.nn.functional's
+        assert pickle.loads(pickled) is routed
     assert (F.conv2d, torch.conv2d, F.conv_transpose3d, torch.conv_transpose3d) == own
+    assert pickle.loads(pickled) is own[0]
 
 
 def test_routing_leaves_a_function_that_another_patcher_put_in_its_place():

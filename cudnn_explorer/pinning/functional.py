@@ -194,6 +194,9 @@ def _route_for(name: str):
         def route(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
             return conv(input, weight, bias, stride, padding, dilation, groups)
     route.__name__ = route.__qualname__ = name
+    # pickled by reference as torch.nn.functional's function, which it is while routed
+    # (a process that unpickles it gets that name's function there)
+    route.__module__ = "torch.nn.functional"
     route.__doc__ = f"torch.nn.functional.{name} through cudnn_explorer's pinned op"
     return route
 
