@@ -260,6 +260,16 @@ def test_a_python_without_the_hook_is_refused_before_the_script_runs(tmp_path):
     with pytest.raises(UserError, match="does not run in"):
         jobs._check_hook([str(bare), str(script)], env)
     jobs._check_hook(["true", str(script)], env)  # no Python: not probed, nothing raised
+    # a console script (torchrun's kind) or ./train.py names its Python on its #! line
+    launcher = tmp_path / "launch"
+    launcher.write_text(f"#!{bare}\nimport sys\n")
+    launcher.chmod(0o755)
+    with pytest.raises(UserError, match=r"which '.*launch' starts"):
+        jobs._check_hook([str(launcher)], env)
+    launcher.write_text(f"#!/usr/bin/env -S {bare}\n")
+    assert jobs._python_of(str(launcher), env) == str(bare)
+    launcher.write_text("#!/bin/sh\necho\n")
+    assert jobs._python_of(str(launcher), env) is None
 
 
 def test_record_two_gloo_ranks_and_time_limit(hooked, tmp_path):

@@ -2,10 +2,11 @@
 set (pinning/startup.py), then what its processes wrote merged into one record or one report.
 
 Note [the hook checked first]: where the command is a Python interpreter (``python``,
-``python3.11``, a path to one), that interpreter is asked first, in a process of its own
-with the command's environment, whether the start-up hook runs in it: a Python without
-the hook's .pth would run the whole script, perhaps for hours, and record or pin nothing.
-Other commands (torchrun, a shell script) start Pythons we cannot name: their processes
+``python3.11``, a path to one) or a script whose ``#!`` line names one (torchrun and
+other console scripts, ``./train.py``), that interpreter is asked first, in a process of
+its own with the command's environment, whether the start-up hook runs in it: a Python
+without the hook's .pth would run the whole script, perhaps for hours, and record or pin
+nothing. Other commands (a shell script) start Pythons we cannot name: their processes
 are checked after the fact (the record verb says when none recorded anything).
 
 Note [the command's process group]: the command runs in a session of its own, so that
@@ -69,22 +70,44 @@ _PYTHON = re.compile(r"python[0-9.]*$")
 _PROBE = "import sys; sys.exit(0 if 'cudnn_explorer.pinning.startup' in sys.modules else 83)"
 
 
+def _python_of(program: str, env: Dict[str, str]) -> Optional[str]:
+    """The Python interpreter ``program`` is (its name says so) or starts (its ``#!`` line
+    names one, directly or through ``env``), else None."""
+    if _PYTHON.match(os.path.basename(program)):
+        return program
+    path = shutil.which(program, path=env.get("PATH")) or (
+        program if os.path.isfile(program) else None)
+    try:
+        with open(path or "", "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return None
+    words = first[2:].decode("utf-8", "replace").split() if first.startswith(b"#!") else []
+    if words and os.path.basename(words[0]) == "env":  # #!/usr/bin/env [-S] python3
+        words = [w for w in words[1:] if not w.startswith("-")]
+    if words and _PYTHON.match(os.path.basename(words[0])):
+        return words[0]
+    return None
+
+
 def _check_hook(command: List[str], env: Dict[str, str]) -> None:
-    """UserError where the command is a Python that would not run the start-up hook
-    (Note [the hook checked first]); a probe that cannot tell (the interpreter fails to
-    start, or hangs) lets the command run and say so itself."""
-    if not _PYTHON.match(os.path.basename(command[0])):
+    """UserError where the command is, or starts, a Python that would not run the
+    start-up hook (Note [the hook checked first]); a probe that cannot tell (the
+    interpreter fails to start, or hangs) lets the command run and say so itself."""
+    python = _python_of(command[0], env)
+    if python is None:
         return
     try:
-        probe = subprocess.run([command[0], "-c", _PROBE], env=env, stdin=subprocess.DEVNULL,
+        probe = subprocess.run([python, "-c", _PROBE], env=env, stdin=subprocess.DEVNULL,
                                capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return
     if probe.returncode == 83:
-        raise UserError(f"the start-up hook does not run in '{command[0]}' (no "
-                        f"cudnn_explorer_hook.pth in its site-packages): run "
-                        f"'{command[0]} -m cudnn_explorer hook install', or install "
-                        f"cudnn_explorer into that Python")
+        ran = "" if python == command[0] else f" (which '{command[0]}' starts)"
+        raise UserError(f"the start-up hook does not run in '{python}'{ran}: no "
+                        f"cudnn_explorer_hook.pth in its site-packages; run '{python} -m "
+                        f"cudnn_explorer hook install', or install cudnn_explorer into that "
+                        f"Python")
 
 
 def _execute(command: List[str], env: Dict[str, str], time_limit: Optional[float]):
