@@ -226,8 +226,9 @@ def test_the_functional_context_routes_functional_calls_and_layers():
 
 
 def test_routing_reaches_every_thread_and_no_other_function():
-    """Note [routing by the functions' names]: a convolution in another thread runs
-    through the op too; other torch functions are PyTorch's own, with no mode between."""
+    """Note [routing by the functions' names]: under process routing, a convolution in
+    another thread runs through the op too; other torch functions are PyTorch's own, with
+    no mode between."""
     import threading
 
     import torch.nn.functional as F
@@ -236,7 +237,7 @@ def test_routing_reaches_every_thread_and_no_other_function():
 
     relu, x, w = F.relu, torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)
     op.reset_counts()
-    with functional.pinned_functions():
+    with functional.process_routing():
         assert functional.routed() and F.relu is relu
         assert not torch._C._is_torch_function_mode_enabled()
         t = threading.Thread(target=lambda: (F.conv2d(x, w),
@@ -255,10 +256,10 @@ def test_routing_contexts_nest_and_the_last_one_gives_torch_its_functions_back()
     from cudnn_explorer.pinning import functional
 
     own = (F.conv2d, torch.conv2d, F.conv_transpose3d, torch.conv_transpose3d)
-    with functional.pinned_functions():
+    with functional.process_routing():
         routed = F.conv2d
         assert routed is not own[0] and torch.conv2d is own[1]  # torch's names: its own
-        with functional.pinned_functions():
+        with functional.process_routing():
             assert F.conv2d is routed
         assert F.conv2d is routed  # the outer context is still open
         pickled = pickle.dumps(F.conv2d)  # by reference, as torch.nn.functional's
@@ -276,7 +277,7 @@ def test_routing_leaves_a_function_that_another_patcher_put_in_its_place():
 
     def theirs(*a, **k):
         return own(*a, **k)
-    with functional.pinned_functions():
+    with functional.process_routing():
         F.conv1d = theirs
     try:  # theirs stays; every other name is PyTorch's own again
         assert F.conv1d is theirs and torch.conv1d is own and F.conv2d is own2d
@@ -295,7 +296,7 @@ def test_compiled_calls_under_routing_run_through_the_op():
     m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.ConvTranspose2d(4, 2, 2, stride=2))
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
     want = m(x)
-    with functional.pinned_functions():
+    with functional.process_routing():
         compiled = torch.compile(m, backend="aot_eager", fullgraph=True)
         op.reset_counts()
         got = compiled(x)
@@ -314,7 +315,7 @@ def test_script_and_a_later_compile_see_pytorchs_own_convolution_around_routing(
 
     x = torch.randn(1, 3, 8, 8)
     layer = nn.Conv2d(3, 4, 3)
-    with functional.pinned_functions():
+    with functional.process_routing():
         scripted = torch.jit.script(nn.Sequential(layer, nn.ReLU()))
         torch._dynamo.reset()
         from torch._dynamo import trace_rules
@@ -325,6 +326,37 @@ def test_script_and_a_later_compile_see_pytorchs_own_convolution_around_routing(
     explained = torch._dynamo.explain(layer)(x)
     torch._dynamo.reset()
     assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+def test_the_functional_context_stays_in_its_thread_and_its_block():
+    """pinned()'s routing (a TorchFunctionMode): another thread's convolutions, and a
+    reference taken inside the block but called after it, are PyTorch's own."""
+    import threading
+
+    import torch.nn.functional as F
+
+    from cudnn_explorer.pinning import functional, op
+
+    x, w = torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)
+    inside, go_on = threading.Event(), threading.Event()
+
+    def hold():
+        with functional.pinned_functions():
+            inside.set()
+            go_on.wait(30)
+    t = threading.Thread(target=hold)
+    t.start()
+    inside.wait(30)
+    op.reset_counts()
+    F.conv2d(x, w)  # this thread is in no block
+    go_on.set()
+    t.join()
+    assert op.pin_counts(reset=True).calls == 0
+    with functional.pinned_functions():
+        kept = F.conv2d
+        torch.conv2d(x, w)  # every name of the function, in the block
+    kept(x, w)
+    assert op.pin_counts(reset=True).fallback_calls == 1
 
 
 def test_layers_with_a_convolution_of_their_own_are_skipped_with_the_reason():

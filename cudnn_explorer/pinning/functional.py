@@ -17,7 +17,8 @@ from typing import List
 from ..core.errors import MissingDependencyError
 from . import op
 
-__all__ = ["conv", "conv_transpose", "pinned_functions", "routed", "StrictPinError"]
+__all__ = ["conv", "conv_transpose", "pinned_functions", "process_routing", "routed",
+           "StrictPinError"]
 
 ZEROS = {1: (0,), 2: (0, 0), 3: (0, 0, 0)}
 
@@ -162,20 +163,20 @@ def conv_transpose(input, weight, bias=None, stride=1, padding=0, output_padding
     return out if batched else out.squeeze(0)
 
 
-# Note [routing by the functions' names]: the context below puts its route functions in
-# the place of ``torch.nn.functional.conv*d`` / ``conv_transpose*d`` for the whole
-# process, while any context is open. A TorchFunctionMode did it before: it saw every
-# torch function the program called (2.9 us a call on this project's CPU machine, some
-# 190 calls a training step of a small model) and held only in the thread that entered
-# it (a DataParallel replica, a serving thread pool ran unpinned). Looked up by name at
-# each call, as nn.Conv*'s forward and torch.compile's tracing do, the routes reach every
-# thread and cost nothing elsewhere. Left as they are: the same builtins under ``torch``
-# (``torch.conv2d``), since torch.compile knows its in-graph functions by what those
-# names hold when it first compiles (a route there would be taken for one, and PyTorch's
-# own refused once routing ends), so a direct ``torch.conv2d`` call runs unpinned; and a
-# reference taken before routing began (``from torch.nn.functional import conv2d`` run
-# first). The zero-code hook routes from the moment the program has imported torch,
-# before its own imports.
+# Note [routing by the functions' names]: two ways to route the functional convolutions
+# through the op. process_routing(), the zero-code hook's, for the whole process from the
+# moment the program has imported torch: it puts its route functions in the place of
+# ``torch.nn.functional.conv*d`` / ``conv_transpose*d``, looked up by name at each call
+# (as nn.Conv*'s forward and torch.compile's tracing do), so it reaches every thread
+# (a DataParallel replica, a serving pool) and costs nothing elsewhere. pinned_functions(),
+# pinned()'s, for a ``with`` block: a TorchFunctionMode, which sees every torch function
+# call (2.9 us each on this project's CPU machine, some 190 a training step of a small
+# model) but in the entering thread only, and under every name (``torch.conv2d``, a
+# reference taken before), and leaves nothing behind when the block ends (a reference
+# taken inside it is PyTorch's own). process_routing() leaves ``torch``'s own names as
+# they are, since torch.compile knows its in-graph functions by what those names hold
+# when it first compiles: a direct ``torch.conv2d`` call runs unpinned there, as does a
+# reference taken before it began (only torch's own modules could hold one, and none does).
 _NAMES = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
           "conv_transpose3d")
 _ROUTING = {"depth": 0, "saved": []}  # open contexts; (namespace, name, original) replaced
@@ -197,10 +198,13 @@ def _route_for(name: str):
     # pickled by reference as torch.nn.functional's function, which it is while routed
     # (a process that unpickles it gets that name's function there)
     route.__module__ = "torch.nn.functional"
-    route.__doc__ = f"torch.nn.functional.{name} through cudnn_explorer's pinned op"
+    route.__doc__ = (f"torch.nn.functional.{name} through cudnn_explorer's pinned op.\n\n"
+                     + (getattr(_torch.nn.functional, name).__doc__ or ""))
     return route
 
 
+# PyTorch's own functions, as this module found them (it is what replaces them)
+_ORIGINALS = {name: getattr(_torch.nn.functional, name) for name in _NAMES}
 # One function per name, made once and never freed: TorchScript knows each by its id as
 # its aten op (Note [routing and TorchScript])
 _ROUTES = {name: _route_for(name) for name in _NAMES}
@@ -238,12 +242,12 @@ def _route_off() -> None:
 
 
 def routed() -> bool:
-    """Whether the functional convolutions run through the op now."""
+    """Whether process_routing() routes the functional convolutions now."""
     return _ROUTING["depth"] > 0
 
 
 @contextlib.contextmanager
-def pinned_functions():
+def process_routing():
     """Inside it, ``torch.nn.functional.conv*d`` and ``conv_transpose*d`` calls (those of
     ``nn.Conv*`` layers included), in every thread, run through the pinned op (Note
     [routing by the functions' names]). Contexts nest; the functions are PyTorch's own
@@ -259,3 +263,21 @@ def pinned_functions():
             _ROUTING["depth"] -= 1
             if _ROUTING["depth"] == 0:
                 _route_off()
+
+
+@contextlib.contextmanager
+def pinned_functions():
+    """Inside it, in this thread, ``torch.nn.functional.conv*d`` and ``conv_transpose*d``
+    calls (those of ``nn.Conv*`` layers included, under any name) run through the pinned
+    op: a TorchFunctionMode (Note [routing by the functions' names])."""
+    from torch.overrides import TorchFunctionMode
+
+    routes = {_ORIGINALS[name]: _ROUTES[name] for name in _NAMES}
+
+    class _Pinned(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            route = routes.get(func)
+            return (route or func)(*args, **(kwargs or {}))
+
+    with _Pinned():
+        yield

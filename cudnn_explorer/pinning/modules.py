@@ -381,8 +381,8 @@ def unpin(model) -> int:
 def pinned(plans: Union[str, PlanFile], *, allow_environment: bool = False, group=None,
            strict: bool = False, ahead: Union[bool, int] = True, keep: Union[bool, str] = True):
     """A context in which ``torch.nn.functional.conv*d`` and ``conv_transpose*d`` calls (so
-    every ``nn.Conv*`` layer too), in every thread, run through the pinned op with the
-    plans of ``plans`` (Note [routing by the functions' names] in functional.py);
+    every ``nn.Conv*`` layer too), in the thread that enters it, run through the pinned op
+    with the plans of ``plans`` (Note [routing by the functions' names] in functional.py);
     yields the PinReport. The plans stay loaded after it. ``group`` and ``strict`` as for
     :func:`pin`, and ``ahead`` and ``keep`` too (for the current GPU)."""
     threads, kept_file = threads_of(ahead), kept_file_of(keep, plans if isinstance(plans, str)

@@ -206,7 +206,7 @@ def activate(s: Settings) -> None:
         _say(f"{e}; the program runs without cudnn_explorer")
         return
     _STATE["mode"] = s.mode
-    routing = functional.pinned_functions()  # entered for good: kept, or GC would leave it
+    routing = functional.process_routing()  # entered for good: kept, or GC would leave it
     routing.__enter__()
     _STATE["routing"] = routing
     atexit.register(_finish)
