@@ -328,6 +328,38 @@ def test_script_and_a_later_compile_see_pytorchs_own_convolution_around_routing(
     assert explained.graph_count == 1 and explained.graph_break_count == 0
 
 
+def test_a_route_leaves_fx_proxies_and_tensor_subclasses_to_pytorch():
+    """Note [what a route leaves to PyTorch]: symbolic_trace of a layer that calls
+    F.conv2d itself records the call by name; a subclass with a __torch_function__ of its
+    own gets PyTorch's function, through its handler; a plain call goes through the op."""
+    import torch.nn.functional as F
+
+    from cudnn_explorer.pinning import functional, op
+
+    class Std(nn.Conv2d):
+        def forward(self, x):
+            w = (self.weight - self.weight.mean()) / (self.weight.std() + 1e-5)
+            return F.conv2d(x, w, self.bias, self.stride, self.padding)
+
+    class Logged(torch.Tensor):
+        seen: list = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.seen.append(func)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    m, x = nn.Sequential(Std(3, 4, 3), nn.ReLU()), torch.randn(2, 3, 8, 8)
+    with functional.process_routing():
+        traced = torch.fx.symbolic_trace(m)
+        op.reset_counts()
+        F.conv2d(x.as_subclass(Logged), m[0].weight)
+        assert op.pin_counts(reset=True).calls == 0 and Logged.seen
+        m(x)
+        assert op.pin_counts(reset=True).fallback_calls == 1
+    torch.testing.assert_close(traced(x), m(x))
+
+
 def test_the_functional_context_stays_in_its_thread_and_its_block():
     """pinned()'s routing (a TorchFunctionMode): another thread's convolutions, and a
     reference taken inside the block but called after it, are PyTorch's own."""

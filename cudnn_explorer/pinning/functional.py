@@ -183,23 +183,51 @@ _ROUTING = {"depth": 0, "saved": []}  # open contexts; (namespace, name, origina
 _ROUTING_LOCK = threading.Lock()
 
 
+# Note [what a route leaves to PyTorch]: a call whose arguments are not tensors of
+# PyTorch's own kinds takes the function it replaced, as it would unrouted: an FX Proxy
+# (symbolic_trace records the call by name; the route's Python would branch on it), or a
+# tensor subclass with a __torch_function__ of its own (ExpandedWeight's per-sample
+# gradients, a library's wrapper), whose own handling of the convolution is what it
+# expects. Tensors whose kind disables __torch_function__ (Parameter; FakeTensor and
+# FunctionalTensor, which torch.compile traces with) go through the op.
+_OWN_KINDS = {_torch.Tensor.__torch_function__.__func__,
+              _torch._C._disabled_torch_function_impl}
+
+
+def _foreign(*values) -> bool:
+    """Whether any of ``values`` (None aside) is no tensor of PyTorch's own kinds."""
+    for v in values:
+        if v is None or type(v) in _PLAIN:
+            continue
+        impl = getattr(type(v), "__torch_function__", None)
+        if not isinstance(v, _torch.Tensor) or getattr(impl, "__func__", impl) not in _OWN_KINDS:
+            return True
+    return False
+
+
 def _route_for(name: str):
     """The route that takes ``torch.nn.functional.<name>``'s place: its signature, through
-    the op."""
+    the op (Note [what a route leaves to PyTorch])."""
+    original = getattr(_torch.nn.functional, name)
     if "transpose" in name:
         def route(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                   dilation=1):
+            if _foreign(input, weight, bias):
+                return original(input, weight, bias, stride, padding, output_padding, groups,
+                                dilation)
             return conv_transpose(input, weight, bias, stride, padding, output_padding,
                                   groups, dilation)
     else:
         def route(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+            if _foreign(input, weight, bias):
+                return original(input, weight, bias, stride, padding, dilation, groups)
             return conv(input, weight, bias, stride, padding, dilation, groups)
     route.__name__ = route.__qualname__ = name
     # pickled by reference as torch.nn.functional's function, which it is while routed
     # (a process that unpickles it gets that name's function there)
     route.__module__ = "torch.nn.functional"
     route.__doc__ = (f"torch.nn.functional.{name} through cudnn_explorer's pinned op.\n\n"
-                     + (getattr(_torch.nn.functional, name).__doc__ or ""))
+                     + (original.__doc__ or ""))
     return route
 
 
