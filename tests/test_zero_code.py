@@ -146,6 +146,22 @@ def test_pth_file_is_the_hook_line():
         assert f.read() == PTH_LINE + "\n"
 
 
+def test_an_installed_package_carries_its_start_up_hook():
+    """setup.py's Note [the start-up hook's .pth]: pip's install (a wheel, or editable with
+    -e, as scripts/setup.sh does) puts the hook's .pth in site-packages."""
+    from importlib import metadata
+
+    from cudnn_explorer.cli.hook import hook_path
+
+    try:
+        files = metadata.files("cudnn_explorer") or []
+    except metadata.PackageNotFoundError:
+        pytest.skip("cudnn_explorer is not installed here (run from the source tree)")
+    assert "cudnn_explorer_hook.pth" in [str(f) for f in files]
+    with open(hook_path()) as f:
+        assert f.read() == PTH_LINE + "\n"
+
+
 @pytest.fixture
 def hooked(tmp_path):
     """An environment whose every Python process runs the .pth line, as an installed
