@@ -179,7 +179,7 @@ def conv_transpose(input, weight, bias=None, stride=1, padding=0, output_padding
 # reference taken before it began (only torch's own modules could hold one, and none does).
 _NAMES = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
           "conv_transpose3d")
-_ROUTING = {"depth": 0, "saved": []}  # open contexts; (namespace, name, original) replaced
+_ROUTING = {"depth": 0, "saved": []}  # open contexts; (namespace, name, original, route)
 _ROUTING_LOCK = threading.Lock()
 
 
