@@ -259,6 +259,7 @@ def test_a_python_without_the_hook_is_refused_before_the_script_runs(tmp_path):
     bare.symlink_to(os.path.realpath(sys.executable))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDNN_EXPLORER_")}
     env["PYTHONPATH"] = ROOT
+    env["CUDNN_EXPLORER_RECORD"] = str(tmp_path / "rec")  # as record sets it for the probe
     ran = tmp_path / "ran"
     script = tmp_path / "train.py"
     script.write_text(f"open({str(ran)!r}, 'w').close()\n")
@@ -276,16 +277,51 @@ def test_a_python_without_the_hook_is_refused_before_the_script_runs(tmp_path):
     with pytest.raises(UserError, match="does not run in"):
         jobs._check_hook([str(bare), str(script)], env)
     jobs._check_hook(["true", str(script)], env)  # no Python: not probed, nothing raised
-    # a console script (torchrun's kind) or ./train.py names its Python on its #! line
+    # a console script (torchrun's kind) or ./train.py names its Python on its #! line:
+    # a launcher may start another Python (conda run), so a no there is a warning only
     launcher = tmp_path / "launch"
     launcher.write_text(f"#!{bare}\nimport sys\n")
     launcher.chmod(0o755)
-    with pytest.raises(UserError, match=r"which '.*launch' starts"):
-        jobs._check_hook([str(launcher)], env)
-    launcher.write_text(f"#!/usr/bin/env -S {bare}\n")
-    assert jobs._python_of(str(launcher), env) == str(bare)
+    warning = jobs._check_hook([str(launcher)], env)
+    assert f"'{bare}', which '{launcher}' names on its #! line" in warning
+    launcher.write_text(f"#!/usr/bin/env -S A=1 {bare} -u\n")
+    assert jobs._python_of([str(launcher)], env) == ([str(bare), "-u"], False)
     launcher.write_text("#!/bin/sh\necho\n")
-    assert jobs._python_of(str(launcher), env) is None
+    assert jobs._python_of([str(launcher)], env) == ([], False)
+
+
+def test_the_tools_own_processes_leave_the_hook_alone(hooked, tmp_path):
+    """Note [the tool's own processes]: a recording exported in the shell is not the
+    tool's: its run verb, which imports torch, records nothing of itself and says
+    nothing of the hook; a program's process (python -c) under the same variables does."""
+    from cudnn_explorer.core.plans import PlanEnvironment, PlanFile
+    from tests.pinning_helpers import entry
+
+    plans = tmp_path / "plans.json"
+    plans.write_text(PlanFile(environment=PlanEnvironment(), entries=[
+        entry(PROBLEMS[3], "fwd", "ConvFwd_eng0")]).to_json())
+    rec = tmp_path / "rec"
+    env = dict(hooked, CUDNN_EXPLORER_RECORD=str(rec))
+    r = _cli("run", "--plans", str(plans), "--", "true", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "cudnn_explorer: internal error" not in r.stderr and not rec.exists()
+    r = _python("import torch, torch.nn.functional as F; "
+                "F.conv2d(torch.randn(1, 1, 3, 3), torch.randn(1, 1, 1, 1))", env)
+    assert r.returncode == 0 and len(list(rec.iterdir())) == 1, r.stderr
+
+
+def test_the_probe_runs_the_commands_interpreter_options(hooked, tmp_path):
+    """python -S (no site: no .pth runs) is refused where plain python passes."""
+    from cudnn_explorer.core.errors import UserError
+    from cudnn_explorer.jobs import zero_code as jobs
+
+    script = str(tmp_path / "train.py")
+    hooked = dict(hooked, CUDNN_EXPLORER_RECORD=str(tmp_path / "rec"))  # as record sets it
+    assert jobs._check_hook([sys.executable, "-u", script], hooked) == ""
+    assert jobs._python_of([sys.executable, "-X", "dev", "-S", "-m", "x"], hooked) == (
+        [sys.executable, "-X", "dev", "-S"], True)
+    with pytest.raises(UserError, match="does not run in"):
+        jobs._check_hook([sys.executable, "-S", script], hooked)
 
 
 def test_record_two_gloo_ranks_and_time_limit(hooked, tmp_path):

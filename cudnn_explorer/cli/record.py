@@ -8,7 +8,7 @@ from typing import List, Tuple
 from ..core.errors import ExplorerError, UserError
 from ..core.options import parse_int
 from .args import Parser
-from .output import check_output_path, say, write_output
+from .output import check_output_path, notify, say, write_output
 
 __all__ = ["build_parser", "run", "split_command"]
 
@@ -73,7 +73,7 @@ def run(argv: List[str]) -> int:
     from ..jobs.zero_code import record
 
     try:
-        result = record(command, steps=steps, time_limit=limit)
+        result = record(command, steps=steps, time_limit=limit, notify=notify)
     except KeyboardInterrupt as e:
         partial = getattr(e, "partial", None)
         if partial is not None:

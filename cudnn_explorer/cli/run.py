@@ -7,7 +7,7 @@ from typing import List
 from ..core.errors import UserError
 from ..core.options import parse_int
 from .args import Parser
-from .output import check_output_path, say, write_output
+from .output import check_output_path, notify, say, write_output
 from .record import split_command
 
 __all__ = ["build_parser", "run"]
@@ -47,7 +47,7 @@ def run(argv: List[str]) -> int:
     from ..jobs.zero_code import report_json, run_pinned
 
     result = run_pinned(command, a.plans, strict=a.strict, ahead=ahead, keep=not a.no_keep,
-                        allow_environment=a.allow_environment, misses=a.misses)
+                        allow_environment=a.allow_environment, misses=a.misses, notify=notify)
     if result.report is not None:
         if result.report.processes > 1:
             say(f"all {result.report.processes} processes: "

@@ -2,12 +2,14 @@
 set (pinning/startup.py), then what its processes wrote merged into one record or one report.
 
 Note [the hook checked first]: where the command is a Python interpreter (``python``,
-``python3.11``, a path to one) or a script whose ``#!`` line names one (torchrun and
-other console scripts, ``./train.py``), that interpreter is asked first, in a process of
-its own with the command's environment, whether the start-up hook runs in it: a Python
-without the hook's .pth would run the whole script, perhaps for hours, and record or pin
-nothing. Other commands (a shell script) start Pythons we cannot name: their processes
-are checked after the fact (the record verb says when none recorded anything).
+``python3.11``, a path to one), that interpreter is asked first, with the command's
+environment and its interpreter options (``-S``, ``-I``), in a process of its own,
+whether the start-up hook runs in it: a Python without the hook's .pth would run the
+whole script, perhaps for hours, and record or pin nothing; the command is refused. A
+script whose ``#!`` line names a Python (torchrun, ``./train.py``) has that one asked the
+same, but since a launcher may start another Python (``conda run``, ``poetry run``), a
+no there is a warning, and the command runs. Other commands (a shell script) are checked
+after the fact (the record verb says when no process recorded anything).
 
 Note [the command's process group]: the command runs in a session of its own, so that
 a time limit or a Ctrl-C reaches every process it started (torchrun's ranks, their
@@ -25,7 +27,7 @@ import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..core.errors import UserError
 from ..core.files import read_text
@@ -33,6 +35,7 @@ from ..core.schema import utc_now
 from ..core.version import __version__
 from ..core.zero_code import (ConvRecord, RunReport, merge_records, merge_reports,
                               settings_from)
+from .events import Notify, notifier
 
 __all__ = ["RecordResult", "RunResult", "record", "run_pinned", "read_parts"]
 
@@ -70,44 +73,86 @@ _PYTHON = re.compile(r"python[0-9.]*$")
 _PROBE = "import sys; sys.exit(0 if 'cudnn_explorer.pinning.startup' in sys.modules else 83)"
 
 
-def _python_of(program: str, env: Dict[str, str]) -> Optional[str]:
-    """The Python interpreter ``program`` is (its name says so) or starts (its ``#!`` line
-    names one, directly or through ``env``), else None."""
-    if _PYTHON.match(os.path.basename(program)):
-        return program
-    path = shutil.which(program, path=env.get("PATH")) or (
-        program if os.path.isfile(program) else None)
+# interpreter options that take a value (the next word, where not joined: -Wignore)
+_VALUED = ("-W", "-X", "-Q")
+
+
+def _interpreter_options(words: Sequence[str]) -> List[str]:
+    """The options before the script, -m or -c in ``words`` (what follows a Python)."""
+    out: List[str] = []
+    it = iter(words)
+    for w in it:
+        if not w.startswith("-") or w in ("-", "-m", "-c") or w.startswith(("-m", "-c")):
+            break
+        out.append(w)
+        if w in _VALUED:
+            out.append(next(it, ""))
+    return out
+
+
+def _shebang(path: str) -> List[str]:
+    """The words of ``path``'s ``#!`` line, ``env`` and its own options and settings left
+    out (``#!/usr/bin/env -S A=1 python3 -u``: python3, -u); [] where there is none."""
     try:
-        with open(path or "", "rb") as f:
+        with open(path, "rb") as f:
             first = f.readline(512)
     except OSError:
-        return None
-    words = first[2:].decode("utf-8", "replace").split() if first.startswith(b"#!") else []
-    if words and os.path.basename(words[0]) == "env":  # #!/usr/bin/env [-S] python3
-        words = [w for w in words[1:] if not w.startswith("-")]
+        return []
+    if not first.startswith(b"#!"):
+        return []
+    words = first[2:].decode("utf-8", "replace").split()
+    if words and os.path.basename(words[0]) == "env":
+        words, rest = [], iter(words[1:])
+        for w in rest:
+            if words or not (w.startswith("-") or "=" in w):  # the program, then its words
+                words.append(w)
+            elif w in ("-u", "--unset", "-C", "--chdir"):  # env's own, with a value
+                next(rest, None)
+    return words
+
+
+def _python_of(command: Sequence[str], env: Dict[str, str]) -> Tuple[List[str], bool]:
+    """The Python ``command`` runs with its interpreter options ([] where it names none),
+    and whether the command is that Python itself (not a script whose ``#!`` names it)."""
+    program = command[0]
+    if _PYTHON.match(os.path.basename(program)):
+        return [program, *_interpreter_options(command[1:])], True
+    path = shutil.which(program, path=env.get("PATH"))
+    words = _shebang(path) if path else []
     if words and _PYTHON.match(os.path.basename(words[0])):
-        return words[0]
-    return None
+        return [words[0], *_interpreter_options(words[1:])], False
+    return [], False
 
 
-def _check_hook(command: List[str], env: Dict[str, str]) -> None:
-    """UserError where the command is, or starts, a Python that would not run the
-    start-up hook (Note [the hook checked first]); a probe that cannot tell (the
-    interpreter fails to start, or hangs) lets the command run and say so itself."""
-    python = _python_of(command[0], env)
-    if python is None:
-        return
+def _check_hook(command: List[str], env: Dict[str, str]) -> str:
+    """Note [the hook checked first]: UserError where the command is a Python that would
+    not run the start-up hook; the warning to give where a ``#!`` line names such a
+    Python; "" otherwise, and where the probe cannot tell (the interpreter fails to start,
+    or hangs: the command runs and says so itself)."""
+    python, itself = _python_of(command, env)
+    if not python:
+        return ""
     try:
-        probe = subprocess.run([python, "-c", _PROBE], env=env, stdin=subprocess.DEVNULL,
+        probe = subprocess.run([*python, "-c", _PROBE], env=env, stdin=subprocess.DEVNULL,
                                capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
-        return
-    if probe.returncode == 83:
-        ran = "" if python == command[0] else f" (which '{command[0]}' starts)"
-        raise UserError(f"the start-up hook does not run in '{python}'{ran}: no "
-                        f"cudnn_explorer_hook.pth in its site-packages; run '{python} -m "
-                        f"cudnn_explorer hook install', or install cudnn_explorer into that "
-                        f"Python")
+        return ""
+    if probe.returncode != 83:
+        return ""
+    shown = " ".join(python)
+    fix = (f"run '{python[0]} -m cudnn_explorer hook install', or install cudnn_explorer "
+           f"into that Python")
+    if itself:
+        raise UserError(f"the start-up hook does not run in '{shown}' (no "
+                        f"cudnn_explorer_hook.pth in its site-packages): {fix}")
+    return (f"the start-up hook does not run in '{shown}', which '{command[0]}' names on its "
+            f"#! line: where the command's Pythons are that one, they record and pin nothing "
+            f"({fix})")
+
+
+def _warn(notify: Optional[Notify], text: str) -> None:
+    if text:
+        notifier(notify)("warning", text)
 
 
 def _execute(command: List[str], env: Dict[str, str], time_limit: Optional[float]):
@@ -149,11 +194,13 @@ def read_parts(folder: str) -> List[ConvRecord]:
 
 
 def record(command: Sequence[str], steps: int = 0, time_limit: Optional[float] = None,
-           environ: Optional[Dict[str, str]] = None) -> RecordResult:
+           environ: Optional[Dict[str, str]] = None,
+           notify: Optional[Notify] = None) -> RecordResult:
     """Run ``command`` with recording on in each of its Python processes; the record of
     every convolution they ran, merged (what the processes wrote before an interrupt
     too: KeyboardInterrupt carries it as ``partial``). ``steps``: stop after that many
-    optimizer steps in each process; ``time_limit``: seconds, then SIGTERM."""
+    optimizer steps in each process; ``time_limit``: seconds, then SIGTERM; ``notify``
+    hears a warning before the command runs (Note [the hook checked first])."""
     command = _check_command(command)
     if steps < 0 or (time_limit is not None and time_limit <= 0):
         raise UserError(f"steps {steps} / time limit {time_limit}: give positive values")
@@ -164,7 +211,7 @@ def record(command: Sequence[str], steps: int = 0, time_limit: Optional[float] =
         if steps:
             env["CUDNN_EXPLORER_STEPS"] = str(steps)
         settings_from(env)  # a bad variable fails here, before the command runs
-        _check_hook(command, env)
+        _warn(notify, _check_hook(command, env))
         try:
             status, stopped = _execute(command, env, time_limit)
         except KeyboardInterrupt as e:
@@ -182,7 +229,8 @@ def _merged(folder: str, command: List[str]) -> ConvRecord:
 def run_pinned(command: Sequence[str], plans: str, strict: bool = False, ahead: int = 1,
                keep: bool = True, allow_environment: bool = False,
                misses: Optional[str] = None,
-               environ: Optional[Dict[str, str]] = None) -> RunResult:
+               environ: Optional[Dict[str, str]] = None,
+               notify: Optional[Notify] = None) -> RunResult:
     """Run ``command`` with every convolution of its Python processes pinned to the plan
     file ``plans`` (read and checked first: UserError when it cannot be used); the
     report merged over the processes. ``misses``: the file the problem-directions that
@@ -200,7 +248,7 @@ def run_pinned(command: Sequence[str], plans: str, strict: bool = False, ahead: 
     with tempfile.TemporaryDirectory(prefix="cudnn_explorer-run-") as folder:
         env["CUDNN_EXPLORER_REPORT"] = os.path.join(folder, "report-%p.json")
         settings_from(env)
-        _check_hook(command, env)
+        _warn(notify, _check_hook(command, env))
         status, _ = _execute(command, env, None)
         reports = [RunReport.read(read_text(p, "run report"), f"run report '{p}'")
                    for p in sorted(glob.glob(os.path.join(folder, "report-*.json")))]

@@ -51,6 +51,21 @@ class _TorchFinder:
         return spec
 
 
+def the_tools_own() -> bool:
+    """Note [the tool's own processes]: whether this process is cudnn_explorer's own (its
+    command line, a verb's process, its workers and PyTorch's children, all run as ``-m
+    cudnn_explorer...``; the ``cudnn-explorer`` script), which the hook leaves alone: a
+    plan file or a recording exported in the shell is for the user's program, and
+    pinning the tool's own children would change what they measure of PyTorch."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", "") or ""
+    if name == "cudnn_explorer" or name.startswith("cudnn_explorer."):
+        return True
+    argv0 = os.path.basename(getattr(sys, "argv", [""])[0] or "")
+    return argv0 == "cudnn-explorer"
+
+
 _INSTALLED: list = []  # install() ran in this process (with the process's variables)
 
 
@@ -76,6 +91,8 @@ def install(environ=None) -> None:
         return
 
     def switch_on():
+        if the_tools_own():
+            return
         try:
             from .zero_code import activate
 
