@@ -349,12 +349,34 @@ def test_a_route_leaves_fx_proxies_and_tensor_subclasses_to_pytorch():
             cls.seen.append(func)
             return super().__torch_function__(func, types, args, kwargs or {})
 
+    class Wrapped(torch.Tensor):  # a __torch_dispatch__ of its own, as DTensor has
+        @staticmethod
+        def __new__(cls, elem):
+            return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype)
+
+        def __init__(self, elem):
+            self.elem = elem
+
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            def un(t):
+                return t.elem if isinstance(t, Wrapped) else t
+            return func(*[un(a) for a in args], **{k: un(v) for k, v in (kwargs or {}).items()})
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     m, x = nn.Sequential(Std(3, 4, 3), nn.ReLU()), torch.randn(2, 3, 8, 8)
+    assert not functional._foreign(FakeTensorMode().from_tensor(x))  # compile's: the op
     with functional.process_routing():
         traced = torch.fx.symbolic_trace(m)
         op.reset_counts()
         F.conv2d(x.as_subclass(Logged), m[0].weight)
         assert op.pin_counts(reset=True).calls == 0 and Logged.seen
+        torch.testing.assert_close(F.conv2d(Wrapped(x), m[0].weight),
+                                   functional._ORIGINALS["conv2d"](x, m[0].weight))
+        assert op.pin_counts(reset=True).calls == 0
         m(x)
         assert op.pin_counts(reset=True).fallback_calls == 1
     torch.testing.assert_close(traced(x), m(x))

@@ -188,10 +188,17 @@ _ROUTING_LOCK = threading.Lock()
 # (symbolic_trace records the call by name; the route's Python would branch on it), or a
 # tensor subclass with a __torch_function__ of its own (ExpandedWeight's per-sample
 # gradients, a library's wrapper), whose own handling of the convolution is what it
-# expects. Tensors whose kind disables __torch_function__ (Parameter; FakeTensor and
-# FunctionalTensor, which torch.compile traces with) go through the op.
+# expects; or one with a __torch_dispatch__ of its own (DTensor, whose sharding rules do
+# not know the op), but torch's own tracing tensors (FakeTensor and FunctionalTensor,
+# which torch.compile traces with). Parameter and the other kinds that disable
+# __torch_function__ go through the op.
 _OWN_KINDS = {_torch.Tensor.__torch_function__.__func__,
               _torch._C._disabled_torch_function_impl}
+
+
+def _impl(kind, name: str):
+    f = getattr(kind, name, None)
+    return getattr(f, "__func__", f)
 
 
 def _foreign(*values) -> bool:
@@ -199,8 +206,11 @@ def _foreign(*values) -> bool:
     for v in values:
         if v is None or type(v) in _PLAIN:
             continue
-        impl = getattr(type(v), "__torch_function__", None)
-        if not isinstance(v, _torch.Tensor) or getattr(impl, "__func__", impl) not in _OWN_KINDS:
+        kind = type(v)
+        if not isinstance(v, _torch.Tensor) or _impl(kind, "__torch_function__") not in _OWN_KINDS:
+            return True
+        if _impl(kind, "__torch_dispatch__") is not _impl(_torch.Tensor, "__torch_dispatch__") \
+                and not kind.__module__.startswith("torch._subclasses."):
             return True
     return False
 
