@@ -185,13 +185,14 @@ _ROUTING_LOCK = threading.Lock()
 
 # Note [what a route leaves to PyTorch]: a call whose arguments are not tensors of
 # PyTorch's own kinds takes the function it replaced, as it would unrouted: an FX Proxy
-# (symbolic_trace records the call by name; the route's Python would branch on it), or a
+# (symbolic_trace records the call by name; the route's Python would branch on it); a
 # tensor subclass with a __torch_function__ of its own (a library's wrapper), whose own
 # handling of the convolution is what it expects (ExpandedWeight's per-sample gradients
-# still fail: it checks the function by identity against F.conv2d, the route); or one with a __torch_dispatch__ of its own (DTensor, whose sharding rules do
-# not know the op), but torch's own tracing tensors (FakeTensor and FunctionalTensor,
-# which torch.compile traces with). Parameter and the other kinds that disable
-# __torch_function__ go through the op.
+# still fail: it checks the function by identity against F.conv2d, the route); or one
+# with a __torch_dispatch__ of its own (DTensor, whose sharding rules do not know the op),
+# but torch's own tracing tensors (FakeTensor and FunctionalTensor, which torch.compile
+# traces with). Parameter and the other kinds that disable __torch_function__ go through
+# the op.
 _OWN_KINDS = {_torch.Tensor.__torch_function__.__func__,
               _torch._C._disabled_torch_function_impl}
 
