@@ -310,6 +310,28 @@ def test_the_tools_own_processes_leave_the_hook_alone(hooked, tmp_path):
     assert r.returncode == 0 and len(list(rec.iterdir())) == 1, r.stderr
 
 
+@pytest.mark.parametrize("words,want", [
+    (["-u", "t.py"], (["-u"], "script", "t.py")),
+    (["-Sm", "train"], (["-S"], "m", "train")),
+    (["-Sc", "pass"], (["-S"], "c", "pass")),
+    (["-SW", "ignore", "t.py"], (["-S", "-W", "ignore"], "script", "t.py")),
+    (["-Xdev", "-mcudnn_explorer"], (["-X", "dev"], "m", "cudnn_explorer")),
+    (["--check-hash-based-pycs", "always", "--", "t.py"],
+     (["--check-hash-based-pycs", "always"], "script", "t.py")),
+    (["-"], ([], "-", "")), ([], ([], "", "")),
+])
+def test_python_command_reads_options_as_python_does(words, want):
+    from cudnn_explorer.core.zero_code import python_command
+
+    assert python_command(words) == want
+
+
+def test_the_hook_never_breaks_a_program_that_empties_its_argv(hooked, tmp_path):
+    r = _python("import sys; sys.argv = []; import torch; print('ok')",
+                dict(hooked, CUDNN_EXPLORER_RECORD=str(tmp_path / "rec")))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
 def test_the_probe_runs_the_commands_interpreter_options(hooked, tmp_path):
     """python -S (no site: no .pth runs) is refused where plain python passes."""
     from cudnn_explorer.core.errors import UserError
@@ -320,8 +342,9 @@ def test_the_probe_runs_the_commands_interpreter_options(hooked, tmp_path):
     assert jobs._check_hook([sys.executable, "-u", script], hooked) == ""
     assert jobs._python_of([sys.executable, "-X", "dev", "-S", "-m", "x"], hooked) == (
         [sys.executable, "-X", "dev", "-S"], True)
-    with pytest.raises(UserError, match="does not run in"):
-        jobs._check_hook([sys.executable, "-S", script], hooked)
+    for options in (["-S"], ["-Sm", "train"], ["-i", "-S"], ["-SW", "ignore"]):
+        with pytest.raises(UserError, match="does not run in"):
+            jobs._check_hook([sys.executable, *options, script], hooked)
 
 
 def test_record_two_gloo_ranks_and_time_limit(hooked, tmp_path):

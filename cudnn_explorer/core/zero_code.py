@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, replace
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import UserError
 from .pin_report import PinCounts, PinnedDirection
@@ -29,7 +29,7 @@ PTH_LINE = ("import os; (os.environ.get('CUDNN_EXPLORER_RECORD') or "
 __all__ = ["PTH_LINE", "VARIABLES", "Settings", "settings_from", "RecordedConv", "Unkeyed",
            "ConvRecord", "CONVS_SCHEMA", "CONVS_VERSION", "merge_records", "read_convs",
            "RunReport", "RUN_SCHEMA", "RUN_VERSION", "merge_reports", "exit_line",
-           "per_process"]
+           "per_process", "python_command"]
 
 CONVS_SCHEMA, CONVS_VERSION = "cudnn_explorer.convs", 1
 RUN_SCHEMA, RUN_VERSION = "cudnn_explorer.run", 1
@@ -101,6 +101,54 @@ def settings_from(env: Mapping[str, str]) -> Settings:
                     allow_environment=_flag(env, "CUDNN_EXPLORER_ALLOW_ENVIRONMENT", False),
                     report=env.get("CUDNN_EXPLORER_REPORT", ""),
                     misses=env.get("CUDNN_EXPLORER_MISSES", ""))
+
+
+# Python's options that take a value: the rest of their word, else the next word
+_VALUED_FLAGS = "WX"
+_VALUED_LONG = ("--check-hash-based-pycs",)
+
+
+def python_command(words: Sequence[str]) -> Tuple[List[str], str, str]:
+    """What follows a Python interpreter on a command line, as Python reads it: (its
+    options, each a word: clusters cut before ``m``/``c`` and a valued flag given as the
+    flag and its value; what runs: "m", "c", "-", "script" or "" (nothing); the module,
+    the code or the script)."""
+    opts: List[str] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        if w == "--":
+            return opts, ("script" if nxt else ""), nxt
+        if w == "-":
+            return opts, "-", ""
+        if not w.startswith("-"):
+            return opts, "script", w
+        if w.startswith("--"):
+            opts.append(w)
+            if w in _VALUED_LONG:
+                opts.append(nxt)
+                i += 1
+            i += 1
+            continue
+        cluster = "-"
+        for j, c in enumerate(w[1:], 1):
+            if c in "mc":
+                if cluster != "-":
+                    opts.append(cluster)
+                return opts, c, w[j + 1:] or nxt
+            if c in _VALUED_FLAGS:
+                if cluster != "-":
+                    opts.append(cluster)
+                cluster = "-"
+                opts += [f"-{c}", w[j + 1:] or nxt]
+                i += 0 if w[j + 1:] else 1
+                break
+            cluster += c
+        if cluster != "-":
+            opts.append(cluster)
+        i += 1
+    return opts, "", ""
 
 
 def per_process(path: str, pid: int) -> str:

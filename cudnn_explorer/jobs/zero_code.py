@@ -34,7 +34,7 @@ from ..core.files import read_text
 from ..core.schema import utc_now
 from ..core.version import __version__
 from ..core.zero_code import (ConvRecord, RunReport, merge_records, merge_reports,
-                              settings_from)
+                              python_command, settings_from)
 from .events import Notify, notifier
 
 __all__ = ["RecordResult", "RunResult", "record", "run_pinned", "read_parts"]
@@ -73,21 +73,27 @@ _PYTHON = re.compile(r"python[0-9.]*$")
 _PROBE = "import sys; sys.exit(0 if 'cudnn_explorer.pinning.startup' in sys.modules else 83)"
 
 
-# interpreter options that take a value (the next word, where not joined: -Wignore)
-_VALUED = ("-W", "-X", "-Q")
-
-
-def _interpreter_options(words: Sequence[str]) -> List[str]:
-    """The options before the script, -m or -c in ``words`` (what follows a Python)."""
-    out: List[str] = []
-    it = iter(words)
-    for w in it:
-        if not w.startswith("-") or w in ("-", "-m", "-c") or w.startswith(("-m", "-c")):
-            break
-        out.append(w)
-        if w in _VALUED:
-            out.append(next(it, ""))
+def _probe_options(words: Sequence[str]) -> List[str]:
+    """The interpreter's options in ``words`` (what follows a Python) that the probe runs
+    with: all but -i and -x (an interactive prompt would answer for it; -x would skip its
+    first line)."""
+    opts, out, value = python_command(words)[0], [], False
+    for o in opts:
+        if value or o.startswith("--"):
+            out.append(o)
+        elif o in ("-W", "-X"):
+            out.append(o)
+            value = True
+            continue
+        else:
+            o = "-" + o[1:].replace("i", "").replace("x", "")
+            if o != "-":
+                out.append(o)
+        value = o in _VALUED_LONG_OPTIONS
     return out
+
+
+_VALUED_LONG_OPTIONS = ("--check-hash-based-pycs",)
 
 
 def _shebang(path: str) -> List[str]:
@@ -116,11 +122,11 @@ def _python_of(command: Sequence[str], env: Dict[str, str]) -> Tuple[List[str], 
     and whether the command is that Python itself (not a script whose ``#!`` names it)."""
     program = command[0]
     if _PYTHON.match(os.path.basename(program)):
-        return [program, *_interpreter_options(command[1:])], True
+        return [program, *_probe_options(command[1:])], True
     path = shutil.which(program, path=env.get("PATH"))
     words = _shebang(path) if path else []
     if words and _PYTHON.match(os.path.basename(words[0])):
-        return [words[0], *_interpreter_options(words[1:])], False
+        return [words[0], *_probe_options(words[1:])], False
     return [], False
 
 

@@ -57,13 +57,20 @@ def the_tools_own() -> bool:
     cudnn_explorer...``; the ``cudnn-explorer`` script), which the hook leaves alone: a
     plan file or a recording exported in the shell is for the user's program, and
     pinning the tool's own children would change what they measure of PyTorch."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    name = getattr(spec, "name", "") or ""
-    if name == "cudnn_explorer" or name.startswith("cudnn_explorer."):
+    from ..core.zero_code import python_command
+
+    def ours(name: str) -> bool:
+        return name == "cudnn_explorer" or name.startswith("cudnn_explorer.")
+
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if ours(getattr(spec, "name", "") or ""):
         return True
-    argv0 = os.path.basename(getattr(sys, "argv", [""])[0] or "")
-    return argv0 == "cudnn-explorer"
+    # the interpreter's own command line (3.10+), right from start-up, where __main__'s
+    # spec is not yet set while -m's parent packages import
+    _, kind, what = python_command((getattr(sys, "orig_argv", None) or [""])[1:])
+    if kind == "m" and ours(what):
+        return True
+    return os.path.basename((getattr(sys, "argv", None) or [""])[0] or "") == "cudnn-explorer"
 
 
 _INSTALLED: list = []  # install() ran in this process (with the process's variables)
@@ -91,9 +98,9 @@ def install(environ=None) -> None:
         return
 
     def switch_on():
-        if the_tools_own():
-            return
         try:
+            if the_tools_own():
+                return
             from .zero_code import activate
 
             activate(settings)
