@@ -16,8 +16,8 @@ Each named call's keys are the op's (Note [plan keys]), computed once per layer 
 shape: the weight's layer and the call's geometry (autocast's dtype included, since the
 op casts as ``aten::convolution`` does) are the cache's key, so a step repeats no work
 but a dictionary lookup. Note [observer's cost]: every eager convolution call of a
-recording pays it, so the weights' cache is a plain dictionary by ``id`` (each entry
-holding a weak reference that removes it when its weight dies), not a
+recording pays it, so tensors are mapped by a plain dictionary by ``id`` (_ByTensor: each
+entry holding a weak reference that removes it when its tensor dies), not a
 WeakIdKeyDictionary, whose lookup builds a reference object per call; and cuDNN's flags
 are read from torch._C, not through torch.backends' properties. On this project's CPU
 machine a seen call's observation takes 1.9 us (4.2 us through a
@@ -42,19 +42,32 @@ WRAPPERS = {("OptimizedModule", "_orig_mod"), ("DistributedDataParallel", "modul
             ("CheckpointWrapper", "_checkpoint_wrapped_module")}
 
 
+class _ByTensor(dict):
+    """Values by live tensor, by identity (a tensor's ``==`` is elementwise): ``id`` to
+    (a weak reference to the tensor, the value); an entry goes when its tensor does
+    (Note [observer's cost])."""
+
+    def value(self, tensor, default=None):
+        hit = dict.get(self, id(tensor))
+        return hit[1] if hit is not None and hit[0]() is tensor else default
+
+    def put(self, tensor, value) -> None:
+        key = id(tensor)
+
+        def gone(ref, d=self):  # the entry still its own: an id is reused only after
+            if dict.get(d, key, (None,))[0] is ref:
+                del d[key]
+        self[key] = (weakref.ref(tensor, gone), value)
+
+
 class LayerNames:
     """Parents and parameter owners, from the moment ``install()`` is called, and per key
     the layers whose calls had it (``observe``, then ``by_key``)."""
 
     def __init__(self):
-        # tensors by identity (a tensor's == is elementwise), each entry gone with its tensor
-        from torch.utils.weak import WeakIdKeyDictionary
-
         self._parent: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self._owner = WeakIdKeyDictionary()  # parameter: a weak reference to its module
-        # id(weight): (a reference to it that drops the entry, the call shapes whose keys are
-        # noted): Note [observer's cost]
-        self._seen: Dict[int, Tuple["weakref.ref", Set[tuple]]] = {}
+        self._owner = _ByTensor()  # parameter: a weak reference to its module
+        self._seen = _ByTensor()  # weight: the call shapes whose keys are noted
         self._names: Dict[Tuple[int, ...], Set[str]] = {}
         self._handles: list = []
 
@@ -70,8 +83,8 @@ class LayerNames:
             self._parent[child] = (weakref.ref(parent), name)
 
         def on_parameter(owner, name, param):
-            if param is not None:
-                self._owner.setdefault(param, weakref.ref(owner))
+            if param is not None and self._owner.value(param) is None:
+                self._owner.put(param, weakref.ref(owner))
 
         self._handles = [m.register_module_module_registration_hook(on_module),
                          m.register_module_parameter_registration_hook(on_parameter)]
@@ -83,7 +96,7 @@ class LayerNames:
 
     def name_of(self, weight) -> Optional[str]:
         """The qualified name of the module that owns ``weight``, or None."""
-        ref = self._owner.get(weight)
+        ref = self._owner.value(weight)
         owner = module = ref() if ref is not None else None
         if module is None:
             return None
@@ -119,13 +132,13 @@ class LayerNames:
                  weight.stride(), cast, tuple(stride), tuple(padding), tuple(dilation),
                  bool(transposed), tuple(output_padding), int(groups),
                  torch._C._get_cudnn_allow_tf32(), torch._C._get_cudnn_deterministic())
-        entry = self._seen.get(id(weight))
-        if entry is None or entry[0]() is not weight:  # new, or an id a dead weight had
-            entry = (weakref.ref(weight, self._forget(id(weight))), set())
-            self._seen[id(weight)] = entry
-        elif shape in entry[1]:
+        seen = self._seen.value(weight)
+        if seen is None:
+            seen = set()
+            self._seen.put(weight, seen)
+        elif shape in seen:
             return
-        entry[1].add(shape)
+        seen.add(shape)
         name = self.name_of(weight)
         if name is None:
             return
@@ -134,17 +147,6 @@ class LayerNames:
                             output_padding, groups)
         for k in keys:
             self._names.setdefault(tuple(k), set()).add(name)
-
-    def _forget(self, key: int):
-        """The callback that drops weight ``key``'s entry when the weight dies (a dead
-        weight's callback runs before its id can be another tensor's)."""
-        me = weakref.ref(self)  # the callback does not keep the names alive
-
-        def drop(_ref):
-            names = me()
-            if names is not None:
-                names._seen.pop(key, None)
-        return drop
 
     def by_key(self) -> Dict[Tuple[int, ...], List[str]]:
         """Per key, the names of the layers whose calls had it, sorted."""
