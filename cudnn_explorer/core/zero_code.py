@@ -29,7 +29,7 @@ PTH_LINE = ("import os; (os.environ.get('CUDNN_EXPLORER_RECORD') or "
 __all__ = ["PTH_LINE", "VARIABLES", "Settings", "settings_from", "RecordedConv", "Unkeyed",
            "ConvRecord", "CONVS_SCHEMA", "CONVS_VERSION", "merge_records", "read_convs",
            "RunReport", "RUN_SCHEMA", "RUN_VERSION", "merge_reports", "exit_line",
-           "per_process", "python_command"]
+           "per_process", "python_command", "VALUED_OPTIONS"]
 
 CONVS_SCHEMA, CONVS_VERSION = "cudnn_explorer.convs", 1
 RUN_SCHEMA, RUN_VERSION = "cudnn_explorer.run", 1
@@ -106,6 +106,8 @@ def settings_from(env: Mapping[str, str]) -> Settings:
 # Python's options that take a value: the rest of their word, else the next word
 _VALUED_FLAGS = "WX"
 _VALUED_LONG = ("--check-hash-based-pycs",)
+# as python_command gives them: each followed by its value, a word of its own
+VALUED_OPTIONS = tuple(f"-{c}" for c in _VALUED_FLAGS) + _VALUED_LONG
 
 
 def python_command(words: Sequence[str]) -> Tuple[List[str], str, str]:

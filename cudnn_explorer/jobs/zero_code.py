@@ -34,7 +34,7 @@ from ..core.files import read_text
 from ..core.schema import utc_now
 from ..core.version import __version__
 from ..core.zero_code import (ConvRecord, RunReport, merge_records, merge_reports,
-                              python_command, settings_from)
+                              VALUED_OPTIONS, python_command, settings_from)
 from .events import Notify, notifier
 
 __all__ = ["RecordResult", "RunResult", "record", "run_pinned", "read_parts"]
@@ -77,23 +77,18 @@ def _probe_options(words: Sequence[str]) -> List[str]:
     """The interpreter's options in ``words`` (what follows a Python) that the probe runs
     with: all but -i and -x (an interactive prompt would answer for it; -x would skip its
     first line)."""
-    opts, out, value = python_command(words)[0], [], False
-    for o in opts:
-        if value or o.startswith("--"):
-            out.append(o)
-        elif o in ("-W", "-X"):
-            out.append(o)
-            value = True
+    opts, out, i = python_command(words)[0], [], 0
+    while i < len(opts):
+        if opts[i] in VALUED_OPTIONS:  # the option and its value, as they are
+            out += opts[i:i + 2]
+            i += 2
             continue
-        else:
-            o = "-" + o[1:].replace("i", "").replace("x", "")
-            if o != "-":
-                out.append(o)
-        value = o in _VALUED_LONG_OPTIONS
+        o = opts[i] if opts[i].startswith("--") else \
+            "-" + opts[i][1:].replace("i", "").replace("x", "")
+        if o != "-":
+            out.append(o)
+        i += 1
     return out
-
-
-_VALUED_LONG_OPTIONS = ("--check-hash-based-pycs",)
 
 
 def _shebang(path: str) -> List[str]:
