@@ -179,7 +179,7 @@ def conv_transpose(input, weight, bias=None, stride=1, padding=0, output_padding
 # reference taken before it began (only torch's own modules could hold one, and none does).
 _NAMES = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
           "conv_transpose3d")
-_ROUTING = {"depth": 0, "saved": []}  # open contexts; (namespace, name, original, route)
+_ROUTING = {"depth": 0, "saved": []}  # open contexts; (name, what it held) replaced
 _ROUTING_LOCK = threading.Lock()
 
 
@@ -216,10 +216,14 @@ def _foreign(*values) -> bool:
     return False
 
 
+# PyTorch's own functions, as this module found them (it is what replaces them)
+_ORIGINALS = {name: getattr(_torch.nn.functional, name) for name in _NAMES}
+
+
 def _route_for(name: str):
     """The route that takes ``torch.nn.functional.<name>``'s place: its signature, through
     the op (Note [what a route leaves to PyTorch])."""
-    original = getattr(_torch.nn.functional, name)
+    original = _ORIGINALS[name]
     if "transpose" in name:
         def route(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                   dilation=1):
@@ -242,8 +246,6 @@ def _route_for(name: str):
     return route
 
 
-# PyTorch's own functions, as this module found them (it is what replaces them)
-_ORIGINALS = {name: getattr(_torch.nn.functional, name) for name in _NAMES}
 # One function per name, made once and never freed: TorchScript knows each by its id as
 # its aten op (Note [routing and TorchScript])
 _ROUTES = {name: _route_for(name) for name in _NAMES}
@@ -267,16 +269,16 @@ def _route_on() -> None:
 
     _script_knows_routes()
     for name in _NAMES:
-        original = getattr(F, name, None)
-        if original is not None:
-            _ROUTING["saved"].append((F, name, original, _ROUTES[name]))
-            setattr(F, name, _ROUTES[name])
+        _ROUTING["saved"].append((name, getattr(F, name)))
+        setattr(F, name, _ROUTES[name])
 
 
 def _route_off() -> None:
-    for space, name, original, route in reversed(_ROUTING["saved"]):
-        if getattr(space, name, None) is route:  # not replaced since by another patcher
-            setattr(space, name, original)
+    import torch.nn.functional as F
+
+    for name, held in _ROUTING["saved"]:
+        if getattr(F, name) is _ROUTES[name]:  # not replaced since by another patcher
+            setattr(F, name, held)
     _ROUTING["saved"] = []
 
 
