@@ -67,10 +67,12 @@ def test_record_then_run_pins_every_call(hooked, tmp_path, mode):  # noqa: F811
     assert ("fwd", (2, 3, 16, 16)) in directions and ("bwd-filter", (2, 16, 16, 16)) in \
         directions and not record.unkeyed, record
     assert all(c.problem is not None for c in record.convs)
-    # layer names: the Sequential's two convolutions, in eager calls; a compiled model's
-    # calls run traced and name nothing, and the bare F.conv2d's weight belongs to no module
+    # layer names: the Sequential's two convolutions, eager or compiled (named while
+    # traced: Note [names of traced calls]); the bare F.conv2d's weight belongs to no module
     named = {n for c in record.convs for n in c.layers}
-    assert named == ({"0", "2"} if mode == "eager" else set()), record
+    assert named == {"0", "2"}, record
+    assert all(c.layers == [] for c in record.convs if c.problem.input_shape[1:] == (3, 16, 16)
+               and c.problem.out_channels == 4), record
     plans = tmp_path / "plans.json"
     _plans_for(record, plans)
     report = tmp_path / "report.json"

@@ -33,8 +33,9 @@ def names():
     n = LayerNames()
     n.install()
     functional.OBSERVER[0] = n.observe
+    functional.TRACE_OBSERVER[0] = n.observe_traced
     yield n
-    functional.OBSERVER[0] = None
+    functional.OBSERVER[0] = functional.TRACE_OBSERVER[0] = None
     n.remove()
 
 
@@ -168,3 +169,76 @@ def test_a_call_that_cannot_be_named_never_raises(names, monkeypatch):
     assert _run(model, torch.randn(2, 3, 10, 10)).shape == (2, 4, 16, 16)
     assert names.by_key() == {}
     names.observe(None, None, None, None, None, None, None, None)  # nothing a tensor: no raise
+
+
+class CastDown(nn.Module):
+    """A layer whose forward casts its weight itself, as mixed-precision code does by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        import torch.nn.functional as F
+
+        return F.conv2d(x.double(), self.conv.weight.double(), padding=1).float()
+
+
+def _keys_at(model, size):
+    """The op's keys of ``model``'s calls (_model with a CastDown) at input ``size``."""
+    from cudnn_explorer.pinning import op
+
+    x = torch.randn(2, 3, size, size)
+    h = torch.randn(2, 8, size - 2, size - 2)
+    keys = {"0": op.conv_keys(x, model[0].weight, [1, 1], [0, 0], [1, 1]),
+            "2.0.conv": op.conv_keys(h, model[2][0].conv.weight, [1, 1], [1, 1], [1, 1]),
+            "3.conv": op.conv_keys(h.double(), model[3].conv.weight.double(), [1, 1], [1, 1],
+                                   [1, 1]),
+            "4": op.conv_keys(h, model[4].weight, [2, 2], [0, 0], [1, 1], True, [0, 0])}
+    return keys
+
+
+def test_compiled_calls_are_named_while_traced_at_every_size_the_graph_runs(names):
+    """Note [names of traced calls]: a model compiled under routing (aot_eager, so the
+    graph holds the op) is named from dynamo's fake tensors, a weight cast in the traced
+    code included; its dynamic-shape graph names the keys of sizes it ran without
+    tracing again, and with no graph break."""
+    from cudnn_explorer.pinning import functional
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Sequential(Down(), Down()),
+                          CastDown(), nn.ConvTranspose2d(8, 4, 2, stride=2))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    try:
+        with functional.process_routing():
+            compiled = torch.compile(model, backend="aot_eager")
+            for size in (10, 12, 14):  # the second size compiles a dynamic graph
+                compiled(torch.randn(2, 3, size, size, requires_grad=True)).sum().backward()
+            graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+            breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    finally:
+        torch._dynamo.reset()
+    assert graphs == 2 and breaks == 0
+    assert names.by_key() == {}  # no call ran eagerly
+    for size in (10, 14, 30):  # 30: never traced, a size the dynamic graph runs as is
+        keys = _keys_at(model, size)
+        by_key = names.by_key([k for ks in keys.values() for k in ks])
+        for layer, ks in keys.items():
+            want = ["2.0.conv", "2.1.conv"] if layer == "2.0.conv" else [layer]
+            assert [by_key.get(tuple(k)) for k in ks] == [want] * 3, (size, layer)
+    other = torch.randn(2, 5, 10, 10)  # channels no layer has: no name
+    assert names.by_key(op_keys(other, torch.randn(8, 5, 3, 3))) == {}
+
+
+def op_keys(x, w):
+    from cudnn_explorer.pinning import op
+
+    return op.conv_keys(x, w, [1, 1], [0, 0], [1, 1])
+
+
+def test_a_traced_call_that_cannot_be_named_never_raises(names):
+    """Whatever dynamo hands over, observe_traced returns (the trace goes on)."""
+    names.observe_traced(None, None, None, None, None, None, None, None)
+    names.observe_traced((torch.randn(1, 3, 4, 4), None), (torch.randn(4, 3, 3, 3), None),
+                         [1, 1], [0, 0], [1, 1], False, [0, 0], 1)  # not fakes: no name
+    assert names.by_key() == {} and names._traced == {}

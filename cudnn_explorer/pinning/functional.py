@@ -46,8 +46,27 @@ def _entries():
 
 _torch, CONV, _EAGER, _PLAIN, _MISSING = _entries()
 _WARNED = []
-# A recording's observer of each eager call's arguments (pinning/layer_names.py), or None
+# A recording's observer of each eager call's arguments (pinning/layer_names.py), or None;
+# and of each call torch.compile traces (Note [names of traced calls]), or None
 OBSERVER: list = [None]
+TRACE_OBSERVER: list = [None]
+
+
+def _observe_traced(ctx) -> None:
+    """Run by dynamo while it traces ``call`` (torch._dynamo.comptime: ``ctx`` has the
+    call's locals as dynamo holds them): the call's tensors, as the fake tensors dynamo
+    traces with and the graph nodes that made them, to TRACE_OBSERVER. Never raises: the
+    trace goes on either way."""
+    try:
+        if TRACE_OBSERVER[0] is None:
+            return
+        get = ctx.get_local
+        tensors = [(get(n).as_fake(), get(n).as_proxy().node) for n in ("input", "weight")]
+        geometry = [get(n).as_python_constant() for n in
+                    ("stride", "padding", "dilation", "transposed", "output_padding", "groups")]
+        TRACE_OBSERVER[0](*tensors, *geometry)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _unpinned(input, weight, bias, stride, padding, dilation, transposed, output_padding,
@@ -90,9 +109,14 @@ def call(input, weight, bias, stride, padding, dilation, transposed, output_padd
     if op.STRICT[0] and not _torch.compiler.is_compiling():
         _check_strict(input, weight, stride, padding, dilation, transposed, output_padding,
                       groups)
-    if OBSERVER[0] is not None and not _torch.compiler.is_compiling():
-        OBSERVER[0](input, weight, stride, padding, dilation, transposed, output_padding,
-                    groups)
+    if OBSERVER[0] is not None:
+        if _torch.compiler.is_compiling():  # torch._dynamo is imported: it is tracing
+            from torch._dynamo.comptime import comptime
+
+            comptime(_observe_traced)
+        else:
+            OBSERVER[0](input, weight, stride, padding, dilation, transposed, output_padding,
+                        groups)
     if not _torch.compiler.is_compiling() and type(input) in _PLAIN and \
             type(weight) in _PLAIN and (bias is None or type(bias) in _PLAIN) and \
             not _torch._C._is_torch_function_mode_enabled():

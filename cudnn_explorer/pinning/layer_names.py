@@ -8,9 +8,8 @@ parent and the name it has there, and every parameter its owner: a convolution's
 names its layer as ``named_modules`` would ("encoder.0.conv1"), walked up to the module
 that has no parent. Nothing holds a module or a parameter alive (weak references). A
 weight that was never registered (a bare ``F.conv2d`` weight, a model unpickled whole,
-which sets attributes without the hooks) names no layer. A call is named in eager
-execution only: under torch.compile the functions run once, while tracing, on fake
-tensors.
+which sets attributes without the hooks) names no layer. A call that torch.compile
+traces is named while it is traced (Note [names of traced calls]).
 
 Each named call's keys are the op's (Note [plan keys]), computed once per layer and call
 shape: the weight's layer and the call's geometry (autocast's dtype included, since the
@@ -28,6 +27,7 @@ from __future__ import annotations
 import weakref
 from typing import Dict, List, Optional, Set, Tuple
 
+from ..core.plans import key_any_size
 from . import op
 
 __all__ = ["LayerNames"]
@@ -69,6 +69,7 @@ class LayerNames:
         self._owner = _ByTensor()  # parameter: a weak reference to its module
         self._seen = _ByTensor()  # weight: the call shapes whose keys are noted
         self._names: Dict[Tuple[int, ...], Set[str]] = {}
+        self._traced: Dict[Tuple[int, ...], Set[str]] = {}  # by key_any_size
         self._handles: list = []
 
     def install(self) -> None:
@@ -148,6 +149,82 @@ class LayerNames:
         for k in keys:
             self._names.setdefault(tuple(k), set()).add(name)
 
-    def by_key(self) -> Dict[Tuple[int, ...], List[str]]:
-        """Per key, the names of the layers whose calls had it, sorted."""
-        return {k: sorted(v) for k, v in self._names.items()}
+    def observe_traced(self, input, weight, stride, padding, dilation, transposed,
+                       output_padding, groups) -> None:
+        """As ``observe``, for a call torch.compile traces (Note [names of traced calls]):
+        ``input`` and ``weight`` each as (the fake tensor dynamo traces with, the graph
+        node that made it). Never raises."""
+        try:
+            (x, _), (w, w_node) = input, weight
+            name = self.name_of(_real_of(w, w_node))
+            if name is None:
+                return
+            x, w = op.as_the_op_sees(*(_sized(t) for t in (x, w)), cuda=x.is_cuda)
+            for k in op.conv_keys(x, w, stride, padding, dilation, transposed,
+                                  output_padding, groups):
+                self._traced.setdefault(key_any_size(k), set()).add(name)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def by_key(self, keys=()) -> Dict[Tuple[int, ...], List[str]]:
+        """Per key, the names of the layers whose calls had it, sorted: the keys of the
+        calls observed eagerly, and of ``keys`` (those the op counted) those whose traced
+        calls' keys are theirs at some input size (Note [names of traced calls])."""
+        names = {k: set(v) for k, v in self._names.items()}
+        for k in keys if self._traced else ():
+            traced = self._traced.get(key_any_size(k))
+            if traced:
+                names.setdefault(tuple(k), set()).update(traced)
+        return {k: sorted(v) for k, v in names.items()}
+
+
+# Note [names of traced calls]: a compiled graph's convolutions pass no Python when they
+# run, so a recording names them while torch.compile traces them: the route, traced by
+# dynamo, has it call LayerNames.observe_traced at trace time (torch._dynamo.comptime,
+# pinning/functional.py) with the fake tensors dynamo traces with. A parameter's fake is
+# found back as the parameter (dynamo's FakeTensorConverter: real tensor to an id, id to
+# its fake); a weight the traced code made from one (``w.half()``, ``w.to(...)``) through
+# the node that made it. A graph may run any input size it admits (dynamic shapes)
+# without tracing again, so a traced call's layer names every recorded key of its
+# weight, geometry and dtype at any input size (core.plans.key_any_size). Dynamo's
+# internals are private: where a torch keeps them elsewhere, traced calls name no layer,
+# as unregistered weights name none.
+_CAST_METHODS = {"to", "half", "float", "bfloat16", "double", "type", "contiguous",
+                 "detach", "clone", "type_as"}
+
+
+def _real_of(fake, node):
+    """The real tensor whose fake ``fake`` is (made by ``node``), or None."""
+    real = _memo_real(fake)
+    for _ in range(8):  # up a chain of casts, to a tensor dynamo made a fake of
+        if real is not None or node is None or node.op != "call_method" or \
+                node.target not in _CAST_METHODS or not node.args:
+            break
+        node = node.args[0]
+        up = getattr(node, "meta", {}).get("example_value")
+        real = _memo_real(up) if up is not None else None
+    return real
+
+
+def _memo_real(fake):
+    mode = getattr(fake, "fake_mode", None)
+    if mode is None:
+        return None
+    converter = mode.fake_tensor_converter
+    memo = converter.tensor_memo
+    for real, tid in list(converter.meta_converter.describer.lookup_tensor.items()):
+        if memo.get(tid) is fake:
+            return real
+    return None
+
+
+def _sized(fake):
+    """A meta tensor of ``fake``'s dtype, sizes and strides, symbolic ones at the sizes
+    being traced (their hints: nothing is guarded on)."""
+    import torch
+
+    def hint(v):  # a SymInt's value where it was made (its node's hint), guarding nothing
+        return v if isinstance(v, int) else int(v.node.hint)
+
+    return torch.empty_strided([hint(v) for v in fake.shape], [hint(v) for v in fake.stride()],
+                               dtype=fake.dtype, device="meta")

@@ -220,13 +220,15 @@ def plans_made() -> List[PlanMade]:
                   key=lambda m: m.description)
 
 
-def as_the_op_sees(input, weight):
+def as_the_op_sees(input, weight, cuda: Optional[bool] = None):
     """(input, weight) as the op keys them: under CUDA autocast, a floating-point input
     that is not already autocast's dtype (nor float64) is cast, as ``aten::convolution``
-    casts it; here as meta tensors of the same shape and strides, so nothing is copied."""
+    casts it; here as meta tensors of the same shape and strides, so nothing is copied.
+    ``cuda``: whether the call's tensors are CUDA tensors (default: ``input``'s device)."""
     import torch
 
-    if input.is_cuda and input.is_floating_point() and torch.is_autocast_enabled("cuda"):
+    cuda = input.is_cuda if cuda is None else cuda
+    if cuda and input.is_floating_point() and torch.is_autocast_enabled("cuda"):
         to = torch.get_autocast_dtype("cuda")
         if input.dtype not in (to, torch.float64):
             return (torch.empty_like(input, dtype=to, device="meta"),

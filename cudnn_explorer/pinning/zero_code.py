@@ -99,7 +99,9 @@ def _finish() -> None:
         counts = counts_since_start()
         if _STATE["mode"] == "record":
             names = _STATE.get("names")
-            part = part_record(counts, _STATE["steps"], names.by_key() if names else None)
+            layers = names.by_key([d.key for d in counts.directions if d.key]) \
+                if names else None
+            part = part_record(counts, _STATE["steps"], layers)
             if part.convs or part.unkeyed:  # a worker that ran none writes nothing
                 os.makedirs(s.record_dir, exist_ok=True)
                 write_atomic(os.path.join(s.record_dir, f"part-{part.host}-{part.pid}.json"),
@@ -197,6 +199,7 @@ def activate(s: Settings) -> None:
             names = LayerNames()  # Note [layer names without the model]
             names.install()
             functional.OBSERVER[0] = names.observe
+            functional.TRACE_OBSERVER[0] = names.observe_traced
             _STATE["names"] = names
             warnings.filterwarnings("ignore", message=r"cudnn_explorer: .* runs PyTorch's own "
                                                       r"convolution")
