@@ -170,8 +170,8 @@ def measure(cases: Sequence[Case], repeats: int = 1, runner: Runner = run_proces
                 os.makedirs(places["tmp"])
                 try:
                     figures = runner(case, places)
-                    if r >= 0:
-                        samples[(case.row, case.mode)].append(figures)
+                    if r >= 0:  # with its repeat, to pair it with the baseline's (ratios)
+                        samples[(case.row, case.mode)].append(dict(figures, repeat=r))
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
         finally:
@@ -200,24 +200,38 @@ def cells(samples, figures: Sequence[Figure]) -> List[dict]:
     out = []
     for (row, mode), runs in samples.items():
         for fig in figures:
-            values = [run[fig.key] for run in runs if fig.key in run]
-            if values:
-                out.append({"row": row, "mode": mode, "figure": fig.key, "samples": values,
-                            "median": statistics.median(values), "spread": spread(values)})
+            had = [run for run in runs if fig.key in run]
+            if had:
+                values = [run[fig.key] for run in had]
+                cell = {"row": row, "mode": mode, "figure": fig.key, "samples": values,
+                        "median": statistics.median(values), "spread": spread(values)}
+                if all("repeat" in run for run in had):
+                    cell["repeats"] = [run["repeat"] for run in had]
+                out.append(cell)
     return out
 
 
 def ratios(cell_list: Sequence[dict], baseline: Optional[str]) -> List[dict]:
-    """Each mode's median over the baseline mode's, per row and figure."""
+    """Each mode's median over the baseline mode's, per row and figure; and where both
+    ran in two repeats or more, ``paired``: the least and the greatest of the repeats'
+    own ratios (a run over the baseline's run of the same repeat, which ran beside it),
+    the spread of the ratio itself where processes differ from one another."""
     if baseline is None:
         return []
-    base = {(c["row"], c["figure"]): c["median"] for c in cell_list if c["mode"] == baseline}
+    base = {(c["row"], c["figure"]): c for c in cell_list if c["mode"] == baseline}
     out = []
     for c in cell_list:
         b = base.get((c["row"], c["figure"]))
-        if c["mode"] != baseline and b:
-            out.append({"row": c["row"], "figure": c["figure"], "mode": c["mode"],
-                        "baseline": baseline, "ratio": c["median"] / b})
+        if c["mode"] == baseline or not b or not b["median"]:
+            continue
+        r = {"row": c["row"], "figure": c["figure"], "mode": c["mode"], "baseline": baseline,
+             "ratio": c["median"] / b["median"]}
+        by_repeat = dict(zip(b.get("repeats", ()), b["samples"]))
+        paired = [v / by_repeat[i] for i, v in zip(c.get("repeats", ()), c["samples"])
+                  if by_repeat.get(i)]
+        if len(paired) >= 2:
+            r["paired"] = [min(paired), max(paired)]
+        out.append(r)
     return out
 
 

@@ -50,12 +50,22 @@ def best_mode(found: dict, better: str) -> Optional[str]:
     return pick(found, key=lambda m: found[m]["median"])
 
 
+def ratio_text(r: dict) -> str:
+    """A ratio of medians, with its repeats' own least and greatest where known:
+    "0.981 (0.95-1.12)"."""
+    text = f"{r['ratio']:.3f}"
+    if r.get("paired"):
+        lo, hi = r["paired"]
+        text += f" ({lo:.2f}-{hi:.2f})"
+    return text
+
+
 def render(doc: dict) -> str:
     """The table of one result document, as Markdown text (no trailing newline)."""
     modes, rows, base = doc["modes"], doc["rows"], doc.get("baseline")
     others = [m for m in modes if base is not None and m != base]
     by = {(c["row"], c["mode"], c["figure"]): c for c in doc["cells"]}
-    ratio = {(r["row"], r["mode"], r["figure"]): r["ratio"] for r in doc["ratios"]}
+    ratio = {(r["row"], r["mode"], r["figure"]): ratio_text(r) for r in doc["ratios"]}
     head = (["case"] if len(rows) > 1 else []) + ["figure"] + modes + \
         [f"{m} / {base}" for m in others]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -68,8 +78,7 @@ def render(doc: dict) -> str:
             label = f"{fig['label']} ({fig['unit']})" if fig["unit"] else fig["label"]
             parts = ([row] if len(rows) > 1 else []) + [label]
             parts += [cell_text(found.get(m), m == best) for m in modes]
-            parts += [f"{ratio[(row, m, fig['key'])]:.3f}" if (row, m, fig["key"]) in ratio
-                      else "" for m in others]
+            parts += [ratio.get((row, m, fig["key"]), "") for m in others]
             lines.append("| " + " | ".join(parts) + " |")
     return "\n".join(lines)
 

@@ -72,13 +72,15 @@ def loss_differences(samples) -> None:
     for (row, mode), runs in samples.items():
         if mode == "benchmark off":
             continue
+        offs = {off.get("repeat", i): off
+                for i, off in enumerate(samples.get((row, "benchmark off"), []))}
         for i, run in enumerate(runs):
-            offs = samples.get((row, "benchmark off"), [])
-            if i >= len(offs):
+            off = offs.get(run.get("repeat", i))
+            if off is None:
                 continue
-            steps = [k for k in run if k.startswith("loss_") and k in offs[i]]
+            steps = [k for k in run if k.startswith("loss_") and k in off]
             if steps:
-                run["loss_vs_off"] = max(abs(run[k] - offs[i][k]) / max(abs(offs[i][k]), 1e-12)
+                run["loss_vs_off"] = max(abs(run[k] - off[k]) / max(abs(off[k]), 1e-12)
                                          for k in steps)
 
 

@@ -37,8 +37,9 @@ def test_measure_runs_cases_in_turns_reversed_every_other_repeat_after_warmup():
     samples = harness.measure(cases, repeats=3, runner=run, warmup=1)
     assert [m for _, m, _ in run.calls] == ["c", "b", "a", "a", "b", "c", "c", "b", "a",
                                             "a", "b", "c"]
-    # the warm-up round (calls 1-3) is dropped
-    assert samples[("r", "a")] == [{"wall_s": 4.0}, {"wall_s": 9.0}, {"wall_s": 10.0}]
+    # the warm-up round (calls 1-3) is dropped; each run notes its repeat
+    assert samples[("r", "a")] == [{"wall_s": 4.0, "repeat": 0}, {"wall_s": 9.0, "repeat": 1},
+                                   {"wall_s": 10.0, "repeat": 2}]
 
 
 def test_places_are_fresh_per_run_and_round_shared_within_a_repeat():
@@ -588,3 +589,19 @@ def test_zero_code_ctrl_c_while_setting_up_writes_nothing(tmp_path):
     assert zero_code.main(["--json", str(path)], runner=fake_runner(lambda c, n: {}), env=ENV,
                           set_up=set_up) == 130
     assert not path.exists()
+
+
+def test_ratios_pair_each_repeat_with_the_baselines_run_beside_it():
+    """A ratio of medians, and the least and greatest of the repeats' own ratios: a run
+    over the baseline's run of the same repeat (a repeat missing from either is left
+    out); rendered beside the ratio."""
+    samples = {("r", "a"): [{"t": 10.0, "repeat": 0}, {"t": 20.0, "repeat": 1},
+                            {"t": 12.0, "repeat": 2}],
+               ("r", "b"): [{"t": 11.0, "repeat": 0}, {"t": 24.0, "repeat": 2}]}
+    doc = doc_of(samples, [Figure("t", "time", "s")])
+    (r,) = doc["ratios"]
+    assert r["ratio"] == pytest.approx(17.5 / 12) and r["paired"] == [pytest.approx(1.1), 2.0]
+    assert render.render(doc).splitlines()[2].endswith("| 1.458 (1.10-2.00) |")
+    one = doc_of({k: v[:1] for k, v in samples.items()}, [Figure("t", "time", "s")])
+    assert "paired" not in one["ratios"][0]  # one pair: no spread to give
+
