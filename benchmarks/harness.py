@@ -151,8 +151,9 @@ def measure(cases: Sequence[Case], repeats: int = 1, runner: Runner = run_proces
     """Run every case ``repeats`` times, all cases in turn each repeat (reversed every
     other repeat), each run in its own process with fresh ``{out}`` / ``{tmp}`` places,
     after ``warmup`` rounds of the same whose figures are dropped. Returns per (row, mode)
-    each counted run's figures, in the order they ran; they go into ``samples`` as each
-    run ends, where given (an interrupted caller keeps the runs that finished)."""
+    each counted run's figures and its ``repeat`` (from 0), in the order they ran; they
+    go into ``samples`` as each run ends, where given (an interrupted caller keeps the
+    runs that finished)."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats {repeats}, warmup {warmup}: valid: 1 or more, 0 or more")
     if samples is None:

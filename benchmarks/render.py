@@ -4,7 +4,8 @@
 first the line that says where it was measured). No GPU and no torch needed: the table
 comes from the file alone, one row per row and figure, one column per mode (the median,
 its spread, ``(noisy)`` above 10%), the best mode in bold, then each mode over the
-baseline mode.
+baseline mode (a ratio of medians, with the least and greatest of its repeats' own where
+known).
 """
 import argparse
 import json
@@ -52,11 +53,11 @@ def best_mode(found: dict, better: str) -> Optional[str]:
 
 def ratio_text(r: dict) -> str:
     """A ratio of medians, with its repeats' own least and greatest where known:
-    "0.981 (0.95-1.12)"."""
+    "0.981 (0.95–1.12)"."""
     text = f"{r['ratio']:.3f}"
     if r.get("paired"):
         lo, hi = r["paired"]
-        text += f" ({lo:.2f}-{hi:.2f})"
+        text += f" ({lo:.2f}–{hi:.2f})"
     return text
 
 

@@ -601,7 +601,6 @@ def test_ratios_pair_each_repeat_with_the_baselines_run_beside_it():
     doc = doc_of(samples, [Figure("t", "time", "s")])
     (r,) = doc["ratios"]
     assert r["ratio"] == pytest.approx(17.5 / 12) and r["paired"] == [pytest.approx(1.1), 2.0]
-    assert render.render(doc).splitlines()[2].endswith("| 1.458 (1.10-2.00) |")
+    assert render.render(doc).splitlines()[2].endswith("| 1.458 (1.10–2.00) |")
     one = doc_of({k: v[:1] for k, v in samples.items()}, [Figure("t", "time", "s")])
     assert "paired" not in one["ratios"][0]  # one pair: no spread to give
-

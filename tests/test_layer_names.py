@@ -171,74 +171,100 @@ def test_a_call_that_cannot_be_named_never_raises(names, monkeypatch):
     names.observe(None, None, None, None, None, None, None, None)  # nothing a tensor: no raise
 
 
-class CastDown(nn.Module):
-    """A layer whose forward casts its weight itself, as mixed-precision code does by hand."""
+
+class Pyramid(nn.Module):
+    """Two layers of one geometry at two resolutions (a feature pyramid's), and a layer
+    whose forward casts its weight itself."""
 
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.fine = nn.Conv2d(8, 8, 3, padding=1)
+        self.coarse = nn.Conv2d(8, 8, 3, padding=1)
+        self.cast = nn.Conv2d(8, 8, 1)
 
     def forward(self, x):
         import torch.nn.functional as F
 
-        return F.conv2d(x.double(), self.conv.weight.double(), padding=1).float()
+        x = self.fine(self.stem(x))
+        y = self.coarse(F.max_pool2d(x, 2))
+        return x.sum() + y.sum() + F.conv2d(y.double(), self.cast.weight.double()).sum()
 
 
-def _keys_at(model, size):
-    """The op's keys of ``model``'s calls (_model with a CastDown) at input ``size``."""
+def _pyramid_keys(model, size):
+    """The op's keys of each Pyramid layer's calls at input ``size``, by layer name."""
     from cudnn_explorer.pinning import op
 
-    x = torch.randn(2, 3, size, size)
-    h = torch.randn(2, 8, size - 2, size - 2)
-    keys = {"0": op.conv_keys(x, model[0].weight, [1, 1], [0, 0], [1, 1]),
-            "2.0.conv": op.conv_keys(h, model[2][0].conv.weight, [1, 1], [1, 1], [1, 1]),
-            "3.conv": op.conv_keys(h.double(), model[3].conv.weight.double(), [1, 1], [1, 1],
-                                   [1, 1]),
-            "4": op.conv_keys(h, model[4].weight, [2, 2], [0, 0], [1, 1], True, [0, 0])}
-    return keys
+    def keys(x, layer, padding):
+        return op.conv_keys(x, layer.weight, [1, 1], [padding] * 2, [1, 1])
+    fine, coarse = torch.randn(2, 8, size, size), torch.randn(2, 8, size // 2, size // 2)
+    return {"stem": keys(torch.randn(2, 3, size, size), model.stem, 1),
+            "fine": keys(fine, model.fine, 1), "coarse": keys(coarse, model.coarse, 1),
+            "cast": op.conv_keys(coarse.double(), model.cast.weight.double(), [1, 1], [0, 0],
+                                 [1, 1])}
 
 
-def test_compiled_calls_are_named_while_traced_at_every_size_the_graph_runs(names):
-    """Note [names of traced calls]: a model compiled under routing (aot_eager, so the
-    graph holds the op) is named from dynamo's fake tensors, a weight cast in the traced
-    code included; its dynamic-shape graph names the keys of sizes it ran without
-    tracing again, and with no graph break."""
+def _compile_and_run(model, sizes, dynamic=None):
+    """Graphs compiled and graph breaks while ``model`` runs compiled under routing
+    (aot_eager: the graph holds the op) at each input size, forward and backward."""
     from cudnn_explorer.pinning import functional
 
-    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Sequential(Down(), Down()),
-                          CastDown(), nn.ConvTranspose2d(8, 4, 2, stride=2))
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     try:
         with functional.process_routing():
-            compiled = torch.compile(model, backend="aot_eager")
-            for size in (10, 12, 14):  # the second size compiles a dynamic graph
-                compiled(torch.randn(2, 3, size, size, requires_grad=True)).sum().backward()
-            graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-            breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+            compiled = torch.compile(model, backend="aot_eager", dynamic=dynamic)
+            for size in sizes:
+                compiled(torch.randn(2, 3, size, size, requires_grad=True)).backward()
+            return (torch._dynamo.utils.counters["stats"]["unique_graphs"],
+                    sum(torch._dynamo.utils.counters["graph_break"].values()))
     finally:
         torch._dynamo.reset()
-    assert graphs == 2 and breaks == 0
-    assert names.by_key() == {}  # no call ran eagerly
-    for size in (10, 14, 30):  # 30: never traced, a size the dynamic graph runs as is
-        keys = _keys_at(model, size)
+
+
+def test_compiled_calls_are_named_while_traced_each_layer_its_own_keys(names):
+    """Note [names of traced calls]: a model compiled at fixed sizes names each traced
+    call's own keys, as eager calls do: two layers of one geometry at two resolutions
+    keep their own names (and share none); a weight cast in the traced code names
+    nothing, as eagerly; no graph break."""
+    model = Pyramid()
+    assert _compile_and_run(model, [16], dynamic=False) == (1, 0)
+    keys = _pyramid_keys(model, 16)
+    by_key = names.by_key([k for ks in keys.values() for k in ks])
+    for layer in ("stem", "fine", "coarse"):
+        assert [by_key.get(tuple(k)) for k in keys[layer]] == [[layer]] * 3, layer
+    assert all(tuple(k) not in by_key for k in keys["cast"])
+    assert len(by_key) == 9
+
+
+def test_a_dynamic_graph_names_the_keys_of_sizes_it_ran_without_tracing(names):
+    """A graph with symbolic sizes names every recorded key its own matches where the
+    symbolic sizes do not set it: sizes it never traced (40 here) too. A layer of other
+    channels or geometry keeps its own; two of one geometry at sizes that are both
+    symbolic can each have run any size, so each names the other's keys too."""
+    model = Pyramid()
+    assert _compile_and_run(model, [16, 24, 32]) == (2, 0)  # the second: a dynamic graph
+    for size in (16, 24, 40):
+        keys = _pyramid_keys(model, size)
         by_key = names.by_key([k for ks in keys.values() for k in ks])
-        for layer, ks in keys.items():
-            want = ["2.0.conv", "2.1.conv"] if layer == "2.0.conv" else [layer]
-            assert [by_key.get(tuple(k)) for k in ks] == [want] * 3, (size, layer)
+        assert [by_key.get(tuple(k)) for k in keys["stem"]] == [["stem"]] * 3, size
+        for layer in ("fine", "coarse"):
+            assert [by_key.get(tuple(k)) for k in keys[layer]] == [["coarse", "fine"]] * 3
+        assert all(tuple(k) not in by_key for k in keys["cast"])
     other = torch.randn(2, 5, 10, 10)  # channels no layer has: no name
-    assert names.by_key(op_keys(other, torch.randn(8, 5, 3, 3))) == {}
-
-
-def op_keys(x, w):
     from cudnn_explorer.pinning import op
 
-    return op.conv_keys(x, w, [1, 1], [0, 0], [1, 1])
+    others = [tuple(k) for k in op.conv_keys(other, torch.randn(8, 5, 3, 3), [1, 1], [0, 0],
+                                              [1, 1])]
+    assert not set(others) & set(names.by_key(others))
 
 
 def test_a_traced_call_that_cannot_be_named_never_raises(names):
-    """Whatever dynamo hands over, observe_traced returns (the trace goes on)."""
+    """Whatever dynamo hands over, observe_traced returns (the trace goes on), and by_key
+    takes keys of any length."""
     names.observe_traced(None, None, None, None, None, None, None, None)
     names.observe_traced((torch.randn(1, 3, 4, 4), None), (torch.randn(4, 3, 3, 3), None),
                          [1, 1], [0, 0], [1, 1], False, [0, 0], 1)  # not fakes: no name
     assert names.by_key() == {} and names._traced == {}
+    names._traced[(1, None, 3)] = {"x"}
+    assert names.by_key([[1], [1, 2, 3, 4], [1, 9, 3]]) == {(1, 9, 3): ["x"]}

@@ -150,20 +150,3 @@ def test_mutated_plan_files_are_refused_or_read_whole():
         assert PlanFile.read(plans.to_json()) == plans, (path, value)
     assert refused > 200
 
-
-def test_a_key_any_size_keeps_all_but_the_input_sizes():
-    """core.plans.key_any_size: one layer's keys at two input sizes have the same one;
-    another channel count, weight, dtype or stride has another (3-D keys alike)."""
-    from cudnn_explorer.core.plans import key_any_size, native_key_of
-    from cudnn_explorer.core.problem import ConvProblem
-
-    def key(shape, **kw):
-        args = dict(out_channels=16, kernel=3, padding=1)
-        args.update(kw)
-        return key_any_size(native_key_of(ConvProblem.create(shape, **args), "bwd-filter"))
-
-    base = key([8, 4, 32, 32])
-    assert key([2, 4, 48, 40]) == base and len(base) == 7 + 1 + 4 + 1 + 6
-    assert len({base, key([8, 6, 32, 32]), key([8, 4, 32, 32], out_channels=8),
-                key([8, 4, 32, 32], dtype="float16"), key([8, 4, 32, 32], stride=2)}) == 5
-    assert key([2, 4, 8, 16, 16]) == key([4, 4, 6, 20, 20]) != key([2, 4, 8, 16, 16], kernel=1)

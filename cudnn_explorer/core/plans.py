@@ -155,16 +155,6 @@ def problem_of_key(key: Sequence[int]) -> Tuple[ConvProblem, str]:
     return problem, d
 
 
-def key_any_size(key: Sequence[int]) -> Tuple[int, ...]:
-    """``key`` (Note [plan keys]) less what a call's input size sets: the batch and the
-    spatial sizes of x and y, channels kept. Every call of one layer at any input size
-    has the same one."""
-    k = list(key)
-    nd = k[6]
-    x, w, y = k[7:7 + nd], k[7 + nd:7 + 2 * nd], k[7 + 2 * nd:7 + 3 * nd]
-    return (*k[:7], x[1], *w, y[1], *k[7 + 3 * nd:])
-
-
 @dataclass(frozen=True)
 class PlanEnvironment(Record):
     """Where the plans were measured; a plan is only known to be valid there."""

@@ -47,7 +47,8 @@ def _entries():
 _torch, CONV, _EAGER, _PLAIN, _MISSING = _entries()
 _WARNED = []
 # A recording's observer of each eager call's arguments (pinning/layer_names.py), or None;
-# and of each call torch.compile traces (Note [names of traced calls]), or None
+# and, where OBSERVER is set, its observer of each call torch.compile traces (Note [names
+# of traced calls] in pinning/layer_names.py), or None
 OBSERVER: list = [None]
 TRACE_OBSERVER: list = [None]
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import weakref
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..core.plans import key_any_size
 from . import op
 
 __all__ = ["LayerNames"]
@@ -69,7 +68,7 @@ class LayerNames:
         self._owner = _ByTensor()  # parameter: a weak reference to its module
         self._seen = _ByTensor()  # weight: the call shapes whose keys are noted
         self._names: Dict[Tuple[int, ...], Set[str]] = {}
-        self._traced: Dict[Tuple[int, ...], Set[str]] = {}  # by key_any_size
+        self._traced: Dict[tuple, Set[str]] = {}  # by key, None where sizes set it
         self._handles: list = []
 
     def install(self) -> None:
@@ -156,25 +155,35 @@ class LayerNames:
         node that made it). Never raises."""
         try:
             (x, _), (w, w_node) = input, weight
-            name = self.name_of(_real_of(w, w_node))
+            name = self.name_of(_parameter_of(w, w_node))
             if name is None:
                 return
-            x, w = op.as_the_op_sees(*(_sized(t) for t in (x, w)), cuda=x.is_cuda)
-            for k in op.conv_keys(x, w, stride, padding, dilation, transposed,
-                                  output_padding, groups):
-                self._traced.setdefault(key_any_size(k), set()).add(name)
+
+            def keys_at(scale):  # the keys with every symbolic size times scale
+                seen = op.as_the_op_sees(_sized(x, scale), _sized(w, scale), cuda=x.is_cuda)
+                return op.conv_keys(*seen, stride, padding, dilation, transposed,
+                                    output_padding, groups)
+            for at_hint, doubled in zip(keys_at(1), keys_at(2)):
+                if at_hint == doubled:  # no symbolic size: the call's own key
+                    self._names.setdefault(tuple(at_hint), set()).add(name)
+                elif len(at_hint) == len(doubled):  # what a symbolic size sets: any value
+                    pattern = tuple(a if a == b else None for a, b in zip(at_hint, doubled))
+                    self._traced.setdefault(pattern, set()).add(name)
         except Exception:  # noqa: BLE001
             pass
 
     def by_key(self, keys=()) -> Dict[Tuple[int, ...], List[str]]:
         """Per key, the names of the layers whose calls had it, sorted: the keys of the
-        calls observed eagerly, and of ``keys`` (those the op counted) those whose traced
-        calls' keys are theirs at some input size (Note [names of traced calls])."""
+        calls observed (eagerly, or traced at sizes that were not symbolic), and of
+        ``keys`` (those the op counted) those that a traced call's key with symbolic sizes
+        matches (Note [names of traced calls])."""
         names = {k: set(v) for k, v in self._names.items()}
         for k in keys if self._traced else ():
-            traced = self._traced.get(key_any_size(k))
-            if traced:
-                names.setdefault(tuple(k), set()).update(traced)
+            k = tuple(k)
+            for pattern, traced in self._traced.items():
+                if len(pattern) == len(k) and \
+                        all(p is None or p == v for p, v in zip(pattern, k)):
+                    names.setdefault(k, set()).update(traced)
         return {k: sorted(v) for k, v in names.items()}
 
 
@@ -182,31 +191,31 @@ class LayerNames:
 # run, so a recording names them while torch.compile traces them: the route, traced by
 # dynamo, has it call LayerNames.observe_traced at trace time (torch._dynamo.comptime,
 # pinning/functional.py) with the fake tensors dynamo traces with. A parameter's fake is
-# found back as the parameter (dynamo's FakeTensorConverter: real tensor to an id, id to
-# its fake); a weight the traced code made from one (``w.half()``, ``w.to(...)``) through
-# the node that made it. A graph may run any input size it admits (dynamic shapes)
-# without tracing again, so a traced call's layer names every recorded key of its
-# weight, geometry and dtype at any input size (core.plans.key_any_size). Dynamo's
-# internals are private: where a torch keeps them elsewhere, traced calls name no layer,
-# as unregistered weights name none.
-_CAST_METHODS = {"to", "half", "float", "bfloat16", "double", "type", "contiguous",
-                 "detach", "clone", "type_as"}
+# found back as the parameter: its graph input's own record of the tensor it stands for
+# (``grapharg``), or dynamo's FakeTensorConverter (real tensor to an id, id to its fake).
+# A weight made in the traced code (``w.half()``) names no layer, as in an eager call. A
+# call traced at fixed sizes gets its own keys, as an eager call does. A graph with
+# symbolic (dynamic) sizes runs every size it admits without tracing again: its keys are
+# computed twice, at the sizes being traced and at those sizes doubled, and the positions
+# that differ are what those sizes set, so the layer names every recorded key that equals
+# its own elsewhere (core plan key order, Note [plan keys]). Dynamo's internals are
+# private: where a torch keeps them elsewhere, traced calls name no layer, as
+# unregistered weights name none.
 
 
-def _real_of(fake, node):
-    """The real tensor whose fake ``fake`` is (made by ``node``), or None."""
-    real = _memo_real(fake)
-    for _ in range(8):  # up a chain of casts, to a tensor dynamo made a fake of
-        if real is not None or node is None or node.op != "call_method" or \
-                node.target not in _CAST_METHODS or not node.args:
-            break
-        node = node.args[0]
-        up = getattr(node, "meta", {}).get("example_value")
-        real = _memo_real(up) if up is not None else None
-    return real
+def _parameter_of(fake, node):
+    """The real tensor whose fake ``fake`` (the graph input ``node``) stands for, or
+    None."""
+    arg = getattr(node, "meta", {}).get("grapharg") if node is not None else None
+    example = getattr(arg, "example", None)
+    if example is not None:
+        return example
+    return _memo_real(fake)
 
 
 def _memo_real(fake):
+    """The real tensor dynamo's FakeTensorConverter made ``fake`` from, or None (a scan of
+    every tensor it faked: the fallback where the graph input keeps no record)."""
     mode = getattr(fake, "fake_mode", None)
     if mode is None:
         return None
@@ -218,13 +227,31 @@ def _memo_real(fake):
     return None
 
 
-def _sized(fake):
-    """A meta tensor of ``fake``'s dtype, sizes and strides, symbolic ones at the sizes
-    being traced (their hints: nothing is guarded on)."""
+def _sized(fake, scale: int):
+    """A meta tensor of ``fake``'s dtype, sizes and memory order: fixed sizes as they
+    are, symbolic ones at the value being traced (its hint: nothing is guarded on; 64
+    where there is none) times ``scale``."""
     import torch
 
-    def hint(v):  # a SymInt's value where it was made (its node's hint), guarding nothing
-        return v if isinstance(v, int) else int(v.node.hint)
+    def size(v):
+        if isinstance(v, int):
+            return v
+        hint = v.node.hint
+        return (int(hint) if hint is not None else 64) * scale
 
-    return torch.empty_strided([hint(v) for v in fake.shape], [hint(v) for v in fake.stride()],
-                               dtype=fake.dtype, device="meta")
+    sizes = [size(v) for v in fake.shape]
+    order = sorted(range(len(sizes)), key=lambda d: _stride_hint(fake.stride()[d]),
+                   reverse=True)  # outermost first, as the fake's strides lay it out
+    strides = [0] * len(sizes)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= max(sizes[d], 1)
+    return torch.empty_strided(sizes, strides, dtype=fake.dtype, device="meta")
+
+
+def _stride_hint(v) -> int:
+    if isinstance(v, int):
+        return v
+    hint = v.node.hint
+    return int(hint) if hint is not None else 0
