@@ -738,3 +738,34 @@ def test_a_plan_file_from_a_multi_size_sweep_covers_every_size(tmp_path, monkeyp
         # the first layer's input needs no gradient: its bwd-data is not in the file
         assert [k in keys for k in wanted] == [True, False, True, True, True, True], s
     assert not any(k in keys for k in call_keys(10))
+
+
+def test_per_sample_gradients_under_routing_go_through_the_op():
+    """Note [per-sample gradients under routing]: torch's per-sample gradients
+    (ExpandedWeight, call_for_per_sample_grads) of 1-D and 2-D convolutions under
+    routing equal unrouted ones, and the forward calls reach the op; in a pinned() block
+    they are right too (PyTorch's own convolution)."""
+    from torch.nn.utils._per_sample_grad import call_for_per_sample_grads
+
+    from cudnn_explorer.pinning import functional, op
+
+    torch.manual_seed(0)
+    for layer, x in ((nn.Conv2d(3, 4, 3, padding=1), torch.randn(5, 3, 8, 8)),
+                     (nn.Conv1d(3, 4, 3, stride=2), torch.randn(5, 3, 9))):
+        model = nn.Sequential(layer, nn.Tanh())
+        call_for_per_sample_grads(model)(x).square().sum().backward()
+        want = [p.grad_sample.clone() for p in model.parameters()]
+        for p in model.parameters():
+            del p.grad_sample
+        with functional.process_routing():
+            op.reset_counts()
+            call_for_per_sample_grads(model)(x).square().sum().backward()
+            counts = op.pin_counts(reset=True)
+        for p, w in zip(model.parameters(), want):
+            torch.testing.assert_close(p.grad_sample, w)
+            del p.grad_sample
+        assert counts.fallback_calls >= 1, counts  # the forward ran the op (CPU: fell back)
+        with functional.pinned_functions():  # a pinned() block: right, though unpinned
+            call_for_per_sample_grads(model)(x).square().sum().backward()
+        for p, w in zip(model.parameters(), want):
+            torch.testing.assert_close(p.grad_sample, w)

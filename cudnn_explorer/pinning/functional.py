@@ -212,8 +212,7 @@ _ROUTING_LOCK = threading.Lock()
 # PyTorch's own kinds takes the function it replaced, as it would unrouted: an FX Proxy
 # (symbolic_trace records the call by name; the route's Python would branch on it); a
 # tensor subclass with a __torch_function__ of its own (a library's wrapper), whose own
-# handling of the convolution is what it expects (ExpandedWeight's per-sample gradients
-# still fail: it checks the function by identity against F.conv2d, the route); or one
+# handling of the convolution is what it expects (but ExpandedWeight: _per_sample); or one
 # with a __torch_dispatch__ of its own (DTensor, whose sharding rules do not know the op),
 # but torch's own tracing tensors (FakeTensor and FunctionalTensor, which torch.compile
 # traces with). Parameter and the other kinds that disable __torch_function__ go through
@@ -260,7 +259,11 @@ def _route_for(name: str):
     else:
         def route(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
             if _foreign(input, weight, bias):
-                return original(input, weight, bias, stride, padding, dilation, groups)
+                args = (input, weight, bias, stride, padding, dilation, groups)
+                if type(weight).__name__ == "ExpandedWeight" and \
+                        getattr(_torch.nn.functional, name) is route:
+                    return _per_sample(route, original, args)
+                return original(*args)
             return conv(input, weight, bias, stride, padding, dilation, groups)
     route.__name__ = route.__qualname__ = name
     # pickled by reference as torch.nn.functional's function, which it is while routed
@@ -269,6 +272,24 @@ def _route_for(name: str):
     route.__doc__ = (f"torch.nn.functional.{name} through cudnn_explorer's pinned op.\n\n"
                      + (original.__doc__ or ""))
     return route
+
+
+def _per_sample(route, original, args):
+    """Note [per-sample gradients under routing]: ExpandedWeight (torch's per-sample
+    gradients, ``call_for_per_sample_grads``) handles ``F.conv{n}d`` by its own rule,
+    which picks the dimensionality by comparing the function it was called for with
+    ``F.conv1d``/``F.conv2d``/``F.conv3d`` as they are at call time: the routes, while
+    routed. While routed by name, the call is handed to it as a call of the route (the
+    route known to it as PyTorch's function is), so the check holds; its rule calls the
+    route on the plain weight, through the op, and computes the per-sample gradients its
+    own way. Inside ``pinned_functions`` (names not routed) it gets PyTorch's function,
+    which its rule calls unpinned."""
+    from torch.nn.utils._expanded_weights.expanded_weights_impl import HANDLED_FUNCTIONS
+
+    if route not in HANDLED_FUNCTIONS and original in HANDLED_FUNCTIONS:
+        HANDLED_FUNCTIONS[route] = HANDLED_FUNCTIONS[original]
+    tensors = tuple(a for a in args[:3] if a is not None)
+    return _torch.overrides.handle_torch_function(route, tensors, *args)
 
 
 # One function per name, made once and never freed: TorchScript knows each by its id as
