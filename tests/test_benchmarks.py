@@ -280,13 +280,14 @@ def test_pin_host_hook_modes_run_under_the_hooks_variables_and_the_others_under_
     assert env["aten"] == off and env["pinned"] == off  # a shell's own variables unset
     assert env["pinned by the hook"] == {"CUDNN_EXPLORER_PLANS": "/p/plans.json",
                                          "CUDNN_EXPLORER_RECORD": "",
-                                         "CUDNN_EXPLORER_STRICT": "1", "CUDNN_EXPLORER_KEEP": "0"}
+                                         "CUDNN_EXPLORER_STRICT": "", "CUDNN_EXPLORER_KEEP": "0"}
     assert env["recorded by the hook"] == {"CUDNN_EXPLORER_PLANS": "",
                                            "CUDNN_EXPLORER_RECORD": "{out}.record"}
     for mode, variables in env.items():  # what the hook reads in the child
         from cudnn_explorer.core.zero_code import settings_from
         want = {"pinned by the hook": "run", "recorded by the hook": "record"}.get(mode, "")
         assert settings_from(variables).mode == want
+        assert not settings_from(variables).strict  # as pin() is by default: no per-call check
 
 
 def test_cold_start_first_calls_rows_share_a_cache_within_a_repeat_or_not():

@@ -286,6 +286,45 @@ def test_strict_pinning_names_the_layer_and_key():
     assert not op.strict()
 
 
+def test_a_strict_check_is_made_once_per_call_shape_and_again_for_other_plans(monkeypatch):
+    """Note [strict checks, once per call shape]: a covered call shape is checked once;
+    a call that wants another direction (the weight's gradient), another shape, or the
+    same shape after other plans are loaded is checked again, and raises where not
+    covered."""
+    from cudnn_explorer.core.plans import PlanEnvironment, PlanFile
+    from cudnn_explorer.pinning import functional, op
+
+    checks = []
+    real = op.uncovered
+    monkeypatch.setattr(op, "uncovered", lambda *a: checks.append(a[-1]) or real(*a))
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+
+    def check(x, w):
+        functional._check_strict(x, w, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    try:
+        op.load_plans(_plans(1), strict=True)  # the output only
+        for _ in range(3):
+            check(x, w)
+        assert checks == [["output"]]
+        with pytest.raises(functional.StrictPinError, match="its weight gradient"):
+            check(x, w.requires_grad_())
+        with pytest.raises(functional.StrictPinError, match="its weight gradient"):
+            check(x, w)  # not remembered: raises again
+        check(x, w.detach())
+        assert len(checks) == 3  # the covered shape, remembered
+        with pytest.raises(functional.StrictPinError, match="its output"):
+            check(torch.randn(2, 3, 9, 9), w.detach())  # another size
+        op.load_plans(_plans(2), strict=True)  # the weight gradient too
+        check(x, w.detach())
+        check(x, w)
+        assert len(checks) == 6
+        op.load_plans(PlanFile(environment=PlanEnvironment(), entries=[]), strict=True)
+        with pytest.raises(functional.StrictPinError, match="its output"):
+            check(x, w.detach())  # covered before, not by these plans
+    finally:
+        op.clear_plans()
+
+
 _RANK0_ONLY = r"""
 import os, sys, torch, torch.distributed as dist
 rank, init, plans = int(sys.argv[1]), sys.argv[2], sys.argv[3]

@@ -80,20 +80,43 @@ def _unpinned(input, weight, bias, stride, padding, dilation, transposed, output
                               output_padding, groups)
 
 
+# Note [strict checks, once per call shape]: strict pinning checks every call's
+# directions against the loaded plans before the call runs (a backward direction the file
+# lacks would otherwise fail only in the backward). The keys cost a native call and some
+# Python per call (about 4 us on this project's CPU machine), so a call shape found
+# covered is remembered, for the plans loaded then: everything the keys are computed from
+# (the tensors' sizes, strides and dtypes, autocast's cast, the geometry, the TF32
+# setting) and the directions wanted. Uncovered shapes are not remembered: they raise.
+_COVERED: dict = {"plans": None, "shapes": set()}
+
+
 def _check_strict(input, weight, stride, padding, dilation, transposed, output_padding,
                   groups):
     """StrictPinError when the call needs a direction the loaded plans do not cover."""
-    wanted = ["output"]
-    if _torch.is_grad_enabled():
-        if input.requires_grad:
-            wanted.append("input gradient")
-        if weight.requires_grad:
-            wanted.append("weight gradient")
+    grad = _torch.is_grad_enabled()
+    wants_input, wants_weight = grad and input.requires_grad, grad and weight.requires_grad
+    cuda = input.is_cuda
+    cast = _torch.get_autocast_dtype("cuda") if cuda and _torch.is_autocast_enabled("cuda") \
+        else None
+    shape = (tuple(input.shape), input.stride(), input.dtype, tuple(weight.shape),
+             weight.stride(), weight.dtype, cuda, cast, tuple(stride), tuple(padding),
+             tuple(dilation), bool(transposed), tuple(output_padding), int(groups),
+             _torch._C._get_cudnn_allow_tf32(), wants_input, wants_weight)
+    loaded = op.loaded_keys()
+    if _COVERED["plans"] is not loaded:  # other plans: what was covered may not be
+        _COVERED["shapes"] = set()
+        _COVERED["plans"] = loaded
+    shapes = _COVERED["shapes"]  # (plans loaded meanwhile: a set that is then dropped)
+    if shape in shapes:
+        return
+    wanted = ["output"] + (["input gradient"] if wants_input else []) + \
+        (["weight gradient"] if wants_weight else [])
     input, weight = op.as_the_op_sees(input, weight)
     why = op.uncovered(input, weight, stride, padding, dilation, transposed, output_padding,
                        groups, wanted)
     if why:
         raise StrictPinError(f"cudnn_explorer strict pinning: a convolution call: {why}")
+    shapes.add(shape)
 
 
 def call(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
