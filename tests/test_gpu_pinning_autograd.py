@@ -202,6 +202,47 @@ def test_vmap_per_sample_gradients_run_pinned():
     assert err < 1e-4
 
 
+def test_expanded_weight_per_sample_gradients_under_routing_run_the_op():
+    """Note [per-sample gradients under routing]: call_for_per_sample_grads of a model whose
+    F.conv2d is routed (as under the start-up hook) gives the unrouted model's per-sample
+    gradients (float32, TF32 off), its forward calls running pinned plans."""
+    import torch
+    import torch.nn as nn
+    from torch.nn.utils._per_sample_grad import call_for_per_sample_grads
+
+    from cudnn_explorer.model.tracer import problem_of
+    from cudnn_explorer.pinning import functional, op
+
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Tanh(), nn.Conv2d(8, 4, 3, stride=2)).cuda()
+        x = torch.randn(6, 3, 12, 12, device="cuda")
+        call_for_per_sample_grads(net)(x).pow(2).sum().backward()
+        want = [p.grad_sample.clone() for p in net.parameters()]
+        for p in net.parameters():
+            del p.grad_sample
+        h = torch.randn(6, 8, 10, 10, device="cuda")
+        problems = [problem_of(x, net[0].weight, [1, 1], [0, 0], [1, 1], 1, False),
+                    problem_of(h, net[2].weight, [2, 2], [0, 0], [1, 1], 1, False)]
+        op.load_plans(heuristic_plans(problems, directions=("fwd",),
+                                      accept=lambda notes: "TENSOR_CORE" not in notes))
+        with functional.process_routing():
+            op.reset_counts()
+            call_for_per_sample_grads(net)(x).pow(2).sum().backward()
+            counts = op.pin_counts(reset=True)
+        err = max(_rel(p.grad_sample, w) for p, w in zip(net.parameters(), want))
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+        op.clear_plans()
+    _report("ExpandedWeight per-sample gradients under routing, float32 (TF32 off)", err,
+            counts)
+    pinned = {d.description for d in counts.directions if d.pinned_calls}
+    assert len(pinned) == 2 and all(d.startswith("fwd") for d in pinned), counts
+    assert err < 1e-4
+
+
 def test_a_captured_graph_replays_after_other_plans_are_loaded():
     """Capture a pinned forward in a CUDA graph, load another plan file (other engine
     configs) and run it eagerly, then replay: the replay gives the captured result
