@@ -171,7 +171,6 @@ def test_a_call_that_cannot_be_named_never_raises(names, monkeypatch):
     names.observe(None, None, None, None, None, None, None, None)  # nothing a tensor: no raise
 
 
-
 class Pyramid(nn.Module):
     """Two layers of one geometry at two resolutions (a feature pyramid's), and a layer
     whose forward casts its weight itself."""
@@ -268,3 +267,19 @@ def test_a_traced_call_that_cannot_be_named_never_raises(names):
     assert names.by_key() == {} and names._traced == {}
     names._traced[(1, None, 3)] = {"x"}
     assert names.by_key([[1], [1, 2, 3, 4], [1, 9, 3]]) == {(1, 9, 3): ["x"]}
+
+
+def test_calls_are_named_under_the_new_tf32_api(names):
+    """torch.backends.cudnn.conv.fp32_precision set alone makes the legacy TF32 getter
+    raise; the observer reads the convolutions' own setting and still names the calls."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    precision = getattr(conv, "fp32_precision", None)
+    if precision is None:
+        pytest.skip("this torch has no torch.backends.cudnn.conv.fp32_precision")
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    try:
+        _run(_model(), torch.randn(2, 3, 10, 10))
+    finally:
+        torch.backends.cudnn.conv.fp32_precision = precision
+    assert {n for v in names.by_key().values() for n in v} == {"0", "2.0.conv", "2.1.conv",
+                                                              "3"}

@@ -295,6 +295,8 @@ def test_a_strict_check_is_made_once_per_call_shape_and_again_for_other_plans(mo
     from cudnn_explorer.pinning import functional, op
 
     checks = []
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    precision = getattr(conv, "fp32_precision", None)
     real = op.uncovered
     monkeypatch.setattr(op, "uncovered", lambda *a: checks.append(a[-1]) or real(*a))
     x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
@@ -318,10 +320,22 @@ def test_a_strict_check_is_made_once_per_call_shape_and_again_for_other_plans(mo
         check(x, w.detach())
         check(x, w)
         assert len(checks) == 6
+        # what the keys are computed from, each changed alone: checked again, and raises
+        for other in (x.contiguous(memory_format=torch.channels_last), x.double()):
+            with pytest.raises(functional.StrictPinError, match="its output"):
+                check(other, w.detach().to(other.dtype))
+        if precision is not None:  # the new API alone: no TF32 (a torch that has it)
+            torch.backends.cudnn.conv.fp32_precision = "ieee"
+            with pytest.raises(functional.StrictPinError, match="its output"):
+                check(x, w.detach())
+            torch.backends.cudnn.conv.fp32_precision = "tf32"
+            check(x, w.detach())  # remembered again
         op.load_plans(PlanFile(environment=PlanEnvironment(), entries=[]), strict=True)
         with pytest.raises(functional.StrictPinError, match="its output"):
             check(x, w.detach())  # covered before, not by these plans
     finally:
+        if precision is not None:
+            torch.backends.cudnn.conv.fp32_precision = precision
         op.clear_plans()
 
 

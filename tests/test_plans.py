@@ -149,4 +149,3 @@ def test_mutated_plan_files_are_refused_or_read_whole():
         assert not must_fail, (path, value)
         assert PlanFile.read(plans.to_json()) == plans, (path, value)
     assert refused > 200
-

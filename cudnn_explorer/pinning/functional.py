@@ -101,7 +101,7 @@ def _check_strict(input, weight, stride, padding, dilation, transposed, output_p
     shape = (tuple(input.shape), input.stride(), input.dtype, tuple(weight.shape),
              weight.stride(), weight.dtype, cuda, cast, tuple(stride), tuple(padding),
              tuple(dilation), bool(transposed), tuple(output_padding), int(groups),
-             _torch._C._get_cudnn_allow_tf32(), wants_input, wants_weight)
+             op.conv_tf32_reader()(), wants_input, wants_weight)
     loaded = op.loaded_keys()
     if _COVERED["plans"] is not loaded:  # other plans: what was covered may not be
         _COVERED["shapes"] = set()

@@ -18,9 +18,9 @@ but a dictionary lookup. Note [observer's cost]: every eager convolution call of
 recording pays it, so tensors are mapped by a plain dictionary by ``id`` (_ByTensor: each
 entry holding a weak reference that removes it when its tensor dies), not a
 WeakIdKeyDictionary, whose lookup builds a reference object per call; and cuDNN's flags
-are read from torch._C, not through torch.backends' properties. On this project's CPU
-machine a seen call's observation takes 1.9 us (4.2 us through a
-WeakIdKeyDictionary).
+are read from torch._C, not through torch.backends' properties (TF32's through
+pinning.op.conv_tf32_reader). On this project's CPU machine a seen call's observation
+takes 1.9 us (4.2 us through a WeakIdKeyDictionary).
 """
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ class LayerNames:
         shape = (tuple(input.shape), input.stride(), input.dtype, weight.dtype,
                  weight.stride(), cast, tuple(stride), tuple(padding), tuple(dilation),
                  bool(transposed), tuple(output_padding), int(groups),
-                 torch._C._get_cudnn_allow_tf32(), torch._C._get_cudnn_deterministic())
+                 op.conv_tf32_reader()(), torch._C._get_cudnn_deterministic())
         seen = self._seen.value(weight)
         if seen is None:
             seen = set()
