@@ -605,3 +605,15 @@ def test_ratios_pair_each_repeat_with_the_baselines_run_beside_it():
     assert render.render(doc).splitlines()[2].endswith("| 1.458 (1.10–2.00) |")
     one = doc_of({k: v[:1] for k, v in samples.items()}, [Figure("t", "time", "s")])
     assert "paired" not in one["ratios"][0]  # one pair: no spread to give
+
+
+def test_zero_code_compares_each_runs_loss_with_benchmark_offs_run_of_its_repeat():
+    """loss_vs_off pairs a run with benchmark off's run of the same repeat: off's run of
+    repeat 0 missing, the runs of repeat 1 are still compared with each other."""
+    from benchmarks import zero_code
+
+    samples = {("eager", "benchmark off"): [{"loss_0": 2.0, "repeat": 1}],
+               ("eager", "pinned"): [{"loss_0": 1.0, "repeat": 0}, {"loss_0": 2.2, "repeat": 1}]}
+    zero_code.loss_differences(samples)
+    first, second = samples[("eager", "pinned")]
+    assert "loss_vs_off" not in first and second["loss_vs_off"] == pytest.approx(0.1)

@@ -305,8 +305,10 @@ def _per_sample(route, original, args):
     routed. While routed by name, the call is handed to it as a call of the route (the
     route known to it as PyTorch's function is), so the check holds; its rule calls the
     route on the plain weight, through the op, and computes the per-sample gradients its
-    own way. Inside ``pinned_functions`` (names not routed) it gets PyTorch's function,
-    which its rule calls unpinned."""
+    own way; its backward compares with ``F.conv{n}d`` again, so the names must still be
+    routed then, as the process-wide routing of the start-up hook keeps them. Inside
+    ``pinned_functions`` (names not routed) it gets PyTorch's function, which its rule
+    calls unpinned."""
     from torch.nn.utils._expanded_weights.expanded_weights_impl import HANDLED_FUNCTIONS
 
     if route not in HANDLED_FUNCTIONS and original in HANDLED_FUNCTIONS:
