@@ -395,3 +395,25 @@ def test_a_spec_over_sizes_keeps_channels_and_frames():
     signal = ModelSpec(name="m", input_shape=[2, 1000]).over_sizes([500, 800])
     assert signal.at_size(800).input_shape == [2, 800]
     assert "input 1x2xS for S in 500, 800" in signal.describe()
+
+
+def test_float32_problems_follow_the_convolutions_tf32_setting_under_either_api():
+    """A capture's float32 problems carry cuDNN convolutions' TF32 setting, set by the
+    legacy flag or by the per-operator one alone (whose mix makes the legacy getter
+    raise)."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    precision = getattr(conv, "fp32_precision", None)
+    legacy = torch.backends.cudnn.allow_tf32
+    try:
+        assert {u.problem.tf32 for u in run(ModelSpec(**SPEC, train=False)).problems} == {True}
+        torch.backends.cudnn.allow_tf32 = False
+        assert {u.problem.tf32 for u in run(ModelSpec(**SPEC, train=False)).problems} == {False}
+        torch.backends.cudnn.allow_tf32 = True
+        if precision is not None:
+            torch.backends.cudnn.conv.fp32_precision = "ieee"
+            problems = run(ModelSpec(**SPEC, train=False)).problems
+            assert {u.problem.tf32 for u in problems} == {False}
+    finally:
+        if precision is not None:
+            torch.backends.cudnn.conv.fp32_precision = precision
+        torch.backends.cudnn.allow_tf32 = legacy

@@ -3,6 +3,7 @@ reference, the output check, and native timing results as records."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from typing import Dict, NamedTuple, Optional
 
@@ -13,13 +14,38 @@ from . import native
 __all__ = ["OUTPUT_OF", "REFERENCE", "make_tensors", "fill_tensors", "native_problem",
            "direction_data", "filled_direction_data",
            "reference", "fitting_reference", "reference_fits", "problem_view", "max_error", "Check",
-           "check_output", "check_result", "tensor_bytes", "cudnn_memory_format"]
+           "check_output", "check_result", "tensor_bytes", "cudnn_memory_format",
+           "conv_tf32_reader", "conv_tf32"]
 
 REFERENCE = ("float64 on the same GPU from the same inputs, computed by PyTorch with cuDNN "
              "disabled")
 
 # Which of (x, w, y) each direction writes; the other two are its inputs.
 OUTPUT_OF = {"fwd": "y", "bwd-data": "x", "bwd-filter": "w"}
+
+
+@functools.lru_cache(maxsize=None)
+def conv_tf32_reader():
+    """A function giving cuDNN convolutions' float32 setting as PyTorch's convolutions
+    read it (``allowTF32CuDNN(Float32Op::CONV)``), as a hashable value: torch's
+    per-operator getter ("tf32", "ieee") where it has one, since the legacy flag's getter
+    raises once the convolutions' and the RNNs' settings differ
+    (``torch.backends.cudnn.conv.fp32_precision`` set alone); else the legacy flag."""
+    import torch
+
+    getter = getattr(torch._C, "_get_fp32_precision_getter", None)
+    if getter is not None:
+        try:
+            getter("cuda", "conv")
+            return functools.partial(getter, "cuda", "conv")
+        except (RuntimeError, TypeError):
+            pass
+    return torch._C._get_cudnn_allow_tf32
+
+
+def conv_tf32() -> bool:
+    """Whether cuDNN convolutions may use TF32 for float32 now."""
+    return conv_tf32_reader()() in (True, "tf32")
 
 
 def cudnn_memory_format(x, w):

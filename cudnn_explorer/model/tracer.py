@@ -18,6 +18,7 @@ from ..core.capture import (Capture, ModelSpec, Uncovered, UniqueConv, add_count
                             merge_sizes)
 from ..core.errors import GpuMemoryError, ResourceError, UserError, described
 from ..core.problem import DTYPES, ConvProblem, output_shape
+from ..measure.tensors import conv_tf32
 
 __all__ = ["capture", "capture_model", "iteration", "problem_of", "layout_of", "ForwardTracker",
            "not_covered", "explored", "forward_direction", "backward_directions", "layer_name",
@@ -260,7 +261,7 @@ def capture(model, inputs: List, spec: ModelSpec, device: str,
     from torch.utils._python_dispatch import TorchDispatchMode
 
     aten = torch.ops.aten
-    rec = _Recorder(tf32=bool(torch.backends.cudnn.allow_tf32))
+    rec = _Recorder(tf32=conv_tf32())
     tracker = ForwardTracker(model)
 
     class Mode(TorchDispatchMode):

@@ -15,6 +15,7 @@ import warnings
 from typing import List
 
 from ..core.errors import MissingDependencyError
+from ..measure.tensors import conv_tf32_reader
 from . import op
 
 __all__ = ["conv", "conv_transpose", "pinned_functions", "process_routing", "routed",
@@ -101,7 +102,7 @@ def _check_strict(input, weight, stride, padding, dilation, transposed, output_p
     shape = (tuple(input.shape), input.stride(), input.dtype, tuple(weight.shape),
              weight.stride(), weight.dtype, cuda, cast, tuple(stride), tuple(padding),
              tuple(dilation), bool(transposed), tuple(output_padding), int(groups),
-             op.conv_tf32_reader()(), wants_input, wants_weight)
+             conv_tf32_reader()(), wants_input, wants_weight)
     loaded = op.loaded_keys()
     if _COVERED["plans"] is not loaded:  # other plans: what was covered may not be
         _COVERED["shapes"] = set()

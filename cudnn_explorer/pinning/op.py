@@ -21,8 +21,7 @@ from ..measure.tensors import cudnn_memory_format
 
 __all__ = ["ops", "load_plans", "load_recorder", "clear_plans", "set_strict", "strict",
            "uncovered", "pin_counts", "reset_counts", "as_the_op_sees", "conv_keys",
-           "build_ahead", "wait_ahead", "kept_plans", "plans_made", "loaded_keys",
-           "conv_tf32_reader"]
+           "build_ahead", "wait_ahead", "kept_plans", "plans_made", "loaded_keys"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -219,25 +218,6 @@ def plans_made() -> List[PlanMade]:
                    for s in native.load().pin_stats()
                    if s.covered and (s.builds or s.restored or s.kept_error)),
                   key=lambda m: m.description)
-
-
-@functools.lru_cache(maxsize=None)
-def conv_tf32_reader():
-    """A function giving cuDNN convolutions' float32 setting as the op's keys read it
-    (``allowTF32CuDNN(Float32Op::CONV)``), as a hashable value: torch's per-operator getter
-    ("tf32", "ieee") where it has one, since the legacy flag's getter raises once the
-    convolutions' and the RNNs' settings differ (``torch.backends.cudnn.conv.fp32_precision``
-    set alone); else the legacy flag."""
-    import torch
-
-    getter = getattr(torch._C, "_get_fp32_precision_getter", None)
-    if getter is not None:
-        try:
-            getter("cuda", "conv")
-            return functools.partial(getter, "cuda", "conv")
-        except (RuntimeError, TypeError):
-            pass
-    return torch._C._get_cudnn_allow_tf32
 
 
 def as_the_op_sees(input, weight, cuda: Optional[bool] = None):
