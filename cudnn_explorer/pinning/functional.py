@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from typing import List
+from typing import List, Sequence
 
 from ..core.errors import MissingDependencyError
 from ..measure.tensors import conv_tf32_reader
@@ -151,7 +151,13 @@ def call(input, weight, bias, stride, padding, dilation, transposed, output_padd
                 groups)
 
 
-def _tuple(v, n: int, what: str) -> List[int]:
+def _tuple(v, n: int, what: str) -> Sequence[int]:
+    if type(v) is tuple and len(v) == n:  # an nn.Conv*'s own: as it is (every call)
+        for x in v:
+            if type(x) is not int:
+                break
+        else:
+            return v
     if isinstance(v, int):
         return [v] * n
     v = [int(x) for x in v]
@@ -173,8 +179,6 @@ def _batched(input, n: int):
 
 def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
     """``torch.nn.functional.conv{n}d`` (n from the weight) through the pinned op."""
-    import torch.nn.functional as F
-
     n = weight.dim() - 2
     x, batched = _batched(input, n)
     s, d = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
@@ -190,7 +194,7 @@ def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int 
             for i in reversed(range(n)):  # F.pad lists the last dim first
                 extra += [0, total[i] - 2 * p[i]]
             if any(extra):
-                x = F.pad(x, extra)
+                x = _torch.nn.functional.pad(x, extra)
         else:
             raise ValueError(f"invalid padding string {padding!r}, should be one of "
                              f"{{'valid', 'same'}}")
