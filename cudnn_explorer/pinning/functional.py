@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from typing import List, Sequence
+from typing import Sequence
 
 from ..core.errors import MissingDependencyError
 from ..measure.tensors import conv_tf32_reader
