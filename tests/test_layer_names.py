@@ -276,10 +276,14 @@ def test_calls_are_named_under_the_new_tf32_api(names):
     precision = getattr(conv, "fp32_precision", None)
     if precision is None:
         pytest.skip("this torch has no torch.backends.cudnn.conv.fp32_precision")
-    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    model, x = _model(), torch.randn(2, 3, 10, 10)
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
     try:
-        _run(_model(), torch.randn(2, 3, 10, 10))
+        _run(model, x)
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        _run(model, x)  # the same call shapes, another TF32 setting: observed again
     finally:
         torch.backends.cudnn.conv.fp32_precision = precision
-    assert {n for v in names.by_key().values() for n in v} == {"0", "2.0.conv", "2.1.conv",
-                                                              "3"}
+    by_key = names.by_key()
+    assert {n for v in by_key.values() for n in v} == {"0", "2.0.conv", "2.1.conv", "3"}
+    assert {k[3] for k in by_key} == {0, 1}  # keys with TF32 and without

@@ -330,6 +330,7 @@ def test_a_strict_check_is_made_once_per_call_shape_and_again_for_other_plans(mo
                 check(x, w.detach())
             torch.backends.cudnn.conv.fp32_precision = "tf32"
             check(x, w.detach())  # remembered again
+            assert len(checks) == 9
         op.load_plans(PlanFile(environment=PlanEnvironment(), entries=[]), strict=True)
         with pytest.raises(functional.StrictPinError, match="its output"):
             check(x, w.detach())  # covered before, not by these plans

@@ -28,7 +28,7 @@ OUTPUT_OF = {"fwd": "y", "bwd-data": "x", "bwd-filter": "w"}
 def conv_tf32_reader():
     """A function giving cuDNN convolutions' float32 setting as PyTorch's convolutions
     read it (``allowTF32CuDNN(Float32Op::CONV)``), as a hashable value: torch's
-    per-operator getter ("tf32", "ieee") where it has one, since the legacy flag's getter
+    per-operator getter ("tf32"; "ieee" or "none": no TF32) where it has one, since the legacy flag's getter
     raises once the convolutions' and the RNNs' settings differ
     (``torch.backends.cudnn.conv.fp32_precision`` set alone); else the legacy flag."""
     import torch
