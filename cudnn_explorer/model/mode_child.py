@@ -59,6 +59,7 @@ from ..core.child_records import ModelChildResult
 from ..core.errors import described
 from ..measure.prestart import HELD
 from ..measure.procs import log_size, quick_exit, read_spec, write_result
+from ..measure.tensors import conv_tf32
 from . import zoo
 from .tracer import (ForwardTracker, backward_directions, conv_args, explored,
                       forward_direction, import_probe_modules, iteration, layer_name)
@@ -341,7 +342,7 @@ def run(spec: dict, write, hold=None) -> dict:
                 "settings": {"benchmark": torch.backends.cudnn.benchmark,
                              "deterministic": torch.backends.cudnn.deterministic,
                              "benchmark_limit": torch.backends.cudnn.benchmark_limit,
-                             "allow_tf32": torch.backends.cudnn.allow_tf32},
+                             "allow_tf32": conv_tf32()},
                 "error": "", "sizes": []})
     torch.manual_seed(int(spec.get("seed", 0)) % 2**63)
     model, _ = zoo.build(replace(mspec, sizes=[]), device)
@@ -394,7 +395,7 @@ def run(spec: dict, write, hold=None) -> dict:
                 iteration(model, inputs, one, device)
             else:
                 size.update(_first(torch, cuda, model, inputs, one, device,
-                                   _Probe(cuda, log, torch.backends.cudnn.allow_tf32, seen)))
+                                   _Probe(cuda, log, conv_tf32(), seen)))
             if counts:
                 size["pinned_first"] = counts(reset=True).to_dict()
             phases.end("first iterations")
