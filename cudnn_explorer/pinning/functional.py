@@ -15,7 +15,6 @@ import warnings
 from typing import Sequence
 
 from ..core.errors import MissingDependencyError
-from ..measure.tensors import conv_tf32_reader
 from . import op
 
 __all__ = ["conv", "conv_transpose", "pinned_functions", "process_routing", "routed",
@@ -96,13 +95,8 @@ def _check_strict(input, weight, stride, padding, dilation, transposed, output_p
     """StrictPinError when the call needs a direction the loaded plans do not cover."""
     grad = _torch.is_grad_enabled()
     wants_input, wants_weight = grad and input.requires_grad, grad and weight.requires_grad
-    cuda = input.is_cuda
-    cast = _torch.get_autocast_dtype("cuda") if cuda and _torch.is_autocast_enabled("cuda") \
-        else None
-    shape = (tuple(input.shape), input.stride(), input.dtype, tuple(weight.shape),
-             weight.stride(), weight.dtype, cuda, cast, tuple(stride), tuple(padding),
-             tuple(dilation), bool(transposed), tuple(output_padding), int(groups),
-             conv_tf32_reader()(), wants_input, wants_weight)
+    shape = (op.call_shape(input, weight, stride, padding, dilation, transposed,
+                           output_padding, groups), wants_input, wants_weight)
     loaded = op.loaded_keys()
     if _COVERED["plans"] is not loaded:  # other plans: what was covered may not be
         _COVERED["shapes"] = set()
@@ -131,18 +125,19 @@ def call(input, weight, bias, stride, padding, dilation, transposed, output_padd
     if CONV is None:
         return _unpinned(input, weight, bias, stride, padding, dilation, transposed,
                          output_padding, groups)
-    if op.STRICT[0] and not _torch.compiler.is_compiling():
+    compiling = _torch.compiler.is_compiling()
+    if op.STRICT[0] and not compiling:
         _check_strict(input, weight, stride, padding, dilation, transposed, output_padding,
                       groups)
     if OBSERVER[0] is not None:
-        if _torch.compiler.is_compiling():  # torch._dynamo is imported: it is tracing
+        if compiling:  # torch._dynamo is imported: it is tracing
             from torch._dynamo.comptime import comptime
 
             comptime(_observe_traced)
         else:
             OBSERVER[0](input, weight, stride, padding, dilation, transposed, output_padding,
                         groups)
-    if not _torch.compiler.is_compiling() and type(input) in _PLAIN and \
+    if not compiling and type(input) in _PLAIN and \
             type(weight) in _PLAIN and (bias is None or type(bias) in _PLAIN) and \
             not _torch._C._is_torch_function_mode_enabled():
         return _EAGER(input, weight, bias, stride, padding, dilation, transposed,

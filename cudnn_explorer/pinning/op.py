@@ -17,11 +17,12 @@ from ..core.pin_report import PinCounts, PinnedDirection, PlanMade
 from ..core.problem import output_shape
 from ..core.plans import KEY_VERSION, PlanFile, native_key
 from ..measure import native
-from ..measure.tensors import cudnn_memory_format
+from ..measure.tensors import conv_tf32_reader, cudnn_memory_format
 
 __all__ = ["ops", "load_plans", "load_recorder", "clear_plans", "set_strict", "strict",
            "uncovered", "pin_counts", "reset_counts", "as_the_op_sees", "conv_keys",
-           "build_ahead", "wait_ahead", "kept_plans", "plans_made", "loaded_keys"]
+           "build_ahead", "wait_ahead", "kept_plans", "plans_made", "loaded_keys",
+           "call_shape"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -218,6 +219,23 @@ def plans_made() -> List[PlanMade]:
                    for s in native.load().pin_stats()
                    if s.covered and (s.builds or s.restored or s.kept_error)),
                   key=lambda m: m.description)
+
+
+def call_shape(input, weight, stride, padding, dilation, transposed, output_padding,
+               groups) -> tuple:
+    """Everything a call's keys (conv_keys of as_the_op_sees) are computed from, as one
+    hashable value, cheaply (no native call): the tensors' sizes, strides and dtypes,
+    whether they are CUDA tensors, autocast's cast, the geometry and the TF32 setting.
+    Calls with equal call shapes have equal keys."""
+    import torch
+
+    cuda = input.is_cuda
+    cast = torch.get_autocast_dtype("cuda") if cuda and torch.is_autocast_enabled("cuda") \
+        else None
+    return (tuple(input.shape), input.stride(), input.dtype, tuple(weight.shape),
+            weight.stride(), weight.dtype, cuda, cast, tuple(stride), tuple(padding),
+            tuple(dilation), bool(transposed), tuple(output_padding), int(groups),
+            conv_tf32_reader()())
 
 
 def as_the_op_sees(input, weight, cuda: Optional[bool] = None):

@@ -99,8 +99,8 @@ def _finish() -> None:
         counts = counts_since_start()
         if _STATE["mode"] == "record":
             names = _STATE.get("names")
-            layers = names.by_key([d.key for d in counts.directions if d.key]) \
-                if names else None
+            layers = (names.by_key([d.key for d in counts.directions if d.key])
+                      if names else None)
             part = part_record(counts, _STATE["steps"], layers)
             if part.convs or part.unkeyed:  # a worker that ran none writes nothing
                 os.makedirs(s.record_dir, exist_ok=True)
