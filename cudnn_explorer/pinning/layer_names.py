@@ -228,14 +228,8 @@ def _sized(fake, scale: int):
     where there is none) times ``scale``."""
     import torch
 
-    def size(v):
-        if isinstance(v, int):
-            return v
-        hint = v.node.hint
-        return (int(hint) if hint is not None else 64) * scale
-
-    sizes = [size(v) for v in fake.shape]
-    order = sorted(range(len(sizes)), key=lambda d: _stride_hint(fake.stride()[d]),
+    sizes = [v if isinstance(v, int) else _hint(v, 64) * scale for v in fake.shape]
+    order = sorted(range(len(sizes)), key=lambda d: _hint(fake.stride()[d], 0),
                    reverse=True)  # outermost first, as the fake's strides lay it out
     strides = [0] * len(sizes)
     step = 1
@@ -245,8 +239,9 @@ def _sized(fake, scale: int):
     return torch.empty_strided(sizes, strides, dtype=fake.dtype, device="meta")
 
 
-def _stride_hint(v) -> int:
+def _hint(v, missing: int) -> int:
+    """An int, or a SymInt's value where it was made (``missing`` where it has none)."""
     if isinstance(v, int):
         return v
     hint = v.node.hint
-    return int(hint) if hint is not None else 0
+    return int(hint) if hint is not None else missing
