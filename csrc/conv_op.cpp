@@ -20,6 +20,7 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/util/SmallVector.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -59,6 +60,10 @@ Tensor in_format(const Tensor& t, at::MemoryFormat mf) {
   return !t.defined() || t.is_contiguous(mf) ? t : t.contiguous(mf);
 }
 
+// A call's small integer lists, held inline (no allocation per call: Note [no allocation
+// per pinned call], pinned_plans.cpp).
+using Dims = c10::SmallVector<int64_t, 6>;
+
 // One convolution call's geometry in cuDNN's view: a 1-D call as 2-D with H = 1.
 struct Geometry {
   bool valid = false;  // false: shapes or arguments PyTorch itself refuses
@@ -66,14 +71,14 @@ struct Geometry {
   bool transposed = false;
   int64_t groups = 1;
   at::MemoryFormat mf = at::MemoryFormat::Contiguous;
-  std::vector<int64_t> padding, stride, dilation;
-  std::vector<int64_t> x_sizes, w_sizes, y_sizes;  // cuDNN's x, w, y (Note [transposed])
+  Dims padding, stride, dilation;
+  Dims x_sizes, w_sizes, y_sizes;  // cuDNN's x, w, y (Note [transposed])
 };
 
-std::vector<int64_t> expanded(IntArrayRef v, size_t n, bool* ok) {
-  if (v.size() == 1) return std::vector<int64_t>(n, v[0]);
+Dims expanded(IntArrayRef v, size_t n, bool* ok) {
+  if (v.size() == 1) return Dims(n, v[0]);
   if (v.size() != n) *ok = false;
-  return std::vector<int64_t>(v.begin(), v.end());
+  return Dims(v.begin(), v.end());
 }
 
 Geometry geometry(const Tensor& input, const Tensor& weight, IntArrayRef stride,
@@ -86,11 +91,10 @@ Geometry geometry(const Tensor& input, const Tensor& weight, IntArrayRef stride,
   bool ok = true;
   auto s = expanded(stride, sp, &ok), p = expanded(padding, sp, &ok),
        d = expanded(dilation, sp, &ok);
-  auto op = transposed ? expanded(output_padding, sp, &ok) : std::vector<int64_t>(sp, 0);
+  auto op = transposed ? expanded(output_padding, sp, &ok) : Dims(sp, 0);
   if (!ok) return g;
-  std::vector<int64_t> in(input.sizes().begin(), input.sizes().end());
-  std::vector<int64_t> w(weight.sizes().begin(), weight.sizes().end());
-  std::vector<int64_t> out{in[0], transposed ? w[1] * groups : w[0]};
+  const IntArrayRef in = input.sizes(), w = weight.sizes();
+  Dims out{in[0], transposed ? w[1] * groups : w[0]};
   for (size_t i = 0; i < sp; ++i) {
     if (s[i] < 1 || d[i] < 1 || p[i] < 0 || op[i] < 0) return g;
     if (transposed && op[i] >= std::max(s[i], d[i])) return g;
@@ -106,18 +110,18 @@ Geometry geometry(const Tensor& input, const Tensor& weight, IntArrayRef stride,
   g.mf = layout_of(input, weight);
   g.one_d = dim == 3;
   // cuDNN's x is the convolution's input: a transposed call's output (Note [transposed]).
-  g.x_sizes = transposed ? out : in;
-  g.y_sizes = transposed ? in : out;
-  g.w_sizes = w;
+  g.x_sizes = transposed ? out : Dims(in.begin(), in.end());
+  g.y_sizes = transposed ? Dims(in.begin(), in.end()) : out;
+  g.w_sizes = Dims(w.begin(), w.end());
   if (g.one_d) {
     for (auto* v : {&g.x_sizes, &g.y_sizes, &g.w_sizes}) v->insert(v->begin() + 2, 1);
     s.insert(s.begin(), 1);
     p.insert(p.begin(), 0);
     d.insert(d.begin(), 1);
   }
-  g.stride = s;
-  g.padding = p;
-  g.dilation = d;
+  g.stride = std::move(s);
+  g.padding = std::move(p);
+  g.dilation = std::move(d);
   g.valid = true;
   return g;
 }
@@ -154,7 +158,7 @@ Tensor cudnn_view(const Tensor& t, const Geometry& g) {
   return g.one_d ? c.unsqueeze(2) : c;
 }
 
-Tensor allocated(const std::vector<int64_t>& sizes, const Tensor& like, const Geometry& g) {
+Tensor allocated(IntArrayRef sizes, const Tensor& like, const Geometry& g) {
   return at::empty(sizes, like.options().memory_format(g.mf));
 }
 
@@ -204,7 +208,7 @@ Tensor conv_kernel(const Tensor& input, const Tensor& weight, const std::optiona
       const Tensor out = allocated(transposed ? g.x_sizes : g.y_sizes, in, g);
       const PinnedCall call = transposed ? make_call(Direction::BackwardData, out, w, in, g)
                                          : make_call(Direction::Forward, in, w, out, g);
-      if (run_pinned(call).empty()) {
+      if (run_pinned(call)) {
         if (b) {
           std::vector<int64_t> shape(static_cast<size_t>(out.dim()), 1);
           shape[1] = -1;
@@ -241,19 +245,19 @@ Grads conv_backward_kernel(const Tensor& grad_output, const Tensor& input, const
       const Tensor go = cudnn_view(grad_output, g), in = cudnn_view(input, g),
                    w = cudnn_view(weight, g);
       if (mask[0]) {
-        const Tensor out = allocated(in.sizes().vec(), in, g);
+        const Tensor out = allocated(in.sizes(), in, g);
         const PinnedCall call = transposed ? make_call(Direction::Forward, go, w, out, g)
                                            : make_call(Direction::BackwardData, out, w, go, g);
-        if (run_pinned(call).empty()) {
+        if (run_pinned(call)) {
           gi = plain_view(out, g);
           fallback[0] = false;
         }
       }
       if (mask[1]) {
-        const Tensor out = allocated(w.sizes().vec(), w, g);
+        const Tensor out = allocated(w.sizes(), w, g);
         const PinnedCall call = transposed ? make_call(Direction::BackwardFilter, go, out, in, g)
                                            : make_call(Direction::BackwardFilter, in, out, go, g);
-        if (run_pinned(call).empty()) {
+        if (run_pinned(call)) {
           gw = plain_view(out, g);
           fallback[1] = false;
         }
@@ -543,7 +547,7 @@ std::vector<std::vector<int64_t>> conv_keys(const Tensor& input, const Tensor& w
                               output_padding, groups);
   CE_CHECK_ARG(g.valid, "not a convolution PyTorch runs: input ", input.sizes(), ", weight ",
                weight.sizes());
-  auto meta = [&g, &input](const std::vector<int64_t>& sizes) {
+  auto meta = [&g, &input](IntArrayRef sizes) {
     return at::empty(sizes, input.options().device(at::kMeta).memory_format(g.mf));
   };
   const Tensor x = meta(g.x_sizes), w = meta(g.w_sizes), y = meta(g.y_sizes);

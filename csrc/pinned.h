@@ -97,7 +97,7 @@ struct PinnedCall {
   const at::Tensor* x;
   const at::Tensor* w;
   const at::Tensor* y;
-  std::vector<int64_t> padding, stride, dilation;
+  at::IntArrayRef padding, stride, dilation;  // the caller's, alive for the call
   int64_t groups = 1;
   bool channels_last = false;
 };
@@ -105,10 +105,10 @@ struct PinnedCall {
 // The key of a call (Note [plan keys]), with the current TF32 setting.
 std::vector<int64_t> call_key(const PinnedCall& call);
 
-// Runs the call with its pinned plan: "" when it ran, else why not (the call was not run
-// and the caller falls back to PyTorch's own convolution). Counts the outcome and warns
-// once per problem-direction and reason.
-std::string run_pinned(const PinnedCall& call);
+// Runs the call with its pinned plan: true when it ran; false when not (the call was not
+// run and the caller falls back to PyTorch's own convolution; why is in the call's
+// PinStat). Counts the outcome and warns once per problem-direction and reason.
+bool run_pinned(const PinnedCall& call);
 
 // The keys of a call's three cuDNN directions (in the order forward, bwd-data,
 // bwd-filter of cuDNN's view), as the op computes them; for tests and tools.

@@ -88,7 +88,9 @@ std::string key_text(const std::vector<int64_t>& k) {
 // Note [strict pinning]: with strict on (pin(..., strict=True)), a call that would fall
 // back raises instead, naming the problem-direction, its key and why; the call is counted
 // as a fallback and does not run.
-void note_fallback(Slot& s, const std::string& why) {
+// `warn` false: the caller knows this (slot, why) was warned about since the plans were
+// loaded (Note [no allocation per pinned call]: warn_once joins and hashes two strings).
+void note_fallback(Slot& s, const std::string& why, bool warn = true) {
   s.fallback.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(s.m);
@@ -96,7 +98,7 @@ void note_fallback(Slot& s, const std::string& why) {
   }
   TORCH_CHECK(!registry().strict.load(), "cudnn_explorer strict pinning: ", s.spec.description,
               " (key ", key_text(s.spec.key), ") is not pinned: ", why);
-  warn_once(s.spec.description, why);
+  if (warn) warn_once(s.spec.description, why);
 }
 
 const char* kDirections[] = {"fwd", "bwd-data", "bwd-filter"};
@@ -216,7 +218,7 @@ void fill_call_key(const PinnedCall& c, std::vector<int64_t>& k) {
   for (const at::Tensor* t : {c.x, c.w, c.y}) {
     for (int64_t v : t->sizes()) k.push_back(v);
   }
-  for (const auto* v : {&c.padding, &c.stride, &c.dilation}) k.insert(k.end(), v->begin(), v->end());
+  for (const at::IntArrayRef v : {c.padding, c.stride, c.dilation}) k.insert(k.end(), v.begin(), v.end());
 }
 
 }  // namespace
@@ -321,6 +323,7 @@ struct Built {
   int64_t workspace = 0;
   std::string why;
   bool captured = false;  // it ran inside a CUDA-graph capture (Note [captured plans])
+  bool warned = false;    // its fallback (why) was noted once, warning included
 };
 
 // Note [captured plans]: a CUDA graph captured while a plan ran replays that plan's
@@ -366,9 +369,9 @@ Target target_of_call(const PinnedCall& c, bool det) {
   t.tp.w_strides = fixed_strides(*c.w, c.channels_last);
   t.tp.y_dims = dims_of(*c.y);
   t.tp.y_strides = fixed_strides(*c.y, c.channels_last);
-  t.tp.padding = c.padding;
-  t.tp.stride = c.stride;
-  t.tp.dilation = c.dilation;
+  t.tp.padding = c.padding.vec();
+  t.tp.stride = c.stride.vec();
+  t.tp.dilation = c.dilation.vec();
   t.tp.alignment = {alignment_of(*c.x), alignment_of(*c.w), alignment_of(*c.y)};
   t.direction = c.direction;
   t.dtype = data_type_of(*c.x);
@@ -845,7 +848,7 @@ std::shared_ptr<Slot> slot_for(const std::vector<int64_t>& key) {
 
 }  // namespace
 
-std::string run_pinned(const PinnedCall& c) {
+bool run_pinned(const PinnedCall& c) {
   ThreadPlans& tp = thread_plans();
   const int64_t gen = registry().generation.load(std::memory_order_acquire);
   if (tp.generation != gen) {
@@ -856,8 +859,9 @@ std::string run_pinned(const PinnedCall& c) {
   // run_pinned: the key is built in a vector this thread reuses, and the plan's tensor
   // pointers go in a map this thread reuses (its three entries made once, their values set
   // per call). Neither is touched by another call before this one returns (nothing here
-  // reenters). The op's caller still allocates: geometry() and make_call (conv_op.cpp)
-  // build the call's small vectors per direction.
+  // reenters). The op's caller keeps the call's small lists inline (Geometry, conv_op.cpp),
+  // and a known miss warns once, not per call. What still allocates per call is the
+  // output, and on a miss it is allocated before the key tells that the call falls back.
   thread_local std::vector<int64_t> key;
   fill_call_key(c, key);
   const size_t file_key = key.size();
@@ -879,9 +883,8 @@ std::string run_pinned(const PinnedCall& c) {
       // Note [no builds in a capture]: building runs cuDNN work (and run-time
       // compilation) that a CUDA-graph capture must not record; run the step once
       // before capturing it.
-      const std::string why = "its plan was not built before the CUDA-graph capture";
-      note_fallback(*slot, why);
-      return why;
+      note_fallback(*slot, "its plan was not built before the CUDA-graph capture");
+      return false;
     }
     it = tp.plans.emplace(key, build(target_of_call(c, det), slot)).first;
     if (!slot->covered) {
@@ -891,9 +894,10 @@ std::string run_pinned(const PinnedCall& c) {
   }
   Built& b = *it->second;
   Slot& s = *b.slot;
-  if (!b.graph) {
-    note_fallback(s, b.why);
-    return b.why;
+  if (!b.graph) {  // a known miss: a recording's every call (Note [recording without plans])
+    note_fallback(s, b.why, !b.warned);
+    b.warned = true;
+    return false;
   }
   c10::DataPtr ws;
   if (b.workspace > 0) {
@@ -903,7 +907,7 @@ std::string run_pinned(const PinnedCall& c) {
       const std::string why = cat("its workspace of ", b.workspace / (1024.0 * 1024.0),
                                   " MiB did not fit in GPU memory");
       note_fallback(s, why);
-      return why;
+      return false;
     }
   }
   thread_local std::unordered_map<int64_t, void*> pack{{kX, nullptr}, {kW, nullptr},
@@ -925,10 +929,11 @@ std::string run_pinned(const PinnedCall& c) {
     b.why = "its plan failed to run: " + st.get_message().substr(0, 300);
     tp.retire(b);  // later calls fall back at once
     note_fallback(s, b.why);
-    return b.why;
+    b.warned = true;
+    return false;
   }
   s.pinned.fetch_add(1, std::memory_order_relaxed);
-  return "";
+  return true;
 }
 
 int64_t retired_plan_count() { return static_cast<int64_t>(thread_plans().retired.size()); }
@@ -941,10 +946,9 @@ int64_t wait_ahead() { return 0; }
 void drop_ahead() {}
 std::vector<KeptPlan> kept_plans() { return {}; }
 
-std::string run_pinned(const PinnedCall&) {
-  const std::string why = "this build of cudnn_explorer has no cudnn-frontend";
-  note_unpinned(why);
-  return why;
+bool run_pinned(const PinnedCall&) {
+  note_unpinned("this build of cudnn_explorer has no cudnn-frontend");
+  return false;
 }
 
 #endif
