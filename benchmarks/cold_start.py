@@ -27,7 +27,9 @@ under torch.profiler: the rest split by the host time of the CUDA calls (kernel 
 with the lazy loads of kernel modules inside them; allocations; synchronisations), and
 its top events on stderr; and under cProfile, whose top Python-level calls by own time
 (stderr) show what no profiler event covers (imports, waits in torch's C++ outside an
-operator). The profilers' start is in that process's times: read its split.
+operator). The profilers' start is in that process's times: read its split. Its pin()
+runs under cProfile too, and its top calls by time in all (stderr) split the mode's own
+start: the package's imports, the plan file, the environment check, the builds started.
 
 ``python -m benchmarks.cold_start --first-calls [--shape 32,3,224,224] [--kernel 3]
 [--out-channels 64] [--dtype float32] [--repeats 3]``: one convolution instead of the
@@ -213,18 +215,18 @@ def profile_split(events, top: int = 12) -> dict:
     return figures
 
 
-def python_split(python, top: int = 8) -> None:
-    """The profiled first step's ``top`` Python-level calls by their own time (a call
-    into torch's C++ counts whole, the imports and waits it makes included), one line
-    each on stderr."""
+def python_split(python, what: str = "first step", top: int = 8, by: int = 2) -> None:
+    """The profiled ``what``'s ``top`` Python-level calls by their own time (``by`` 2; a
+    call into torch's C++ counts whole, the imports and waits it makes included) or by
+    their time in all (3), one line each on stderr."""
     import pstats
 
     # (file, line, name): (primitive calls, calls, own s, total s, callers)
     stats = pstats.Stats(python).stats
-    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][by])[:top]
     for (file, line, name), (_, calls, own_s, total_s, _) in rows:
         where = name if file == "~" else f"{os.path.basename(file)}:{line} {name}"
-        print(f"cold_start: profiled first step (Python): {own_s * 1e3:10,.1f} ms own, "
+        print(f"cold_start: profiled {what} (Python): {own_s * 1e3:10,.1f} ms own, "
               f"{total_s * 1e3:10,.1f} ms in all, {calls} call(s)  {where[:60]}", file=sys.stderr)
 
 
@@ -260,7 +262,14 @@ def child(a) -> int:
         import cudnn_explorer as ce
 
         keep = a.kept if a.child in ("pinned kept", PROFILED) else False
-        ce.pin(model, a.plan_file, ahead=a.child != "pinned", keep=keep)
+        if a.child == PROFILED:  # where pin()'s own time goes: imports, the file, the checks
+            import cProfile
+
+            pinning = cProfile.Profile()
+            pinning.runcall(ce.pin, model, a.plan_file, keep=keep)
+            python_split(pinning, "pin()", top=14, by=3)
+        else:
+            ce.pin(model, a.plan_file, ahead=a.child != "pinned", keep=keep)
     at("mode_set_s")
     if a.child == PROFILED:
         import cProfile

@@ -411,6 +411,23 @@ def test_cold_start_python_split_names_the_calls_that_took_the_time(capsys):
     assert 45 <= own < 1000
 
 
+def test_cold_start_python_split_by_time_in_all_puts_the_caller_first(capsys):
+    import cProfile
+
+    from benchmarks import cold_start
+
+    def outer():
+        time.sleep(0.03)
+        sum(range(10))
+
+    python = cProfile.Profile()
+    python.runcall(outer)
+    cold_start.python_split(python, "pin()", top=2, by=3)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith("cold_start: profiled pin() (Python):")
+    assert err[0].endswith(" outer") and err[1].endswith("<built-in method time.sleep>")
+
+
 def test_cold_start_cases_every_mode_per_model_with_an_empty_or_shared_jit_cache():
     from benchmarks import cold_start
 
