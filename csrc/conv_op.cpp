@@ -164,11 +164,19 @@ Tensor allocated(IntArrayRef sizes, const Tensor& like, const Geometry& g) {
 
 Tensor plain_view(const Tensor& t, const Geometry& g) { return g.one_d ? t.squeeze(2) : t; }
 
+CallGeometry call_geometry(Direction d, const Geometry& g) {
+  return CallGeometry{d, g.padding, g.stride, g.dilation, g.groups,
+                      g.mf != at::MemoryFormat::Contiguous};
+}
+
 PinnedCall make_call(Direction d, const Tensor& x, const Tensor& w, const Tensor& y,
                      const Geometry& g) {
-  PinnedCall c{d, &x, &w, &y, g.padding, g.stride, g.dilation, g.groups,
-               g.mf != at::MemoryFormat::Contiguous};
-  return c;
+  return PinnedCall{call_geometry(d, g), &x, &w, &y};
+}
+
+// Note [known misses] (pinned_plans.cpp): a direction the file does not cover, seen before.
+bool known_miss(Direction d, const Tensor& like, const Geometry& g) {
+  return known_miss(call_geometry(d, g), like.scalar_type(), g.x_sizes, g.w_sizes, g.y_sizes);
 }
 
 using ConvSignature = Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&,
@@ -202,12 +210,12 @@ Tensor conv_kernel(const Tensor& input, const Tensor& weight, const std::optiona
   const Tensor* b = bias.has_value() && bias->defined() ? &*bias : nullptr;
   if (g.valid) {  // otherwise ATen's call below says what is wrong
     const std::string why = unpinnable(input, weight, b);
-    if (why.empty()) {
+    const Direction d = transposed ? Direction::BackwardData : Direction::Forward;
+    if (why.empty() && !known_miss(d, input, g)) {
       c10::cuda::CUDAGuard guard(input.device());
       const Tensor in = cudnn_view(input, g), w = cudnn_view(weight, g);
       const Tensor out = allocated(transposed ? g.x_sizes : g.y_sizes, in, g);
-      const PinnedCall call = transposed ? make_call(Direction::BackwardData, out, w, in, g)
-                                         : make_call(Direction::Forward, in, w, out, g);
+      const PinnedCall call = transposed ? make_call(d, out, w, in, g) : make_call(d, in, w, out, g);
       if (run_pinned(call)) {
         if (b) {
           std::vector<int64_t> shape(static_cast<size_t>(out.dim()), 1);
@@ -216,7 +224,7 @@ Tensor conv_kernel(const Tensor& input, const Tensor& weight, const std::optiona
         }
         return plain_view(out, g);
       }
-    } else {
+    } else if (!why.empty()) {
       note_unpinned(why);
     }
   }
@@ -240,20 +248,24 @@ Grads conv_backward_kernel(const Tensor& grad_output, const Tensor& input, const
   std::array<bool, 3> fallback{mask[0], mask[1], false};
   if (g.valid && (mask[0] || mask[1])) {
     const std::string why = unpinnable(input, weight, &grad_output);
-    if (why.empty()) {
+    const Direction data = transposed ? Direction::Forward : Direction::BackwardData;
+    const bool try_data = why.empty() && mask[0] && !known_miss(data, input, g),
+               try_filter = why.empty() && mask[1] &&
+                            !known_miss(Direction::BackwardFilter, input, g);
+    if (try_data || try_filter) {
       c10::cuda::CUDAGuard guard(input.device());
       const Tensor go = cudnn_view(grad_output, g), in = cudnn_view(input, g),
                    w = cudnn_view(weight, g);
-      if (mask[0]) {
+      if (try_data) {
         const Tensor out = allocated(in.sizes(), in, g);
-        const PinnedCall call = transposed ? make_call(Direction::Forward, go, w, out, g)
-                                           : make_call(Direction::BackwardData, out, w, go, g);
+        const PinnedCall call = transposed ? make_call(data, go, w, out, g)
+                                           : make_call(data, out, w, go, g);
         if (run_pinned(call)) {
           gi = plain_view(out, g);
           fallback[0] = false;
         }
       }
-      if (mask[1]) {
+      if (try_filter) {
         const Tensor out = allocated(w.sizes(), w, g);
         const PinnedCall call = transposed ? make_call(Direction::BackwardFilter, go, out, in, g)
                                            : make_call(Direction::BackwardFilter, in, out, go, g);
@@ -262,7 +274,7 @@ Grads conv_backward_kernel(const Tensor& grad_output, const Tensor& input, const
           fallback[1] = false;
         }
       }
-    } else {
+    } else if (!why.empty()) {
       for (int i = 0; i < 2; ++i) {
         if (mask[i]) note_unpinned(why);
       }

@@ -90,16 +90,20 @@ void reset_pin_counts();
 // after the direction: "fwd of 2-D convolution: input ...".
 std::string describe_plan_key(const std::vector<int64_t>& key);
 
-// One direction of a call in cuDNN's view: x (N, C, spatial), w, y as cuDNN gets them
-// (the direction's output among them, already allocated), contiguous in the layout.
-struct PinnedCall {
+// One direction of a call in cuDNN's view, but its tensors.
+struct CallGeometry {
   Direction direction;
-  const at::Tensor* x;
-  const at::Tensor* w;
-  const at::Tensor* y;
   at::IntArrayRef padding, stride, dilation;  // the caller's, alive for the call
   int64_t groups = 1;
   bool channels_last = false;
+};
+
+// One direction of a call in cuDNN's view: x (N, C, spatial), w, y as cuDNN gets them
+// (the direction's output among them, already allocated), contiguous in the layout.
+struct PinnedCall : CallGeometry {
+  const at::Tensor* x;
+  const at::Tensor* w;
+  const at::Tensor* y;
 };
 
 // The key of a call (Note [plan keys]), with the current TF32 setting.
@@ -109,6 +113,13 @@ std::vector<int64_t> call_key(const PinnedCall& call);
 // run and the caller falls back to PyTorch's own convolution; why is in the call's
 // PinStat). Counts the outcome and warns once per problem-direction and reason.
 bool run_pinned(const PinnedCall& call);
+
+// Note [known misses]: true when this thread has found, since the plans were loaded, that
+// the file does not cover this direction (cuDNN's x, w, y sizes, the tensors' dtype): the
+// call is counted as a fallback (strict pinning raises) and the caller runs PyTorch's own
+// convolution without allocating an output for a plan; false when run_pinned must tell.
+bool known_miss(const CallGeometry& call, at::ScalarType dtype, at::IntArrayRef x,
+                at::IntArrayRef w, at::IntArrayRef y);
 
 // The keys of a call's three cuDNN directions (in the order forward, bwd-data,
 // bwd-filter of cuDNN's view), as the op computes them; for tests and tools.

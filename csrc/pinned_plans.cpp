@@ -207,18 +207,22 @@ namespace {
 
 // The file's key of a call into ``k`` (cleared first; its capacity kept, so a thread that
 // reuses one vector allocates nothing per call: Note [no allocation per pinned call]).
-void fill_call_key(const PinnedCall& c, std::vector<int64_t>& k) {
-  const at::Tensor& x = *c.x;
-  const int64_t dtype = dtype_code(x.scalar_type());
+void fill_key(const CallGeometry& c, at::ScalarType type, at::IntArrayRef x, at::IntArrayRef w,
+              at::IntArrayRef y, std::vector<int64_t>& k) {
+  const int64_t dtype = dtype_code(type);
   const bool tf32 = dtype != 0 || at::globalContext().allowTF32CuDNN(at::Float32Op::CONV);
+  const auto nd = static_cast<int64_t>(x.size());
   k.clear();
-  k.reserve(static_cast<size_t>(12 + 6 * x.dim()));  // run_pinned appends 5 more
+  k.reserve(static_cast<size_t>(12 + 6 * nd));  // run_pinned appends 5 more
   k.insert(k.end(), {kKeyVersion, static_cast<int64_t>(c.direction), dtype, tf32 ? 1 : 0,
-                     c.groups, c.channels_last ? 1 : 0, x.dim()});
-  for (const at::Tensor* t : {c.x, c.w, c.y}) {
-    for (int64_t v : t->sizes()) k.push_back(v);
+                     c.groups, c.channels_last ? 1 : 0, nd});
+  for (const at::IntArrayRef v : {x, w, y, c.padding, c.stride, c.dilation}) {
+    k.insert(k.end(), v.begin(), v.end());
   }
-  for (const at::IntArrayRef v : {c.padding, c.stride, c.dilation}) k.insert(k.end(), v.begin(), v.end());
+}
+
+void fill_call_key(const PinnedCall& c, std::vector<int64_t>& k) {
+  fill_key(c, c.x->scalar_type(), c.x->sizes(), c.w->sizes(), c.y->sizes(), k);
 }
 
 }  // namespace
@@ -339,8 +343,13 @@ struct ThreadPlans {
     if (b.captured && b.graph) retired.push_back(std::move(b.graph));
     b.graph.reset();
   }
+  // The problem-directions this thread found the file does not cover, by the file's key,
+  // each with its Built (in `plans`, no graph): Note [known misses].
+  std::unordered_map<std::vector<int64_t>, Built*, KeyHash> misses;
+
   void clear() {
     for (auto& kv : plans) retire(*kv.second);
+    misses.clear();
     plans.clear();
   }
 };
@@ -888,8 +897,12 @@ bool run_pinned(const PinnedCall& c) {
     }
     it = tp.plans.emplace(key, build(target_of_call(c, det), slot)).first;
     if (!slot->covered) {
-      std::lock_guard<std::mutex> lock(slot->m);
-      if (!slot->reason.empty()) it->second->why = slot->reason;
+      {
+        std::lock_guard<std::mutex> lock(slot->m);
+        if (!slot->reason.empty()) it->second->why = slot->reason;
+      }
+      tp.misses.emplace(std::vector<int64_t>(key.begin(), key.begin() + file_key),
+                        it->second.get());
     }
   }
   Built& b = *it->second;
@@ -936,6 +949,30 @@ bool run_pinned(const PinnedCall& c) {
   return true;
 }
 
+// Note [known misses]: a call the file does not cover falls back to PyTorch's own
+// convolution on every call, a recording's on all of them. Once this thread has seen its
+// problem-direction (run_pinned, above), the op asks here before it allocates the
+// direction's output: the call is counted as that fallback (strict pinning raises), and
+// the op runs PyTorch's call with nothing made for a plan. Whether the file covers a key
+// depends on nothing else the thread's plans are keyed by (deterministic mode, device,
+// alignments), so the file's key is enough. A thread with no misses pays one check.
+bool known_miss(const CallGeometry& c, at::ScalarType dtype, at::IntArrayRef x,
+                at::IntArrayRef w, at::IntArrayRef y) {
+  ThreadPlans& tp = thread_plans();
+  if (tp.misses.empty() ||
+      tp.generation != registry().generation.load(std::memory_order_acquire)) {
+    return false;  // run_pinned clears the thread's plans of another file first
+  }
+  thread_local std::vector<int64_t> key;
+  fill_key(c, dtype, x, w, y, key);
+  const auto it = tp.misses.find(key);
+  if (it == tp.misses.end()) return false;
+  Built& b = *it->second;
+  note_fallback(*b.slot, b.why, !b.warned);
+  b.warned = true;
+  return true;
+}
+
 int64_t retired_plan_count() { return static_cast<int64_t>(thread_plans().retired.size()); }
 
 #else  // built without cudnn-frontend
@@ -948,6 +985,11 @@ std::vector<KeptPlan> kept_plans() { return {}; }
 
 bool run_pinned(const PinnedCall&) {
   note_unpinned("this build of cudnn_explorer has no cudnn-frontend");
+  return false;
+}
+
+bool known_miss(const CallGeometry&, at::ScalarType, at::IntArrayRef, at::IntArrayRef,
+                at::IntArrayRef) {
   return false;
 }
 

@@ -216,6 +216,52 @@ def test_uncovered_and_refused_calls_fall_back_and_are_counted():
     assert fwd and fwd[0].fallback_calls == 1 and "tensor cores" in fwd[0].reason, fwd
 
 
+@pytest.mark.parametrize("name", ["fp16-nhwc", "fp32-1d", "fp16-transposed-nhwc-groups"])
+def test_known_misses_fall_back_counted_warned_once_and_strict(name):
+    """A file with the forward only: the backward directions miss on every call (Note
+    [known misses]: after the first, without an output made for a plan). Each call is
+    counted, each miss warned about once per load, the results are PyTorch's, and strict
+    pinning raises on a known miss as on a first one."""
+    import warnings
+
+    import torch
+
+    from cudnn_explorer.pinning import op
+
+    x, w, b, problem, args = tensors(CASES[name])
+    tol = TOL[CASES[name][7]]
+    plans = heuristic_plans([problem], directions=("fwd",))
+    if not plans.entries:
+        pytest.skip("no forward heuristic config builds for this problem")
+    want = run(aten(args), x, w, b)
+    for load in range(2):  # a second load forgets the misses and warns again
+        op.load_plans(plans)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                got = run(pinned_op(args), x, w, b)
+                for a, ref, what in zip(got, want, ("output", "input grad", "weight grad",
+                                                    "bias grad")):
+                    close(a, ref, tol, f"{what} after load {load}")
+        counts = op.pin_counts(reset=True)
+        by = {d.description.split(" of ")[0]: d for d in counts.directions if d.key}
+        assert by["fwd"].pinned_calls == 3 and by["fwd"].fallback_calls == 0, by
+        for d in ("bwd-data", "bwd-filter"):
+            assert by[d].pinned_calls == 0 and by[d].fallback_calls == 3, by
+            assert by[d].reason == "the plan file does not cover it", by[d]
+        said = [str(m.message) for m in caught if "runs PyTorch's own convolution" in
+                str(m.message)]
+        assert len(said) == 2, said
+    op.set_strict(True)
+    try:
+        with pytest.raises(RuntimeError, match="strict pinning.*bwd-data"):
+            run(pinned_op(args), x, w, b)
+    finally:
+        op.set_strict(False)
+    assert op.pin_counts(reset=True).fallback_calls >= 1
+    torch.cuda.synchronize()
+
+
 def test_pinned_layers_under_autocast_channels_last_compile_and_cuda_graphs():
     """A small pinned CNN: under AMP and channels_last its convolutions run pinned plans
     (fp16), torch.compile gives no graph break, and a CUDA-graph-captured training step
