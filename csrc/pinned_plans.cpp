@@ -328,6 +328,7 @@ struct Built {
   std::string why;
   bool captured = false;  // it ran inside a CUDA-graph capture (Note [captured plans])
   bool warned = false;    // its fallback (why) was noted once, warning included
+  bool runtime_compiled = false;  // its engine compiles at run time (RUNTIME_COMPILATION)
 };
 
 // Note [captured plans]: a CUDA graph captured while a plan ran replays that plan's
@@ -491,7 +492,7 @@ std::unique_ptr<Built> build(const Target& t, std::shared_ptr<Slot> slot,
       fe_check(g->build_plan_at_index(h, 0), "building the plan " + s.spec.tag);
       fe_check(g->get_workspace_size_plan_at_index(0, b->workspace),
                "the workspace of " + s.spec.tag);
-      const bool compiled = runtime_compiled(*g);
+      const bool compiled = b->runtime_compiled = runtime_compiled(*g);
       if (kept != nullptr) {
         std::vector<uint8_t> bytes;
         if (g->serialize(bytes, false).is_good()) {
@@ -586,7 +587,7 @@ std::unique_ptr<Built> restore(const Target& t, std::shared_ptr<Slot> slot,
       error = "its kept plan is refused: " + b->why;
     } else {
       fe_check(g->get_workspace_size_plan_at_index(0, b->workspace), "its workspace");
-      compiled = runtime_compiled(*g);
+      compiled = b->runtime_compiled = runtime_compiled(*g);
       b->graph = std::move(g);
     }
   } catch (const std::exception& e) {
@@ -659,7 +660,7 @@ void run_ahead_job(AheadJob& j) {
       b = restore(j.target, j.slot, j.kept);
       if (b) {
         kept = j.kept;
-        kept.runtime_compiled = runtime_compiled(*b->graph);
+        kept.runtime_compiled = b->runtime_compiled;
       }
     }
     if (!b) b = build(j.target, j.slot, &kept);
