@@ -215,7 +215,8 @@ Tensor conv_kernel(const Tensor& input, const Tensor& weight, const std::optiona
       c10::cuda::CUDAGuard guard(input.device());
       const Tensor in = cudnn_view(input, g), w = cudnn_view(weight, g);
       const Tensor out = allocated(transposed ? g.x_sizes : g.y_sizes, in, g);
-      const PinnedCall call = transposed ? make_call(d, out, w, in, g) : make_call(d, in, w, out, g);
+      const PinnedCall call =
+          transposed ? make_call(d, out, w, in, g) : make_call(d, in, w, out, g);
       if (run_pinned(call)) {
         if (b) {
           std::vector<int64_t> shape(static_cast<size_t>(out.dim()), 1);

@@ -870,8 +870,8 @@ bool run_pinned(const PinnedCall& c) {
   // pointers go in a map this thread reuses (its three entries made once, their values set
   // per call). Neither is touched by another call before this one returns (nothing here
   // reenters). The op's caller keeps the call's small lists inline (Geometry, conv_op.cpp),
-  // and a known miss warns once, not per call. What still allocates per call is the
-  // output, and on a miss it is allocated before the key tells that the call falls back.
+  // and a fallback warns once, not per call. What still allocates per call is the output;
+  // a miss allocates none once the thread knows it (Note [known misses]).
   thread_local std::vector<int64_t> key;
   fill_call_key(c, key);
   const size_t file_key = key.size();
@@ -908,7 +908,7 @@ bool run_pinned(const PinnedCall& c) {
   }
   Built& b = *it->second;
   Slot& s = *b.slot;
-  if (!b.graph) {  // a known miss: a recording's every call (Note [recording without plans])
+  if (!b.graph) {  // a refused or failed plan; an uncovered key's first call per thread
     note_fallback(s, b.why, !b.warned);
     b.warned = true;
     return false;

@@ -228,15 +228,18 @@ def test_known_misses_fall_back_counted_warned_once_and_strict(name):
 
     from cudnn_explorer.pinning import op
 
-    x, w, b, problem, args = tensors(CASES[name])
-    tol = TOL[CASES[name][7]]
-    plans = heuristic_plans([problem], directions=("fwd",))
+    case = CASES[name]
+    tf32 = True if case[9] is None else case[9]
+    tol = TOL["tf32" if case[7] == "float32" and tf32 else case[7]]
+    with tf32_mode(tf32):
+        x, w, b, problem, args = tensors(case)
+        plans = heuristic_plans([problem], directions=("fwd",))
     if not plans.entries:
         pytest.skip("no forward heuristic config builds for this problem")
-    want = run(aten(args), x, w, b)
     for load in range(2):  # a second load forgets the misses and warns again
         op.load_plans(plans)
-        with warnings.catch_warnings(record=True) as caught:
+        with tf32_mode(tf32), warnings.catch_warnings(record=True) as caught:
+            want = run(aten(args), x, w, b)
             warnings.simplefilter("always")
             for _ in range(3):
                 got = run(pinned_op(args), x, w, b)
@@ -254,7 +257,7 @@ def test_known_misses_fall_back_counted_warned_once_and_strict(name):
         assert len(said) == 2, said
     op.set_strict(True)
     try:
-        with pytest.raises(RuntimeError, match="strict pinning.*bwd-data"):
+        with tf32_mode(tf32), pytest.raises(RuntimeError, match="strict pinning.*bwd-data"):
             run(pinned_op(args), x, w, b)
     finally:
         op.set_strict(False)
