@@ -66,6 +66,19 @@ def test_run_process_fills_places_and_reads_the_out_file(tmp_path):
     assert custom["w"] == custom["wall_s"]
 
 
+def test_compiled_sources_writes_bytecode_even_where_python_is_told_not_to(tmp_path,
+                                                                          monkeypatch):
+    import importlib.util
+
+    from benchmarks import harness
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("X = 1\n")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    harness.compiled_sources([str(tmp_path / "pkg"), str(tmp_path / "missing")])
+    assert os.path.exists(importlib.util.cache_from_source(str(tmp_path / "pkg" / "mod.py")))
+
+
 def test_spread_is_iqr_from_four_samples_and_range_below():
     assert harness.spread([1.0]) is None
     assert harness.spread([9.0, 10.0, 12.0]) == pytest.approx(0.3)
