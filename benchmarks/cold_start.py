@@ -215,15 +215,16 @@ def profile_split(events, top: int = 12) -> dict:
     return figures
 
 
-def python_split(python, what: str = "first step", top: int = 8, by: int = 2) -> None:
-    """The profiled ``what``'s ``top`` Python-level calls by their own time (``by`` 2; a
-    call into torch's C++ counts whole, the imports and waits it makes included) or by
-    their time in all (3), one line each on stderr."""
+def python_split(python, what: str = "first step", top: int = 8, by: str = "own") -> None:
+    """The profiled ``what``'s ``top`` Python-level calls by their own time (``by``
+    "own"; a call into torch's C++ counts whole, the imports and waits it makes included)
+    or by their time in all ("total"), one line each on stderr."""
     import pstats
 
     # (file, line, name): (primitive calls, calls, own s, total s, callers)
     stats = pstats.Stats(python).stats
-    rows = sorted(stats.items(), key=lambda kv: -kv[1][by])[:top]
+    column = {"own": 2, "total": 3}[by]
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][column])[:top]
     for (file, line, name), (_, calls, own_s, total_s, _) in rows:
         where = name if file == "~" else f"{os.path.basename(file)}:{line} {name}"
         print(f"cold_start: profiled {what} (Python): {own_s * 1e3:10,.1f} ms own, "
@@ -267,11 +268,11 @@ def child(a) -> int:
 
             pinning = cProfile.Profile()
             pinning.runcall(ce.pin, model, a.plan_file, keep=keep)
-            python_split(pinning, "pin()", top=14, by=3)
         else:
             ce.pin(model, a.plan_file, ahead=a.child != "pinned", keep=keep)
     at("mode_set_s")
     if a.child == PROFILED:
+        python_split(pinning, "pin()", top=14, by="total")  # after the mode set's time
         import cProfile
 
         from torch.profiler import ProfilerActivity, profile

@@ -11,10 +11,10 @@ baseline mode, and the environment the numbers were measured in (:func:`environm
 render.py draws the table from that document alone.
 
 Every measured process imports this package and the benchmarks from bytecode, as a
-package installed by pip does (pip compiles it at install): :func:`compiled_sources` writes
-it once before the first run, where PYTHONDONTWRITEBYTECODE or a fresh checkout would
-leave each process compiling the sources it imports (about 30 ms of a pinned process's
-start on this project's CPU machine).
+package installed by pip does (pip compiles it at install): :func:`compile_sources` writes
+it once before the first run, where PYTHONDONTWRITEBYTECODE would leave each process
+compiling the sources it imports (about 30 ms of a pinned process's start on this
+project's CPU machine).
 
 A case's arguments and environment may hold ``{out}`` (a fresh file per run, read back
 as the run's figures), ``{tmp}`` (a fresh empty folder per run: e.g. an empty CUDA JIT
@@ -271,10 +271,11 @@ def driver_version() -> str:
 INFO_CODE = "import json, cudnn_explorer as ce; print(json.dumps(ce.info()))"
 
 
-def compiled_sources(folders: Optional[Sequence[str]] = None) -> None:
+def compile_sources(folders: Optional[Sequence[str]] = None) -> None:
     """Compiles the sources in ``folders`` (default: the package's and the benchmarks')
     to bytecode (__pycache__, where it is older than its source), as pip's install does;
-    a folder that cannot be written is left to compile in each process."""
+    what cannot be written is left to compile in each process (compileall says nothing
+    with quiet=2)."""
     import compileall
 
     import cudnn_explorer
@@ -283,10 +284,7 @@ def compiled_sources(folders: Optional[Sequence[str]] = None) -> None:
         folders = (os.path.dirname(os.path.abspath(cudnn_explorer.__file__)),
                    os.path.dirname(os.path.abspath(__file__)))
     for folder in folders:
-        try:
-            compileall.compile_dir(folder, quiet=2)
-        except OSError:
-            pass
+        compileall.compile_dir(folder, quiet=2)
 
 
 def environment(device_info: Optional[dict] = None) -> dict:
@@ -403,16 +401,17 @@ class Benchmark:
         the exit status of finish(). The environment (``env``, else environment()) is
         read before the first run, so that a Ctrl-C or a deadline's SIGINT at any moment
         of the measuring keeps every run that finished."""
-        if env is None:
-            try:
+        try:
+            if runner is run_process:  # the measured processes import from bytecode
+                compile_sources()
+            if env is None:
                 env = environment()
-            except KeyboardInterrupt:
-                print(f"{self.name}: interrupted before the first run; nothing written",
-                      file=sys.stderr)
-                return 130
+        except KeyboardInterrupt:
+            print(f"{self.name}: interrupted before the first run; nothing written",
+                  file=sys.stderr)
+            return 130
         samples: dict = {}
         notes, interrupted = list(notes), False
-        compiled_sources()
         try:
             measure(cases, a.repeats, runner, warmup=warmup, samples=samples)
         except KeyboardInterrupt:  # the runs that finished are kept, the result says so

@@ -174,9 +174,11 @@ PinnedCall make_call(Direction d, const Tensor& x, const Tensor& w, const Tensor
   return PinnedCall{call_geometry(d, g), &x, &w, &y};
 }
 
-// Note [known misses] (pinned_plans.cpp): a direction the file does not cover, seen before.
-bool known_miss(Direction d, const Tensor& like, const Geometry& g) {
-  return known_miss(call_geometry(d, g), like.scalar_type(), g.x_sizes, g.w_sizes, g.y_sizes);
+// A direction the file does not cover, seen before: counted as its fallback here (Note
+// [known misses], pinned_plans.cpp).
+bool counted_known_miss(Direction d, const Tensor& like, const Geometry& g) {
+  return counted_known_miss(call_geometry(d, g), like.scalar_type(), g.x_sizes, g.w_sizes,
+                            g.y_sizes);
 }
 
 using ConvSignature = Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&,
@@ -211,7 +213,7 @@ Tensor conv_kernel(const Tensor& input, const Tensor& weight, const std::optiona
   if (g.valid) {  // otherwise ATen's call below says what is wrong
     const std::string why = unpinnable(input, weight, b);
     const Direction d = transposed ? Direction::BackwardData : Direction::Forward;
-    if (why.empty() && !known_miss(d, input, g)) {
+    if (why.empty() && !counted_known_miss(d, input, g)) {
       c10::cuda::CUDAGuard guard(input.device());
       const Tensor in = cudnn_view(input, g), w = cudnn_view(weight, g);
       const Tensor out = allocated(transposed ? g.x_sizes : g.y_sizes, in, g);
@@ -219,7 +221,7 @@ Tensor conv_kernel(const Tensor& input, const Tensor& weight, const std::optiona
           transposed ? make_call(d, out, w, in, g) : make_call(d, in, w, out, g);
       if (run_pinned(call)) {
         if (b) {
-          std::vector<int64_t> shape(static_cast<size_t>(out.dim()), 1);
+          Dims shape(static_cast<size_t>(out.dim()), 1);
           shape[1] = -1;
           out.add_(b->reshape(shape));
         }
@@ -242,7 +244,7 @@ Grads conv_backward_kernel(const Tensor& grad_output, const Tensor& input, const
                               output_padding, groups);
   Tensor gi, gw, gb;
   if (mask[2]) {  // as ATen's convolution_backward: the sum over all but the channels
-    std::vector<int64_t> dims{0};
+    Dims dims{0};
     for (int64_t i = 2; i < grad_output.dim(); ++i) dims.push_back(i);
     gb = grad_output.sum(dims);
   }
@@ -250,9 +252,9 @@ Grads conv_backward_kernel(const Tensor& grad_output, const Tensor& input, const
   if (g.valid && (mask[0] || mask[1])) {
     const std::string why = unpinnable(input, weight, &grad_output);
     const Direction data = transposed ? Direction::Forward : Direction::BackwardData;
-    const bool try_data = why.empty() && mask[0] && !known_miss(data, input, g),
+    const bool try_data = why.empty() && mask[0] && !counted_known_miss(data, input, g),
                try_filter = why.empty() && mask[1] &&
-                            !known_miss(Direction::BackwardFilter, input, g);
+                            !counted_known_miss(Direction::BackwardFilter, input, g);
     if (try_data || try_filter) {
       c10::cuda::CUDAGuard guard(input.device());
       const Tensor go = cudnn_view(grad_output, g), in = cudnn_view(input, g),

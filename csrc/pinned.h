@@ -114,12 +114,12 @@ std::vector<int64_t> call_key(const PinnedCall& call);
 // PinStat). Counts the outcome and warns once per problem-direction and reason.
 bool run_pinned(const PinnedCall& call);
 
-// Note [known misses]: true when this thread has found, since the plans were loaded, that
-// the file does not cover this direction (cuDNN's x, w, y sizes, the tensors' dtype): the
-// call is counted as a fallback (strict pinning raises) and the caller runs PyTorch's own
-// convolution without allocating an output for a plan; false when run_pinned must tell.
-bool known_miss(const CallGeometry& call, at::ScalarType dtype, at::IntArrayRef x,
-                at::IntArrayRef w, at::IntArrayRef y);
+// True when this thread has found, since the plans were loaded, that the file does not
+// cover this direction (cuDNN's x, w, y sizes, the tensors' dtype); the call is then
+// counted as its fallback (strict pinning raises) and the caller runs PyTorch's own
+// convolution, nothing made for a plan. False: run_pinned must tell (Note [known misses]).
+bool counted_known_miss(const CallGeometry& call, at::ScalarType dtype, at::IntArrayRef x,
+                        at::IntArrayRef w, at::IntArrayRef y);
 
 // The keys of a call's three cuDNN directions (in the order forward, bwd-data,
 // bwd-filter of cuDNN's view), as the op computes them; for tests and tools.

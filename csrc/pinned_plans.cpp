@@ -355,6 +355,12 @@ struct ThreadPlans {
   }
 };
 
+// A call of a plan that cannot run (b.why): counted, warned about once.
+void note_built_fallback(Built& b) {
+  note_fallback(*b.slot, b.why, !b.warned);
+  b.warned = true;
+}
+
 ThreadPlans& thread_plans() {
   // Never destroyed (as ATen's cuDNN handle pool is not): destroying cuDNN descriptors
   // after the CUDA context has gone at exit crashes.
@@ -869,9 +875,10 @@ bool run_pinned(const PinnedCall& c) {
   // run_pinned: the key is built in a vector this thread reuses, and the plan's tensor
   // pointers go in a map this thread reuses (its three entries made once, their values set
   // per call). Neither is touched by another call before this one returns (nothing here
-  // reenters). The op's caller keeps the call's small lists inline (Geometry, conv_op.cpp),
-  // and a fallback warns once, not per call. What still allocates per call is the output;
-  // a miss allocates none once the thread knows it (Note [known misses]).
+  // reenters). The op's caller keeps the call's small lists inline (Dims, conv_op.cpp),
+  // and a fallback warns once, not per call. What still allocates per call: the output
+  // and the workspace, the tensors' views (a copy where an input is not dense in the
+  // layout); a miss the thread knows makes none of them (Note [known misses]).
   thread_local std::vector<int64_t> key;
   fill_call_key(c, key);
   const size_t file_key = key.size();
@@ -909,8 +916,7 @@ bool run_pinned(const PinnedCall& c) {
   Built& b = *it->second;
   Slot& s = *b.slot;
   if (!b.graph) {  // a refused or failed plan; an uncovered key's first call per thread
-    note_fallback(s, b.why, !b.warned);
-    b.warned = true;
+    note_built_fallback(b);
     return false;
   }
   c10::DataPtr ws;
@@ -942,8 +948,7 @@ bool run_pinned(const PinnedCall& c) {
   if (!st.is_good()) {
     b.why = "its plan failed to run: " + st.get_message().substr(0, 300);
     tp.retire(b);  // later calls fall back at once
-    note_fallback(s, b.why);
-    b.warned = true;
+    note_built_fallback(b);
     return false;
   }
   s.pinned.fetch_add(1, std::memory_order_relaxed);
@@ -957,8 +962,8 @@ bool run_pinned(const PinnedCall& c) {
 // the op runs PyTorch's call with nothing made for a plan. Whether the file covers a key
 // depends on nothing else the thread's plans are keyed by (deterministic mode, device,
 // alignments), so the file's key is enough. A thread with no misses pays one check.
-bool known_miss(const CallGeometry& c, at::ScalarType dtype, at::IntArrayRef x,
-                at::IntArrayRef w, at::IntArrayRef y) {
+bool counted_known_miss(const CallGeometry& c, at::ScalarType dtype, at::IntArrayRef x,
+                        at::IntArrayRef w, at::IntArrayRef y) {
   ThreadPlans& tp = thread_plans();
   if (tp.misses.empty() ||
       tp.generation != registry().generation.load(std::memory_order_acquire)) {
@@ -968,9 +973,7 @@ bool known_miss(const CallGeometry& c, at::ScalarType dtype, at::IntArrayRef x,
   fill_key(c, dtype, x, w, y, key);
   const auto it = tp.misses.find(key);
   if (it == tp.misses.end()) return false;
-  Built& b = *it->second;
-  note_fallback(*b.slot, b.why, !b.warned);
-  b.warned = true;
+  note_built_fallback(*it->second);
   return true;
 }
 
@@ -989,8 +992,8 @@ bool run_pinned(const PinnedCall&) {
   return false;
 }
 
-bool known_miss(const CallGeometry&, at::ScalarType, at::IntArrayRef, at::IntArrayRef,
-                at::IntArrayRef) {
+bool counted_known_miss(const CallGeometry&, at::ScalarType, at::IntArrayRef,
+                        at::IntArrayRef, at::IntArrayRef) {
   return false;
 }
 

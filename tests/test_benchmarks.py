@@ -75,7 +75,7 @@ def test_compiled_sources_writes_bytecode_even_where_python_is_told_not_to(tmp_p
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "mod.py").write_text("X = 1\n")
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    harness.compiled_sources([str(tmp_path / "pkg"), str(tmp_path / "missing")])
+    harness.compile_sources([str(tmp_path / "pkg"), str(tmp_path / "missing")])
     assert os.path.exists(importlib.util.cache_from_source(str(tmp_path / "pkg" / "mod.py")))
 
 
@@ -435,7 +435,7 @@ def test_cold_start_python_split_by_time_in_all_puts_the_caller_first(capsys):
 
     python = cProfile.Profile()
     python.runcall(outer)
-    cold_start.python_split(python, "pin()", top=2, by=3)
+    cold_start.python_split(python, "pin()", top=2, by="total")
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and err[0].startswith("cold_start: profiled pin() (Python):")
     assert err[0].endswith(" outer") and err[1].endswith("<built-in method time.sleep>")
