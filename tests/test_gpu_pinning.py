@@ -267,6 +267,35 @@ def test_known_misses_fall_back_counted_warned_once_and_strict(name, capfd):
     torch.cuda.synchronize()
 
 
+def test_a_known_miss_allocates_no_more_than_pytorchs_own_call():
+    """Every direction missing from the file: from the second call on (Note [known
+    misses]) the op's fallback makes no output for a plan, so a forward and backward
+    allocates on the GPU no more often than PyTorch's own call does."""
+    import torch
+
+    from cudnn_explorer.pinning import op
+
+    x, w, b, _, args = tensors(CASES["fp16-nhwc"])
+    other = tensors(CASES["fp16-nchw-1x1"])[3]
+    op.load_plans(heuristic_plans([other], directions=("fwd",)))
+    pinned, ref = pinned_op(args), aten(args)
+
+    def allocations(fn):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        fn(x, w, b)
+        torch.cuda.synchronize()
+        return torch.cuda.memory_stats()["allocation.all.allocated"] - before
+
+    first = allocations(lambda *t: run(pinned, *t))  # first sight: outputs made, dropped
+    allocations(lambda *t: run(ref, *t))
+    known, own = (allocations(lambda *t: run(pinned, *t)),
+                  allocations(lambda *t: run(ref, *t)))
+    counts = op.pin_counts(reset=True)
+    assert counts.pinned_calls == 0 and counts.fallback_calls == 6, counts.directions
+    assert known <= own < first, (known, own, first)
+
+
 def test_pinned_layers_under_autocast_channels_last_compile_and_cuda_graphs():
     """A small pinned CNN: under AMP and channels_last its convolutions run pinned plans
     (fp16), torch.compile gives no graph break, and a CUDA-graph-captured training step
