@@ -66,8 +66,8 @@ def test_run_process_fills_places_and_reads_the_out_file(tmp_path):
     assert custom["w"] == custom["wall_s"]
 
 
-def test_compiled_sources_writes_bytecode_even_where_python_is_told_not_to(tmp_path,
-                                                                          monkeypatch):
+def test_compile_sources_writes_bytecode_even_where_python_is_told_not_to(tmp_path,
+                                                                         monkeypatch):
     import importlib.util
 
     from benchmarks import harness
