@@ -567,8 +567,8 @@ def _rank(rank, world, init, plans_path, gpus, out_dir):
                                   ["NVIDIA H200", "NVIDIA A100"]], ids=["same", "rank1-differs"])
 def test_under_torch_distributed_every_rank_pins_rank_0s_file(tmp_path, gpus):
     """Two gloo ranks pinning with a group: rank 0 reads the plan file and rank 1, which
-    has no copy of it, pins the same plans; a rank whose environment differs is refused on both ranks,
-    naming it, unless allow_environment."""
+    has no copy of it, pins the same plans; a rank whose environment differs is refused on
+    both ranks, naming it, unless allow_environment."""
     import json
 
     import torch.multiprocessing as mp

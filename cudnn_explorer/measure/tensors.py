@@ -28,8 +28,8 @@ OUTPUT_OF = {"fwd": "y", "bwd-data": "x", "bwd-filter": "w"}
 def conv_tf32_reader():
     """A function giving cuDNN convolutions' float32 setting as PyTorch's convolutions
     read it (``allowTF32CuDNN(Float32Op::CONV)``), as a hashable value: torch's
-    per-operator getter ("tf32"; "ieee" or "none": no TF32) where it has one, since the legacy flag's getter
-    raises once the convolutions' and the RNNs' settings differ
+    per-operator getter ("tf32"; "ieee" or "none": no TF32) where it has one, since the
+    legacy flag's getter raises once the convolutions' and the RNNs' settings differ
     (``torch.backends.cudnn.conv.fp32_precision`` set alone); else the legacy flag."""
     import torch
 
@@ -283,7 +283,8 @@ def reference(problem: ConvProblem, direction: str, tensors: Dict, on_cpu: bool 
 # less still, its own CUDA context taken), the rest would not hold Find's workspace and
 # cuDNN's own allocations, so the reference is computed on the CPU, from copies of the same
 # inputs, by the same PyTorch convolution in float64, and outputs are compared with it
-# there, slice by slice (max_error). A reference that does not fit on the GPU after all is computed there too.
+# there, slice by slice (max_error). A reference that does not fit on the GPU after all is
+# computed there too.
 # The direction (or the engine configs) then records reference_on_cpu, and the report
 # says so.
 
