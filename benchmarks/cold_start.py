@@ -16,7 +16,10 @@ setup process kept (pinning/kept.py). Without ``--plans``, a setup process write
 file of cuDNN's first heuristic config (mode A) that builds for every problem-direction of
 the model: the kernels benchmark off runs, so that the pinned modes differ from it by
 their start alone. The same two times are also counted from the model built on the GPU
-(the part a mode changes), beside a third step's, warm. Pinned processes add the op's
+(the part a mode changes), beside a third step's, warm, and the steady step as CUDA-graph
+replays of the whole step (the mean of rounds of 20 until its 95% CI is within +-1%, at
+most 2 s; in a pinned process only where no call of the capture fell back: the steady
+step of the plans as built, ahead or restored). Pinned processes add the op's
 own counts: plans of run-time compiled and of precompiled engines, how many and what
 making them took (summed over the threads that made them; per engine, a line on
 stderr), plans restored from kept forms, first calls' waits for plans built ahead, and
@@ -75,6 +78,7 @@ FIGURES = [Figure("torch_imported_s", "torch imported", "s", better=""),
            Figure("output_after_model_s", "first output, from the model built", "s"),
            Figure("step_after_model_s", "first training step, from the model built", "s"),
            Figure("warm_step_ms", "a third step, warm", "ms"),
+           Figure("steady_ms", "steady step, CUDA-graph replays (mean)", "ms"),
            Figure("compiled_plans", "plans of run-time compiled engines", "plans", better=""),
            Figure("compiled_ms", "making those (op's count)", "ms"),
            Figure("precompiled_plans", "plans of precompiled engines", "plans", better=""),
@@ -146,26 +150,93 @@ def _model(name):
 
 def _step(model, batch, dtype, fmt, opt, at):
     """The first output, then (training: ``opt`` the optimizer) the rest of the step;
-    ``at`` hears the moments. Returns the step's closure, to time a warm step after."""
+    ``at`` hears the moments. Returns the step's closure, to time a warm step after, and
+    the same step with no synchronisation and no zeroing of the gradients (``body``), for
+    a CUDA graph to capture (autocast's weight cache off, as a capture needs)."""
     import torch
 
     train = opt is not None
     x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
 
+    def forward(cache: bool = True):
+        with torch.autocast("cuda", dtype=dtype, cache_enabled=cache), \
+                torch.set_grad_enabled(train):
+            return model(x)
+
+    def rest(out):
+        out.float().square().mean().backward()
+        opt.step()
+
     def step(at):
-        with torch.autocast("cuda", dtype=dtype), torch.set_grad_enabled(train):
-            out = model(x)
+        out = forward()
         torch.cuda.synchronize()
         at("first_output_s")
         if train:
-            out.float().square().mean().backward()
-            opt.step()
+            rest(out)
             opt.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
             at("first_step_s")
 
+    def body():
+        out = forward(cache=False)
+        if train:
+            rest(out)
+
     step(at)
-    return step
+    return step, body
+
+
+def replay_ms(cuda, replay, per_round: int = 20, target: float = 0.01,
+              max_s: float = 2.0) -> float:
+    """The mean ms of ``replay`` between CUDA events: rounds of ``per_round`` until the
+    mean's 95% CI is within +-``target`` of it, or ``max_s`` of rounds."""
+    from cudnn_explorer.core import stats
+
+    samples = []
+    t0 = time.perf_counter()
+    while True:
+        events = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True))
+                  for _ in range(per_round)]
+        for start, end in events:
+            start.record()
+            replay()
+            end.record()
+        cuda.synchronize()
+        samples += [start.elapsed_time(end) for start, end in events]
+        mean = stats.mean(samples)
+        if stats.ci95_halfwidth(samples) <= target * mean or time.perf_counter() - t0 > max_s:
+            return mean
+
+
+def steady_ms(torch, body, opt):
+    """The step's mean ms as CUDA-graph replays, as PyTorch's whole-network capture makes
+    them (warmed on a side stream, gradients set to None so that the graph owns them), or
+    None where the capture fails (the reason on stderr). After the first steps, so that
+    every mode's plans are made and its cache of benchmark picks full: the plans the
+    steady step runs, whether built on first call, ahead or restored from kept forms."""
+    def zero():
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
+
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                zero()
+                body()
+        torch.cuda.current_stream().wait_stream(side)
+        zero()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            body()
+        graph.replay()
+        torch.cuda.synchronize()
+        return replay_ms(torch.cuda, graph.replay)
+    except Exception as e:  # noqa: BLE001  (the other figures stand without this one)
+        print(f"cold_start: the steady step not timed: CUDA graph capture failed "
+              f"({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
+        return None
 
 
 def made_figures(step_ms: float, warm_ms: float, on_first_call: bool) -> dict:
@@ -281,14 +352,14 @@ def child(a) -> int:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             python.enable()
             try:
-                step = _step(model, batch, dtype, fmt, opt, at)
+                step, body = _step(model, batch, dtype, fmt, opt, at)
             finally:
                 python.disable()
         figures.update(profile_split([(e.key, e.self_cpu_time_total)
                                       for e in prof.key_averages()]))
         python_split(python)
     else:
-        step = _step(model, batch, dtype, fmt, opt, at)
+        step, body = _step(model, batch, dtype, fmt, opt, at)
     last = "first_step_s" if train else "first_output_s"  # the end of the first step
     figures["output_after_model_s"] = figures["first_output_s"] - figures["model_built_s"]
     if train:
@@ -301,6 +372,17 @@ def child(a) -> int:
         step_ms = (figures[last] - figures["mode_set_s"]) * 1e3
         figures.update(made_figures(step_ms, figures["warm_step_ms"],
                                     on_first_call=a.child == "pinned"))
+    steady = steady_ms(torch, body, opt)  # after the op's counts: a capture makes no plan
+    if steady is not None and a.child.startswith("pinned"):
+        from cudnn_explorer.pinning import op
+
+        fell_back = op.pin_counts().fallback_calls - figures["fallback_calls"]
+        if fell_back:  # the graph would hold PyTorch's kernels: not a pinned step
+            print(f"cold_start: the steady step not timed: {fell_back} call(s) of its "
+                  f"capture fell back to PyTorch's convolution", file=sys.stderr)
+            steady = None
+    if steady is not None:
+        figures["steady_ms"] = steady
     with open(a.out, "w") as f:
         json.dump(figures, f)
     return 0
