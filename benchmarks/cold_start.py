@@ -17,8 +17,8 @@ file of cuDNN's first heuristic config (mode A) that builds for every problem-di
 the model: the kernels benchmark off runs, so that the pinned modes differ from it by
 their start alone. The same two times are also counted from the model built on the GPU
 (the part a mode changes), beside a third step's, warm, and the steady step as CUDA-graph
-replays of the whole step (the mean of rounds of 20 until its 95% CI is within +-1%, at
-most 2 s; in a pinned process only where no call of the capture fell back: the steady
+replays of the whole step (the median over 1 s of replays, timed as the tool times a
+callable; in a pinned process only where no call of the capture fell back: the steady
 step of the plans as built, ahead or restored). Pinned processes add the op's
 own counts: plans of run-time compiled and of precompiled engines, how many and what
 making them took (summed over the threads that made them; per engine, a line on
@@ -78,7 +78,7 @@ FIGURES = [Figure("torch_imported_s", "torch imported", "s", better=""),
            Figure("output_after_model_s", "first output, from the model built", "s"),
            Figure("step_after_model_s", "first training step, from the model built", "s"),
            Figure("warm_step_ms", "a third step, warm", "ms"),
-           Figure("steady_ms", "steady step, CUDA-graph replays (mean)", "ms"),
+           Figure("steady_ms", "steady step, CUDA-graph replays (median)", "ms"),
            Figure("compiled_plans", "plans of run-time compiled engines", "plans", better=""),
            Figure("compiled_ms", "making those (op's count)", "ms"),
            Figure("precompiled_plans", "plans of precompiled engines", "plans", better=""),
@@ -186,30 +186,11 @@ def _step(model, batch, dtype, fmt, opt, at):
     return step, body
 
 
-def replay_ms(cuda, replay, per_round: int = 20, target: float = 0.01,
-              max_s: float = 2.0) -> float:
-    """The mean ms of ``replay`` between CUDA events: rounds of ``per_round`` until the
-    mean's 95% CI is within +-``target`` of it, or ``max_s`` of rounds."""
-    from cudnn_explorer.core import stats
-
-    samples = []
-    t0 = time.perf_counter()
-    while True:
-        events = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True))
-                  for _ in range(per_round)]
-        for start, end in events:
-            start.record()
-            replay()
-            end.record()
-        cuda.synchronize()
-        samples += [start.elapsed_time(end) for start, end in events]
-        mean = stats.mean(samples)
-        if stats.ci95_halfwidth(samples) <= target * mean or time.perf_counter() - t0 > max_s:
-            return mean
+STEADY_BUDGET_MS = 1000.0  # GPU time the steady step's replays are sampled for
 
 
 def steady_ms(torch, body, opt):
-    """The step's mean ms as CUDA-graph replays, as PyTorch's whole-network capture makes
+    """The step's median ms as CUDA-graph replays, as PyTorch's whole-network capture makes
     them (warmed on a side stream, gradients set to None so that the graph owns them), or
     None where the capture fails (the reason on stderr). After the first steps, so that
     every mode's plans are made and its cache of benchmark picks full: the plans the
@@ -232,9 +213,14 @@ def steady_ms(torch, body, opt):
             body()
         graph.replay()
         torch.cuda.synchronize()
-        return replay_ms(torch.cuda, graph.replay)
+        from cudnn_explorer.core.options import TimingSpec
+        from cudnn_explorer.measure.timing import time_callable
+
+        # the tool's timing of a callable, its replays back to back between CUDA events
+        return time_callable(graph.replay, TimingSpec(graph=False, eager=False,
+                                                      budget_ms=STEADY_BUDGET_MS)).median_ms
     except Exception as e:  # noqa: BLE001  (the other figures stand without this one)
-        print(f"cold_start: the steady step not timed: CUDA graph capture failed "
+        print(f"cold_start: the steady step not timed: its CUDA graph failed "
               f"({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
         return None
 
