@@ -18,8 +18,9 @@ the model: the kernels benchmark off runs, so that the pinned modes differ from 
 their start alone. The same two times are also counted from the model built on the GPU
 (the part a mode changes), beside a third step's, warm, and the steady step as CUDA-graph
 replays of the whole step (the median over 1 s of replays, timed as the tool times a
-callable; in a pinned process only where no call of the capture fell back: the steady
-step of the plans as built, ahead or restored). Pinned processes add the op's
+callable; in a pinned process only where no call fell back while the graph was warmed
+and captured: the steady step of the plans as built, ahead or restored; not in the
+profiled process). Pinned processes add the op's
 own counts: plans of run-time compiled and of precompiled engines, how many and what
 making them took (summed over the threads that made them; per engine, a line on
 stderr), plans restored from kept forms, first calls' waits for plans built ahead, and
@@ -78,7 +79,7 @@ FIGURES = [Figure("torch_imported_s", "torch imported", "s", better=""),
            Figure("output_after_model_s", "first output, from the model built", "s"),
            Figure("step_after_model_s", "first training step, from the model built", "s"),
            Figure("warm_step_ms", "a third step, warm", "ms"),
-           Figure("steady_ms", "steady step, CUDA-graph replays (median)", "ms"),
+           Figure("steady_ms", "steady step on the GPU, CUDA-graph replays (median)", "ms"),
            Figure("compiled_plans", "plans of run-time compiled engines", "plans", better=""),
            Figure("compiled_ms", "making those (op's count)", "ms"),
            Figure("precompiled_plans", "plans of precompiled engines", "plans", better=""),
@@ -186,43 +187,35 @@ def _step(model, batch, dtype, fmt, opt, at):
     return step, body
 
 
-STEADY_BUDGET_MS = 1000.0  # GPU time the steady step's replays are sampled for
+STEADY_BUDGET_MS = 1000.0  # the steady step's replays are sampled for this long (ms)
 
 
-def steady_ms(torch, body, opt):
-    """The step's median ms as CUDA-graph replays, as PyTorch's whole-network capture makes
-    them (warmed on a side stream, gradients set to None so that the graph owns them), or
-    None where the capture fails (the reason on stderr). After the first steps, so that
-    every mode's plans are made and its cache of benchmark picks full: the plans the
-    steady step runs, whether built on first call, ahead or restored from kept forms."""
-    def zero():
-        if opt is not None:
-            opt.zero_grad(set_to_none=True)
+def steady_ms(torch, body, zero_grad, counts=None):
+    """The step's median ms on the GPU as replays of a CUDA graph of the whole step
+    (measure/step_graph.py), timed as the tool times a callable (measure/timing.py); or
+    None, said in one line on stderr, where its graph fails, or where the calls that fell
+    back (``counts``: a pinned process's op.pin_counts) grew while the graph was warmed and
+    captured: such a graph would run PyTorch's kernels, not the plans. After the first
+    steps, so that every mode's plans are made and its cache of benchmark picks full:
+    the plans the steady step runs, whether built on first call, ahead or restored."""
+    from cudnn_explorer.core.options import TimingSpec
+    from cudnn_explorer.measure.step_graph import capture_step
+    from cudnn_explorer.measure.timing import time_callable
 
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                zero()
-                body()
-        torch.cuda.current_stream().wait_stream(side)
-        zero()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            body()
-        graph.replay()
-        torch.cuda.synchronize()
-        from cudnn_explorer.core.options import TimingSpec
-        from cudnn_explorer.measure.timing import time_callable
-
-        # the tool's timing of a callable, its replays back to back between CUDA events
-        return time_callable(graph.replay, TimingSpec(graph=False, eager=False,
-                                                      budget_ms=STEADY_BUDGET_MS)).median_ms
-    except Exception as e:  # noqa: BLE001  (the other figures stand without this one)
-        print(f"cold_start: the steady step not timed: its CUDA graph failed "
-              f"({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
-        return None
+    before = counts().fallback_calls if counts else 0
+    replay, why = capture_step(torch, body, zero_grad, "cuda")
+    fell_back = counts().fallback_calls - before if counts else 0
+    if replay is not None and fell_back:
+        why = (f"{fell_back} call(s) fell back to PyTorch's convolution while its graph was "
+               f"warmed and captured")
+    elif replay is not None:
+        try:
+            return time_callable(replay, TimingSpec(graph=False, eager=False,
+                                                    budget_ms=STEADY_BUDGET_MS)).median_ms
+        except Exception as e:  # noqa: BLE001  (the other figures stand without this one)
+            why = f"its replays failed ({type(e).__name__}: {str(e)[:200]})"
+    print(f"cold_start: the steady step not timed: {why}", file=sys.stderr)
+    return None
 
 
 def made_figures(step_ms: float, warm_ms: float, on_first_call: bool) -> dict:
@@ -300,6 +293,11 @@ def process_age_s() -> float:
 def child(a) -> int:
     figures = {}
 
+    def write(figures):  # whole or not at all, for the parent to read
+        with open(a.out + ".part", "w") as f:
+            json.dump(figures, f)
+        os.replace(a.out + ".part", a.out)
+
     def at(key):
         figures[key] = process_age_s()
 
@@ -358,19 +356,22 @@ def child(a) -> int:
         step_ms = (figures[last] - figures["mode_set_s"]) * 1e3
         figures.update(made_figures(step_ms, figures["warm_step_ms"],
                                     on_first_call=a.child == "pinned"))
-    steady = steady_ms(torch, body, opt)  # after the op's counts: a capture makes no plan
-    if steady is not None and a.child.startswith("pinned"):
-        from cudnn_explorer.pinning import op
+    write(figures)  # what stands whatever the graph below does to the process
+    if a.child != PROFILED:  # (the profiled process's times: only its split is read)
+        counts = None
+        if a.child.startswith("pinned"):
+            from cudnn_explorer.pinning import op
 
-        fell_back = op.pin_counts().fallback_calls - figures["fallback_calls"]
-        if fell_back:  # the graph would hold PyTorch's kernels: not a pinned step
-            print(f"cold_start: the steady step not timed: {fell_back} call(s) of its "
-                  f"capture fell back to PyTorch's convolution", file=sys.stderr)
-            steady = None
-    if steady is not None:
-        figures["steady_ms"] = steady
-    with open(a.out, "w") as f:
-        json.dump(figures, f)
+            counts = op.pin_counts
+
+        def zero_grad():
+            if opt is not None:
+                opt.zero_grad(set_to_none=True)
+
+        steady = steady_ms(torch, body, zero_grad, counts)
+        if steady is not None:
+            figures["steady_ms"] = steady
+            write(figures)
     return 0
 
 

@@ -404,19 +404,44 @@ def test_cold_start_profile_adds_a_profiled_kept_process_and_splits_its_calls(ca
         cold_start.parse(["--first-calls", "--profile"])
 
 
-def test_cold_start_steady_step_left_out_in_a_line_where_its_graph_fails(capsys):
+def test_cold_start_steady_step_is_the_graphs_replays_or_left_out_in_a_line(monkeypatch,
+                                                                             capsys):
     from types import SimpleNamespace
 
     from benchmarks import cold_start
+    from cudnn_explorer.measure import step_graph, timing
 
-    def refuse():
-        raise RuntimeError("operation not permitted when stream is capturing")
+    timed = []
+    monkeypatch.setattr(timing, "time_callable", lambda fn, spec: timed.append(
+        (fn, spec)) or SimpleNamespace(median_ms=12.5))
+    replay = object()
+    fallback_calls = [0]
 
-    torch = SimpleNamespace(cuda=SimpleNamespace(Stream=refuse))
-    assert cold_start.steady_ms(torch, body=lambda: None, opt=None) is None
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["cold_start: the steady step not timed: its CUDA graph failed "
-                   "(RuntimeError: operation not permitted when stream is capturing)"]
+    def capture(torch, step, zero_grad, device, grow=0):
+        fallback_calls[0] += grow
+        return replay, ""
+
+    def counts():
+        return SimpleNamespace(fallback_calls=fallback_calls[0])
+
+    # captured with no call fallen back: the median of its replays, as the tool times them
+    monkeypatch.setattr(step_graph, "capture_step", capture)
+    assert cold_start.steady_ms("torch", None, None, counts) == 12.5
+    (fn, spec), = timed
+    assert fn is replay and not spec.graph and spec.budget_ms == cold_start.STEADY_BUDGET_MS
+    # calls fell back while the graph was made: its replays are not the plans' step
+    monkeypatch.setattr(step_graph, "capture_step",
+                        lambda *args: capture(*args, grow=3))
+    assert cold_start.steady_ms("torch", None, None, counts) is None
+    # the capture failed: why, in one line
+    monkeypatch.setattr(step_graph, "capture_step",
+                        lambda *args: (None, "CUDA graph capture failed (RuntimeError: x)"))
+    assert cold_start.steady_ms("torch", None, None) is None
+    assert len(timed) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "cold_start: the steady step not timed: 3 call(s) fell back to PyTorch's convolution "
+        "while its graph was warmed and captured",
+        "cold_start: the steady step not timed: CUDA graph capture failed (RuntimeError: x)"]
     assert "steady_ms" in {f.key for f in cold_start.FIGURES}
 
 

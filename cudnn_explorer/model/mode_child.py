@@ -47,7 +47,6 @@ The result is rewritten after every shape, so a child that dies keeps what finis
 """
 from __future__ import annotations
 
-import gc
 import sys
 import time
 from dataclasses import replace
@@ -56,9 +55,9 @@ from typing import List
 from ..core import stats
 from ..core.capture import ModelSpec
 from ..core.child_records import ModelChildResult
-from ..core.errors import described
 from ..measure.prestart import HELD
 from ..measure.procs import log_size, quick_exit, read_spec, write_result
+from ..measure.step_graph import capture_step
 from ..measure.tensors import conv_tf32
 from . import zoo
 from .tracer import (ForwardTracker, backward_directions, conv_args, explored,
@@ -211,48 +210,12 @@ def first_iteration(torch, model, inputs, spec: ModelSpec, device: str, probe: _
 
 def _graph_step(torch, model, inputs, spec: ModelSpec, device: str):
     """(replay, "") where one whole step (gradients reset, forward, backward) is captured
-    as a CUDA graph, ``replay`` running it again; (None, why) where it cannot be (a sync
-    on the host, data-dependent shapes, ...). As PyTorch's whole-network capture: warmed
-    on a side stream first, gradients set to None so that the graph owns them, autocast's
-    weight cache off. Every plan is in PyTorch's cache already (the first iteration
-    searched), so the capture records the kernels the eager step runs.
-
-    Note [failed capture]: a capture that fails leaves the process changed. The default
-    CUDA generator stays marked as capturing (every later random number fails with
-    "Offset increment outside graph capture"): its state is put back from a copy taken
-    before. torch.cuda.graph ends the capture before it restores the caller's stream, so
-    a failed end leaves the capture stream current: the outer stream context restores it.
-    What else a failed capture leaves behind is not known (on the H200 the sizes after a
-    failed one failed too, and memory grew until one ran out), so the steady process stops
-    after it (run). Python's garbage collector is held off during the capture: a collection
-    there may run destructors that call CUDA (an event, an earlier graph), which a capture
-    in PyTorch's global mode forbids."""
-    generator = torch.cuda.default_generators[torch.device(device).index or 0]
-    saved = generator.clone_state()
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                model.zero_grad(set_to_none=True)
-                iteration(model, inputs, spec, device, autocast_cache=False)
-        torch.cuda.current_stream().wait_stream(side)
-        model.zero_grad(set_to_none=True)
-        graph = torch.cuda.CUDAGraph()
-        gc.collect()
-        gc.disable()
-        try:
-            with torch.cuda.stream(torch.cuda.current_stream()), torch.cuda.graph(graph):
-                iteration(model, inputs, spec, device, autocast_cache=False)
-        finally:
-            gc.enable()
-        graph.replay()
-        torch.cuda.synchronize()
-        return graph.replay, ""
-    except Exception as e:  # noqa: BLE001  (any capture failure: the step is timed eagerly)
-        torch.cuda.synchronize()
-        generator.graphsafe_set_state(saved)
-        return None, f"CUDA graph capture failed ({described(e, 200)})"
+    as a CUDA graph, or (None, why): measure/step_graph.py (Note [failed capture] there).
+    Every plan is in PyTorch's cache already (the first iteration searched), so the
+    capture records the kernels the eager step runs."""
+    return capture_step(torch, lambda: iteration(model, inputs, spec, device,
+                                                 autocast_cache=False),
+                        lambda: model.zero_grad(set_to_none=True), device)
 
 
 def _timed(cuda, step, iterations: int, target, max_timed_s: float):
