@@ -384,7 +384,7 @@ def setup(a) -> int:
     from cudnn_explorer.core.logs import parse_tag
     from cudnn_explorer.core.plans import PlanEntry, PlanEnvironment, PlanFile, PlanKey
     from cudnn_explorer.measure import native
-    from cudnn_explorer.measure.pipeline import environment
+    from cudnn_explorer.measure.environment import environment
     from cudnn_explorer.measure.tensors import make_tensors, native_problem
 
     prefix = {"fwd": "ConvFwd", "bwd-data": "ConvBwdData", "bwd-filter": "ConvBwdFilter"}

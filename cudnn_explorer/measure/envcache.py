@@ -1,13 +1,14 @@
 """A GPU's environment without importing torch, while nothing it depends on has changed.
 
-pipeline.environment() needs torch, a CUDA context and the extension: seconds before
-anything else, most of a repeat that the results store answers. What it reports is fixed
-by things that can be read in milliseconds: the driver and the GPUs (/proc/driver/nvidia),
-the Python and the installed torch and NVIDIA packages (versions and library files), the
-cuDNN and CUDA libraries the loader can find, the extension's file, and the variables
-that pick the device or the libraries. Their digest (:func:`fingerprint`) keys a copy of
-the last environment() answer; any change, or anything unreadable, means no copy, and
-environment() runs again (the caller then keeps its answer with :func:`remember`).
+environment() (measure/environment.py) needs torch, a CUDA context and the extension:
+seconds before anything else, most of a repeat that the results store answers. What it
+reports is fixed by things that can be read in milliseconds: the driver and the GPUs
+(/proc/driver/nvidia), the Python and the installed torch and NVIDIA packages (versions
+and library files), the cuDNN and CUDA libraries the loader can find, the extension's
+file, and the variables that pick the device or the libraries. Their digest
+(:func:`fingerprint`) keys a copy of the last environment() answer; any change, or
+anything unreadable, means no copy, and environment() runs again (the caller then keeps
+its answer with :func:`remember`).
 """
 from __future__ import annotations
 

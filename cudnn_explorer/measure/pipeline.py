@@ -8,7 +8,6 @@ the whole pipeline without a GPU.
 """
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
@@ -24,6 +23,7 @@ from ..core.records import DirectionResult, EngineSpace, PyTorchPick
 from ..core.schema import utc_now
 from ..core.search_preferences import SearchPreferences
 from . import native
+from .environment import environment
 from .pytorch_picks import ModeRun, pick_of, run_children, start_children
 from .engine_worker import EngineWorker, HeldJob, explore_isolated, hold_isolated
 from .legacy import LegacyLab, measure_legacy
@@ -370,23 +370,6 @@ def _measured(problem: ConvProblem, d: str, options: ExploreOptions, bench, runs
         engines_wall_s=engines_s, reference_on_cpu=leg.reference_on_cpu,
         legacy_rounds=list(leg.rounds), legacy_setup_s=leg.setup_s,
         legacy_checks_s=leg.checks_s)
-
-
-def environment(device: int = 0) -> Environment:
-    """Describe the GPU and the libraries in use (initialises CUDA on ``device``)."""
-    torch = native.require_gpu(device)
-    props = torch.cuda.get_device_properties(device)
-    built, running = native.build_info(), native.runtime_info()
-    return Environment(
-        gpu_name=props.name, compute_capability=f"{props.major}.{props.minor}",
-        device_index=device, sm_count=int(props.multi_processor_count),
-        torch_version=torch.__version__,
-        torch_cuda=str(torch.version.cuda), cudnn_torch=str(torch.backends.cudnn.version()),
-        cudnn_runtime=running.get("cudnn", ""), cudnn_built=built.get("cudnn", ""),
-        torch_built=built.get("torch", ""), cuda_runtime=running.get("cuda_runtime", ""),
-        cuda_driver=running.get("cuda_driver", ""),
-        cudnn_frontend=built.get("cudnn_frontend", ""), hostname=socket.gethostname(),
-    )
 
 
 def run_algorithm(problem: ConvProblem, direction: str, algo: int, math_type: str,

@@ -48,7 +48,7 @@ def _here():
 
     if not torch.cuda.is_available():
         return None
-    from ..measure.pipeline import environment
+    from ..measure.environment import environment
 
     return environment(torch.cuda.current_device())
 
