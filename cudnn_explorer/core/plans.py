@@ -12,7 +12,7 @@ refused, naming what differs, unless the user overrides it. Pure Python (no torc
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import List, Optional, Sequence, Tuple
 
 from .errors import UserError
@@ -68,7 +68,10 @@ class PlanKey(Record):
     @property
     def ident(self) -> str:
         """The key as one string (its lists make it unhashable): equal keys, equal idents."""
-        return json.dumps(self.to_dict(), sort_keys=True)
+        # its fields as they are (lists of ints, strings, booleans): to_dict's asdict
+        # deep-copies them, which was most of the time reading a plan file took
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)},
+                          sort_keys=True)
 
 
 @dataclass(frozen=True)

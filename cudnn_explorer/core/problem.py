@@ -419,7 +419,10 @@ class ConvProblem:
             if str(e).startswith("problem."):
                 raise
             raise UserError(f"problem: {e}") from None
-        derived = problem.to_dict()  # saved derived fields must be the problem's own
+        # saved derived fields must be the problem's own (not to_dict: its asdict copies
+        # every field, most of reading a plan file's problems)
+        derived = {"weight_shape": list(problem.weight_shape),
+                   "output_shape": list(problem.output_shape), "math_type": problem.math_type}
         for key in ("weight_shape", "output_shape", "math_type"):
             if key in d and d[key] != derived[key]:
                 raise UserError(f"problem.{key}: {str(d[key])[:40]} does not match the "

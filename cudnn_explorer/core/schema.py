@@ -60,14 +60,7 @@ def convert(value, hint, path: str):
             return ConvProblem.from_dict(value)
         except UserError as e:  # its messages start with "problem"
             raise UserError(f"{path}{str(e)[len('problem'):]}") from None
-    ok = {bool: lambda v: isinstance(v, bool),
-          int: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX,
-          Signed: lambda v: isinstance(v, int) and not isinstance(v, bool)
-          and -INT64_MAX <= v <= INT64_MAX,
-          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-          and 0 <= v <= FLOAT_MAX,
-          str: lambda v: isinstance(v, str),
-          object: plain}.get(hint)
+    ok = _SCALARS.get(hint)
     if ok is not None:
         if not ok(value):
             raise UserError(f"{path}: {shown(value)} is not {what(hint)}")
@@ -81,6 +74,9 @@ def convert(value, hint, path: str):
         if not isinstance(value, list):
             raise UserError(f"{path}: expected a list, got {shown(value)}")
         (item,) = typing.get_args(hint) or (object,)
+        check = _SCALARS.get(item)
+        if check is not None and item is not float and all(check(v) for v in value):
+            return list(value)  # a list of scalars that pass, in one go (most of a plan file)
         return [convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
     if hint is dict or origin is dict:
         if not isinstance(value, dict):
@@ -107,6 +103,19 @@ def plain(v) -> bool:
     if isinstance(v, int) and not isinstance(v, bool):
         return -INT64_MAX <= v <= INT64_MAX
     return v is None or isinstance(v, (str, bool))
+
+
+# The scalar annotations' checks, made once (convert runs for every field of every record).
+_SCALARS = {
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX,
+    Signed: lambda v: isinstance(v, int) and not isinstance(v, bool)
+    and -INT64_MAX <= v <= INT64_MAX,
+    float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    and 0 <= v <= FLOAT_MAX,
+    str: lambda v: isinstance(v, str),
+    object: plain,
+}
 
 
 def shown(value) -> str:
