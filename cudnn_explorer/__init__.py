@@ -44,7 +44,7 @@ __all__ = [
 # they run; the measuring functions import it with their module)
 _LAZY = {"explore": "jobs.explore", "sweep_model": "jobs.sweep", "capture": "jobs.sweep",
          "advise": "jobs.advise", "tune": "jobs.tune", "run_algorithm": "measure.pipeline",
-         "reference": "measure.pipeline", "environment": "measure.pipeline",
+         "reference": "measure.pipeline", "environment": "measure.environment",
          "info": "measure.pipeline", "pin": "pinning.modules", "unpin": "pinning.modules",
          "pinned": "pinning.modules", "pin_counts": "pinning.op",
          "prebuild": "pinning.prebuild", "wait_for_plans": "pinning.ahead",

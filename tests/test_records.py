@@ -1,5 +1,6 @@
 """Records: ranking, workspace notes, JSON and CSV round trips, schema versions."""
 import json
+from typing import List
 
 import pytest
 
@@ -159,3 +160,28 @@ def test_every_document_refuses_a_foreign_or_newer_file_in_one_format(k):
         assert text.startswith(f"{what} schema_version {json.dumps(version)}{kind}: this "
                                f"cudnn_explorer reads version"), text
         assert text.endswith("; upgrade cudnn_explorer") == newer, text
+
+
+@pytest.mark.parametrize("hint, value, message", [
+    (List[int], [1, 2, True], "key.x_dims[2]: true is not an integer >= 0"),
+    (List[int], [1, -2], "key.x_dims[1]: -2 is not an integer >= 0"),
+    (List[int], [1, 2.5], "key.x_dims[1]: 2.5 is not an integer >= 0"),
+    (List[str], ["a", 3], "key.x_dims[1]: 3 is not a string"),
+    (List[float], [1.0, -1], "key.x_dims[1]: -1 is not a finite number >= 0"),
+])
+def test_a_bad_item_of_a_list_is_named_by_its_index(hint, value, message):
+    from cudnn_explorer.core.schema import convert
+
+    with pytest.raises(UserError) as e:
+        convert(value, hint, "key.x_dims")
+    assert str(e.value) == message
+
+
+def test_a_list_of_scalars_reads_as_a_new_list_of_the_same_values():
+    from cudnn_explorer.core.schema import convert
+
+    ints = [1, 2, 3]
+    got = convert(ints, List[int], "p")
+    assert got == ints and got is not ints
+    assert convert([1, 2], List[float], "p") == [1.0, 2.0]
+    assert all(type(v) is float for v in convert([1, 2], List[float], "p"))
