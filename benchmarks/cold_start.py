@@ -198,6 +198,7 @@ def steady_ms(torch, body, zero_grad, counts=None):
     captured: such a graph would run PyTorch's kernels, not the plans. After the first
     steps, so that every mode's plans are made and its cache of benchmark picks full:
     the plans the steady step runs, whether built on first call, ahead or restored."""
+    from cudnn_explorer.core.errors import described
     from cudnn_explorer.core.options import TimingSpec
     from cudnn_explorer.measure.step_graph import capture_step
     from cudnn_explorer.measure.timing import time_callable
@@ -213,7 +214,7 @@ def steady_ms(torch, body, zero_grad, counts=None):
             return time_callable(replay, TimingSpec(graph=False, eager=False,
                                                     budget_ms=STEADY_BUDGET_MS)).median_ms
         except Exception as e:  # noqa: BLE001  (the other figures stand without this one)
-            why = f"its replays failed ({type(e).__name__}: {str(e)[:200]})"
+            why = f"its replays failed ({described(e, 200)})"
     print(f"cold_start: the steady step not timed: {why}", file=sys.stderr)
     return None
 
@@ -293,10 +294,10 @@ def process_age_s() -> float:
 def child(a) -> int:
     figures = {}
 
-    def write(figures):  # whole or not at all, for the parent to read
-        with open(a.out + ".part", "w") as f:
-            json.dump(figures, f)
-        os.replace(a.out + ".part", a.out)
+    def write(figures):  # whole or not at all, for the parent to read (after the timings)
+        from cudnn_explorer.core.files import write_atomic
+
+        write_atomic(a.out, json.dumps(figures))
 
     def at(key):
         figures[key] = process_age_s()
