@@ -195,3 +195,26 @@ def test_a_cli_run_that_does_not_end_fails_its_test_saying_so():
     command and where it waited, instead of hanging the suite or raising TimeoutExpired."""
     with pytest.raises(pytest.fail.Exception, match=r"--help did not end within 0\.01 s"):
         run_cli("--help", timeout=0.01)
+
+
+@pytest.mark.parametrize("name,code,words", [
+    ("tabulate", 3, "this Python lacks 'tabulate': use .venv/bin/python (scripts/setup.sh) or pip install "
+                    "tabulate"),
+    ("torch.cuda", 3, "this Python lacks 'torch'"),
+    ("cudnn_explorer.jobs.gone", 1, "internal error: ModuleNotFoundError"),
+])
+def test_a_missing_package_is_the_machines_one_line_and_ours_is_internal(monkeypatch, capsys, name,
+                                                                         code, words):
+    # run with a Python that lacks a dependency (the system python, not setup.sh's .venv)
+    import importlib
+
+    cli_main = importlib.import_module("cudnn_explorer.cli.main")
+
+    def lacks(argv):
+        raise ModuleNotFoundError(f"No module named '{name}'", name=name)
+
+    monkeypatch.setattr(cli_main, "run", lacks)
+    assert cli_main.main(["--shape", "1,3,8,8"]) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert code == 1 or len(err[0]) <= 120, err  # an internal error carries its message whole

@@ -3,7 +3,7 @@ fast), and exit codes.
 
 Results go to stdout (tables, or --json / --csv); errors are one line on stderr with a
 non-zero exit code (2: bad input or a problem cuDNN cannot run; 3: missing GPU, driver,
-extension or memory; 1: anything unexpected; 130: interrupted). --debug shows tracebacks.
+extension, package or memory; 1: anything unexpected; 130: interrupted). --debug shows tracebacks.
 """
 from __future__ import annotations
 
@@ -37,6 +37,19 @@ def _terminated(signum, frame):
     raise KeyboardInterrupt
 
 
+def _missing_dependency(e: BaseException) -> str:
+    """The line for a package this Python lacks (a user who ran the system ``python``
+    instead of the environment setup.sh made), or "" for anything else: a module of this
+    package that fails to import is an internal error."""
+    if not isinstance(e, ModuleNotFoundError) or not e.name:
+        return ""
+    top = e.name.partition(".")[0]
+    if top == __package__.partition(".")[0]:
+        return ""
+    return (f"this Python lacks '{top}': use .venv/bin/python "
+            f"(scripts/setup.sh) or pip install {top}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or bool(os.environ.get("CUDNN_EXPLORER_DEBUG"))
@@ -59,6 +72,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as e:  # an internal error: still one line unless --debug
         if debug:
             raise
+        missing = _missing_dependency(e)
+        if missing:
+            print(f"cudnn_explorer: error: {missing}", file=sys.stderr)
+            return 3
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         if "out of memory" in first.lower():  # torch's OutOfMemoryError, a CUDA error
             print(f"cudnn_explorer: error: out of GPU memory: {first}", file=sys.stderr)
