@@ -251,6 +251,18 @@ def test_cli_renders_a_saved_advice_and_refuses_bad_input(tmp_path):
     bad.write_text('{"schema": "cudnn_explorer.advice", "schema_version": 9}')
     r = run_cli("advise", "--load", str(bad))
     assert r.returncode == 2 and "reads version 1" in r.stderr
+    # a file that parses but holds what no run can: one line each, exit 2
+    for change, match in [(lambda d: d.update(sizes=[]), "sizes: empty; valid"),
+                          (lambda d: d.update(sizes=[[320, 0]]),
+                           "sizes[0] [320.0, 0.0]: count 0.0: valid: a number > 0"),
+                          (lambda d: d["capture"]["model"].update(amp="fp8"),
+                           'Capture.model.amp "fp8": valid: off, fp16, bf16')]:
+        d = json.loads(advice().to_json())
+        change(d)
+        bad.write_text(json.dumps(d))
+        r = run_cli("advise", "--load", str(bad))
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and match in lines[0], r.stderr
 
 
 def _repeat(plans):

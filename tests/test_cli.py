@@ -218,3 +218,44 @@ def test_a_missing_package_is_the_machines_one_line_and_ours_is_internal(monkeyp
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
     assert code == 1 or len(err[0]) <= 120, err  # an internal error carries its message whole
+
+
+def test_debug_is_the_tools_own_flag_and_a_set_variable(monkeypatch, capsys):
+    """A --debug of the command after -- (record, run) is the script's, not the tool's, and
+    CUDNN_EXPLORER_DEBUG=0 is off: a user's mistake stays one line with exit 2."""
+    import importlib
+
+    cli_main = importlib.import_module("cudnn_explorer.cli.main")
+
+    def mistake(argv):
+        from cudnn_explorer.core.errors import UserError
+        raise UserError("plan file 'none.json': No such file or directory")
+
+    monkeypatch.setattr(cli_main, "run", mistake)
+    monkeypatch.delenv("CUDNN_EXPLORER_DEBUG", raising=False)
+    assert cli_main.main(["run", "--plans", "none.json", "--", "python", "t.py", "--debug"]) == 2
+    for off in ("0", "false", "no", "off", ""):
+        monkeypatch.setenv("CUDNN_EXPLORER_DEBUG", off)
+        assert cli_main.main(["--shape", "1,3,8,8"]) == 2
+    assert capsys.readouterr().err.count("cudnn_explorer: error: plan file") == 6
+    monkeypatch.setenv("CUDNN_EXPLORER_DEBUG", "1")
+    with pytest.raises(Exception, match="No such file"):
+        cli_main.main(["--shape", "1,3,8,8"])
+    monkeypatch.delenv("CUDNN_EXPLORER_DEBUG")
+    with pytest.raises(Exception, match="No such file"):
+        cli_main.main(["run", "--plans", "none.json", "--debug", "--", "python", "t.py"])
+
+
+def test_host_memory_exhausted_is_the_machines_one_line(monkeypatch, capsys):
+    import importlib
+
+    cli_main = importlib.import_module("cudnn_explorer.cli.main")
+
+    def huge(argv):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+                           "can't allocate memory: you tried to allocate 239995200024 bytes.")
+
+    monkeypatch.setattr(cli_main, "run", huge)
+    assert cli_main.main(["model", "resnet18", "--image", "99999"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cudnn_explorer: error: out of host memory: ")

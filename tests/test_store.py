@@ -106,6 +106,12 @@ def test_bad_files_name_the_file(tmp_path):
     db.close()
     with pytest.raises(StoreError, match=f"schema version 99 is newer .*reads \\({SCHEMA_VERSION}\\)"):
         Store(str(newer))
+    db = sqlite3.connect(newer)
+    db.execute("UPDATE meta SET value = 'abc' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="schema version 'abc' is not a number: not a store"):
+        Store(str(newer))
     with pytest.raises(StoreError, match="/dev/null/x.db"):
         Store("/dev/null/x.db")
 

@@ -76,6 +76,15 @@ def test_settings():
             settings_from({"CUDNN_EXPLORER_PLANS": "p.json", name: value})
     with pytest.raises(UserError, match="both set"):
         settings_from({"CUDNN_EXPLORER_PLANS": "p", "CUDNN_EXPLORER_RECORD": "d"})
+    # an output over the plan file, or over the other output, would lose it
+    for over, on in (("CUDNN_EXPLORER_REPORT", "CUDNN_EXPLORER_PLANS"),
+                     ("CUDNN_EXPLORER_MISSES", "CUDNN_EXPLORER_PLANS")):
+        with pytest.raises(UserError, match=f'^{over}="./p.json": the file {on} names too'):
+            settings_from({"CUDNN_EXPLORER_PLANS": "p.json", over: "./p.json"})
+    with pytest.raises(UserError, match='^CUDNN_EXPLORER_MISSES="m": the file '
+                                        'CUDNN_EXPLORER_REPORT names too'):
+        settings_from({"CUDNN_EXPLORER_RECORD": "d", "CUDNN_EXPLORER_REPORT": "m",
+                       "CUDNN_EXPLORER_MISSES": "m"})
 
 
 def _part(pid, calls, host="a"):
@@ -241,6 +250,9 @@ def test_record_steps_and_failure(hooked, tmp_path):
     rec = read_convs(str(out))
     assert rec.processes == 1 and rec.steps == 2 and rec.unkeyed[0].calls > 0
     r = _cli("record", "-o", str(out), "--", sys.executable, str(script), env=hooked)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"cudnn_explorer: error: --out '{out}': exists; --force replaces it")
+    r = _cli("record", "-o", str(out), "--force", "--", sys.executable, str(script), env=hooked)
     assert r.returncode == 7
     assert r.stderr.strip().splitlines()[-1] == ("cudnn_explorer: the command exited 7; the "
                                                  "record holds what ran before")
@@ -381,11 +393,60 @@ if __name__ == "__main__":
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
-    r = _cli("record", "-o", str(out), "--time-limit", "40", "--", sys.executable, str(script),
-             port, "wait", env=hooked, timeout=300)
+    r = _cli("record", "-o", str(out), "--force", "--time-limit", "40", "--", sys.executable,
+             str(script), port, "wait", env=hooked, timeout=300)
     assert r.returncode == 0 and "waiting" in r.stdout, r.stderr
     assert "stopped the command after 40 s" in r.stderr
     assert read_convs(str(out)).unkeyed[0].calls == 8  # the parent's, written on SIGTERM
+
+
+def test_record_and_run_lose_no_file(hooked, tmp_path):
+    """A record is never replaced by an empty one (a command that failed or started no
+    Python under the hook), an existing one only with --force, and no output of record or
+    run may be a file the command after -- names, or the plan file."""
+    from cudnn_explorer.core.plans import PlanEnvironment, PlanFile
+    from tests.pinning_helpers import entry
+
+    out = tmp_path / "convs.json"
+    out.write_text('{"precious": true}')
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    for command in ([sys.executable, str(tmp_path / "trian_typo.py")], ["false"]):
+        r = _cli("record", "-o", str(out), "--force", "--", *command, env=hooked)
+        assert r.returncode != 0 and out.read_text() == '{"precious": true}', r.stderr
+        assert r.stderr.strip().splitlines()[-1] == (
+            f"cudnn_explorer: the command exited {r.returncode} before any process "
+            f"recorded: '{out}' not written")
+    r = _cli("record", "-o", str(tmp_path / "new.json"), "--", "true", env=hooked)
+    assert r.returncode == 3 and not (tmp_path / "new.json").exists()
+    assert "imported torch under the start-up hook" in r.stderr
+    r = _cli("record", "-o", str(script), "--force", "--", sys.executable, str(script),
+             env=hooked)
+    assert r.returncode == 2 and script.read_text() == TRAIN
+    assert r.stderr.strip() == (f"cudnn_explorer: error: --out '{script}': is a file the "
+                                f"command after -- names ('{script}'); writing it would lose "
+                                f"it: give another --out")
+    plans = tmp_path / "plans.json"
+    plans.write_text(PlanFile(environment=PlanEnvironment(), entries=[
+        entry(PROBLEMS[3], "fwd", "ConvFwd_eng0")]).to_json())
+    before = plans.read_text()
+    py = [sys.executable, str(script)]
+    for args, match in ((["--report", str(script), "--", *py, f"--x={script}"],
+                         "is a file the command after -- names"),
+                        (["--misses", str(plans), "--", *py], "is the plan file this command reads"),
+                        (["--misses", str(tmp_path), "--", *py], "is a directory"),
+                        (["--report", str(tmp_path / "r.json") + os.sep, "--", *py],
+                         "names a folder"),
+                        (["--report", str(tmp_path / "same"), "--misses", str(tmp_path / "same"),
+                          "--", *py], "one file for two outputs")):
+        r = _cli("run", "--plans", str(plans), *args, env=hooked)
+        assert r.returncode == 2 and match in r.stderr and len(r.stderr.splitlines()) == 1, (
+            args, r.stderr)
+    assert plans.read_text() == before and script.read_text() == TRAIN
+    for verb in ("record", "run"):
+        r = _cli(verb, "--help", env=hooked)
+        assert r.returncode == 0 and r.stdout.startswith(
+            f"usage: python -m cudnn_explorer {verb}"), r.stderr
 
 
 def test_run_verb(hooked, tmp_path):

@@ -52,7 +52,10 @@ def _missing_dependency(e: BaseException) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or bool(os.environ.get("CUDNN_EXPLORER_DEBUG"))
+    # the tool's own --debug: not one of the command's after -- (record, run)
+    ours = argv[:argv.index("--")] if "--" in argv else argv
+    debug = "--debug" in ours or os.environ.get("CUDNN_EXPLORER_DEBUG", "").strip().lower() \
+        not in ("", "0", "false", "no", "off")
     import signal
     import threading
 
@@ -79,6 +82,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         if "out of memory" in first.lower():  # torch's OutOfMemoryError, a CUDA error
             print(f"cudnn_explorer: error: out of GPU memory: {first}", file=sys.stderr)
+            return 3
+        if "can't allocate memory" in first:  # torch's CPU allocator
+            print(f"cudnn_explorer: error: out of host memory: {first}", file=sys.stderr)
             return 3
         print(f"cudnn_explorer: internal error: {type(e).__name__}: {first} "
               f"(rerun with --debug for the traceback)", file=sys.stderr)

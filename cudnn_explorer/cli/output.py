@@ -25,6 +25,11 @@ def check_output_path(path: Optional[str], flag: str,
     e.g. ``(a.file, "the saved sweep")`` (a None path is skipped)."""
     if path in (None, "-"):
         return
+    if not path:
+        raise UserError(f"{flag} '': give a file's path")
+    if path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
+        raise UserError(f"{flag} '{path}': names a folder (it ends in {path[-1]}); give a "
+                        f"file's path")
     for read, what in reads:
         if read not in (None, "-") and same_file(path, read):
             raise UserError(f"{flag} '{path}': is {what} this command reads; writing it "
@@ -36,12 +41,25 @@ def check_output_path(path: Optional[str], flag: str,
         raise UserError(f"{flag} '{path}': directory '{where}' does not exist")
     if os.path.exists(path) and not os.path.isfile(path):
         raise UserError(f"{flag} '{path}': not a regular file")
+    longest = _longest_name(where)
+    if len(os.fsencode(os.path.basename(path))) > longest:
+        raise UserError(f"{flag}: a file name of {len(os.fsencode(os.path.basename(path)))} "
+                        f"bytes: valid: at most {longest} in '{where}'")
     try:  # the very way write_output writes: a temporary file beside it
         fd, tmp = tempfile.mkstemp(prefix=".cudnn_explorer.", dir=where)
         os.close(fd)
         os.unlink(tmp)
     except OSError as e:
         raise UserError(f"{flag} '{path}': cannot write there: {e.strerror}") from None
+
+
+def _longest_name(folder: str) -> int:
+    """The longest file name, in bytes, that ``folder``'s file system takes (255 where it
+    does not say)."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
 
 
 def same_file(a: str, b: str) -> bool:

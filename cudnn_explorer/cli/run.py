@@ -7,8 +7,8 @@ from typing import List
 from ..core.errors import UserError
 from ..core.options import parse_int
 from .args import Parser
-from .output import check_output_path, notify, say, write_output
-from .record import split_command
+from .output import check_output_path, distinct_outputs, notify, say, write_output
+from .record import refuse_command_files, split_command
 
 __all__ = ["build_parser", "run"]
 
@@ -42,7 +42,13 @@ def run(argv: List[str]) -> int:
     if not a.plans:
         raise UserError("run: give --plans FILE, the plan file to pin to")
     ahead = parse_int(a.ahead, "--ahead", 0, 64)
-    check_output_path(a.report, "--report", [(a.plans, "the plan file")])
+    reads = [(a.plans, "the plan file")]
+    check_output_path(a.report, "--report", reads)
+    refuse_command_files(a.report, "--report", command)
+    if a.misses:  # appended to, never replaced; '' writes none
+        check_output_path(a.misses, "--misses", reads)
+        refuse_command_files(a.misses, "--misses", command)
+    distinct_outputs([(a.report, "--report"), (a.misses or None, "--misses")])
     from ..core.zero_code import exit_line
     from ..jobs.zero_code import report_json, run_pinned
 

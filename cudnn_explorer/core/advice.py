@@ -41,6 +41,7 @@ from .exploration import Environment
 from . import stats
 from .schema import Record, check_schema, parse_json, shown
 from .stability import Stability
+from .workload_sizes import check_sizes
 
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "ShapeCost",
            "comparable", "costs_from_run", "expected_total_ms", "steady_difference", "pinned_difference",
@@ -431,9 +432,9 @@ class Advice(Record):
             raise UserError(f"capture: {e}") from None
         rest = cls.from_dict({k: v for k, v in d.items() if k != "capture"}
                              | {"capture": capture.to_dict()})
-        for s in rest.sizes:
-            if len(s) != 2 or s[0] < 1 or s[1] <= 0 or int(s[0]) != s[0]:
-                raise UserError(f"sizes: {shown(s)} is not [size, count]")
+        if not rest.sizes:
+            raise UserError("sizes: empty; valid: one [size, count] pair or more")
+        check_sizes(rest.sizes, "sizes")
         n = len(capture.problems)
         for s in rest.stability:
             if not 0 <= s.problem < n:

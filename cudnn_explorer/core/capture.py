@@ -73,6 +73,7 @@ class Uncovered(Record):
     calls: int = 0
 
 
+AMP_MODES = ("off", "fp16", "bf16")
 _FLAGS = {"model": "--model", "amp": "--amp", "batch": "--batch", "input_shape": "--input",
           "sizes": "--sizes", "model_args": "--model-args", "inputs": "--inputs"}
 
@@ -97,6 +98,15 @@ class ModelSpec(Record):
     sizes: List[int] = field(default_factory=list)  # --sizes: input sizes, in order
     model_args: Dict[str, object] = field(default_factory=dict)  # --model-args (JSON)
     inputs: str = ""  # --inputs pkg.mod:fn
+
+    @classmethod
+    def from_dict(cls, d: dict, path: str = "") -> "ModelSpec":
+        """As Record reads it, and ``amp`` one that the model's run knows."""
+        spec = super().from_dict(d, path)
+        if spec.amp not in AMP_MODES:
+            raise UserError(f"{path or cls.__name__}.amp {shown(spec.amp)}: valid: "
+                            f"{', '.join(AMP_MODES)}")
+        return spec
 
     def to_dict(self) -> dict:
         """As saved; the optional fields only when set (specs saved before them, and the
@@ -123,8 +133,8 @@ class ModelSpec(Record):
             raise UserError(f"{name('model')} {shown(model)}: valid: a torchvision model "
                             f"name or pkg.module:factory")
         amp_ = str(amp).strip().lower()
-        if amp_ not in ("off", "fp16", "bf16"):
-            raise UserError(f"{name('amp')} '{amp}': valid: off, fp16, bf16")
+        if amp_ not in AMP_MODES:
+            raise UserError(f"{name('amp')} '{amp}': valid: {', '.join(AMP_MODES)}")
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 1 << 20:
             raise UserError(f"{name('batch')} {shown(batch)}: valid: an integer from 1 to "
                             f"1048576")

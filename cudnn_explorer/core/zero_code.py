@@ -84,6 +84,19 @@ def _count(env: Mapping[str, str], name: str, default: int, low: int, high: int)
     return int(v)
 
 
+def _distinct_files(env: Mapping[str, str], plans: str) -> None:
+    """UserError where the report or the misses would be written over the plan file, or
+    over each other: a file the process reads, or another output, would be lost."""
+    named = [(n, env.get(n, "")) for n in ("CUDNN_EXPLORER_PLANS", "CUDNN_EXPLORER_REPORT",
+                                          "CUDNN_EXPLORER_MISSES")]
+    named = [(n, p) for n, p in named if p and (n != "CUDNN_EXPLORER_PLANS" or plans)]
+    for k, (n, p) in enumerate(named):
+        for m, q in named[k + 1:]:
+            if os.path.realpath(p) == os.path.realpath(q):
+                raise UserError(f"{m}={shown(q)}: the file {n} names too; writing it would "
+                                f"lose that: give another path")
+
+
 def settings_from(env: Mapping[str, str]) -> Settings:
     """The Settings the variables in ``env`` ask for (mode "" when neither RECORD nor
     PLANS is set); UserError naming the first bad variable, its value and what is valid."""
@@ -94,6 +107,7 @@ def settings_from(env: Mapping[str, str]) -> Settings:
         raise UserError("CUDNN_EXPLORER_RECORD and CUDNN_EXPLORER_PLANS are both set: "
                         "record or run pinned, not both; unset one")
     ahead = _count(env, "CUDNN_EXPLORER_AHEAD", 1, 0, 64)
+    _distinct_files(env, plans)
     return Settings(mode="record" if record else "run", record_dir=record,
                     steps=_count(env, "CUDNN_EXPLORER_STEPS", 0, 1, 10**12),
                     plans=plans, strict=_flag(env, "CUDNN_EXPLORER_STRICT", False),

@@ -161,7 +161,12 @@ class Store:
         try:
             self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            version = int(row[0]) if row else 0
+            try:
+                version = int(row[0]) if row else 0
+            except (TypeError, ValueError):
+                raise StoreError(f"results store '{self.path}': schema version "
+                                 f"{str(row[0])[:40]!r} is not a number: not a store this "
+                                 f"tool wrote; use another --store") from None
             if version > SCHEMA_VERSION:
                 raise StoreError(f"results store '{self.path}': schema version {version} is "
                                  f"newer than this cudnn_explorer reads ({SCHEMA_VERSION}); "
