@@ -102,3 +102,29 @@ def test_info_fits_120_columns_with_torchs_longest_reason():
                                      "you have an NVIDIA GPU and installed a driver from "
                                      "http://www.nvidia.com/Download/index.aspx"})
     assert "GPU: none usable (Found no NVIDIA driver" in text and not _too_wide(text)
+
+
+def test_history_of_every_shipped_exploration_fits_120_columns(tmp_path):
+    """The store's history with the GPUs, versions and problems of the shipped results (an
+    H100's name is the longest), written into a store as the commands write them."""
+    from cudnn_explorer.core.exploration import Exploration
+    from cudnn_explorer.core.files import read_text
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.store.db import Store
+
+    path = str(tmp_path / "r.db")
+    stored = 0
+    with Store(path) as store:
+        for f in _files():
+            if _schema(f) != "cudnn_explorer.exploration":
+                continue
+            exp = Exploration.from_json(read_text(f, "a shipped result"))
+            for d in exp.directions:
+                store.save(exp.problem, exp.environment, ExploreOptions.create(),
+                           exp.measurement, d)
+                stored += 1
+    assert stored > 10
+    code, out, err = _run(["history", "--store", path])
+    assert code == 0 and out.count("\n") > 5, err
+    assert not _too_wide(out), _too_wide(out)[:3]
+    assert "H100 80GB HBM3" in out and "NVIDIA H100" not in out

@@ -18,21 +18,35 @@ def build_parser() -> Parser:
     return p
 
 
+def _fitted(rows: List[List[str]], headers: List[str]) -> str:
+    """The table with its last column cut (~) where the row would pass 120 columns."""
+    from ..report.format import WIDTH, table
+
+    used = sum(max(len(str(c)) for c in col) + 2
+               for col in zip(headers[:-1], *(r[:-1] for r in rows)))
+    room = max(16, WIDTH - used)
+    return table([r[:-1] + [r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "~"]
+                  for r in rows], headers=headers)
+
+
+def _gpu(name: str) -> str:
+    return name[len("NVIDIA "):] if name.startswith("NVIDIA ") else name
+
+
 def run(argv: List[str]) -> int:
     from ..jobs.saved import history
-    from ..report.format import table
 
     a, _ = build_parser().parse(argv)
     h = history(a.store, parse_int(a.limit, "--limit", 1))
     print(f"results store '{h.path}': {h.total} stored directions")
     if h.rows:
-        print(table([[r["created"][:19].replace("T", " "), r["gpu"], r["cudnn"], r["torch"],
-                      r["directions"], r["problem"][:60]] for r in h.rows],
-                    headers=["measured (UTC)", "GPU", "cuDNN", "torch", "directions",
-                             "problem"]))
+        print(_fitted([[r["created"][:19].replace("T", " "), _gpu(r["gpu"]), r["cudnn"],
+                        r["torch"], r["directions"], r["problem"]] for r in h.rows],
+                      headers=["measured (UTC)", "GPU", "cuDNN", "torch", "directions",
+                               "problem"]))
     if h.runs:
         print("\nPyTorch's own runs of models (one per mode):")
-        print(table([[r["created"][:19].replace("T", " "), r["gpu"], r["mode"],
-                      r["model"][:70]] for r in h.runs],
-                    headers=["measured (UTC)", "GPU", "mode", "model"]))
+        print(_fitted([[r["created"][:19].replace("T", " "), _gpu(r["gpu"]), r["mode"],
+                        r["model"]] for r in h.runs],
+                      headers=["measured (UTC)", "GPU", "mode", "model"]))
     return 0
