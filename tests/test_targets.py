@@ -30,6 +30,10 @@ def test_shipped_profiles_load_and_say_what_they_are():
     (lambda d: d.update(multiProcessorCount="many"), "multiProcessorCount: \"many\""),
     (lambda d: d.update(maxGridSize=[1, 2]), "maxGridSize"),
     (lambda d: d.update(smClockRateKHz=0), "smClockRateKHz: must be > 0"),
+    # what cuDNN's own parser crashes or fails on (a child process dying, once exit 3)
+    (lambda d: d.update(deviceName="X" * 260), "deviceName: 260 bytes; expected at most 255"),
+    (lambda d: d.update(l2CacheSize=2**31), "l2CacheSize: 2147483648; expected an integer below"),
+    (lambda d: d.update(deviceVer=120), "deviceVer: 120; expected the compute capability x 100"),
 ])
 def test_malformed_profile_names_the_field(tmp_path, edit, match):
     d = json.loads(load_profile("h200").text)

@@ -34,6 +34,7 @@ PROFILE_FIELDS = {
     "memClockRateKHz": "int", "l2CacheSize": "int", "cudaDeviceId": "int",
     "deviceVer": "int", "driverVer": "int", "deviceName": "str",
 }
+_WIDE_FIELDS = ("totalGlobalMem",)  # bytes: above 2**31 on every GPU cuDNN 9 runs on
 _MUST_BE_POSITIVE = ("multiProcessorCount", "warpSize", "maxThreadsPerBlock",
                      "maxThreadsPerSM", "smClockRateKHz", "l2CacheSize", "deviceVer",
                      "maxSharedMemoryPerBlockOptin", "regsPerBlock")
@@ -87,7 +88,17 @@ class DeviceProfile:
         for name in _MUST_BE_POSITIVE:
             if d[name] <= 0:
                 raise UserError(f"device profile '{key}': {name}: must be > 0")
+        for name, kind in PROFILE_FIELDS.items():  # what cudaDeviceProp holds, as cuDNN reads it
+            if kind == "int" and name not in _WIDE_FIELDS and d[name] >= 2**31:
+                raise UserError(f"device profile '{key}': {name}: {d[name]}; expected an "
+                                f"integer below 2**31")
+        if len(d["deviceName"].encode("utf-8")) > 255:
+            raise UserError(f"device profile '{key}': deviceName: "
+                            f"{len(d['deviceName'].encode('utf-8'))} bytes; expected at most 255")
         ver = d["deviceVer"]
+        if not 500 <= ver <= 9990:
+            raise UserError(f"device profile '{key}': deviceVer: {ver}; expected the compute "
+                            f"capability x 100 (900 for 9.0), from 500 (5.0)")
         return cls(key=key, device_name=d["deviceName"],
                    compute_capability=f"{ver // 100}.{(ver % 100) // 10}",
                    sm_count=d["multiProcessorCount"], text=text, synthesized=synthesized,
