@@ -110,6 +110,13 @@ def test_record_merge_and_round_trip(tmp_path):
     misses = tmp_path / "plans.json.misses"
     misses.write_text(_part(1, 2).to_json(indent=None) + "\n" + _part(2, 5).to_json(None) + "\n")
     assert read_convs(str(misses)).calls == 42
+    # a process stopped while appending its part: the line is named, the file left alone
+    good = _part(1, 2).to_json(indent=None)
+    misses.write_text(good + "\n\n" + good + "\n" + good[:57] + "\n")
+    with pytest.raises(UserError, match=r"plans.json.misses': line 4: not valid JSON: .*"
+                                        r"\(a process stopped while appending it\? remove that "
+                                        r"line\)$"):
+        read_convs(str(misses))
 
 
 def test_record_errors(tmp_path):

@@ -271,18 +271,25 @@ def read_convs(path: str, what: str = "record file") -> ConvRecord:
     from .files import read_text
 
     text = read_text(path, what)
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
     try:
-        if len(lines) > 1 and lines[0].lstrip().startswith("{") and \
-                lines[0].rstrip().endswith("}"):
-            try:
-                parts = [ConvRecord.read(ln, f"{what} line {i + 1}")
-                         for i, ln in enumerate(lines)]
+        first = None
+        if len(lines) > 1 and lines[0][1].lstrip().startswith("{") and \
+                lines[0][1].rstrip().endswith("}"):
+            try:  # a part a line (a misses file), or a record written on one line?
+                first = ConvRecord.read(lines[0][1])
             except UserError:
-                parts = None
-            if parts is not None:
-                return merge_records(parts)
-        return ConvRecord.read(text, what)
+                pass
+        if first is None:
+            return ConvRecord.read(text, what)
+        parts = [first]
+        for n, ln in lines[1:]:
+            try:
+                parts.append(ConvRecord.read(ln))
+            except UserError as e:
+                raise UserError(f"line {n}: {e} (a process stopped while appending it? "
+                                f"remove that line)") from None
+        return merge_records(parts)
     except UserError as e:
         raise UserError(f"{what} '{path}': {e}") from None
 
