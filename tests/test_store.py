@@ -116,6 +116,26 @@ def test_bad_files_name_the_file(tmp_path):
         Store("/dev/null/x.db")
 
 
+def test_another_programs_database_is_left_as_it_was(tmp_path):
+    from cudnn_explorer.store.db import NamedStoreError
+    from conftest import run_cli
+
+    other = tmp_path / "app.db"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE users (name TEXT)")
+    db.execute("INSERT INTO users VALUES ('ada')")
+    db.commit()
+    db.close()
+    before = other.read_bytes()
+    with pytest.raises(NamedStoreError, match=r"app.db': an SQLite database of something "
+                                              r"else \(tables users\); valid: a results store"):
+        Store(str(other), named=True)
+    r = run_cli("history", "--store", str(other))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert other.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [
+        "app.db"]
+
+
 def _writer(path, k, n):
     exp = retimed_exploration()
     with Store(path) as store:

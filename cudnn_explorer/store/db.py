@@ -123,6 +123,7 @@ class Store:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self.db = sqlite3.connect(path, timeout=60.0, isolation_level=None)
             self.db.execute("PRAGMA busy_timeout = 60000")
+            self._refuse_other_databases(named)
             # Note [opening together]: several processes opening a new store at once (the
             # ranks of a torchrun sweep) can find it locked while one of them switches it
             # to WAL, which the busy timeout does not cover: try again for a minute.
@@ -146,6 +147,20 @@ class Store:
             raise StoreError(f"results store '{path}': {e}") from None
         except OSError as e:
             raise StoreError(f"results store '{path}': {e.strerror}") from None
+
+    def _refuse_other_databases(self, named: bool) -> None:
+        """Another program's SQLite file is left as it was (no WAL switch, no tables
+        added): refused, the user's mistake where they named it."""
+        tables = {r[0] for r in self.db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        ours = "meta" in tables and self.db.execute(
+            "SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone() is not None
+        if tables and not ours:
+            self.db.close()
+            kind = NamedStoreError if named else StoreError
+            raise kind(f"results store '{self.path}': an SQLite database of something else "
+                       f"(tables {', '.join(sorted(tables))[:60]}); valid: a results store "
+                       f"that cudnn_explorer wrote")
 
     def __enter__(self) -> "Store":
         return self
