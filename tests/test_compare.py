@@ -54,7 +54,7 @@ def test_compare_command_reads_the_store_and_files(tmp_path):
     r = run_cli("compare", "--no-store", "--file", str(tmp_path / "missing.json"))
     assert r.returncode == 2 and "missing.json" in r.stderr
     r = run_cli("compare", "--no-store", "--file", REF, "--gpu", "A100")
-    assert r.returncode == 2 and "no results" in r.stderr
+    assert r.returncode == 2 and "no result matches the filters GPU 'A100'" in r.stderr
     notdb = tmp_path / "notes.txt"  # a store the user named that is no store: their
     # mistake, exit 2, as a missing one is
     notdb.write_text("not a database\n" * 100)
@@ -87,7 +87,11 @@ def test_export_writes_every_stored_exploration_and_compare_reads_it(tmp_path):
     r = run_cli("compare", "--no-store", "--file", str(out_json))
     assert r.returncode == 0 and "same in every environment for 2 of 3" in r.stdout, r.stderr
     r = run_cli("export", "--store", db, "--json", str(out_json), "--gpu", "A100")
-    assert r.returncode == 2 and "nothing stored matches" in r.stderr
+    assert r.returncode == 2 and r.stderr.strip().endswith(
+        "no result matches the filters GPU 'A100'; valid: a part of a GPU name or a cuDNN "
+        "version of those there: NVIDIA H200 (cuDNN 9.19.0), NVIDIA H200 (cuDNN 9.24.0)"), r.stderr
+    r = run_cli("compare", "--store", db, "--cudnn", "abc")
+    assert r.returncode == 2 and "compare: no result matches the filters cuDNN 'abc'" in r.stderr
     for args, match in [(["export", "--store", db], "give --json PATH and/or --csv PATH"),
                         (["export", "--store", str(tmp_path / "no.db"), "--csv", "x.csv"],
                          "no such file")]:

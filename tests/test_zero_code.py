@@ -472,6 +472,7 @@ def test_run_verb(hooked, tmp_path):
     line = [ln for ln in r.stderr.splitlines() if "convolution calls" in ln]
     assert len(line) == 1 and line[0].startswith("cudnn_explorer: 0 of ")
     assert "(24 calls: its tensors are not on a CUDA device)" in line[0]
+    assert "UserWarning" not in r.stderr, r.stderr  # the exit line says it once
     assert RunReport.read(report.read_text()).counts.fallback_calls == 24
     r = _cli("run", "--plans", str(tmp_path / "none.json"), "--", "true", env=hooked)
     assert r.returncode == 2 and r.stderr.strip() == (

@@ -44,8 +44,7 @@ def run(argv: List[str]) -> int:
 
     items = compare_items(store_choice(a), a.file, a.gpu, a.cudnn, notify)
     if not items:
-        raise UserError("compare: no results (measure some, give --file, or widen --gpu / "
-                        "--cudnn)")
+        raise UserError("compare: no results (measure some, or give --file)")
     sys.stdout.write(render_compare(items))
     if a.plot:
         from ..report import plots

@@ -44,7 +44,7 @@ def run(argv: List[str]) -> int:
     path = existing(a.store)
     exps = stored_explorations(path, a.gpu, a.cudnn)  # StoreError: exit 3, naming the file
     if not exps:
-        raise UserError("export: nothing stored matches (widen --gpu / --cudnn)")
+        raise UserError(f"export: the results store '{path}' holds no exploration")
     if a.json:
         write_output(export_document(exps, os.path.abspath(path)), a.json, "--json")
     if a.csv:

@@ -14,6 +14,7 @@ from .records import DirectionResult
 from .schema import Record, check_schema, convert, shown
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "Environment", "Measurement", "Exploration",
+           "check_env_filters",
            "ChildWall", "cudnn_version"]
 
 SCHEMA_NAME = "cudnn_explorer.exploration"
@@ -83,6 +84,23 @@ def _texts(values, name: str) -> tuple:
     if not hasattr(values, "__iter__") or not all(isinstance(v, str) for v in values):
         raise UserError(f"{name} {shown(values)}: valid: a list of texts, e.g. ['H200']")
     return tuple(values)
+
+
+def check_env_filters(envs, gpus, cudnns, what: str) -> None:
+    """UserError naming the filters (--gpu, --cudnn) when they leave none of ``envs``
+    (Environments), and the environments there are; nothing when ``envs`` is empty or
+    one passes."""
+    if not envs or any(e.matches(gpus, cudnns) for e in envs):
+        return
+    given = ", ".join([f"GPU '{g}'" for g in _listed(gpus)]
+                      + [f"cuDNN '{c}'" for c in _listed(cudnns)])
+    there = sorted({f"{e.gpu_name} (cuDNN {cudnn_version(e.cudnn_runtime)})" for e in envs})
+    raise UserError(f"{what}: no result matches the filters {given}; valid: a part of a GPU "
+                    f"name or a cuDNN version of those there: {', '.join(there)}")
+
+
+def _listed(values) -> List[str]:
+    return [] if values is None else [values] if isinstance(values, str) else list(values)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..core.documents import read_saved
 from ..core.errors import UserError
-from ..core.exploration import Environment, Exploration, cudnn_version
+from ..core.exploration import Environment, Exploration, check_env_filters
 from ..core.files import read_bytes
 from ..core.options import ExploreOptions
 from ..core.plans import PlanFile, plans_from
@@ -16,23 +16,6 @@ from ..core.version import __version__
 
 __all__ = ["write_plans", "read_plans", "environment_here", "check_pinned_args",
            "pinned_mode"]
-
-
-def _filtered(envs: Sequence[Environment], gpus: Sequence[str], cudnns: Sequence[str],
-              what: str) -> None:
-    """UserError naming the filters (--gpu, --cudnn) when they leave none of ``envs``, and
-    the environments there are."""
-    if not envs or any(e.matches(gpus, cudnns) for e in envs):
-        return
-    given = ", ".join([f"GPU '{g}'" for g in _listed(gpus)]
-                      + [f"cuDNN '{c}'" for c in _listed(cudnns)])
-    there = sorted({f"{e.gpu_name} (cuDNN {cudnn_version(e.cudnn_runtime)})" for e in envs})
-    raise UserError(f"{what}: no result matches the filters {given}; valid: a part of a GPU "
-                    f"name or a cuDNN version of those there: {', '.join(there)}")
-
-
-def _listed(values) -> List[str]:
-    return [values] if isinstance(values, str) else list(values)
 
 
 def _one_environment(exps: Sequence[Exploration], what: str) -> Environment:
@@ -64,7 +47,7 @@ def write_plans(source: Optional[str] = None, *, store: Optional[str] = None,
     items: List[Tuple] = []
     if source is not None:
         sw, exps = read_saved(source, "plans write")
-        _filtered([sw.environment] if sw is not None else [e.environment for e in exps],
+        check_env_filters([sw.environment] if sw is not None else [e.environment for e in exps],
                   gpus, cudnns, f"plans write '{source}'")
         if sw is not None:  # with each problem's layers and calls per iteration
             for e in sw.entries:
@@ -82,7 +65,7 @@ def write_plans(source: Optional[str] = None, *, store: Optional[str] = None,
         from .saved import stored_explorations
 
         exps = stored_explorations(store or None)
-        _filtered([e.environment for e in exps], gpus, cudnns, "plans write --store")
+        check_env_filters([e.environment for e in exps], gpus, cudnns, "plans write --store")
         exps = [e for e in exps if e.environment.matches(gpus, cudnns)]
         env, what = _one_environment(exps, "plans write --store"), "the results store"
         items = [(e.problem, d, [], 0) for e in exps for d in e.directions]

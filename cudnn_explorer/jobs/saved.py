@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence
 
 from ..core.documents import saved_explorations
 from ..core.errors import UserError
-from ..core.exploration import Exploration
+from ..core.exploration import Exploration, check_env_filters
 from .events import Notify, notifier
 from .stores import StoreChoice, existing, without_store
 
@@ -47,7 +47,10 @@ def stored_explorations(path: Optional[str] = None, gpus: Sequence[str] = (),
     from ..store.db import Store
 
     with Store(existing(path), bool(path)) as store:
-        return [e for e in store.explorations() if e.environment.matches(gpus, cudnns)]
+        exps = store.explorations()
+    check_env_filters([e.environment for e in exps], gpus, cudnns,
+                      f"results store '{existing(path)}'")
+    return [e for e in exps if e.environment.matches(gpus, cudnns)]
 
 
 def stored_exploration(path: Optional[str], n: int = 1) -> Exploration:
@@ -82,4 +85,5 @@ def compare_items(store: StoreChoice, files: Sequence[str] = (), gpus: Sequence[
     for f in files:
         for exp in saved_explorations(f, "--file"):
             items += [(exp.problem, exp.environment, d) for d in exp.directions]
+    check_env_filters([x[1] for x in items], gpus, cudnns, "compare")
     return [x for x in items if x[1].matches(gpus, cudnns)]

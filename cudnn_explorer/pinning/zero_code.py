@@ -205,6 +205,11 @@ def activate(s: Settings) -> None:
                                                       r"convolution")
         else:
             _start_run(s)
+            # the exit line counts these calls with their reason; a warning that points
+            # into the tool at each new reason would only repeat it
+            warnings.filterwarnings("ignore", message=r"cudnn_explorer: .* runs PyTorch's own "
+                                                      r"convolution, not a pinned plan: its "
+                                                      r"tensors are not on a CUDA device")
     except ExplorerError as e:  # the extension cannot load here: the program runs as is
         _say(f"{e}; the program runs without cudnn_explorer")
         return
