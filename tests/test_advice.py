@@ -254,7 +254,8 @@ def test_cli_renders_a_saved_advice_and_refuses_bad_input(tmp_path):
     # a file that parses but holds what no run can: one line each, exit 2
     for change, match in [(lambda d: d.update(sizes=[]), "sizes: empty; valid"),
                           (lambda d: d.update(sizes=[[320, 0]]),
-                           "sizes[0] [320.0, 0.0]: count 0.0: valid: a number > 0"),
+                           "sizes[0] [320.0, 0.0]: valid: [size, count], an integer size >= 1 "
+                           "and a count > 0"),
                           (lambda d: d["capture"]["model"].update(amp="fp8"),
                            'Capture.model.amp "fp8": valid: off, fp16, bf16')]:
         d = json.loads(advice().to_json())
@@ -263,6 +264,10 @@ def test_cli_renders_a_saved_advice_and_refuses_bad_input(tmp_path):
         r = run_cli("advise", "--load", str(bad))
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and match in lines[0], r.stderr
+    # any input side advise measured reads back: --input 1x160000 saves [[160000, 1.0]]
+    d = json.loads(advice().to_json())
+    d["sizes"] = [[160000, 1.0]]
+    assert Advice.from_json(json.dumps(d)).workload == [(160000, 1.0)]
 
 
 def _repeat(plans):

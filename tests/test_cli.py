@@ -259,3 +259,10 @@ def test_host_memory_exhausted_is_the_machines_one_line(monkeypatch, capsys):
     assert cli_main.main(["model", "resnet18", "--image", "99999"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("cudnn_explorer: error: out of host memory: ")
+
+    def python_out_of_memory(argv):
+        raise MemoryError()
+
+    monkeypatch.setattr(cli_main, "run", python_out_of_memory)
+    assert cli_main.main(["--shape", "1,3,8,8"]) == 3
+    assert capsys.readouterr().err.startswith("cudnn_explorer: error: out of host memory")

@@ -134,6 +134,13 @@ def test_another_programs_database_is_left_as_it_was(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert other.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [
         "app.db"]
+    shaped = tmp_path / "shaped.db"  # a meta table of another shape
+    db = sqlite3.connect(shaped)
+    db.execute("CREATE TABLE meta (name TEXT)")
+    db.commit()
+    db.close()
+    with pytest.raises(NamedStoreError, match=r"something else \(tables meta\)"):
+        Store(str(shaped), named=True)
 
 
 def _writer(path, k, n):

@@ -128,3 +128,17 @@ def test_history_of_every_shipped_exploration_fits_120_columns(tmp_path):
     assert code == 0 and out.count("\n") > 5, err
     assert not _too_wide(out), _too_wide(out)[:3]
     assert "H100 80GB HBM3" in out and "NVIDIA H100" not in out
+    # a GPU and a torch build with long names
+    from dataclasses import replace
+
+    from fakes import retimed_exploration
+
+    exp = retimed_exploration()
+    env = replace(exp.environment, gpu_name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                  torch_version="2.10.0a0+git1234567")
+    with Store(path) as store:
+        for d in exp.directions:
+            store.save(exp.problem, env, ExploreOptions.create(), exp.measurement, d)
+    code, out, err = _run(["history", "--store", path])
+    assert code == 0 and "RTX PRO 6000 Blackwell~" in out, err
+    assert not _too_wide(out), _too_wide(out)[:3]

@@ -29,8 +29,12 @@ def _fitted(rows: List[List[str]], headers: List[str]) -> str:
                   for r in rows], headers=headers)
 
 
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1].rstrip() + "~"
+
+
 def _gpu(name: str) -> str:
-    return name[len("NVIDIA "):] if name.startswith("NVIDIA ") else name
+    return _cut(name[len("NVIDIA "):] if name.startswith("NVIDIA ") else name, 24)
 
 
 def run(argv: List[str]) -> int:
@@ -41,7 +45,7 @@ def run(argv: List[str]) -> int:
     print(f"results store '{h.path}': {h.total} stored directions")
     if h.rows:
         print(_fitted([[r["created"][:19].replace("T", " "), _gpu(r["gpu"]), r["cudnn"],
-                        r["torch"], r["directions"], r["problem"]] for r in h.rows],
+                        _cut(r["torch"], 16), r["directions"], r["problem"]] for r in h.rows],
                       headers=["measured (UTC)", "GPU", "cuDNN", "torch", "directions",
                                "problem"]))
     if h.runs:

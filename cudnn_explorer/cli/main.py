@@ -83,8 +83,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if "out of memory" in first.lower():  # torch's OutOfMemoryError, a CUDA error
             print(f"cudnn_explorer: error: out of GPU memory: {first}", file=sys.stderr)
             return 3
-        if "can't allocate memory" in first:  # torch's CPU allocator
-            print(f"cudnn_explorer: error: out of host memory: {first}", file=sys.stderr)
+        if isinstance(e, MemoryError) or "can't allocate memory" in first:  # torch's CPU allocator
+            print(f"cudnn_explorer: error: out of host memory{': ' if first else ''}{first}",
+                  file=sys.stderr)
             return 3
         print(f"cudnn_explorer: internal error: {type(e).__name__}: {first} "
               f"(rerun with --debug for the traceback)", file=sys.stderr)

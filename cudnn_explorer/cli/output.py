@@ -41,10 +41,10 @@ def check_output_path(path: Optional[str], flag: str,
         raise UserError(f"{flag} '{path}': directory '{where}' does not exist")
     if os.path.exists(path) and not os.path.isfile(path):
         raise UserError(f"{flag} '{path}': not a regular file")
-    longest = _longest_name(where)
-    if len(os.fsencode(os.path.basename(path))) > longest:
-        raise UserError(f"{flag}: a file name of {len(os.fsencode(os.path.basename(path)))} "
-                        f"bytes: valid: at most {longest} in '{where}'")
+    name, longest = os.path.basename(path), _longest_name(where)
+    if len(os.fsencode(name)) > longest:
+        raise UserError(f"{flag} '{name[:24]}...': a file name of {len(os.fsencode(name))} "
+                        f"bytes; valid: at most {longest} there")
     try:  # the very way write_output writes: a temporary file beside it
         fd, tmp = tempfile.mkstemp(prefix=".cudnn_explorer.", dir=where)
         os.close(fd)
@@ -57,9 +57,10 @@ def _longest_name(folder: str) -> int:
     """The longest file name, in bytes, that ``folder``'s file system takes (255 where it
     does not say)."""
     try:
-        return os.pathconf(folder, "PC_NAME_MAX")
+        longest = os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):
-        return 255
+        longest = 0
+    return longest if longest > 0 else 255
 
 
 def same_file(a: str, b: str) -> bool:

@@ -105,13 +105,17 @@ def run(argv: List[str]) -> int:
     except ExplorerError:
         raise
     if not result.record.processes:  # an empty record would only replace or mislead
+        if result.stopped:
+            say(f"stopped the command after {limit:g} s (--time-limit) before any process "
+                f"recorded: '{a.out}' not written")
+            return 2
         if result.status:
             say(f"the command exited {result.status} before any process recorded: "
                 f"'{a.out}' not written")
             return result.status
         say(f"no Python process of the command imported torch under the start-up hook: "
             f"'{a.out}' not written (python -m cudnn_explorer hook status)")
-        return 3
+        return 2
     sys.stderr.write(render(result.record))
     write_output(result.record.to_json(), a.out, "--out")
     if result.stopped:

@@ -2,6 +2,7 @@
 its processes run pinned to a plan file's plans (docs/zero-code.md)."""
 from __future__ import annotations
 
+import os
 from typing import List
 
 from ..core.errors import UserError
@@ -45,7 +46,7 @@ def run(argv: List[str]) -> int:
     reads = [(a.plans, "the plan file")]
     check_output_path(a.report, "--report", reads)
     refuse_command_files(a.report, "--report", command)
-    if a.misses:  # appended to, never replaced; '' writes none
+    if a.misses and a.misses != os.devnull:  # appended to, never replaced; '' writes none
         check_output_path(a.misses, "--misses", reads)
         refuse_command_files(a.misses, "--misses", command)
     distinct_outputs([(a.report, "--report"), (a.misses or None, "--misses")])

@@ -41,7 +41,6 @@ from .exploration import Environment
 from . import stats
 from .schema import Record, check_schema, parse_json, shown
 from .stability import Stability
-from .workload_sizes import check_sizes
 
 __all__ = ["ADVICE_SCHEMA", "ADVICE_VERSION", "ShapeCost",
            "comparable", "costs_from_run", "expected_total_ms", "steady_difference", "pinned_difference",
@@ -434,7 +433,10 @@ class Advice(Record):
                              | {"capture": capture.to_dict()})
         if not rest.sizes:
             raise UserError("sizes: empty; valid: one [size, count] pair or more")
-        check_sizes(rest.sizes, "sizes")
+        for i, s in enumerate(rest.sizes):  # any input side advise measured (--input's too)
+            if len(s) != 2 or s[0] < 1 or int(s[0]) != s[0] or not 0 < s[1] < math.inf:
+                raise UserError(f"sizes[{i}] {shown(s)}: valid: [size, count], an integer "
+                                f"size >= 1 and a count > 0")
         n = len(capture.problems)
         for s in rest.stability:
             if not 0 <= s.problem < n:

@@ -273,22 +273,17 @@ def read_convs(path: str, what: str = "record file") -> ConvRecord:
     text = read_text(path, what)
     lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
     try:
-        first = None
-        if len(lines) > 1 and lines[0][1].lstrip().startswith("{") and \
-                lines[0][1].rstrip().endswith("}"):
-            try:  # a part a line (a misses file), or a record written on one line?
-                first = ConvRecord.read(lines[0][1])
-            except UserError:
-                pass
-        if first is None:
+        # a misses file: a part a line, every line an object; a record file is one object
+        if len(lines) < 2 or not all(ln.lstrip().startswith("{") for _, ln in lines):
             return ConvRecord.read(text, what)
-        parts = [first]
-        for n, ln in lines[1:]:
+        parts = []
+        for n, ln in lines:
             try:
                 parts.append(ConvRecord.read(ln))
             except UserError as e:
-                raise UserError(f"line {n}: {e} (a process stopped while appending it? "
-                                f"remove that line)") from None
+                cut = " (a process stopped while appending it? remove that line)"
+                raise UserError(f"line {n}: {e}{cut if 'not valid JSON' in str(e) else ''}") \
+                    from None
         return merge_records(parts)
     except UserError as e:
         raise UserError(f"{what} '{path}': {e}") from None

@@ -153,8 +153,11 @@ class Store:
         added): refused, the user's mistake where they named it."""
         tables = {r[0] for r in self.db.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        ours = "meta" in tables and self.db.execute(
-            "SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone() is not None
+        try:
+            ours = "meta" in tables and self.db.execute(
+                "SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone() is not None
+        except sqlite3.OperationalError:  # a meta table of another shape
+            ours = False
         if tables and not ours:
             self.db.close()
             kind = NamedStoreError if named else StoreError
