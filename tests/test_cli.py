@@ -33,6 +33,10 @@ BAD = [
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["--shape", "1,3,8,8", "--engines", "--no-engines"], "not allowed with argument"),
     (["--load", "/nonexistent/x.json"], "--load '/nonexistent/x.json'"),
+    (["--load", ""], "--load '': give a saved file's path"),
+    (["--shape", "1,3,8,8", "--json", ""], "--json '': give a file's path"),
+    (["--shape", "1,3,8,8", "--json", "x.json/"], "--json 'x.json/': names a folder"),
+    (["--shape", "1,3,8,8", "--json", "x" * 300 + ".json"], "bytes; valid: at most"),
 ]
 
 

@@ -53,7 +53,10 @@ class Parser(argparse.ArgumentParser):
         argv = self.join_negative_values(list(argv))
         # intermixed: a positional after an option (plans write --cudnn X FILE) is taken as
         # the positional it is, not refused as "unrecognized arguments: FILE"
-        return self.parse_intermixed_args(argv), given_flags(self, argv)
+        a = self.parse_intermixed_args(argv)
+        if getattr(a, "load", None) == "":  # else read as "no --load": another verb's error
+            raise UserError("--load '': give a saved file's path")
+        return a, given_flags(self, argv)
 
     def join_negative_values(self, argv: List[str]) -> List[str]:
         """``--shape -1,3,8,8`` as ``--shape=-1,3,8,8``: argparse takes a value that starts
