@@ -112,6 +112,15 @@ def test_shape_distribution_file():
     assert parse_shape_dist(text, "d.txt") == [(320, 12.0), (416, 30.5), (512, 2.0)]
 
 
+def test_a_file_an_editor_wrote_with_a_byte_order_mark_reads(tmp_path):
+    from cudnn_explorer.core.files import read_text
+
+    f = tmp_path / "d.txt"
+    f.write_bytes(b"\xef\xbb\xbf320 12\n416 30.5\n")
+    assert parse_shape_dist(read_text(str(f), "--shape-dist"), str(f)) == [(320, 12.0),
+                                                                           (416, 30.5)]
+
+
 @pytest.mark.parametrize("text,match", [
     ("320\n", "line 1 \"320\": expected SIZE COUNT"),
     ("320 1\nabc 3\n", "line 2 \"abc 3\": size 'abc'"),

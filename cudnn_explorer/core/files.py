@@ -51,9 +51,10 @@ def read_bytes(path: str, what: str) -> bytes:
 
 
 def read_text(path: str, what: str) -> str:
-    """read_bytes decoded as UTF-8; UserError when it is not text."""
+    """read_bytes decoded as UTF-8, a leading byte-order mark (an editor's) left out;
+    UserError when it is not text."""
     try:
-        return read_bytes(path, what).decode("utf-8")
+        return read_bytes(path, what).decode("utf-8-sig")
     except UnicodeDecodeError:
         raise UserError(f"{what} '{path}': not a text file") from None
 
