@@ -212,6 +212,7 @@ def test_plot_from_the_store(tmp_path):
     assert set(data["directions"]) == {"fwd", "bwd-data", "bwd-filter"}
     for args, match in [(["plot", "pareto", "--store", db, "--pick", "2"], "holds 1 results"),
                         (["plot", "gaps", "--store", db], "needs a saved model sweep"),
-                        (["plot", "pareto", REF, "--store", db], "FILE would be ignored")]:
+                        (["plot", "pareto", REF, "--store", db], "FILE would be ignored"),
+                        (["plot", "pareto", REF, "--pick", "2"], "--pick would be ignored")]:
         r = run_cli(*args)
         assert r.returncode == 2 and match in r.stderr, (args, r.stderr)

@@ -43,8 +43,8 @@ def run(argv: List[str]) -> int:
     from .groups import store_read
     from .output import plot_paths
 
-    a, _ = build_parser().parse_given(argv, f"plot: give a kind ({', '.join(PLOTS)}) and a "
-                                            f"saved file")
+    a, flags = build_parser().parse_given(argv, f"plot: give a kind ({', '.join(PLOTS)}) "
+                                                f"and a saved file")
     if a.kind not in PLOTS:
         raise UserError(f"plot kind '{a.kind}': valid: {', '.join(PLOTS)}")
     if a.store is not None and a.file:
@@ -52,6 +52,9 @@ def run(argv: List[str]) -> int:
     if a.store is not None and a.kind == "gaps":
         raise UserError("plot gaps needs a saved model sweep (model --json); the store keeps "
                         "problems, not sweeps")
+    if a.store is None and "--pick" in flags:
+        raise UserError("--pick would be ignored: it picks among the results store's "
+                        "results (--store); a FILE holds one")
     if a.store is None and not a.file:
         raise UserError(f"plot {a.kind}: give a saved file, e.g. data/reference/"
                         f"h200-default-fp32.json, or --store")
