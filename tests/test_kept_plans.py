@@ -120,3 +120,63 @@ def test_pin_refuses_a_bad_ahead_before_loading_anything(tmp_path):
     with pytest.raises(UserError, match="ahead 'yes'"):
         ce.pin(model, str(tmp_path / "missing.json"), ahead="yes")
     assert type(model) is torch.nn.Conv2d
+
+
+@pytest.mark.parametrize("content,what", [
+    (b'{"schema": "cudnn_explorer.plans"}', "not gzip-compressed JSON"),
+    (gzip.compress(b'{"schema": "cudnn_explorer.sweep", "schema_version": 2}'),
+     'of schema "cudnn_explorer.sweep"'),
+])
+def test_a_file_of_something_else_is_foreign_and_kept_plans_are_not(tmp_path, content, what):
+    """What a write of kept plans would lose (a checkpoint, a sweep, the plan file given
+    as keep=) is foreign: left as it is; kept plans of any version, or no file, are not."""
+    path = tmp_path / "p.kept"
+    assert kept.foreign(str(path)) is None
+    path.write_bytes(content)
+    assert kept.foreign(str(path)) == what
+    kept.write_kept(str(path), ENV, PLANS)
+    assert kept.foreign(str(path)) is None
+    path.write_bytes(gzip.compress(b'{"schema": "cudnn_explorer.kept_plans", '
+                                   b'"schema_version": 9}'))
+    assert kept.foreign(str(path)) is None
+
+
+def test_keep_refuses_the_plan_file_and_a_folder(tmp_path):
+    from cudnn_explorer.core.errors import UserError
+    from cudnn_explorer.pinning.ahead import kept_file_of
+
+    plans = tmp_path / "p.json"
+    plans.write_text("{}")
+    assert kept_file_of(True, str(plans)) == str(plans) + ".kept"
+    assert kept_file_of(tmp_path / "k.kept", str(plans)) == str(tmp_path / "k.kept")
+    with pytest.raises(UserError, match=r"keep '.*p.json': is the plan file; writing the kept "
+                                        r"plans there would lose it"):
+        kept_file_of(str(tmp_path / "." / "p.json"), str(plans))
+    with pytest.raises(UserError, match="is a folder"):
+        kept_file_of(str(tmp_path), str(plans))
+    with pytest.raises(UserError, match="valid: True, False or a file's path"):
+        kept_file_of(1, str(plans))
+
+
+def test_kept_plans_are_not_written_over_a_file_of_something_else(tmp_path, monkeypatch):
+    """pin(model, FILE, keep=PATH) with PATH a checkpoint: the builds' write-back warns
+    and leaves it as it was; over kept plans it writes."""
+    import warnings
+
+    from cudnn_explorer.pinning import ahead, op
+
+    monkeypatch.setattr(op, "wait_ahead", lambda: len(PLANS))
+    monkeypatch.setattr(op, "kept_plans", lambda: list(PLANS))
+    keys = frozenset(tuple(p[0]) for p in PLANS)
+    ckpt = tmp_path / "ckpt.pt"
+    ckpt.write_bytes(b"PK\x03\x04 a torch.save checkpoint")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ahead._write_back(str(ckpt), ENV, set(), keys)
+    assert ckpt.read_bytes() == b"PK\x03\x04 a torch.save checkpoint"
+    assert any("kept plans not written" in str(w.message) and "left as it is" in
+               str(w.message) for w in seen), [str(w.message) for w in seen]
+    fresh = tmp_path / "p.kept"
+    ahead._write_back(str(fresh), ENV, set(), keys)
+    got, note = kept.read_kept(str(fresh), ENV)
+    assert note is None and len(got) == len(PLANS)

@@ -35,16 +35,25 @@ def threads_of(ahead: Union[bool, int]) -> int:
     raise UserError(f"ahead {ahead!r}: valid: True, False or a thread count from 1 to 64")
 
 
-def kept_file_of(keep: Union[bool, str], source: Optional[str]) -> Optional[str]:
+def kept_file_of(keep: Union[bool, str, os.PathLike], source: Optional[str]) -> Optional[str]:
     """The kept plans' path for pin()'s ``keep``: True, beside the plan file where it was
-    given as a path (none for a PlanFile); False, none; a string, that path."""
+    given as a path (none for a PlanFile); False, none; a path, that path (not the plan
+    file, not a folder)."""
     if keep is True:
         return kept.kept_path(source) if source else None
     if keep is False or keep is None:
         return None
-    if isinstance(keep, str) and keep:
-        return keep
-    raise UserError(f"keep {keep!r}: valid: True, False or a file's path")
+    if isinstance(keep, os.PathLike):
+        keep = os.fspath(keep)
+    if not isinstance(keep, str) or not keep:
+        raise UserError(f"keep {keep!r}: valid: True, False or a file's path")
+    if os.path.isdir(keep):
+        raise UserError(f"keep '{keep}': is a folder; valid: True, False or a file's path")
+    if source and os.path.exists(keep) and os.path.exists(source) and \
+            os.path.samefile(keep, source):
+        raise UserError(f"keep '{keep}': is the plan file; writing the kept plans there would "
+                        f"lose it: give another path (True keeps them in '{source}.kept')")
+    return keep
 
 
 def _wait_at_exit() -> None:
@@ -64,6 +73,12 @@ def _write_back(path: str, env: dict, had: set, keys: frozenset) -> None:
     op.wait_ahead()
     now = [p for p in op.kept_plans() if tuple(p[0]) in keys]
     if not now or {(tuple(k), t, f) for k, t, f, _ in now} <= had:
+        return
+    what = kept.foreign(path)
+    if what:
+        warnings.warn(f"cudnn_explorer: kept plans not written: '{path}' is {what}, not kept "
+                      f"plans, and is left as it is (keep= another path keeps them)",
+                      stacklevel=1)
         return
     try:
         kept.write_kept(path, env, now)

@@ -26,9 +26,9 @@ from typing import List, Optional, Tuple
 
 from ..core.errors import UserError
 from ..core.files import write_atomic
-from ..core.schema import check_schema
+from ..core.schema import check_schema, shown
 
-__all__ = ["KEPT_SCHEMA", "kept_path", "environment", "read_kept", "write_kept"]
+__all__ = ["KEPT_SCHEMA", "kept_path", "environment", "read_kept", "write_kept", "foreign"]
 
 KEPT_SCHEMA = "cudnn_explorer.kept_plans"
 KEPT_VERSION = 1
@@ -102,6 +102,26 @@ def read_kept(path: str, env: dict) -> Tuple[List[Kept], Optional[str]]:
     note = (f"kept plans '{path}': {bad} plan(s) failed their checksum: building them"
             if bad else None)
     return plans, note
+
+
+def foreign(path: str) -> Optional[str]:
+    """What the file at ``path`` is where it is something other than kept plans (any
+    version), which writing kept plans there would lose; None where there is no file or
+    it is kept plans."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"a file that cannot be read ({e.strerror})"
+    try:
+        d = json.loads(gzip.decompress(raw))
+    except (OSError, EOFError, ValueError):
+        return "not gzip-compressed JSON"
+    if not isinstance(d, dict) or d.get("schema") != KEPT_SCHEMA:
+        return f"of schema {shown(d.get('schema') if isinstance(d, dict) else d)}"
+    return None
 
 
 def write_kept(path: str, env: dict, plans) -> int:
