@@ -486,3 +486,30 @@ def test_a_misspelt_model_is_the_users_mistake_before_the_gpu_is_asked(tmp_path,
         with pytest.raises(GpuError, match="test"):
             ce.capture(model, device="cuda:0")
     assert asked == [0, 0]
+
+
+def test_the_reader_never_waits_on_a_pipe_nor_reads_a_device_forever(tmp_path):
+    """A named pipe with no writer answers at once (no data), a pipe with one (a shell's
+    <(gzip -c x.json)) reads whole, a device (/dev/zero) and a NUL in the path are
+    refused in one line."""
+    import subprocess
+    import sys
+
+    from cudnn_explorer.core.errors import UserError
+    from cudnn_explorer.core.files import read_bytes
+
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    assert read_bytes(fifo, "plan file") == b""
+    src = tmp_path / "a.json"
+    src.write_text('{"a": 1}')
+    code = ("import sys; from cudnn_explorer.core.files import read_bytes; "
+            "sys.stdout.write(read_bytes(sys.argv[1], 'x').decode())")
+    out = subprocess.run(["bash", "-c", f'"$0" -c "$1" <(gzip -c "$2")', sys.executable, code,
+                          str(src)], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0 and out.stdout == '{"a": 1}', out.stderr
+    with pytest.raises(UserError, match="'/dev/zero': not a regular file"):
+        read_bytes("/dev/zero", "plan file")
+    with pytest.raises(UserError, match=r"'a\\x00b': not a path \(a NUL character\)"):
+        read_bytes("a\x00b", "plan file")

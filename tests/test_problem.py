@@ -174,3 +174,29 @@ def test_output_shape_is_pytorchs(x, c_out, kernel, stride, padding, dilation, g
         list(padding) * (n // len(padding)), list(dilation) * (n // len(dilation)),
         transposed, list(output_padding) * (n // len(output_padding)), groups)
     assert got == list(out.shape)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: ConvProblem.create(range(10**12)), "shape range.*: more than 15 values"),
+    (lambda: ConvProblem.create("1,3,8,8", kernel=iter(range(1, 10**12))), "kernel .*more than 15"),
+    (lambda: ConvProblem.create([1, 3, 10**5000, 8]), "shape: <an integer of 16610 bits>"),
+    (lambda: ConvProblem.create("1,3,8,8", stride=-10**5000), "stride: <an integer of"),
+    (lambda: ConvProblem.create("1," * 100000 + "1"), r"^shape 1,1,[1,]*\.\.\.: 100001 values"),
+])
+def test_absurd_api_values_are_refused_at_once_in_a_short_line(call, match):
+    """A huge iterable is not read whole, an integer too long to print is said by its
+    size, and a long value is cut: a short UserError, never a hang or a raw ValueError."""
+    with pytest.raises(UserError, match=match) as e:
+        call()
+    assert len(str(e.value)) < 200
+
+
+def test_shown_and_told_never_raise():
+    import numpy as np
+
+    from cudnn_explorer.core.problem import told
+    from cudnn_explorer.core.schema import shown
+
+    assert shown(np.int64(8)) == "np.int64(8)" and shown(10**5000) == "<an integer of 16610 bits>"
+    assert shown([10**5000]) == "<a list>"
+    assert told(10**5000) == "<an integer of 16610 bits>" and told("x" * 100).endswith("...")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import tempfile
 import zlib
 
@@ -30,11 +31,24 @@ def read_bytes(path: str, what: str) -> bytes:
     to NAME.gz); UserError "<what> '<path>': <why>" when it cannot be read."""
     if not isinstance(path, (str, os.PathLike)):  # an int would be read as a descriptor
         raise UserError(f"{what} {type(path).__name__}: give a file's path")
+    if "\0" in os.fspath(path):
+        raise UserError(f"{what} {os.fspath(path)!r}: not a path (a NUL character)")
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        mode = os.stat(path).st_mode
+        if stat.S_ISFIFO(mode):  # <(zcat x.json.gz); one with no writer: no wait, no data
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            f = os.fdopen(fd, "rb")
+        elif stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+            f = open(path, "rb")
+        else:  # a device (/dev/zero) would never end the read
+            raise UserError(f"{what} '{path}': not a regular file")
+        with f:
+            data = f.read(MAX_UNZIPPED + 1)
     except OSError as e:
         raise UserError(f"{what} '{path}': {e.strerror}") from None
+    if len(data) > MAX_UNZIPPED:
+        raise UserError(f"{what} '{path}': more than {MAX_UNZIPPED >> 20} MiB")
     if not data.startswith(GZIP_MAGIC):
         return data
     try:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Optional, Tuple
 
 from .errors import UserError
-from .problem import DIRECTIONS, clip
+from .problem import DIRECTIONS, clip, told
 
 __all__ = ["ExploreOptions", "TimingSpec", "PROFILES", "MODEL_PROFILES", "profile_name",
            "kept_fields", "given_options", "parse_int"]
@@ -173,7 +173,7 @@ def kept_fields(keep) -> Tuple[str, ...]:
     plain = not isinstance(keep, (str, bytes)) and hasattr(keep, "__iter__")
     kept = tuple(keep) if plain else ()
     if not plain or any(k not in names for k in kept):
-        raise UserError(f"keep {clip(repr(keep))}: valid: a list of ExploreOptions field "
+        raise UserError(f"keep {told(keep)}: valid: a list of ExploreOptions field "
                         f"names, e.g. ['budget_ms']")
     return kept
 
@@ -251,7 +251,7 @@ def _parse_value(name: str, m, v, source: str):
     def bad() -> UserError:
         if source == "cli":  # the flag and the text as typed
             return UserError(f"{m['flag']} {clip(str(v))}: valid: {m['what']}")
-        return UserError(f"{name} {clip(repr(v))}: valid: {m['what']}")
+        return UserError(f"{name} {told(v)}: valid: {m['what']}")
 
     kind = m["kind"]
     if v is None and m["optional"]:

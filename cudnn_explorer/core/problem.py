@@ -4,6 +4,7 @@ Pure Python (no torch import): every rule here is testable without a GPU.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from dataclasses import asdict, dataclass
@@ -41,6 +42,18 @@ _SHAPE_FORMS = "N,C,L (1-D), N,C,H,W (2-D) or N,C,D,H,W (3-D)"
 def clip(text: str, most: int = 40) -> str:
     """``text`` cut to ``most`` characters for an error message."""
     return text if len(text) <= most else text[:most - 3] + "..."
+
+
+def told(value, most: int = 40) -> str:
+    """``value`` as an error message shows it: its repr cut to ``most`` characters, an
+    integer too long to print said by its size; never raises."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<an integer of {value.bit_length()} bits>"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001  (a value that cannot say itself)
+        text = f"<a {type(value).__name__}>"
+    return clip(text, most)
 
 
 def parse_int_list(text: str, option: str) -> Tuple[int, ...]:
@@ -132,12 +145,17 @@ def _ints(v, option: str) -> Tuple[int, ...]:
     if isinstance(v, str):
         return parse_int_list(v, option)
     items = (v,) if isinstance(v, int) else v
-    try:
-        out = tuple(_index(x) for x in items)
+    try:  # at most 16: a range of 10**12 must not be read whole
+        out = tuple(_index(x) for x in itertools.islice(iter(items), 16))
     except TypeError:
-        raise UserError(f"{option} {v!r}: expected integers, e.g. 3 or (3, 3)") from None
+        raise UserError(f"{option} {told(v)}: expected integers, e.g. 3 or (3, 3)") from None
     if not out:
-        raise UserError(f"{option} {v!r}: expected at least one integer")
+        raise UserError(f"{option} {told(v)}: expected at least one integer")
+    if len(out) == 16:
+        raise UserError(f"{option} {told(v)}: more than 15 values; expected at most 5")
+    for x in out:
+        if x.bit_length() > 63:
+            raise UserError(f"{option}: {told(x)}: valid: at most {INT32_MAX}")
     return out
 
 
@@ -152,7 +170,7 @@ def _scalar(v, option: str) -> int:
     """One integer option (text or int): UserError when it is a list."""
     vals = _ints(v, option)
     if len(vals) != 1:
-        raise UserError(f"{option} '{v}': expected one integer, got {len(vals)} values")
+        raise UserError(f"{option} {told(v)}: expected one integer, got {len(vals)} values")
     return vals[0]
 
 
@@ -213,7 +231,7 @@ class ConvProblem:
         shape_t = _ints(shape, n("shape"))
         if len(shape_t) not in (3, 4, 5):
             raise UserError(
-                f"{n('shape')} {','.join(map(str, shape_t))}: {len(shape_t)} values; "
+                f"{n('shape')} {clip(','.join(map(str, shape_t)))}: {len(shape_t)} values; "
                 f"expected {_SHAPE_FORMS}"
             )
         nsp = len(shape_t) - 2

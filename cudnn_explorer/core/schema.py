@@ -119,8 +119,20 @@ _SCALARS = {
 
 
 def shown(value) -> str:
-    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) \
-        else repr(value)
+    """``value`` as a saved file writes it, cut to 40 characters for an error message;
+    what JSON cannot write (a NaN, a numpy integer, an integer too long to print) as its
+    repr or its size: never raises."""
+    try:
+        text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) \
+            else repr(value)
+    except (TypeError, ValueError, RecursionError):
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = f"<an integer of {value.bit_length()} bits>"
+        else:
+            try:
+                text = repr(value)
+            except Exception:  # noqa: BLE001  (a value that cannot say itself)
+                text = f"<a {type(value).__name__}>"
     return text if len(text) <= 40 else text[:37] + "..."
 
 
