@@ -513,3 +513,27 @@ def test_the_reader_never_waits_on_a_pipe_nor_reads_a_device_forever(tmp_path):
         read_bytes("/dev/zero", "plan file")
     with pytest.raises(UserError, match=r"'a\\x00b': not a path \(a NUL character\)"):
         read_bytes("a\x00b", "plan file")
+
+
+def test_yes_no_keywords_take_only_booleans_and_model_keywords_are_named():
+    """"no" is true to Python: pin(strict="no") would have pinned strictly. Every yes/no
+    keyword of the API takes True or False only; an unknown model keyword is named."""
+    import torch
+
+    import cudnn_explorer as ce
+    from cudnn_explorer.core.errors import UserError
+    from cudnn_explorer.pinning.op import pin_counts
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3))
+    for call, match in [(lambda: ce.pin(net, "p.json", strict="no"), "strict 'no'"),
+                        (lambda: ce.pin(net, "p.json", allow_environment=1), "allow_environment 1"),
+                        (lambda: ce.pinned("p.json", strict="no").__enter__(), "strict 'no'"),
+                        (lambda: pin_counts(reset="no"), "reset 'no'"),
+                        (lambda: ce.ModelSpec.create("resnet50", train="no"), "train 'no'"),
+                        (lambda: ce.ModelSpec.create("resnet50", channels_last=0), "channels_last 0"),
+                        (lambda: ce.advise("resnet50", graph="no"), "graph 'no'"),
+                        (lambda: ce.advise("resnet50", target_ci="0.01"), "target_ci '0.01'"),
+                        (lambda: ce.sweep_model("resnet50", foo=1), "foo: not a model keyword")]:
+        with pytest.raises(UserError, match=match):
+            call()
+    assert type(net[0]) is torch.nn.Conv2d  # refused before anything was pinned

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional
 
 from .errors import UserError
+from .options import flag
 from .problem import DIRECTIONS, ConvProblem
 from .schema import Record, check_schema, shown
 
@@ -127,7 +128,7 @@ class ModelSpec(Record):
         input's height and width (its length in 1-D) set to each. UserError naming the
         parameter (``source="api"``) or the flag (``source="cli"``) and what is valid."""
         def name(param: str) -> str:
-            return _FLAGS[param] if source == "cli" else param
+            return _FLAGS.get(param, param) if source == "cli" else param
 
         if not isinstance(model, str) or not model.strip():
             raise UserError(f"{name('model')} {shown(model)}: valid: a torchvision model "
@@ -151,8 +152,9 @@ class ModelSpec(Record):
         if inputs and (not isinstance(inputs, str) or ":" not in inputs):
             raise UserError(f"{name('inputs')} {shown(inputs)}: valid: pkg.module:function")
         spec = cls(name="" if factory else model, factory=model if factory else "",
-                   input_shape=shape, batch=batch, amp=amp_, channels_last=bool(channels_last),
-                   train=bool(train), model_args=dict(model_args or {}), inputs=inputs or "")
+                   input_shape=shape, batch=batch, amp=amp_,
+                   channels_last=flag(channels_last, name("channels_last")),
+                   train=flag(train, name("train")), model_args=dict(model_args or {}), inputs=inputs or "")
         if sizes is None:
             return spec
         valid = "valid: 1 to 256 different sizes, each an integer from 1 to 65536"

@@ -17,6 +17,14 @@ from typing import Optional, Tuple
 from .errors import UserError
 from .problem import DIRECTIONS, clip, told
 
+
+def flag(value, name: str) -> bool:
+    """``value`` as a yes/no keyword: True or False (numpy's bool too); UserError for
+    anything else: "no" is true to Python and would do the opposite of what it says."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise UserError(f"{name} {told(value)}: valid: True or False")
+
 __all__ = ["ExploreOptions", "TimingSpec", "PROFILES", "MODEL_PROFILES", "profile_name",
            "kept_fields", "given_options", "parse_int"]
 

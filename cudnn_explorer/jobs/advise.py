@@ -45,7 +45,8 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     if isinstance(iterations, bool) or not isinstance(iterations, int) or \
             not 1 <= iterations <= 10**12:
         raise UserError(f"iterations {iterations!r}: valid: an integer from 1 to 10**12")
-    if not 0.0001 <= target_ci <= 0.5:
+    if isinstance(target_ci, bool) or not isinstance(target_ci, (int, float)) or \
+            not 0.0001 <= target_ci <= 0.5:
         raise UserError(f"target_ci {target_ci!r}: valid: a fraction from 0.0001 to 0.5")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats == 1 \
             or not 0 <= repeats <= 50:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 
 import contextlib
+import inspect
 import re
 from dataclasses import dataclass, fields
 from typing import Callable, Optional, Sequence, Tuple, Union
 
 from ..core.capture import Capture, ModelSpec
 from ..core.errors import GpuMemoryError, UserError
-from ..core.options import ExploreOptions, given_options, kept_fields, profile_name
+from ..core.options import ExploreOptions, flag, given_options, kept_fields, profile_name
 from ..core.model_sweep import ModelSweep
 from .events import Notify, notifier
 from . import lazy_measure
@@ -40,6 +41,11 @@ def model_spec(model: Union[str, ModelSpec], **kw) -> ModelSpec:
             raise UserError(f"pass either a ModelSpec or keywords, not both "
                             f"({', '.join(kw)})")
         return model
+    valid = [p for p in inspect.signature(ModelSpec.create).parameters if p not in
+             ("model", "source")]
+    unknown = sorted(set(kw) - set(valid))
+    if unknown:
+        raise UserError(f"{unknown[0]}: not a model keyword; valid: {', '.join(valid)}")
     return ModelSpec.create(model, **kw)
 
 
@@ -121,8 +127,10 @@ class SweepSettings:
         if unknown:
             raise UserError(f"{unknown[0]}: not a sweep setting; valid: "
                             f"{', '.join(SETTINGS_KEYWORDS)}, graph, explore")
-        refresh = given.pop("refresh", False)
+        refresh = flag(given.pop("refresh", False), "refresh")
         d = dict({f.name: f.default for f in fields(cls)}, **given)
+        for name in ("allow_environment", "graph", "explore"):
+            d[name] = flag(d[name], name)
         check_pinned_args(d["plans"], d["uncovered"])  # a bad file or setting
         n = d["iterations"]
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10000:

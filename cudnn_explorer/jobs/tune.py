@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 from ..core.errors import (ChildError, CudnnError, MissingDependencyError, ResourceError,
                            UserError)
 from ..core.exploration import Environment
-from ..core.options import DAY_S, ExploreOptions, given_options, profile_name
+from ..core.options import DAY_S, ExploreOptions, flag, given_options, profile_name
 from ..core.plans import POLICIES, PlanEnvironment, PlanFile, native_key, plans_from
 from ..core.problem import DIRECTIONS, ConvProblem
 from ..core.schema import utc_now
@@ -189,6 +189,8 @@ def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreO
     only the record's problems at these positions (of ``problems_of``'s list), the plans
     then hold those: a rank's share under torchrun (tune_rank)."""
     rec, name = _record(record)
+    if deterministic is not None:
+        deterministic = flag(deterministic, "deterministic")
     old, policy, max_workspace_mib, deterministic = _resolved(add, policy, max_workspace_mib,
                                                               deterministic)
     if max_workspace_mib is not None:  # checked as the option is (a number >= 0)

@@ -14,6 +14,7 @@ import weakref
 from typing import Dict, List, Optional, Tuple, Union
 
 from ..core.errors import ExplorerError, UserError
+from ..core.options import flag
 from ..core.pin_report import PinReport
 from ..core.plans import PlanFile
 from . import functional, op
@@ -318,6 +319,8 @@ def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
     a file beside the plan file (True), at a path (a string), or not at all (False).
     Both are Note [plans built ahead] and pinning/kept.py."""
     _module(model, "pin")  # before the plans load: a bad call changes nothing
+    strict, allow_environment = flag(strict, "strict"), flag(allow_environment,
+                                                              "allow_environment")
     threads, kept_file = threads_of(ahead), kept_file_of(keep, plans if isinstance(plans, str)
                                                          else None)
     source, n, diffs = _load(plans, allow_environment, group, strict)
@@ -385,6 +388,8 @@ def pinned(plans: Union[str, PlanFile], *, allow_environment: bool = False, grou
     with the plans of ``plans`` (Note [routing by the functions' names] in functional.py);
     yields the PinReport. The plans stay loaded after it. ``group`` and ``strict`` as for
     :func:`pin`, and ``ahead`` and ``keep`` too (for the current GPU)."""
+    strict, allow_environment = flag(strict, "strict"), flag(allow_environment,
+                                                              "allow_environment")
     threads, kept_file = threads_of(ahead), kept_file_of(keep, plans if isinstance(plans, str)
                                                          else None)
     source, n, diffs = _load(plans, allow_environment, group, strict)

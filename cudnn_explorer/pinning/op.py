@@ -12,6 +12,7 @@ import functools
 from typing import List, Optional
 
 from ..core.errors import UserError
+from ..core.options import flag
 from ..core.logs import parse_tag
 from ..core.pin_report import PinCounts, PinnedDirection, PlanMade
 from ..core.problem import output_shape
@@ -174,6 +175,7 @@ def uncovered(input, weight, stride, padding, dilation, transposed: bool, output
 def pin_counts(reset: bool = False) -> PinCounts:
     """The op's record since the counts were last reset (``reset``: reset them after
     reading)."""
+    reset = flag(reset, "reset")
     C = native.load()
     rows = [PinnedDirection(key=list(s.key), description=s.description, covered=s.covered,
                             tag=s.tag, ran=s.ran, pinned_calls=s.pinned_calls,
