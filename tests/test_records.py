@@ -185,3 +185,26 @@ def test_a_list_of_scalars_reads_as_a_new_list_of_the_same_values():
     assert got == ints and got is not ints
     assert convert([1, 2], List[float], "p") == [1.0, 2.0]
     assert all(type(v) is float for v in convert([1, 2], List[float], "p"))
+
+
+def test_every_reader_takes_only_text_and_says_so():
+    """A reader handed something that is not a file's text (None, a number, an open file
+    object) or an integer too long to read: one UserError, not json's TypeError."""
+    import pytest
+
+    from cudnn_explorer.core.errors import UserError
+    from cudnn_explorer.core.exploration import Exploration
+    from cudnn_explorer.core.options import ExploreOptions
+    from cudnn_explorer.core.plans import PlanFile
+    from cudnn_explorer.core.zero_code import ConvRecord, RunReport
+
+    for read in (Exploration.from_json, PlanFile.read, ConvRecord.read, RunReport.read):
+        for junk in (None, 123, [1, 2]):
+            with pytest.raises(UserError, match="expected a saved file's text, got a"):
+                read(junk)
+    with pytest.raises(UserError, match="not valid JSON: Exceeds the limit"):
+        Exploration.from_json("1" * 5000)
+    with pytest.raises(UserError, match="not a text file"):
+        Exploration.from_json(bytearray(b"\xff{"))
+    with pytest.raises(UserError, match="expected an object of ExploreOptions fields"):
+        ExploreOptions.from_dict([1, 2])

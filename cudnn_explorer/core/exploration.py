@@ -210,9 +210,9 @@ class Exploration:
     @classmethod
     def from_json(cls, text) -> "Exploration":
         """From the text (or bytes) of a saved --json file; UserError when it is not one."""
-        if isinstance(text, bytes):
+        if isinstance(text, (bytes, bytearray)):
             try:
-                text = text.decode("utf-8")
+                text = bytes(text).decode("utf-8")
             except UnicodeDecodeError as e:
                 raise UserError(f"not a text file: byte {e.start} is not UTF-8") from None
         try:
@@ -221,6 +221,11 @@ class Exploration:
             raise UserError(f"not valid JSON: {e}") from None
         except RecursionError:
             raise UserError("not a cudnn_explorer result: nested too deeply") from None
+        except TypeError:
+            raise UserError(f"expected a saved file's text, got a {type(text).__name__}") \
+                from None
+        except ValueError as e:  # an integer too long to read
+            raise UserError(f"not valid JSON: {str(e)[:80]}") from None
         if not isinstance(data, dict):
             raise UserError("not a cudnn_explorer result: top level is not an object")
         return cls.from_dict(data)

@@ -170,6 +170,8 @@ class ExploreOptions:
     @classmethod
     def from_dict(cls, d: dict) -> "ExploreOptions":
         """Options as a saved exploration recorded them (unknown keys ignored)."""
+        if not isinstance(d, dict):
+            raise UserError(f"options {told(d)}: expected an object of ExploreOptions fields")
         names = {f.name for f in fields(cls)}
         return cls.create(**{k: v for k, v in d.items() if k in names})
 

@@ -204,6 +204,8 @@ def parse_json(data):
         return json.loads(data)
     except (ValueError, RecursionError) as e:
         raise UserError(f"not valid JSON: {str(e)[:80]}") from None
+    except TypeError:
+        raise UserError(f"expected a saved file's text, got a {type(data).__name__}") from None
 
 
 def check_schema(d, name: str, versions, what: str) -> int:
