@@ -537,3 +537,22 @@ def test_yes_no_keywords_take_only_booleans_and_model_keywords_are_named():
         with pytest.raises(UserError, match=match):
             call()
     assert type(net[0]) is torch.nn.Conv2d  # refused before anything was pinned
+
+
+def test_prebuild_says_what_is_wrong_with_its_arguments():
+    """prebuild's own arguments (kwargs, backward) and inputs the forward does not take are
+    one UserError naming them; on a CPU model it runs and counts nothing pinned."""
+    import torch
+
+    import cudnn_explorer as ce
+    from cudnn_explorer.core.errors import UserError
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3))
+    x = torch.randn(1, 3, 8, 8)
+    for call, match in [(lambda: ce.prebuild(net, [x], kwargs=[1]), "kwargs \\[1\\]: give a dict"),
+                        (lambda: ce.prebuild(net, [x], backward="no"), "backward 'no'"),
+                        (lambda: ce.prebuild(net, "abc"), "the model's forward refused "
+                                                          "example_inputs \\('abc',\\): TypeError")]:
+        with pytest.raises(UserError, match=match):
+            call()
+    assert ce.prebuild(net, [x]).pinned_calls == 0 and net[0].weight.grad is None

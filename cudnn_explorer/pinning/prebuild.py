@@ -11,9 +11,11 @@ kept (no ``.grad``, buffers and random state as they were).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from ..core.errors import UserError
+from ..core.options import flag
+from ..core.problem import told
 from ..core.pin_report import PinCounts
 from . import op
 
@@ -58,6 +60,10 @@ def prebuild(model, example_inputs: Sequence[Any], kwargs: Optional[Dict[str, An
         raise UserError(f"prebuild: model {type(model).__name__}: give a torch.nn.Module")
     if not isinstance(example_inputs, (list, tuple)):
         example_inputs = (example_inputs,)
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise UserError(f"prebuild: kwargs {told(kwargs)}: give a dict of the forward's "
+                        f"keyword arguments")
+    backward = flag(backward, "backward")
     params = [p for p in model.parameters() if p.requires_grad]
     saved = {name: b.detach().clone() for name, b in model.named_buffers()}
     devices = sorted({t.device.index for t in (*model.parameters(), *model.buffers(),
@@ -70,7 +76,13 @@ def prebuild(model, example_inputs: Sequence[Any], kwargs: Optional[Dict[str, An
     try:
         with torch.random.fork_rng(devices=devices):
             with torch.enable_grad() if backward and params else torch.no_grad():
-                out = model(*example_inputs, **(kwargs or {}))
+                try:
+                    out = model(*example_inputs, **(kwargs or {}))
+                except (TypeError, ValueError) as e:  # inputs the forward does not take
+                    first = (str(e).strip().splitlines() or [""])[0][:120]
+                    raise UserError(f"prebuild: the model's forward refused example_inputs "
+                                    f"{told(example_inputs)}: {type(e).__name__}: {first}") \
+                        from e  # the model's own traceback stays beside it
             outs = _leaves(out, []) if backward and params else []
             if outs:
                 total = sum(o.float().sum() for o in outs)
