@@ -533,7 +533,12 @@ def test_yes_no_keywords_take_only_booleans_and_model_keywords_are_named():
                         (lambda: ce.ModelSpec.create("resnet50", channels_last=0), "channels_last 0"),
                         (lambda: ce.advise("resnet50", graph="no"), "graph 'no'"),
                         (lambda: ce.advise("resnet50", target_ci="0.01"), "target_ci '0.01'"),
-                        (lambda: ce.sweep_model("resnet50", foo=1), "foo: not a model keyword")]:
+                        (lambda: ce.sweep_model("resnet50", foo=1), "foo: not a model keyword"),
+                        # a callback that is no function: said before the work, not after
+                        (lambda: ce.sweep_model("resnet50", save=5), "save 5: give a function"),
+                        (lambda: ce.explore(ce.ConvProblem.create("1,3,8,8", kernel=3),
+                                            progress=5), "progress 5: give a function"),
+                        (lambda: ce.tune("x.json", progress=5), "progress 5: give a function")]:
         with pytest.raises(UserError, match=match):
             call()
     assert type(net[0]) is torch.nn.Conv2d  # refused before anything was pinned

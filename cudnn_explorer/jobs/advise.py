@@ -14,7 +14,7 @@ from ..core.errors import UserError
 from ..core.options import ExploreOptions, given_options
 from ..core.schema import utc_now
 from ..core.version import __version__
-from .events import Notify, quiet_progress
+from .events import Notify, check_callbacks, quiet_progress
 from .sweep import SweepRun, SweepSettings, model_spec
 
 __all__ = ["advise"]
@@ -57,6 +57,7 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
                                     explore=False)  # a bad file or setting: before the model
     # runs; PyTorch's run leaves out benchmark with every candidate timed
     options = given_options(options).updated(every_candidate_mode=False)
+    check_callbacks(progress=progress, notify=notify)
     dist = check_sizes(sizes) if sizes is not None else None
     spec = model_spec(model, **kw)
     if dist:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
-__all__ = ["Notify", "notifier", "quiet_progress"]
+from ..core.errors import UserError
+from ..core.problem import told
+
+__all__ = ["Notify", "notifier", "quiet_progress", "check_callbacks"]
 
 Notify = Callable[[str, str], None]
 _LOG = logging.getLogger("cudnn_explorer")
@@ -24,6 +27,14 @@ def _log(kind: str, text: str) -> None:
 def notifier(notify: Optional[Notify]) -> Notify:
     """``notify``, or the logger's."""
     return notify or _log
+
+
+def check_callbacks(**given) -> None:
+    """UserError naming the first of ``given`` (a job's progress, notify, save... by
+    keyword) that is neither None nor callable: said before the work, not once it ran."""
+    for name, fn in given.items():
+        if fn is not None and not callable(fn):
+            raise UserError(f"{name} {told(fn)}: give a function, or None")
 
 
 def quiet_progress(progress: Optional[Callable[[str], None]]) -> Callable[[str], None]:

@@ -8,7 +8,7 @@ from ..core.errors import UserError
 from ..core.exploration import Exploration
 from ..core.options import ExploreOptions, given_options
 from ..core.problem import ConvProblem
-from .events import Notify, notifier
+from .events import Notify, check_callbacks, notifier
 from . import lazy_measure
 from .stores import StoreChoice, opened, saver
 
@@ -35,6 +35,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
     if not isinstance(problem, ConvProblem):
         raise UserError(f"problem {type(problem).__name__}: valid: a ConvProblem "
                         f"(ConvProblem.create(shape=..., ...))")
+    check_callbacks(progress=progress, on_direction=on_direction, notify=notify)
     if options is None:
         options = ExploreOptions.create(**kw)
     elif kw:

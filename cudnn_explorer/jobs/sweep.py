@@ -20,7 +20,7 @@ from ..core.capture import Capture, ModelSpec
 from ..core.errors import GpuMemoryError, UserError
 from ..core.options import ExploreOptions, flag, given_options, kept_fields, profile_name
 from ..core.model_sweep import ModelSweep
-from .events import Notify, notifier
+from .events import Notify, check_callbacks, notifier
 from . import lazy_measure
 from .stores import StoreChoice, opened, saver, without_store
 
@@ -58,6 +58,7 @@ def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
     cuda:0), or "cpu" where there is no GPU (a note says that autocast and layouts may
     differ from the GPU's). ``progress`` hears the step once the name and the GPU are
     checked."""
+    check_callbacks(progress=progress, notify=notify)
     spec = model_spec(model, **kw)
     if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         device = f"cuda:{device}"
@@ -162,6 +163,7 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
     KeyboardInterrupt after ``save`` heard what finished. ``bench``: the measuring bench
     (measure.pipeline.GpuBench's methods; tests give a fake one): PyTorch's picks then
     come from its children per problem, not from a run of the whole model."""
+    check_callbacks(save=save, progress=progress, notify=notify)
     given = {k: kw.pop(k) for k in SETTINGS_KEYWORDS if k in kw}
     if settings is not None and given:
         raise UserError(f"pass either settings or their keywords ({', '.join(given)}), "

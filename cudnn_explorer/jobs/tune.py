@@ -25,7 +25,7 @@ from ..core.schema import utc_now
 from ..core.version import __version__
 from ..core.zero_code import ConvRecord, read_convs
 from . import lazy_measure
-from .events import Notify, notifier
+from .events import Notify, check_callbacks, notifier
 from .stores import StoreChoice, needed_under_torchrun, opened, saver
 
 __all__ = ["tune", "tune_rank", "TuneResult", "TuneProblem", "problems_of"]
@@ -188,6 +188,7 @@ def tune(record: Union[str, os.PathLike, ConvRecord], options: Optional[ExploreO
     False). ``bench``: the measuring bench (tests give a fake one). ``only``: explore
     only the record's problems at these positions (of ``problems_of``'s list), the plans
     then hold those: a rank's share under torchrun (tune_rank)."""
+    check_callbacks(progress=progress, notify=notify)
     rec, name = _record(record)
     if deterministic is not None:
         deterministic = flag(deterministic, "deterministic")
