@@ -500,7 +500,8 @@ def test_the_reader_never_waits_on_a_pipe_nor_reads_a_device_forever(tmp_path):
 
     fifo = str(tmp_path / "fifo")
     os.mkfifo(fifo)
-    assert read_bytes(fifo, "plan file") == b""
+    with pytest.raises(UserError, match="fifo': a named pipe that nothing wrote to"):
+        read_bytes(fifo, "plan file")
     src = tmp_path / "a.json"
     src.write_text('{"a": 1}')
     code = ("import sys; from cudnn_explorer.core.files import read_bytes; "
@@ -556,8 +557,27 @@ def test_prebuild_says_what_is_wrong_with_its_arguments():
     x = torch.randn(1, 3, 8, 8)
     for call, match in [(lambda: ce.prebuild(net, [x], kwargs=[1]), "kwargs \\[1\\]: give a dict"),
                         (lambda: ce.prebuild(net, [x], backward="no"), "backward 'no'"),
-                        (lambda: ce.prebuild(net, "abc"), "the model's forward refused "
-                                                          "example_inputs \\('abc',\\): TypeError")]:
+                        (lambda: ce.prebuild(net, [x, x]), "example_inputs \\(2 positional, 0 "
+                                                           "keyword\\) do not fit Sequential.forward")]:
         with pytest.raises(UserError, match=match):
             call()
     assert ce.prebuild(net, [x]).pinned_calls == 0 and net[0].weight.grad is None
+
+
+def test_numpy_booleans_and_reals_are_taken_and_refresh_is_a_yes_no():
+    import numpy as np
+
+    import cudnn_explorer as ce
+    from cudnn_explorer.core.errors import UserError
+    from cudnn_explorer.core.options import flag
+
+    assert flag(np.True_, "x") is True and flag(np.bool_(False), "x") is False
+    p = ce.ConvProblem.create("1,3,8,8", kernel=3)
+    for call, match in [(lambda: ce.explore(p, store=True, refresh="no"), "refresh 'no'"),
+                        (lambda: ce.explore(p, skip_engines_if_unbuilt="no"),
+                         "skip_engines_if_unbuilt 'no'")]:
+        with pytest.raises(UserError, match=match):
+            call()
+    with pytest.raises(ce.ExplorerError) as e:  # a float32 fraction passes the check
+        ce.advise("resnet50", target_ci=np.float32(0.01))
+    assert "target_ci" not in str(e.value)

@@ -123,7 +123,7 @@ def test_pin_refuses_a_bad_ahead_before_loading_anything(tmp_path):
 
 
 @pytest.mark.parametrize("content,what", [
-    (b'{"schema": "cudnn_explorer.plans"}', "not gzip-compressed JSON"),
+    (b'{"schema": "cudnn_explorer.plans"}', "not gzip-compressed"),
     (gzip.compress(b'{"schema": "cudnn_explorer.sweep", "schema_version": 2}'),
      'of schema "cudnn_explorer.sweep"'),
 ])
@@ -138,6 +138,12 @@ def test_a_file_of_something_else_is_foreign_and_kept_plans_are_not(tmp_path, co
     assert kept.foreign(str(path)) is None
     path.write_bytes(gzip.compress(b'{"schema": "cudnn_explorer.kept_plans", '
                                    b'"schema_version": 9}'))
+    assert kept.foreign(str(path)) is None
+    # kept plans a crash or a copy broke are written again: empty, cut short
+    path.write_bytes(b"")
+    assert kept.foreign(str(path)) is None
+    kept.write_kept(str(path), ENV, PLANS)
+    path.write_bytes(path.read_bytes()[:30])
     assert kept.foreign(str(path)) is None
 
 

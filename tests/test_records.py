@@ -206,5 +206,9 @@ def test_every_reader_takes_only_text_and_says_so():
         Exploration.from_json("1" * 5000)
     with pytest.raises(UserError, match="not a text file"):
         Exploration.from_json(bytearray(b"\xff{"))
+    from fakes import exploration
+
+    saved = exploration().to_json().encode()  # an editor's byte-order mark in front
+    assert Exploration.from_json(b"\xef\xbb\xbf" + saved) == Exploration.from_json(saved)
     with pytest.raises(UserError, match="expected an object of ExploreOptions fields"):
         ExploreOptions.from_dict([1, 2])

@@ -154,7 +154,8 @@ class ModelSpec(Record):
         spec = cls(name="" if factory else model, factory=model if factory else "",
                    input_shape=shape, batch=batch, amp=amp_,
                    channels_last=flag(channels_last, name("channels_last")),
-                   train=flag(train, name("train")), model_args=dict(model_args or {}), inputs=inputs or "")
+                   train=flag(train, name("train")), model_args=dict(model_args or {}),
+                   inputs=inputs or "")
         if sizes is None:
             return spec
         valid = "valid: 1 to 256 different sizes, each an integer from 1 to 65536"

@@ -212,7 +212,7 @@ class Exploration:
         """From the text (or bytes) of a saved --json file; UserError when it is not one."""
         if isinstance(text, (bytes, bytearray)):
             try:
-                text = bytes(text).decode("utf-8")
+                text = bytes(text).decode("utf-8-sig")
             except UnicodeDecodeError as e:
                 raise UserError(f"not a text file: byte {e.start} is not UTF-8") from None
         try:

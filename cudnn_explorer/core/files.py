@@ -31,24 +31,38 @@ def read_bytes(path: str, what: str) -> bytes:
     to NAME.gz); UserError "<what> '<path>': <why>" when it cannot be read."""
     if not isinstance(path, (str, os.PathLike)):  # an int would be read as a descriptor
         raise UserError(f"{what} {type(path).__name__}: give a file's path")
-    if "\0" in os.fspath(path):
-        raise UserError(f"{what} {os.fspath(path)!r}: not a path (a NUL character)")
+    name = os.fspath(path)
+    if ("\0" if isinstance(name, str) else b"\0") in name:
+        raise UserError(f"{what} {name!r}: not a path (a NUL character)")
     try:
         mode = os.stat(path).st_mode
-        if stat.S_ISFIFO(mode):  # <(zcat x.json.gz); one with no writer: no wait, no data
+        pipe = stat.S_ISFIFO(mode)
+        if pipe:  # <(zcat x.json.gz); one with no writer: no wait, and said so below
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
             os.set_blocking(fd, True)
             f = os.fdopen(fd, "rb")
         elif stat.S_ISREG(mode) or stat.S_ISDIR(mode):
             f = open(path, "rb")
+            if stat.S_ISREG(mode) and os.fstat(f.fileno()).st_size > MAX_UNZIPPED:
+                f.close()
+                raise UserError(f"{what} '{path}': more than {MAX_UNZIPPED >> 20} MiB")
         else:  # a device (/dev/zero) would never end the read
             raise UserError(f"{what} '{path}': not a regular file")
         with f:
-            data = f.read(MAX_UNZIPPED + 1)
+            chunks, size = [], 0
+            while size <= MAX_UNZIPPED:  # in pieces: no buffer of the cap's size up front
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            data = b"".join(chunks)
     except OSError as e:
         raise UserError(f"{what} '{path}': {e.strerror}") from None
     if len(data) > MAX_UNZIPPED:
         raise UserError(f"{what} '{path}': more than {MAX_UNZIPPED >> 20} MiB")
+    if pipe and not data:
+        raise UserError(f"{what} '{path}': a named pipe that nothing wrote to")
     if not data.startswith(GZIP_MAGIC):
         return data
     try:

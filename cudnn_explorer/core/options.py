@@ -21,7 +21,8 @@ from .problem import DIRECTIONS, clip, told
 def flag(value, name: str) -> bool:
     """``value`` as a yes/no keyword: True or False (numpy's bool too); UserError for
     anything else: "no" is true to Python and would do the opposite of what it says."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and
+                                   type(value).__name__ in ("bool", "bool_")):
         return bool(value)
     raise UserError(f"{name} {told(value)}: valid: True or False")
 

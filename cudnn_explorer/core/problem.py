@@ -152,10 +152,11 @@ def _ints(v, option: str) -> Tuple[int, ...]:
     if not out:
         raise UserError(f"{option} {told(v)}: expected at least one integer")
     if len(out) == 16:
-        raise UserError(f"{option} {told(v)}: more than 15 values; expected at most 5")
+        raise UserError(f"{option} {told(v)}: more than 15 values")
     for x in out:
         if x.bit_length() > 63:
-            raise UserError(f"{option}: {told(x)}: valid: at most {INT32_MAX}")
+            raise UserError(f"{option}: {told(x)}: beyond any size cuDNN takes "
+                            f"(32-bit, at most {INT32_MAX})")
     return out
 
 

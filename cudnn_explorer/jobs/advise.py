@@ -3,6 +3,7 @@ runs in fresh processes with benchmark on, off and deterministic, at every input
 the Advice it returns weighs the first calls' cost against the steady-state saving."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import replace
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
@@ -45,7 +46,7 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     if isinstance(iterations, bool) or not isinstance(iterations, int) or \
             not 1 <= iterations <= 10**12:
         raise UserError(f"iterations {iterations!r}: valid: an integer from 1 to 10**12")
-    if isinstance(target_ci, bool) or not isinstance(target_ci, (int, float)) or \
+    if isinstance(target_ci, bool) or not isinstance(target_ci, numbers.Real) or \
             not 0.0001 <= target_ci <= 0.5:
         raise UserError(f"target_ci {target_ci!r}: valid: a fraction from 0.0001 to 0.5")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats == 1 \

@@ -6,7 +6,7 @@ from typing import Callable, Optional
 
 from ..core.errors import UserError
 from ..core.exploration import Exploration
-from ..core.options import ExploreOptions, given_options
+from ..core.options import ExploreOptions, flag, given_options
 from ..core.problem import ConvProblem
 from .events import Notify, check_callbacks, notifier
 from . import lazy_measure
@@ -36,6 +36,7 @@ def explore(problem: ConvProblem, options: Optional[ExploreOptions] = None,
         raise UserError(f"problem {type(problem).__name__}: valid: a ConvProblem "
                         f"(ConvProblem.create(shape=..., ...))")
     check_callbacks(progress=progress, on_direction=on_direction, notify=notify)
+    skip_engines_if_unbuilt = flag(skip_engines_if_unbuilt, "skip_engines_if_unbuilt")
     if options is None:
         options = ExploreOptions.create(**kw)
     elif kw:

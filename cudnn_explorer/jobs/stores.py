@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, Optional
 
 from ..core.errors import UserError
-from ..core.options import ExploreOptions
+from ..core.options import ExploreOptions, flag
 from ..core.problem import ConvProblem
 from ..core.records import rankable
 from .events import Notify
@@ -34,6 +34,7 @@ class StoreChoice:
         file), a path, or a StoreChoice."""
         if isinstance(store, StoreChoice):
             return store
+        refresh = flag(refresh, "refresh")
         if store is None or store is False:
             return cls(use=False)
         if store is True:

@@ -362,8 +362,10 @@ def tune_rank(record, world, options: Optional[ExploreOptions] = None,
     choice = StoreChoice.of(kw.pop("store", True), kw.pop("refresh", False))
     needed_under_torchrun(choice)
     rec, _ = _record(record)
-    old, policy, _, _ = _resolved(kw.get("add"), kw.get("policy"),
-                                  kw.get("max_workspace_mib"), kw.get("deterministic"))
+    deterministic = kw.get("deterministic")
+    old, policy, _, _ = _resolved(kw.get("add"), kw.get("policy"), kw.get("max_workspace_mib"),
+                                  None if deterministic is None else
+                                  flag(deterministic, "deterministic"))
     problems, _ = problems_of(rec, [native_key(e) for e in old.entries] if old else ())
     # the default options as tune() makes them: PyTorch's children for the policy in force
     # (an add's own, where given)

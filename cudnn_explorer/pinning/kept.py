@@ -106,8 +106,9 @@ def read_kept(path: str, env: dict) -> Tuple[List[Kept], Optional[str]]:
 
 def foreign(path: str) -> Optional[str]:
     """What the file at ``path`` is where it is something other than kept plans (any
-    version), which writing kept plans there would lose; None where there is no file or
-    it is kept plans."""
+    version), which writing kept plans there would lose; None where there is no file, an
+    empty one, kept plans, or a gzip file cut short or damaged (kept plans a copy broke:
+    written again)."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -115,10 +116,14 @@ def foreign(path: str) -> Optional[str]:
         return None
     except OSError as e:
         return f"a file that cannot be read ({e.strerror})"
+    if not raw:
+        return None
+    if not raw.startswith(b"\x1f\x8b"):
+        return "not gzip-compressed"
     try:
         d = json.loads(gzip.decompress(raw))
     except (OSError, EOFError, ValueError):
-        return "not gzip-compressed JSON"
+        return None
     if not isinstance(d, dict) or d.get("schema") != KEPT_SCHEMA:
         return f"of schema {shown(d.get('schema') if isinstance(d, dict) else d)}"
     return None

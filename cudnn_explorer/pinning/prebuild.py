@@ -11,6 +11,7 @@ kept (no ``.grad``, buffers and random state as they were).
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from ..core.errors import UserError
@@ -64,6 +65,14 @@ def prebuild(model, example_inputs: Sequence[Any], kwargs: Optional[Dict[str, An
         raise UserError(f"prebuild: kwargs {told(kwargs)}: give a dict of the forward's "
                         f"keyword arguments")
     backward = flag(backward, "backward")
+    try:  # what the forward cannot take at all; what it does with them is its own
+        inspect.signature(model.forward).bind(*example_inputs, **(kwargs or {}))
+    except TypeError as e:
+        raise UserError(f"prebuild: example_inputs ({len(example_inputs)} positional, "
+                        f"{len(kwargs or {})} keyword) do not fit {type(model).__name__}"
+                        f".forward: {e}") from None
+    except ValueError:  # a forward without a signature (a builtin): let it say
+        pass
     params = [p for p in model.parameters() if p.requires_grad]
     saved = {name: b.detach().clone() for name, b in model.named_buffers()}
     devices = sorted({t.device.index for t in (*model.parameters(), *model.buffers(),
@@ -76,13 +85,7 @@ def prebuild(model, example_inputs: Sequence[Any], kwargs: Optional[Dict[str, An
     try:
         with torch.random.fork_rng(devices=devices):
             with torch.enable_grad() if backward and params else torch.no_grad():
-                try:
-                    out = model(*example_inputs, **(kwargs or {}))
-                except (TypeError, ValueError) as e:  # inputs the forward does not take
-                    first = (str(e).strip().splitlines() or [""])[0][:120]
-                    raise UserError(f"prebuild: the model's forward refused example_inputs "
-                                    f"{told(example_inputs)}: {type(e).__name__}: {first}") \
-                        from e  # the model's own traceback stays beside it
+                out = model(*example_inputs, **(kwargs or {}))
             outs = _leaves(out, []) if backward and params else []
             if outs:
                 total = sum(o.float().sum() for o in outs)
