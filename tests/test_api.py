@@ -581,3 +581,31 @@ def test_numpy_booleans_and_reals_are_taken_and_refresh_is_a_yes_no():
     with pytest.raises(ce.ExplorerError) as e:  # a float32 fraction passes the check
         ce.advise("resnet50", target_ci=np.float32(0.01))
     assert "target_ci" not in str(e.value)
+
+
+def test_a_pathlib_path_pins_as_its_string_does_and_a_missing_direction_is_named(tmp_path):
+    import pathlib
+
+    import torch
+
+    import cudnn_explorer as ce
+    from cudnn_explorer.core.plans import PlanEnvironment, PlanFile
+    from cudnn_explorer.core.problem import ConvProblem
+    from fakes import exploration
+    from tests.pinning_helpers import entry
+
+    plans = tmp_path / "p.json"
+    p = ConvProblem.create("2,3,8,8", out_channels=4, kernel=3, padding=1)
+    plans.write_text(PlanFile(environment=PlanEnvironment(),
+                              entries=[entry(p, "fwd", "ConvFwd_eng0")]).to_json())
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1))
+    try:
+        report = ce.pin(net, pathlib.Path(plans), allow_environment=True, ahead=False, keep=False)
+        assert report.plans == 1 and report.source == str(plans)
+    finally:
+        ce.unpin(net)
+    exp = exploration()
+    missing = next(d for d in ("fwd", "bwd-data", "bwd-filter")
+                   if d not in {r.direction for r in exp.directions})
+    with pytest.raises(KeyError, match=f"'{missing}': not measured here; measured: "):
+        exp.direction(missing)

@@ -149,7 +149,8 @@ class Exploration:
         for d in self.directions:
             if d.direction == name:
                 return d
-        raise KeyError(name)
+        raise KeyError(f"{name!r}: not measured here; measured: "
+                       f"{', '.join(d.direction for d in self.directions) or 'none'}")
 
     def to_dict(self) -> dict:
         return {

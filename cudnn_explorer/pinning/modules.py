@@ -10,6 +10,7 @@ calls of such code too.
 from __future__ import annotations
 
 import contextlib
+import os
 import weakref
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -319,6 +320,7 @@ def pin(model, plans: Union[str, PlanFile], *, allow_environment: bool = False,
     a file beside the plan file (True), at a path (a string), or not at all (False).
     Both are Note [plans built ahead] and pinning/kept.py."""
     _module(model, "pin")  # before the plans load: a bad call changes nothing
+    plans = os.fspath(plans) if isinstance(plans, os.PathLike) else plans
     strict, allow_environment = flag(strict, "strict"), flag(allow_environment,
                                                               "allow_environment")
     threads, kept_file = threads_of(ahead), kept_file_of(keep, plans if isinstance(plans, str)
@@ -388,6 +390,7 @@ def pinned(plans: Union[str, PlanFile], *, allow_environment: bool = False, grou
     with the plans of ``plans`` (Note [routing by the functions' names] in functional.py);
     yields the PinReport. The plans stay loaded after it. ``group`` and ``strict`` as for
     :func:`pin`, and ``ahead`` and ``keep`` too (for the current GPU)."""
+    plans = os.fspath(plans) if isinstance(plans, os.PathLike) else plans
     strict, allow_environment = flag(strict, "strict"), flag(allow_environment,
                                                               "allow_environment")
     threads, kept_file = threads_of(ahead), kept_file_of(keep, plans if isinstance(plans, str)
