@@ -6,6 +6,7 @@ runs the model under a TorchDispatchMode) and rendered by ``report/model.py``.
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
@@ -99,6 +100,23 @@ class ModelSpec(Record):
     sizes: List[int] = field(default_factory=list)  # --sizes: input sizes, in order
     model_args: Dict[str, object] = field(default_factory=dict)  # --model-args (JSON)
     inputs: str = ""  # --inputs pkg.mod:fn
+
+    @classmethod
+    def of(cls, model, **kw) -> "ModelSpec":
+        """``model`` as a ModelSpec: one already built (then no keywords), or a torchvision
+        name or "pkg.module:factory" with create's keywords (batch, input_shape, sizes,
+        amp, channels_last, train, model_args, inputs); UserError naming an unknown one."""
+        if isinstance(model, ModelSpec):
+            if kw:
+                raise UserError(f"pass either a ModelSpec or keywords, not both "
+                                f"({', '.join(kw)})")
+            return model
+        valid = [p for p in inspect.signature(cls.create).parameters
+                 if p not in ("model", "source")]
+        unknown = sorted(set(kw) - set(valid))
+        if unknown:
+            raise UserError(f"{unknown[0]}: not a model keyword; valid: {', '.join(valid)}")
+        return cls.create(model, **kw)
 
     @classmethod
     def from_dict(cls, d: dict, path: str = "") -> "ModelSpec":

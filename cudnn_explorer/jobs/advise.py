@@ -16,7 +16,7 @@ from ..core.options import ExploreOptions, given_options
 from ..core.schema import utc_now
 from ..core.version import __version__
 from .events import Notify, check_callbacks, quiet_progress
-from .sweep import SweepRun, SweepSettings, model_spec
+from .sweep import SweepRun, SweepSettings
 
 __all__ = ["advise"]
 
@@ -29,7 +29,7 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
            allow_environment: bool = False,
            progress: Optional[Callable[[str], None]] = None,
            notify: Optional[Notify] = None, **kw) -> Advice:
-    """The Advice for a workload of ``iterations`` iterations of ``model`` (model_spec
+    """The Advice for a workload of ``iterations`` iterations of ``model`` (ModelSpec.of
     says what ``model`` and the keywords may be). ``sizes``: the input sizes with their
     frequencies, [(size, count)] (default: the spec's sizes, equally frequent, or its
     one input size). Steady iterations are timed until each mean's 95% confidence
@@ -60,7 +60,7 @@ def advise(model: Union[str, ModelSpec], *, iterations: int = 10000,
     options = given_options(options).updated(every_candidate_mode=False)
     check_callbacks(progress=progress, notify=notify)
     dist = check_sizes(sizes) if sizes is not None else None
-    spec = model_spec(model, **kw)
+    spec = ModelSpec.of(model, **kw)
     if dist:
         spec = spec.over_sizes([s for s, _ in dist])
     elif spec.sizes:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 
 import contextlib
-import inspect
 import re
 from dataclasses import dataclass, fields
 from typing import Callable, Optional, Sequence, Tuple, Union
@@ -24,7 +23,7 @@ from .events import Notify, check_callbacks, notifier
 from . import lazy_measure
 from .stores import StoreChoice, opened, saver, without_store
 
-__all__ = ["model_spec", "capture", "sweep_model", "SweepSettings", "SweepRun",
+__all__ = ["capture", "sweep_model", "SweepSettings", "SweepRun",
            "SETTINGS_KEYWORDS", "mode_starts", "set_up_ahead", "capture_beside",
            "worker_ahead", "SweepProgress"]
 
@@ -32,34 +31,17 @@ __all__ = ["model_spec", "capture", "sweep_model", "SweepSettings", "SweepRun",
 SweepProgress = Callable[[int, int, str], None]
 
 
-def model_spec(model: Union[str, ModelSpec], **kw) -> ModelSpec:
-    """``model`` as a ModelSpec: one already built (then no keywords), or a torchvision
-    name or "pkg.module:factory" with ModelSpec.create's keywords (batch, input_shape,
-    sizes, amp, channels_last, train)."""
-    if isinstance(model, ModelSpec):
-        if kw:
-            raise UserError(f"pass either a ModelSpec or keywords, not both "
-                            f"({', '.join(kw)})")
-        return model
-    valid = [p for p in inspect.signature(ModelSpec.create).parameters if p not in
-             ("model", "source")]
-    unknown = sorted(set(kw) - set(valid))
-    if unknown:
-        raise UserError(f"{unknown[0]}: not a model keyword; valid: {', '.join(valid)}")
-    return ModelSpec.create(model, **kw)
-
-
 def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
             notify: Optional[Notify] = None, progress: Optional[Callable[[str], None]] = None,
             **kw) -> Capture:
-    """Every convolution one iteration of ``model`` runs (model_spec says what ``model``
+    """Every convolution one iteration of ``model`` runs (ModelSpec.of says what ``model``
     and the keywords may be), as cuDNN gets it after autocast: its unique problems, each
     with its layers and its calls per iteration. ``device``: "cuda:N" (the default,
     cuda:0), or "cpu" where there is no GPU (a note says that autocast and layouts may
     differ from the GPU's). ``progress`` hears the step once the name and the GPU are
     checked."""
     check_callbacks(progress=progress, notify=notify)
-    spec = model_spec(model, **kw)
+    spec = ModelSpec.of(model, **kw)
     if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         device = f"cuda:{device}"
     if device is not None and not (isinstance(device, str) and
@@ -87,7 +69,7 @@ def capture(model: Union[str, ModelSpec], device: Optional[str] = None,
     return cap
 
 
-# sweep_model's keywords that are SweepSettings' (the others are model_spec's)
+# sweep_model's keywords that are SweepSettings' (the others are ModelSpec.of's)
 SETTINGS_KEYWORDS = ("profile", "keep", "iterations", "store", "refresh", "plans", "uncovered",
                      "allow_environment")
 
@@ -148,7 +130,7 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
                 save: Optional[Callable[[ModelSweep], None]] = None,
                 progress: Optional[SweepProgress] = None, notify: Optional[Notify] = None,
                 bench=None, **kw) -> ModelSweep:
-    """Sweep ``model``: a torchvision name or "pkg.module:factory" with model_spec's
+    """Sweep ``model``: a torchvision name or "pkg.module:factory" with ModelSpec.of's
     keywords, a ModelSpec, or a Capture made before. Returns the ModelSweep: per unique
     problem its Exploration (PyTorch's pick in each mode, the best legacy algorithm, the
     engine configs; ms per call, to be weighed by the capture's calls per iteration), and
@@ -169,7 +151,7 @@ def sweep_model(model: Union[str, ModelSpec, Capture], options: Optional[Explore
         raise UserError(f"pass either settings or their keywords ({', '.join(given)}), "
                         f"not both")
     settings = settings or SweepSettings.create(**given)
-    model = model if isinstance(model, Capture) else model_spec(model, **kw)
+    model = model if isinstance(model, Capture) else ModelSpec.of(model, **kw)
     with SweepRun(model, options, settings, notify=notify, progress=progress,
                   bench=bench) as run:
         run.capture()
