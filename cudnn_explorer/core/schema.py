@@ -13,7 +13,7 @@ import typing
 from dataclasses import MISSING, asdict, fields
 
 from .errors import UserError
-from .problem import ConvProblem
+from .problem import ConvProblem, clip, told
 
 __all__ = ["Record", "Signed", "INT64_MAX", "FLOAT_MAX", "shown", "parse_json", "utc_now",
            "convert", "check_version", "check_schema"]
@@ -126,14 +126,8 @@ def shown(value) -> str:
         text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) \
             else repr(value)
     except (TypeError, ValueError, RecursionError):
-        if isinstance(value, int) and not isinstance(value, bool):
-            text = f"<an integer of {value.bit_length()} bits>"
-        else:
-            try:
-                text = repr(value)
-            except Exception:  # noqa: BLE001  (a value that cannot say itself)
-                text = f"<a {type(value).__name__}>"
-    return text if len(text) <= 40 else text[:37] + "..."
+        return told(value)
+    return clip(text)
 
 
 def check_version(value, versions, what: str) -> None:

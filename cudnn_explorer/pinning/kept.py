@@ -25,7 +25,7 @@ import json
 from typing import List, Optional, Tuple
 
 from ..core.errors import UserError
-from ..core.files import write_atomic
+from ..core.files import GZIP_MAGIC, write_atomic
 from ..core.schema import check_schema, shown
 
 __all__ = ["KEPT_SCHEMA", "kept_path", "environment", "read_kept", "write_kept", "foreign"]
@@ -118,7 +118,7 @@ def foreign(path: str) -> Optional[str]:
         return f"a file that cannot be read ({e.strerror})"
     if not raw:
         return None
-    if not raw.startswith(b"\x1f\x8b"):
+    if not raw.startswith(GZIP_MAGIC):
         return "not gzip-compressed"
     try:
         d = json.loads(gzip.decompress(raw))
