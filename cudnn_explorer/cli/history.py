@@ -25,8 +25,7 @@ def _fitted(rows: List[List[str]], headers: List[str]) -> str:
     used = sum(max(len(str(c)) for c in col) + 2
                for col in zip(headers[:-1], *(r[:-1] for r in rows)))
     room = max(16, WIDTH - used)
-    return table([r[:-1] + [r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "~"]
-                  for r in rows], headers=headers)
+    return table([r[:-1] + [_cut(r[-1], room)] for r in rows], headers=headers)
 
 
 def _cut(text: str, width: int) -> str:

@@ -52,7 +52,8 @@ def kept_file_of(keep: Union[bool, str, os.PathLike], source: Optional[str]) -> 
     if source and os.path.exists(keep) and os.path.exists(source) and \
             os.path.samefile(keep, source):
         raise UserError(f"keep '{keep}': is the plan file; writing the kept plans there would "
-                        f"lose it: give another path (True keeps them in '{source}.kept')")
+                        f"lose it: give another path (True keeps them in "
+                        f"'{kept.kept_path(source)}')")
     return keep
 
 
